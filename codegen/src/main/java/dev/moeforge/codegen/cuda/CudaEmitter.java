@@ -1,0 +1,169 @@
+package dev.moeforge.codegen.cuda;
+
+import dev.moeforge.dsl.check.EpilogueTypes;
+import dev.moeforge.dsl.check.OutputCentricLayout;
+import dev.moeforge.dsl.check.Validator;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.Combine;
+import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
+import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.text.SpecPrinter;
+import freemarker.template.Configuration;
+import freemarker.template.Template;
+import freemarker.template.TemplateException;
+import freemarker.template.TemplateExceptionHandler;
+import freemarker.core.TemplateClassResolver;
+import java.io.IOException;
+import java.io.StringWriter;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.TimeZone;
+
+/**
+ * Generates the CUDA source of a spec. The spec is validated first, so no code is ever generated
+ * for an invalid one. Output depends on the spec alone: same spec, same bytes.
+ */
+public final class CudaEmitter {
+    private static final Configuration FREEMARKER = configuration();
+
+    private CudaEmitter() {}
+
+    public static GeneratedKernel emit(KernelSpec spec) {
+        Validator.check(spec);
+        String specText = SpecPrinter.print(spec);
+        Map<String, Object> model = switch (spec.schedule()) {
+            case OutputCentric oc -> outputCentricModel(spec, oc, specText);
+        };
+        String source = render("output_centric.cu.ftl", model);
+        return new GeneratedKernel(spec, specText, fileName(spec), source,
+                Map.of(DeviceHeader.FILE_NAME, DeviceHeader.content()));
+    }
+
+    /** {@code <name>_<target>.cu}: one file per kernel and target. */
+    public static String fileName(KernelSpec spec) {
+        return spec.name() + "_" + spec.target().text() + ".cu";
+    }
+
+    private static Map<String, Object> outputCentricModel(KernelSpec spec, OutputCentric oc, String specText) {
+        Problem problem = spec.problem();
+        var shape = problem.shape();
+        OutputCentricLayout layout = OutputCentricLayout.of(problem, oc);
+        boolean tiled = oc.tokensPerCta() > 1;
+        List<Map<String, String>> constants = new ArrayList<>();
+        constant(constants, "int", "kHidden", shape.hidden());
+        constant(constants, "int", "kIntermediate", shape.intermediate());
+        constant(constants, "int", "kExperts", shape.experts());
+        constant(constants, "int", "kTopk", shape.topk());
+        if (problem instanceof Problem.ExpertGateUp g) {
+            constants.add(Map.of("type", "mf::GateUpLayout", "name", "kLayout", "value", switch (g.layout()) {
+                case STACKED -> "mf::GateUpLayout::kStacked";
+                case INTERLEAVED -> "mf::GateUpLayout::kInterleaved";
+            }));
+        }
+        constant(constants, "int", "kWarpsPerCta", oc.warpsPerCta());
+        constant(constants, "int", "kLoadBytes", oc.loadBytes());
+        constant(constants, "int", "kUnroll", oc.kUnroll());
+        if (tiled) {
+            constant(constants, "int", "kTokensPerCta", oc.tokensPerCta());
+        }
+
+        String shapeArgs = "kHidden, kIntermediate, kExperts, kTopk";
+        String scheduleArgs = "kWarpsPerCta, kLoadBytes, kUnroll" + (tiled ? ", kTokensPerCta" : "");
+        EpilogueNode root = spec.epilogue();
+        String body;
+        String templateArgs;
+        String callArgs;
+        String epilogueParams;
+        Map<EpilogueNode, String> bound = new LinkedHashMap<>();
+        List<String> notes = new ArrayList<>();
+        switch (problem) {
+            case Problem.ExpertGateUp g -> {
+                body = tiled ? "gate_up_token_tile" : "gate_up_single_token";
+                templateArgs = shapeArgs + ", kLayout, " + scheduleArgs;
+                callArgs = "x, w_gate_up, topk_ids, inter, num_tokens";
+                epilogueParams = "float gate, float up";
+                bound.put(Acc.GATE, "gate");
+                bound.put(Acc.UP, "up");
+                notes.add("gate_up: one warp per (" + (tiled ? "tile of " + oc.tokensPerCta() + " tokens, distinct expert"
+                        : "token, routed slot") + ", neuron); gate and up rows "
+                        + (g.layout() == GateUpLayout.STACKED ? "stacked ([gate; up])" : "interleaved (2i, 2i+1)") + ".");
+            }
+            case Problem.ExpertDown _ -> {
+                body = tiled ? "down_token_tile" : "down_single_token";
+                templateArgs = shapeArgs + ", " + scheduleArgs;
+                callArgs = "inter, w_down, topk_ids, topk_weights, y, num_tokens";
+                epilogueParams = "float combined";
+                if (root instanceof Store(Combine c, var _)) {
+                    bound.put(c, "combined");
+                }
+                notes.add("down: one warp per (" + (tiled ? "tile of " + oc.tokensPerCta() + " tokens" : "token")
+                        + ", hidden output); routing weights folded into one FP32 accumulator.");
+            }
+        }
+        notes.add("Each lane loads " + oc.loadBytes() + " bytes, " + oc.kUnroll() + " loads in flight per row; a row is "
+                + layout.chunksPerRow() + " loads in " + layout.blocksPerRow() + " pass(es).");
+        if (tiled) {
+            notes.add("Dynamic shared memory: " + layout.sharedBytes() + " bytes (tile routing table"
+                    + (layout.sharedBytes() > 0 ? " and per-lane partial sums" : "") + ").");
+        }
+        notes.add("Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.");
+
+        KernelSignature signature = KernelSignature.of(spec);
+        Map<String, Object> model = new LinkedHashMap<>();
+        model.put("specLines", specText.lines().toList());
+        model.put("notes", notes);
+        model.put("header", DeviceHeader.FILE_NAME);
+        model.put("constants", constants);
+        model.put("epilogueText", EpilogueTypes.describe(root));
+        model.put("epilogueParams", epilogueParams);
+        model.put("epilogueLines", EpilogueEmitter.emit(root, bound));
+        model.put("threads", 32 * oc.warpsPerCta());
+        model.put("name", spec.name());
+        model.put("params", signature.params().stream().map(KernelParam::cudaDeclaration).toList());
+        model.put("body", body);
+        model.put("templateArgs", templateArgs);
+        model.put("callArgs", callArgs);
+        return model;
+    }
+
+    private static void constant(List<Map<String, String>> constants, String type, String name, int value) {
+        constants.add(Map.of("type", type, "name", name, "value", Integer.toString(value)));
+    }
+
+    private static String render(String template, Map<String, Object> model) {
+        try {
+            Template t = FREEMARKER.getTemplate(template);
+            StringWriter out = new StringWriter();
+            t.process(model, out);
+            return out.toString();
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        } catch (TemplateException e) {
+            throw new IllegalStateException("template " + template + " failed: " + e.getMessage(), e);
+        }
+    }
+
+    private static Configuration configuration() {
+        Configuration c = new Configuration(Configuration.VERSION_2_3_34);
+        c.setClassForTemplateLoading(CudaEmitter.class, "");
+        c.setDefaultEncoding("UTF-8");
+        c.setNumberFormat("computer");
+        c.setLocale(Locale.ROOT);
+        c.setTimeZone(TimeZone.getTimeZone("UTC"));
+        c.setTemplateExceptionHandler(TemplateExceptionHandler.RETHROW_HANDLER);
+        c.setLogTemplateExceptions(false);
+        c.setWrapUncheckedExceptions(true);
+        c.setFallbackOnNullLoopVariable(false);
+        c.setNewBuiltinClassResolver(TemplateClassResolver.ALLOWS_NOTHING_RESOLVER);
+        c.setWhitespaceStripping(true);
+        return c;
+    }
+}

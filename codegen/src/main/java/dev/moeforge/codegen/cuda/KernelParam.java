@@ -1,0 +1,64 @@
+package dev.moeforge.codegen.cuda;
+
+import dev.moeforge.dsl.ir.DType;
+import java.util.List;
+
+/**
+ * One parameter of a generated kernel, in launch order: a device tensor with its element type
+ * and shape (where {@code -1} stands for the token count M), or the token count itself. The CUDA
+ * emitter declares it, the Java launcher emitter names it, and the runtime checks buffers
+ * against it before a launch.
+ */
+public record KernelParam(String name, Role role, DType elementType, List<Integer> shape, String description) {
+
+    /** Marks the token-count dimension in {@link #shape()}. */
+    public static final int TOKENS = -1;
+
+    public enum Role {
+        INPUT, WEIGHTS, ROUTING, OUTPUT, TOKEN_COUNT
+    }
+
+    public KernelParam {
+        shape = List.copyOf(shape);
+    }
+
+    public boolean isTensor() {
+        return role != Role.TOKEN_COUNT;
+    }
+
+    /** Elements the tensor holds for {@code tokens} tokens. */
+    public long elements(int tokens) {
+        long n = 1;
+        for (int d : shape) {
+            n *= d == TOKENS ? tokens : d;
+        }
+        return n;
+    }
+
+    /** The shape written out for messages, e.g. {@code [M, 8, 768]}. */
+    public String shapeText() {
+        StringBuilder b = new StringBuilder("[");
+        for (int i = 0; i < shape.size(); i++) {
+            if (i > 0) {
+                b.append(", ");
+            }
+            b.append(shape.get(i) == TOKENS ? "M" : Integer.toString(shape.get(i)));
+        }
+        return b.append(']').toString();
+    }
+
+    /** The CUDA declaration of this parameter. */
+    public String cudaDeclaration() {
+        String element = switch (elementType) {
+            case BF16 -> "__nv_bfloat16";
+            case FP16 -> "__half";
+            case FP32 -> "float";
+            case INT32 -> "int";
+        };
+        return switch (role) {
+            case INPUT, WEIGHTS, ROUTING -> "const " + element + "* __restrict__ " + name;
+            case OUTPUT -> element + "* __restrict__ " + name;
+            case TOKEN_COUNT -> "int " + name;
+        };
+    }
+}

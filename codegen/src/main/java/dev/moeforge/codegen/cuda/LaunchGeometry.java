@@ -1,0 +1,59 @@
+package dev.moeforge.codegen.cuda;
+
+import dev.moeforge.dsl.check.OutputCentricLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+
+/**
+ * Grid, block and dynamic shared memory of a generated kernel for a token count. The grid is
+ * sized for the worst case routing (every routed expert distinct); blocks with nothing to do
+ * exit at once, so nothing has to be read back to the host between kernels.
+ */
+public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) {
+    /** CUDA's limit on gridDim.y. */
+    public static final int MAX_GRID_Y = 65_535;
+
+    public static LaunchGeometry of(KernelSpec spec, int tokens) {
+        if (tokens < 1 || tokens > maxTokens(spec)) {
+            throw new IllegalArgumentException("tokens = " + tokens + ": kernel " + spec.name() + " takes 1.." + maxTokens(spec));
+        }
+        return switch (spec.schedule()) {
+            case OutputCentric oc -> {
+                OutputCentricLayout layout = OutputCentricLayout.of(spec.problem(), oc);
+                int w = oc.warpsPerCta();
+                int t = oc.tokensPerCta();
+                int tiles = ceilDiv(tokens, t);
+                int k = spec.problem().shape().topk();
+                yield switch (spec.problem()) {
+                    case Problem.ExpertGateUp p -> new LaunchGeometry(
+                            ceilDiv(p.shape().intermediate(), w),
+                            t == 1 ? tokens * k : tiles * layout.maxDistinctExperts(),
+                            32 * w, (int) layout.sharedBytes());
+                    case Problem.ExpertDown p -> new LaunchGeometry(
+                            ceilDiv(p.shape().hidden(), w), tiles, 32 * w, (int) layout.sharedBytes());
+                };
+            }
+        };
+    }
+
+    /** The largest token count one launch takes (gridDim.y bound). */
+    public static int maxTokens(KernelSpec spec) {
+        return switch (spec.schedule()) {
+            case OutputCentric oc -> {
+                int t = oc.tokensPerCta();
+                int k = spec.problem().shape().topk();
+                yield switch (spec.problem()) {
+                    case Problem.ExpertGateUp _ -> t == 1
+                            ? MAX_GRID_Y / k
+                            : (MAX_GRID_Y / OutputCentricLayout.of(spec.problem(), oc).maxDistinctExperts()) * t;
+                    case Problem.ExpertDown _ -> t == 1 ? MAX_GRID_Y : MAX_GRID_Y * t;
+                };
+            }
+        };
+    }
+
+    private static int ceilDiv(int a, int b) {
+        return (a + b - 1) / b;
+    }
+}

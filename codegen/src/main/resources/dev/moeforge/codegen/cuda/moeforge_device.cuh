@@ -1,0 +1,485 @@
+// moeforge_device.cuh: the hand-written device library behind MoeForge's generated kernels.
+//
+// Generated kernels are thin: they fix the spec's constants and the epilogue, then call one of
+// the kernel bodies below. Everything here is part of the kernel cache key.
+//
+// Conventions (DESIGN.md sections 5 and 9):
+//   weights      [E][N][K] row-major, K contiguous: one output row is one contiguous run of memory
+//   topk_ids     [M][k] int32, topk_weights [M][k] fp32, token-major
+//   inter        [M][k][I] bf16: gate_up's output, down's input
+//   accumulation FP32 always; bf16 -> fp32 is exact, fp32 -> bf16 rounds to nearest even
+//
+// What the kernels assume about routing (the launcher cannot check device data without a host
+// sync; the CPU reference rejects such tables):
+//   * the k expert ids of one token are distinct;
+//   * an id outside [0, E) contributes nothing to y: its weight rows are never read and its
+//     intermediate values are unspecified.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace mf {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+enum class GateUpLayout : int {
+  kStacked = 0,      // gate rows 0..I-1, then up rows I..2I-1 (Hugging Face gate_up_proj)
+  kInterleaved = 1,  // gate row 2i, up row 2i+1 (gpt-oss)
+};
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int align16(int bytes) { return (bytes + 15) & ~15; }
+__host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
+
+// ---------------------------------------------------------------------------------------------
+// Loads. Weights are streamed once: the .nc path with L1::no_allocate keeps them from evicting
+// the activations, which every warp of a block re-reads and which should stay in L1.
+// ---------------------------------------------------------------------------------------------
+
+template <int BYTES>
+struct Lane {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "a lane loads 4, 8 or 16 bytes");
+  static constexpr int kWords = BYTES / 4;
+  uint32_t w[kWords];
+};
+
+template <int BYTES>
+__device__ __forceinline__ Lane<BYTES> load_weights(const void* p) {
+  Lane<BYTES> v;
+  if constexpr (BYTES == 16) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3]) : "l"(p));
+  } else if constexpr (BYTES == 8) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(v.w[0]), "=r"(v.w[1]) : "l"(p));
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v.w[0]) : "l"(p));
+  }
+  return v;
+}
+
+template <int BYTES>
+__device__ __forceinline__ Lane<BYTES> load_activations(const void* p) {
+  Lane<BYTES> v;
+  if constexpr (BYTES == 16) {
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
+    v.w[0] = q.x; v.w[1] = q.y; v.w[2] = q.z; v.w[3] = q.w;
+  } else if constexpr (BYTES == 8) {
+    const uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
+    v.w[0] = q.x; v.w[1] = q.y;
+  } else {
+    v.w[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
+  }
+  return v;
+}
+
+template <int BYTES>
+__device__ __forceinline__ Lane<BYTES> zero_lane() {
+  Lane<BYTES> v;
+#pragma unroll
+  for (int i = 0; i < Lane<BYTES>::kWords; ++i) v.w[i] = 0u;
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// BF16 arithmetic. A bf16 is the upper half of an fp32, so widening is a shift or a mask.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// acc + dot(weights, activations) over the lane's elements, in fp32.
+template <int BYTES>
+__device__ __forceinline__ float dot_bf16(const Lane<BYTES>& wt, const Lane<BYTES>& x, float acc) {
+#pragma unroll
+  for (int i = 0; i < Lane<BYTES>::kWords; ++i) {
+    acc = fmaf(bf16_lo(wt.w[i]), bf16_lo(x.w[i]), acc);
+    acc = fmaf(bf16_hi(wt.w[i]), bf16_hi(x.w[i]), acc);
+  }
+  return acc;
+}
+
+// Two rows against one activation vector: the activation is widened once for both.
+template <int BYTES>
+__device__ __forceinline__ void dot2_bf16(const Lane<BYTES>& a, const Lane<BYTES>& b, const Lane<BYTES>& x,
+                                          float& acc_a, float& acc_b) {
+#pragma unroll
+  for (int i = 0; i < Lane<BYTES>::kWords; ++i) {
+    const float x0 = bf16_lo(x.w[i]);
+    const float x1 = bf16_hi(x.w[i]);
+    acc_a = fmaf(bf16_lo(a.w[i]), x0, acc_a);
+    acc_a = fmaf(bf16_hi(a.w[i]), x1, acc_a);
+    acc_b = fmaf(bf16_lo(b.w[i]), x0, acc_b);
+    acc_b = fmaf(bf16_hi(b.w[i]), x1, acc_b);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ void store_bf16(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+// silu(g) = g * sigmoid(g), IEEE division; expf(-g) overflowing to inf gives -0 for large negative g.
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+// ---------------------------------------------------------------------------------------------
+// The routing table of a tile of T tokens, built by the whole thread block in shared memory:
+// the tile's distinct experts in ascending id order (rank r -> expert), which of the tile's
+// tokens use each one (a T-bit mask) and at which slot. Lets every weight row be read once per
+// tile however many of its tokens are routed to the expert.
+// ---------------------------------------------------------------------------------------------
+
+template <int T, int K, int E>
+struct TileRouting {
+  static_assert(T >= 2 && T <= 32, "a tile's tokens form one 32-bit mask");
+  static_assert(E <= 1024, "the expert bitmap is at most 32 words");
+  static constexpr int kWords = ceil_div(E, 32);
+  static constexpr int kMaxDistinct = min_int(T * K, E);
+  // Layout; dsl OutputCentricLayout.sharedBytes states the same sizes.
+  static constexpr int kHeaderBytes = align16(8 * kWords + 4);
+  static constexpr int kRankBytes = align16(8 * kMaxDistinct);
+  static constexpr int kSlotBytes = align16(kMaxDistinct * T);
+  static constexpr int kBytes = kHeaderBytes + kRankBytes + kSlotBytes;
+
+  uint32_t* present;  // [kWords] bit e set when expert e is routed to by a token of the tile
+  int* word_rank;     // [kWords] rank of the first set bit of each word
+  int* count;         // number of distinct experts
+  int* expert;        // [kMaxDistinct] rank -> expert id
+  uint32_t* tokens;   // [kMaxDistinct] rank -> tokens of the tile routed to it
+  uint8_t* slot;      // [kMaxDistinct][T] rank, token -> slot j of that token
+
+  __device__ explicit TileRouting(unsigned char* smem)
+      : present(reinterpret_cast<uint32_t*>(smem)),
+        word_rank(reinterpret_cast<int*>(smem + 4 * kWords)),
+        count(reinterpret_cast<int*>(smem + 8 * kWords)),
+        expert(reinterpret_cast<int*>(smem + kHeaderBytes)),
+        tokens(reinterpret_cast<uint32_t*>(smem + kHeaderBytes + 4 * kMaxDistinct)),
+        slot(smem + kHeaderBytes + kRankBytes) {}
+
+  // ids: the tile's first token's row of topk_ids; nt: tokens in the tile (1..T).
+  // Every thread of the block must call it; it ends with a barrier.
+  __device__ void build(const int* __restrict__ ids, int nt) {
+    const int tid = threadIdx.x;
+    const int nthreads = blockDim.x;
+    const int entries = nt * K;
+    for (int i = tid; i < kWords; i += nthreads) present[i] = 0u;
+    for (int i = tid; i < kMaxDistinct; i += nthreads) tokens[i] = 0u;
+    __syncthreads();
+    for (int f = tid; f < entries; f += nthreads) {
+      const int e = __ldg(ids + f);
+      if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) atomicOr(&present[e >> 5], 1u << (e & 31));
+    }
+    __syncthreads();
+    if (tid < 32) {  // exclusive prefix sum of the words' popcounts, one word per lane
+      const int c = tid < kWords ? __popc(present[tid]) : 0;
+      int inclusive = c;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int v = __shfl_up_sync(kFullMask, inclusive, offset);
+        if (tid >= offset) inclusive += v;
+      }
+      if (tid < kWords) word_rank[tid] = inclusive - c;
+      if (tid == 31) *count = inclusive;
+    }
+    __syncthreads();
+    for (int f = tid; f < entries; f += nthreads) {
+      const int e = __ldg(ids + f);
+      if (static_cast<unsigned>(e) >= static_cast<unsigned>(E)) continue;
+      const int r = word_rank[e >> 5] + __popc(present[e >> 5] & ((1u << (e & 31)) - 1u));
+      const int t = f / K;
+      expert[r] = e;
+      atomicOr(&tokens[r], 1u << t);
+      slot[r * T + t] = static_cast<uint8_t>(f - t * K);
+    }
+    __syncthreads();
+  }
+};
+
+template <int T, int K, int E>
+constexpr int tile_routing_bytes() { return TileRouting<T, K, E>::kBytes; }
+
+// ---------------------------------------------------------------------------------------------
+// gate_up: one warp per (token, routed slot, neuron). It streams the neuron's gate row and up
+// row, shares one activation load between them, reduces both with a butterfly and writes
+// epi(gate, up) as bf16 to inter[m][j][i].
+// Grid: x = ceil(I / W) neuron groups, y = M * k slots. Block: 32 * W threads.
+// ---------------------------------------------------------------------------------------------
+
+template <GateUpLayout L>
+__device__ __forceinline__ int gate_row_of(int neuron, int intermediate) {
+  return L == GateUpLayout::kStacked ? neuron : 2 * neuron;
+}
+template <GateUpLayout L>
+__device__ __forceinline__ int up_row_of(int neuron, int intermediate) {
+  return L == GateUpLayout::kStacked ? intermediate + neuron : 2 * neuron + 1;
+}
+
+template <int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, class Epilogue>
+__device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __restrict__ x,
+                                                     const __nv_bfloat16* __restrict__ w_gate_up,
+                                                     const int* __restrict__ topk_ids,
+                                                     __nv_bfloat16* __restrict__ inter, int num_tokens,
+                                                     Epilogue epi) {
+  constexpr int kElems = LB / 2;           // bf16 per load
+  constexpr int kChunks = H / kElems;      // loads per row
+  constexpr int kStep = 32 * U;            // loads per row per warp iteration
+  constexpr bool kWhole = kChunks % kStep == 0;
+  const int lane = threadIdx.x & 31;
+  const int neuron = blockIdx.x * W + (threadIdx.x >> 5);
+  const int slot = blockIdx.y;
+  if (neuron >= I || slot >= num_tokens * K) return;
+  const int token = slot / K;
+  const int e = __ldg(topk_ids + slot);
+  float acc_gate = 0.0f, acc_up = 0.0f;
+  if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) {
+    const char* gate_row = reinterpret_cast<const char*>(w_gate_up + (static_cast<size_t>(e) * 2 * I + gate_row_of<L>(neuron, I)) * H);
+    const char* up_row = reinterpret_cast<const char*>(w_gate_up + (static_cast<size_t>(e) * 2 * I + up_row_of<L>(neuron, I)) * H);
+    const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
+#pragma unroll 1
+    for (int c0 = 0; c0 < kChunks; c0 += kStep) {
+      Lane<LB> g[U], u[U], a[U];
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = c0 + i * 32 + lane;
+        if (kWhole || c < kChunks) {
+          g[i] = load_weights<LB>(gate_row + c * LB);
+          u[i] = load_weights<LB>(up_row + c * LB);
+          a[i] = load_activations<LB>(x_row + c * LB);
+        } else {
+          g[i] = zero_lane<LB>(); u[i] = zero_lane<LB>(); a[i] = zero_lane<LB>();
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < U; ++i) dot2_bf16<LB>(g[i], u[i], a[i], acc_gate, acc_up);
+    }
+  }
+  acc_gate = warp_sum(acc_gate);
+  acc_up = warp_sum(acc_up);
+  if (lane == 0) store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(acc_gate, acc_up));
+}
+
+// gate_up over a tile of T tokens: one block per (tile, distinct expert of the tile, neuron
+// group); each warp reads its neuron's two rows once and applies them to every token of the
+// tile routed to the expert. Grid: x = ceil(I / W), y = ceil(M / T) * min(T * k, E).
+template <int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int T, class Epilogue>
+__device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restrict__ x,
+                                                   const __nv_bfloat16* __restrict__ w_gate_up,
+                                                   const int* __restrict__ topk_ids,
+                                                   __nv_bfloat16* __restrict__ inter, int num_tokens,
+                                                   Epilogue epi) {
+  using Routing = TileRouting<T, K, E>;
+  constexpr int kElems = LB / 2;
+  constexpr int kChunks = H / kElems;
+  constexpr int kStep = 32 * U;
+  constexpr bool kWhole = kChunks % kStep == 0;
+  constexpr int kBlocks = ceil_div(kChunks, kStep);
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  const int tile = blockIdx.y / Routing::kMaxDistinct;
+  const int rank = blockIdx.y - tile * Routing::kMaxDistinct;
+  const int t0 = tile * T;
+  if (t0 >= num_tokens) return;  // uniform over the block
+  const int nt = min_int(T, num_tokens - t0);
+  Routing routing(smem);
+  routing.build(topk_ids + static_cast<size_t>(t0) * K, nt);
+  if (rank >= *routing.count) return;  // uniform over the block; no barrier follows
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int neuron = blockIdx.x * W + warp;
+  if (neuron >= I) return;
+  const int e = routing.expert[rank];
+  const uint32_t tokens = routing.tokens[rank];
+  const uint8_t* slots = routing.slot + rank * T;
+  const char* gate_row = reinterpret_cast<const char*>(w_gate_up + (static_cast<size_t>(e) * 2 * I + gate_row_of<L>(neuron, I)) * H);
+  const char* up_row = reinterpret_cast<const char*>(w_gate_up + (static_cast<size_t>(e) * 2 * I + up_row_of<L>(neuron, I)) * H);
+  // Per-lane partial sums, needed only when a row takes several passes: [W][T][2][32].
+  float* partial = reinterpret_cast<float*>(smem + Routing::kBytes) + warp * T * 64;
+  if constexpr (kBlocks > 1) {
+    for (uint32_t m = tokens; m != 0u; m &= m - 1u) {
+      const int t = __ffs(m) - 1;
+      partial[t * 64 + lane] = 0.0f;
+      partial[t * 64 + 32 + lane] = 0.0f;
+    }
+  }
+#pragma unroll 1
+  for (int c0 = 0; c0 < kChunks; c0 += kStep) {
+    Lane<LB> g[U], u[U];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int c = c0 + i * 32 + lane;
+      if (kWhole || c < kChunks) {
+        g[i] = load_weights<LB>(gate_row + c * LB);
+        u[i] = load_weights<LB>(up_row + c * LB);
+      } else {
+        g[i] = zero_lane<LB>(); u[i] = zero_lane<LB>();
+      }
+    }
+    for (uint32_t m = tokens; m != 0u; m &= m - 1u) {
+      const int t = __ffs(m) - 1;
+      const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(t0 + t) * H);
+      float acc_gate = 0.0f, acc_up = 0.0f;
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = c0 + i * 32 + lane;
+        const Lane<LB> a = (kWhole || c < kChunks) ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
+        dot2_bf16<LB>(g[i], u[i], a, acc_gate, acc_up);
+      }
+      if constexpr (kBlocks == 1) {
+        acc_gate = warp_sum(acc_gate);
+        acc_up = warp_sum(acc_up);
+        if (lane == 0) {
+          const size_t slot = static_cast<size_t>(t0 + t) * K + slots[t];
+          store_bf16(inter + slot * I + neuron, epi(acc_gate, acc_up));
+        }
+      } else {
+        partial[t * 64 + lane] += acc_gate;
+        partial[t * 64 + 32 + lane] += acc_up;
+      }
+    }
+  }
+  if constexpr (kBlocks > 1) {
+    for (uint32_t m = tokens; m != 0u; m &= m - 1u) {
+      const int t = __ffs(m) - 1;
+      const float acc_gate = warp_sum(partial[t * 64 + lane]);
+      const float acc_up = warp_sum(partial[t * 64 + 32 + lane]);
+      if (lane == 0) {
+        const size_t slot = static_cast<size_t>(t0 + t) * K + slots[t];
+        store_bf16(inter + slot * I + neuron, epi(acc_gate, acc_up));
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// down: one warp per (token, hidden output h). The token's k routed rows W_down[e_j][h] form one
+// stream of k * I elements, read with U loads in flight per lane across expert boundaries; each
+// load's partial dot product is scaled by its slot's routing weight and added to the one fp32
+// accumulator (the combine), so the per-expert outputs never exist.
+// Grid: x = ceil(H / W), y = M. Block: 32 * W threads.
+// ---------------------------------------------------------------------------------------------
+
+template <int H, int I, int E, int K, int W, int LB, int U, class Epilogue>
+__device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restrict__ inter,
+                                                  const __nv_bfloat16* __restrict__ w_down,
+                                                  const int* __restrict__ topk_ids,
+                                                  const float* __restrict__ topk_weights,
+                                                  __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi) {
+  static_assert(K <= 32, "one lane per routed slot");
+  constexpr int kElems = LB / 2;
+  constexpr int kChunks = I / kElems;   // loads per row
+  constexpr int kStream = K * kChunks;  // loads over the k routed rows
+  constexpr int kStep = 32 * U;
+  constexpr bool kWhole = kStream % kStep == 0;
+  const int lane = threadIdx.x & 31;
+  const int h = blockIdx.x * W + (threadIdx.x >> 5);
+  const int token = blockIdx.y;
+  if (h >= H || token >= num_tokens) return;
+  // Lane j holds slot j's expert and weight; a load finds its slot's with one shuffle.
+  const int lane_expert = lane < K ? __ldg(topk_ids + token * K + lane) : -1;
+  const float lane_weight = lane < K ? __ldg(topk_weights + token * K + lane) : 0.0f;
+  const char* inter_rows = reinterpret_cast<const char*>(inter + static_cast<size_t>(token) * K * I);
+  float acc = 0.0f;
+#pragma unroll 1
+  for (int p0 = 0; p0 < kStream; p0 += kStep) {
+    Lane<LB> wv[U], av[U];
+    float scale[U];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int p = p0 + i * 32 + lane;
+      const int j = min_int(p / kChunks, K - 1);
+      const int c = p - j * kChunks;
+      const int e = __shfl_sync(kFullMask, lane_expert, j);
+      scale[i] = __shfl_sync(kFullMask, lane_weight, j);
+      if ((kWhole || p < kStream) && static_cast<unsigned>(e) < static_cast<unsigned>(E)) {
+        wv[i] = load_weights<LB>(reinterpret_cast<const char*>(w_down + (static_cast<size_t>(e) * H + h) * I) + c * LB);
+        av[i] = load_activations<LB>(inter_rows + (static_cast<size_t>(j) * I) * 2 + c * LB);
+      } else {
+        wv[i] = zero_lane<LB>(); av[i] = zero_lane<LB>(); scale[i] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < U; ++i) acc = fmaf(scale[i], dot_bf16<LB>(wv[i], av[i], 0.0f), acc);
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) store_bf16(y + static_cast<size_t>(token) * H + h, epi(acc));
+}
+
+// down over a tile of T tokens: one warp per hidden output h, for all tokens of the tile. The
+// warp walks the tile's distinct experts once each (row h of each read once), applying it to
+// every token routed there; the next row block is loaded while the current one is used.
+// Per-lane, per-token accumulators live in shared memory because a routed entry's token is
+// only known at run time. Grid: x = ceil(H / W), y = ceil(M / T).
+template <int H, int I, int E, int K, int W, int LB, int U, int T, class Epilogue>
+__device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict__ inter,
+                                                const __nv_bfloat16* __restrict__ w_down,
+                                                const int* __restrict__ topk_ids,
+                                                const float* __restrict__ topk_weights,
+                                                __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi) {
+  using Routing = TileRouting<T, K, E>;
+  constexpr int kElems = LB / 2;
+  constexpr int kChunks = I / kElems;
+  constexpr int kStep = 32 * U;
+  constexpr bool kWhole = kChunks % kStep == 0;
+  constexpr int kBlocks = ceil_div(kChunks, kStep);
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  const int t0 = blockIdx.y * T;
+  if (t0 >= num_tokens) return;  // uniform over the block
+  const int nt = min_int(T, num_tokens - t0);
+  Routing routing(smem);
+  routing.build(topk_ids + static_cast<size_t>(t0) * K, nt);
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int h = blockIdx.x * W + warp;
+  if (h >= H) return;  // no barrier follows
+  float* acc = reinterpret_cast<float*>(smem + Routing::kBytes) + warp * T * 32;
+  for (int t = 0; t < nt; ++t) acc[t * 32 + lane] = 0.0f;
+
+  const int total = *routing.count * kBlocks;  // (rank, row block) pairs
+  auto load_block = [&](int b, Lane<LB>* dst) {
+    const int r = b / kBlocks;
+    const int c0 = (b - r * kBlocks) * kStep;
+    const char* row = reinterpret_cast<const char*>(w_down + (static_cast<size_t>(routing.expert[r]) * H + h) * I);
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int c = c0 + i * 32 + lane;
+      dst[i] = (kWhole || c < kChunks) ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
+    }
+  };
+  Lane<LB> current[U];
+  if (total > 0) load_block(0, current);
+#pragma unroll 1
+  for (int b = 0; b < total; ++b) {
+    Lane<LB> next[U];
+    if (b + 1 < total) load_block(b + 1, next);
+    const int r = b / kBlocks;
+    const int c0 = (b - r * kBlocks) * kStep;
+    for (uint32_t m = routing.tokens[r]; m != 0u; m &= m - 1u) {
+      const int t = __ffs(m) - 1;
+      const int entry = (t0 + t) * K + routing.slot[r * T + t];
+      const char* a_row = reinterpret_cast<const char*>(inter + static_cast<size_t>(entry) * I);
+      float part = 0.0f;
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = c0 + i * 32 + lane;
+        const Lane<LB> a = (kWhole || c < kChunks) ? load_activations<LB>(a_row + c * LB) : zero_lane<LB>();
+        part = dot_bf16<LB>(current[i], a, part);
+      }
+      acc[t * 32 + lane] = fmaf(__ldg(topk_weights + entry), part, acc[t * 32 + lane]);
+    }
+#pragma unroll
+    for (int i = 0; i < U; ++i) current[i] = next[i];
+  }
+  for (int t = 0; t < nt; ++t) {
+    const float v = warp_sum(acc[t * 32 + lane]);
+    if (lane == 0) store_bf16(y + static_cast<size_t>(t0 + t) * H + h, epi(v));
+  }
+}
+
+}  // namespace mf

@@ -1,0 +1,21 @@
+package dev.moeforge.dsl.build;
+
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Schedule;
+import dev.moeforge.dsl.ir.Target;
+
+/** The two kernels of a SiLU-gated expert layer, built and validated together. */
+public record ExpertLayerSpecs(KernelSpec gateUp, KernelSpec down) {
+
+    /** {@code <prefix>_gate_up} and {@code <prefix>_down}, BF16, with the same schedule for both halves. */
+    public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, Schedule schedule, Target target) {
+        KernelSpec gateUp = KernelBuilder.named(prefix + "_gate_up").expertGateUp(shape).layout(layout)
+                .schedule(schedule).epilogue(Epilogues.siluGatedStore(DType.BF16)).target(target).build();
+        KernelSpec down = KernelBuilder.named(prefix + "_down").expertDown(shape)
+                .schedule(schedule).epilogue(Epilogues.combinedStore(DType.BF16)).target(target).build();
+        return new ExpertLayerSpecs(gateUp, down);
+    }
+}

@@ -1,0 +1,106 @@
+package dev.moeforge.dsl.build;
+
+import dev.moeforge.dsl.check.Validator;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule;
+import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
+import java.util.Objects;
+
+/**
+ * Fluent construction of a {@link KernelSpec}; {@link #build()} validates, so an invalid spec is
+ * rejected with every problem named before it can reach the code generator.
+ *
+ * <pre>{@code
+ * KernelSpec gateUp = KernelBuilder.named("qwen3_gate_up")
+ *         .expertGateUp(new ExpertShape(2048, 768, 128, 8))
+ *         .schedule(OutputCentricBuilder.create().warpsPerCta(4).kUnroll(8).build())
+ *         .epilogue(Epilogues.siluGatedStore(DType.BF16))
+ *         .target(Target.SM_90A)
+ *         .build();
+ * }</pre>
+ */
+public final class KernelBuilder {
+    private final String name;
+    private ExpertShape shape;
+    private boolean gateUp = true;
+    private WeightFormat weights = WeightFormat.BF16;
+    private DType activations = DType.BF16;
+    private GateUpLayout layout = GateUpLayout.STACKED;
+    private Schedule schedule = OutputCentricBuilder.create().build();
+    private EpilogueNode epilogue;
+    private Target target = Target.SM_90A;
+
+    private KernelBuilder(String name) {
+        this.name = Objects.requireNonNull(name, "name");
+    }
+
+    public static KernelBuilder named(String name) {
+        return new KernelBuilder(name);
+    }
+
+    /** The gate_up half; the epilogue defaults to {@code store(gated(silu, acc(gate), acc(up)))}. */
+    public KernelBuilder expertGateUp(ExpertShape shape) {
+        this.shape = shape;
+        this.gateUp = true;
+        return this;
+    }
+
+    /** The down half; the epilogue defaults to {@code store(combine(acc))}. */
+    public KernelBuilder expertDown(ExpertShape shape) {
+        this.shape = shape;
+        this.gateUp = false;
+        return this;
+    }
+
+    public KernelBuilder weights(WeightFormat weights) {
+        this.weights = weights;
+        return this;
+    }
+
+    public KernelBuilder activations(DType activations) {
+        this.activations = activations;
+        return this;
+    }
+
+    public KernelBuilder layout(GateUpLayout layout) {
+        this.layout = layout;
+        return this;
+    }
+
+    public KernelBuilder schedule(Schedule schedule) {
+        this.schedule = schedule;
+        return this;
+    }
+
+    public KernelBuilder epilogue(EpilogueNode epilogue) {
+        this.epilogue = epilogue;
+        return this;
+    }
+
+    public KernelBuilder target(Target target) {
+        this.target = target;
+        return this;
+    }
+
+    /** The spec, validated. */
+    public KernelSpec build() {
+        return Validator.check(unchecked());
+    }
+
+    /** The spec without validation, for tests of the validator itself. */
+    public KernelSpec unchecked() {
+        Objects.requireNonNull(shape, "call expertGateUp(shape) or expertDown(shape) first");
+        Problem problem = gateUp
+                ? new Problem.ExpertGateUp(shape, weights, activations, layout)
+                : new Problem.ExpertDown(shape, weights, activations);
+        EpilogueNode e = epilogue != null ? epilogue
+                : gateUp ? Epilogues.siluGatedStore(activations) : Epilogues.combinedStore(activations);
+        return new KernelSpec(name, problem, schedule, e, target);
+    }
+}

@@ -1,0 +1,143 @@
+package dev.moeforge.dsl.check;
+
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule;
+import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.Combine;
+import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
+import dev.moeforge.dsl.ir.epilogue.Store;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.regex.Pattern;
+
+/**
+ * Checks a spec before any code is generated. Every rule names the field path, the value and what
+ * is allowed; all problems are collected, not just the first.
+ */
+public final class Validator {
+    /** Largest expert count: the tile routing table keeps a bitmap of 32 words of 32 bits. */
+    public static final int MAX_EXPERTS = 1024;
+    /** Largest top-k: one token's routed slots fit one warp's lanes. */
+    public static final int MAX_TOPK = 32;
+    /** Largest token tile: a tile's tokens are one 32-bit mask. */
+    public static final int MAX_TOKENS_PER_CTA = 32;
+    public static final int MAX_DIMENSION = 1 << 16;
+    public static final Set<Integer> LOAD_BYTES = Set.of(4, 8, 16);
+
+    private static final Pattern IDENTIFIER = Pattern.compile("[A-Za-z_][A-Za-z0-9_]{0,99}");
+
+    private Validator() {}
+
+    /** Throws {@link SpecException} listing every problem of {@code spec}; returns it when valid. */
+    public static KernelSpec check(KernelSpec spec) {
+        List<SpecError> errors = errors(spec);
+        if (!errors.isEmpty()) {
+            throw new SpecException(spec.name(), errors);
+        }
+        return spec;
+    }
+
+    public static List<SpecError> errors(KernelSpec spec) {
+        List<SpecError> errors = new ArrayList<>();
+        if (!IDENTIFIER.matcher(spec.name()).matches()) {
+            errors.add(new SpecError("name", quote(spec.name()),
+                    "a C identifier: a letter or '_', then letters, digits or '_', at most 100 characters"));
+        }
+        int before = errors.size();
+        checkProblem(spec.problem(), errors);
+        boolean problemOk = errors.size() == before;
+        checkSchedule(spec, problemOk, errors);
+        EpilogueTypes.check(spec.problem(), spec.epilogue(), errors);
+        checkEpilogueAgainstSchedule(spec, errors);
+        return errors;
+    }
+
+    private static void checkProblem(Problem problem, List<SpecError> errors) {
+        ExpertShape s = problem.shape();
+        range(errors, "problem.hidden", s.hidden(), 1, MAX_DIMENSION);
+        range(errors, "problem.intermediate", s.intermediate(), 1, MAX_DIMENSION);
+        range(errors, "problem.experts", s.experts(), 1, MAX_EXPERTS);
+        if (s.topk() < 1 || s.topk() > Math.min(MAX_TOPK, Math.max(1, s.experts()))) {
+            errors.add(new SpecError("problem.topk", Integer.toString(s.topk()),
+                    "1.." + Math.min(MAX_TOPK, Math.max(1, s.experts())) + " (at most the number of experts, "
+                            + s.experts() + ", and at most " + MAX_TOPK + ")"));
+        }
+        switch (problem.weights()) {
+            case WeightFormat.Bf16 _ -> { }
+        }
+        if (problem.activations() != DType.BF16) {
+            errors.add(new SpecError("problem.activations", problem.activations().text(), "bf16"));
+        }
+    }
+
+    private static void checkSchedule(KernelSpec spec, boolean problemOk, List<SpecError> errors) {
+        Target target = spec.target();
+        switch (spec.schedule()) {
+            case OutputCentric oc -> {
+                int maxWarps = target.maxThreadsPerBlock() / 32;
+                range(errors, "schedule.warps_per_cta", oc.warpsPerCta(), 1, maxWarps);
+                if (!LOAD_BYTES.contains(oc.loadBytes())) {
+                    errors.add(new SpecError("schedule.load_bytes", Integer.toString(oc.loadBytes()), "4, 8 or 16"));
+                }
+                range(errors, "schedule.k_unroll", oc.kUnroll(), 1, 16);
+                range(errors, "schedule.tokens_per_cta", oc.tokensPerCta(), 1, MAX_TOKENS_PER_CTA);
+                if (!problemOk || !LOAD_BYTES.contains(oc.loadBytes())) {
+                    return;
+                }
+                Problem p = spec.problem();
+                int epl = p.weights().elementsPerLoad(oc.loadBytes());
+                // Both the weight rows and the activation rows are read with loads of load_bytes,
+                // so both row lengths must be whole loads (and thus load-aligned).
+                divisible(errors, "problem.hidden", p.shape().hidden(), epl, oc.loadBytes());
+                divisible(errors, "problem.intermediate", p.shape().intermediate(), epl, oc.loadBytes());
+                if (oc.tokensPerCta() >= 1 && oc.warpsPerCta() >= 1 && oc.kUnroll() >= 1) {
+                    long shared = OutputCentricLayout.of(p, oc).sharedBytes();
+                    if (shared > target.maxSharedBytesPerBlock()) {
+                        errors.add(new SpecError("schedule", shared + " bytes of shared memory",
+                                "at most " + target.maxSharedBytesPerBlock() + " bytes per thread block on "
+                                        + target.text() + " (lower tokens_per_cta or warps_per_cta)"));
+                    }
+                }
+            }
+        }
+    }
+
+    private static void checkEpilogueAgainstSchedule(KernelSpec spec, List<SpecError> errors) {
+        switch (spec.schedule()) {
+            case OutputCentric _ -> {
+                if (spec.problem() instanceof Problem.ExpertDown
+                        && spec.epilogue() instanceof Store(Combine(EpilogueNode in), _)
+                        && !(in instanceof Acc)) {
+                    errors.add(new SpecError("epilogue.store.input.combine.input", EpilogueTypes.describe(in),
+                            "output_centric folds each routing weight into the FP32 accumulator, which needs "
+                                    + "combine(acc) with the accumulator itself as input"));
+                }
+            }
+        }
+    }
+
+    private static void range(List<SpecError> errors, String path, int value, int min, int max) {
+        if (value < min || value > max) {
+            errors.add(new SpecError(path, Integer.toString(value), min + ".." + max));
+        }
+    }
+
+    private static void divisible(List<SpecError> errors, String path, int value, int by, int loadBytes) {
+        if (value % by != 0) {
+            errors.add(new SpecError(path, Integer.toString(value), "a multiple of " + by
+                    + " (each lane loads " + loadBytes + " bytes = " + by + " elements at a time); "
+                    + "lower schedule.load_bytes or pad the dimension"));
+        }
+    }
+
+    private static String quote(String s) {
+        return "'" + s + "'";
+    }
+}

@@ -1,0 +1,22 @@
+package dev.moeforge.dsl.ir;
+
+/** How a {@link Problem} is mapped onto the GPU. One problem can be lowered with several schedules. */
+public sealed interface Schedule permits Schedule.OutputCentric {
+
+    /**
+     * Warp decode (seeds 000 and 004): one warp owns one output scalar and streams the weight rows
+     * it needs straight from memory; the routed experts are folded inside the warp, so there is
+     * no scatter, padding or per-expert buffer.
+     *
+     * @param warpsPerCta  warps per thread block; consecutive warps own consecutive outputs
+     * @param loadBytes    bytes each lane loads per weight load instruction (16 = LDG.128)
+     * @param kUnroll      loads per lane and weight row issued before the first is used
+     *                     (memory-level parallelism)
+     * @param tokensPerCta 1: each warp serves one token and reads its experts' rows for that token
+     *                     alone. T > 1: the tokens of a tile of T share every weight row read: each
+     *                     distinct routed expert of the tile is read once however many of its
+     *                     tokens use it (the thread block builds the tile's routing table in
+     *                     shared memory first).
+     */
+    record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tokensPerCta) implements Schedule {}
+}

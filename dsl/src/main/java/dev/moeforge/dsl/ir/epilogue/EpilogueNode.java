@@ -1,0 +1,10 @@
+package dev.moeforge.dsl.ir.epilogue;
+
+/**
+ * A node of the epilogue tree: what happens to the FP32 accumulator(s) before anything reaches
+ * global memory. Every node is an immutable value; {@link dev.moeforge.dsl.check.EpilogueTypes}
+ * gives each node its type and rejects an ill-formed tree with the path to the bad node.
+ * Adding a node breaks the build at every exhaustive {@code switch}: type check, reference,
+ * CUDA emitter and printer.
+ */
+public sealed interface EpilogueNode permits Acc, GatedActivation, Combine, Store {}

@@ -1,0 +1,172 @@
+package dev.moeforge.dsl.reference;
+
+import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.Store;
+import java.util.stream.IntStream;
+
+/**
+ * The CPU oracle for the expert kernels: computes a spec's function in FP64 from the decoded
+ * weights, whatever schedule lowers it. Tokens are computed in parallel; each output is
+ * independent, so the result does not depend on thread count.
+ */
+public final class ExpertReference {
+
+    /** A kernel's output: the exact FP64 values and the same values rounded to the stored type. */
+    public record Result(double[] exact, short[] stored) {}
+
+    private ExpertReference() {}
+
+    /**
+     * gate_up: {@code inter[m][j][i] = epilogue(W[e][gateRow(i)] . x[m], W[e][upRow(i)] . x[m])}
+     * with {@code e = ids[m][j]}; {@code x} is {@code [M][H]} bf16.
+     */
+    public static Result gateUp(KernelSpec spec, short[] x, WeightRows w, Routing routing) {
+        Problem.ExpertGateUp p = (Problem.ExpertGateUp) spec.problem();
+        ExpertShape s = p.shape();
+        checkInputs(s, routing, w, 2 * s.intermediate(), s.hidden());
+        requireLength("x", x, (long) routing.tokens() * s.hidden());
+        int k = s.topk();
+        int n = s.intermediate();
+        double[] exact = new double[routing.tokens() * k * n];
+        IntStream.range(0, routing.tokens()).parallel().forEach(m -> {
+            double[] xm = widen(x, m * s.hidden(), s.hidden());
+            double[] gateRow = new double[s.hidden()];
+            double[] upRow = new double[s.hidden()];
+            for (int j = 0; j < k; j++) {
+                int e = routing.id(m, j);
+                for (int i = 0; i < n; i++) {
+                    w.decode(e, p.layout().gateRow(i, n), gateRow);
+                    w.decode(e, p.layout().upRow(i, n), upRow);
+                    double gate = dot(gateRow, xm);
+                    double up = dot(upRow, xm);
+                    exact[(m * k + j) * n + i] = EpilogueEvaluator.evaluate(spec.epilogue(), perSlot(gate, up), 0);
+                }
+            }
+        });
+        return new Result(exact, round(exact, storedType(spec)));
+    }
+
+    /**
+     * down: {@code y[m][h] = epilogue over slots j of W[ids[m][j]][h] . inter[m][j]}, e.g.
+     * {@code sum_j weights[m][j] * acc_j}; {@code inter} is {@code [M][k][I]} bf16.
+     */
+    public static Result down(KernelSpec spec, short[] inter, WeightRows w, Routing routing) {
+        ExpertShape s = spec.problem().shape();
+        checkInputs(s, routing, w, s.hidden(), s.intermediate());
+        int k = s.topk();
+        int in = s.intermediate();
+        requireLength("inter", inter, (long) routing.tokens() * k * in);
+        double[] exact = new double[routing.tokens() * s.hidden()];
+        IntStream.range(0, routing.tokens()).parallel().forEach(m -> {
+            double[][] a = new double[k][];
+            for (int j = 0; j < k; j++) {
+                a[j] = widen(inter, (m * k + j) * in, in);
+            }
+            double[] row = new double[in];
+            double[] acc = new double[k];
+            for (int h = 0; h < s.hidden(); h++) {
+                for (int j = 0; j < k; j++) {
+                    w.decode(routing.id(m, j), h, row);
+                    acc[j] = dot(row, a[j]);
+                }
+                exact[m * s.hidden() + h] = EpilogueEvaluator.evaluate(spec.epilogue(), perToken(acc, routing, m), 0);
+            }
+        });
+        return new Result(exact, round(exact, storedType(spec)));
+    }
+
+    private static EpilogueEvaluator.Accumulators perSlot(double gate, double up) {
+        return new EpilogueEvaluator.Accumulators() {
+            @Override
+            public int slots() {
+                return 1;
+            }
+
+            @Override
+            public double value(Acc acc, int slot) {
+                return switch (acc.channel()) {
+                    case GATE -> gate;
+                    case UP -> up;
+                    case MAIN -> throw new IllegalStateException("gate_up has no plain accumulator");
+                };
+            }
+
+            @Override
+            public double routingWeight(int slot) {
+                throw new IllegalStateException("gate_up does not combine");
+            }
+        };
+    }
+
+    private static EpilogueEvaluator.Accumulators perToken(double[] acc, Routing routing, int m) {
+        return new EpilogueEvaluator.Accumulators() {
+            @Override
+            public int slots() {
+                return acc.length;
+            }
+
+            @Override
+            public double value(Acc a, int slot) {
+                return acc[slot];
+            }
+
+            @Override
+            public double routingWeight(int slot) {
+                return routing.weight(m, slot);
+            }
+        };
+    }
+
+    private static DType storedType(KernelSpec spec) {
+        return ((Store) spec.epilogue()).dtype();
+    }
+
+    private static short[] round(double[] values, DType type) {
+        if (type != DType.BF16) {
+            throw new IllegalArgumentException("the expert reference stores bf16, not " + type.text());
+        }
+        short[] out = new short[values.length];
+        for (int i = 0; i < values.length; i++) {
+            out[i] = Bf16.fromDouble(values[i]);
+        }
+        return out;
+    }
+
+    private static void checkInputs(ExpertShape s, Routing routing, WeightRows w, int rows, int rowLength) {
+        if (routing.topk() != s.topk()) {
+            throw new IllegalArgumentException("routing has top-" + routing.topk() + ", the spec top-" + s.topk());
+        }
+        routing.checkedFor(s.experts());
+        if (w.experts() != s.experts() || w.rows() != rows || w.rowLength() != rowLength) {
+            throw new IllegalArgumentException("weights are [" + w.experts() + ", " + w.rows() + ", " + w.rowLength()
+                    + "], the spec needs [" + s.experts() + ", " + rows + ", " + rowLength + "]");
+        }
+    }
+
+    private static void requireLength(String name, short[] a, long expected) {
+        if (a.length != expected) {
+            throw new IllegalArgumentException(name + " has " + a.length + " elements, expected " + expected);
+        }
+    }
+
+    private static double[] widen(short[] bf16, int offset, int length) {
+        double[] out = new double[length];
+        for (int i = 0; i < length; i++) {
+            out[i] = Bf16.toFloat(bf16[offset + i]);
+        }
+        return out;
+    }
+
+    private static double dot(double[] a, double[] b) {
+        double s = 0;
+        for (int i = 0; i < a.length; i++) {
+            s += a[i] * b[i];
+        }
+        return s;
+    }
+}

@@ -1,0 +1,49 @@
+package dev.moeforge.dsl.reference;
+
+import dev.moeforge.dsl.format.Bf16;
+
+/**
+ * Expert weights as the reference sees them: row {@code row} of expert {@code expert}, decoded to
+ * doubles. Each weight format supplies its decoder; the reference never sees the encoding.
+ */
+public interface WeightRows {
+    int experts();
+
+    int rows();
+
+    int rowLength();
+
+    void decode(int expert, int row, double[] out);
+
+    /** Row-major {@code [experts][rows][rowLength]} bf16 bits. */
+    static WeightRows bf16(short[] data, int experts, int rows, int rowLength) {
+        if ((long) experts * rows * rowLength != data.length) {
+            throw new IllegalArgumentException("bf16 weights of shape [" + experts + ", " + rows + ", " + rowLength
+                    + "] need " + (long) experts * rows * rowLength + " elements, got " + data.length);
+        }
+        return new WeightRows() {
+            @Override
+            public int experts() {
+                return experts;
+            }
+
+            @Override
+            public int rows() {
+                return rows;
+            }
+
+            @Override
+            public int rowLength() {
+                return rowLength;
+            }
+
+            @Override
+            public void decode(int expert, int row, double[] out) {
+                int base = (expert * rows + row) * rowLength;
+                for (int i = 0; i < rowLength; i++) {
+                    out[i] = Bf16.toFloat(data[base + i]);
+                }
+            }
+        };
+    }
+}

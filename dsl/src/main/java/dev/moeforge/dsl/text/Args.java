@@ -1,0 +1,124 @@
+package dev.moeforge.dsl.text;
+
+import dev.moeforge.dsl.check.SpecError;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The arguments of one call, bound to the parameters of the function it names. Binding records
+ * unknown, repeated and misplaced arguments; reading a parameter converts its value and records a
+ * missing argument or a value of the wrong kind. Errors are at {@code path.parameter}, the names
+ * the Validator uses.
+ */
+final class Args {
+    private final String function;
+    private final List<String> params;
+    private final String path;
+    private final List<SpecError> errors;
+    private final int errorsBefore;
+    private final Map<String, Expr> values = new HashMap<>();
+
+    private Args(String function, List<String> params, String path, List<SpecError> errors) {
+        this.function = function;
+        this.params = params;
+        this.path = path;
+        this.errors = errors;
+        this.errorsBefore = errors.size();
+    }
+
+    /**
+     * Binds {@code call}'s arguments to {@code params}: by name, or (where {@code positional}) by
+     * position, positional ones first.
+     */
+    static Args bind(Expr.Call call, List<String> params, boolean positional, String path, List<SpecError> errors) {
+        Args args = new Args(call.name(), params, path, errors);
+        boolean namedSeen = false;
+        int next = 0;
+        for (Expr.Arg arg : call.args()) {
+            if (arg.name() != null) {
+                namedSeen = true;
+                args.put(arg.name(), arg.value());
+            } else if (!positional) {
+                errors.add(new SpecError(path, arg.text(), "a named argument (name=value), "
+                        + args.paramsText()));
+            } else if (namedSeen) {
+                errors.add(new SpecError(path, arg.text(), "a named argument: positional arguments come first"));
+            } else if (next == params.size()) {
+                errors.add(new SpecError(path, arg.text(), call.name() + " takes " + params.size()
+                        + " argument(s): " + String.join(", ", params)));
+            } else {
+                args.put(params.get(next++), arg.value());
+            }
+        }
+        return args;
+    }
+
+    private void put(String param, Expr value) {
+        if (!params.contains(param)) {
+            errors.add(new SpecError(path(param), value.text(), "unknown argument of " + function + "; "
+                    + paramsText()));
+        } else if (values.putIfAbsent(param, value) != null) {
+            errors.add(new SpecError(path(param), value.text(), "one value; " + param + " is given more than once"));
+        }
+    }
+
+    boolean has(String param) {
+        return values.containsKey(param);
+    }
+
+    /** Whether no error has been recorded since binding began, nested calls included. */
+    boolean ok() {
+        return errors.size() == errorsBefore;
+    }
+
+    Integer integer(String param) {
+        Expr e = required(param);
+        return switch (e) {
+            case null -> null;
+            case Expr.Num n -> {
+                try {
+                    yield Integer.parseInt(n.text());
+                } catch (NumberFormatException tooLarge) {
+                    yield fail(param, e, "an integer from " + Integer.MIN_VALUE + " to " + Integer.MAX_VALUE);
+                }
+            }
+            case Expr.Name _, Expr.Call _ -> fail(param, e, "a number");
+        };
+    }
+
+    <T> T choice(String param, Choices<T> choices) {
+        Expr e = required(param);
+        return switch (e) {
+            case null -> null;
+            case Expr.Name n -> choices.read(n.text(), path(param), errors);
+            case Expr.Num _, Expr.Call _ -> fail(param, e, choices.allowed());
+        };
+    }
+
+    <T> T function(String param, FunctionTable<T> table) {
+        Expr e = required(param);
+        return e == null ? null : table.resolve(e, path(param), errors);
+    }
+
+    private Expr required(String param) {
+        Expr e = values.get(param);
+        if (e == null) {
+            errors.add(new SpecError(path(param), "(missing)", "a required argument of " + function));
+        }
+        return e;
+    }
+
+    private <T> T fail(String param, Expr value, String allowed) {
+        errors.add(new SpecError(path(param), value.text(), allowed));
+        return null;
+    }
+
+    private String path(String param) {
+        return path + "." + param;
+    }
+
+    private String paramsText() {
+        return "one of: " + String.join(", ", params);
+    }
+}

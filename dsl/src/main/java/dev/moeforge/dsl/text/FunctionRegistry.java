@@ -1,0 +1,98 @@
+package dev.moeforge.dsl.text;
+
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule;
+import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.AccChannel;
+import dev.moeforge.dsl.ir.epilogue.Combine;
+import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
+import dev.moeforge.dsl.ir.epilogue.GateFunction;
+import dev.moeforge.dsl.ir.epilogue.GatedActivation;
+import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.text.FunctionTable.Entry;
+import java.util.List;
+
+/**
+ * The names of the textual form: every problem, schedule and epilogue function with its
+ * parameters and IR constructor, and the named values arguments take. A new IR kind gets its
+ * name here (and its printed form in {@link SpecPrinter}); the grammar stays as it is.
+ */
+final class FunctionRegistry {
+    private FunctionRegistry() {}
+
+    // Sealed interfaces without a value list: extend these with the format or function.
+    static final Choices<WeightFormat> WEIGHT_FORMATS = Choices.of(List.of(WeightFormat.BF16), WeightFormat::text);
+    static final Choices<GateFunction> GATE_FUNCTIONS = Choices.of(List.of(GateFunction.SILU), GateFunction::text);
+
+    static final Choices<DType> DTYPES = Choices.of(List.of(DType.values()), DType::text);
+    static final Choices<GateUpLayout> LAYOUTS = Choices.of(List.of(GateUpLayout.values()), GateUpLayout::text);
+    static final Choices<Target> TARGETS = Choices.of(List.of(Target.values()), Target::text);
+    static final Choices<AccChannel> ACC_CHANNELS = Choices.of(List.of(AccChannel.values()), AccChannel::text);
+
+    static final FunctionTable<Problem> PROBLEMS = FunctionTable.sections(List.of(
+            new Entry<>("expert_gate_up",
+                    List.of("hidden", "intermediate", "experts", "topk", "weights", "activations", "layout"), a -> {
+                        ExpertShape shape = shape(a);
+                        WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
+                        DType activations = a.choice("activations", DTYPES);
+                        GateUpLayout layout = a.choice("layout", LAYOUTS);
+                        return a.ok() ? new Problem.ExpertGateUp(shape, weights, activations, layout) : null;
+                    }),
+            new Entry<>("expert_down",
+                    List.of("hidden", "intermediate", "experts", "topk", "weights", "activations"), a -> {
+                        ExpertShape shape = shape(a);
+                        WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
+                        DType activations = a.choice("activations", DTYPES);
+                        return a.ok() ? new Problem.ExpertDown(shape, weights, activations) : null;
+                    })));
+
+    static final FunctionTable<Schedule> SCHEDULES = FunctionTable.sections(List.of(
+            new Entry<>("output_centric",
+                    List.of("warps_per_cta", "load_bytes", "k_unroll", "tokens_per_cta"), a -> {
+                        Integer warps = a.integer("warps_per_cta");
+                        Integer loadBytes = a.integer("load_bytes");
+                        Integer kUnroll = a.integer("k_unroll");
+                        Integer tokens = a.integer("tokens_per_cta");
+                        return a.ok() ? new Schedule.OutputCentric(warps, loadBytes, kUnroll, tokens) : null;
+                    })));
+
+    // Nested nodes are read through FunctionRegistry.EPILOGUE: a simple name may not refer to the
+    // field from its own initializer.
+    static final FunctionTable<EpilogueNode> EPILOGUE = FunctionTable.expressions(List.of(
+            new Entry<>("store", List.of("input", "dtype"), a -> {
+                EpilogueNode input = a.function("input", FunctionRegistry.EPILOGUE);
+                DType dtype = a.choice("dtype", DTYPES);
+                return a.ok() ? new Store(input, dtype) : null;
+            }),
+            new Entry<>("combine", List.of("input"), a -> {
+                EpilogueNode input = a.function("input", FunctionRegistry.EPILOGUE);
+                return a.ok() ? new Combine(input) : null;
+            }),
+            new Entry<>("gated", List.of("fn", "gate", "up"), a -> {
+                GateFunction fn = a.choice("fn", GATE_FUNCTIONS);
+                EpilogueNode gate = a.function("gate", FunctionRegistry.EPILOGUE);
+                EpilogueNode up = a.function("up", FunctionRegistry.EPILOGUE);
+                return a.ok() ? new GatedActivation(fn, gate, up) : null;
+            }),
+            // bare acc is the main accumulator; acc(gate) and acc(up) name a gate_up channel
+            new Entry<>("acc", List.of("channel"), a -> {
+                if (!a.has("channel")) {
+                    return a.ok() ? Acc.MAIN : null;
+                }
+                AccChannel channel = a.choice("channel", ACC_CHANNELS);
+                return a.ok() ? new Acc(channel) : null;
+            })));
+
+    private static ExpertShape shape(Args a) {
+        Integer hidden = a.integer("hidden");
+        Integer intermediate = a.integer("intermediate");
+        Integer experts = a.integer("experts");
+        Integer topk = a.integer("topk");
+        return a.ok() ? new ExpertShape(hidden, intermediate, experts, topk) : null;
+    }
+}

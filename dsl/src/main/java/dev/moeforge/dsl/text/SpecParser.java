@@ -1,0 +1,60 @@
+package dev.moeforge.dsl.text;
+
+import dev.moeforge.dsl.check.SpecError;
+import dev.moeforge.dsl.check.SpecException;
+import dev.moeforge.dsl.check.Validator;
+import dev.moeforge.dsl.ir.KernelSpec;
+import java.util.List;
+import org.antlr.v4.runtime.CharStreams;
+import org.antlr.v4.runtime.CommonTokenStream;
+import org.antlr.v4.runtime.IntStream;
+
+/**
+ * Reads the textual form of kernel specs ({@code MoeSpec.g4}; {@link SpecPrinter} writes its
+ * canonical form). Every spec returned has passed {@link Validator#check}: a text off the grammar
+ * throws {@link SpecSyntaxException}, a wrong name, argument or value {@link SpecException}.
+ */
+public final class SpecParser {
+    private SpecParser() {}
+
+    /** The one kernel of {@code text}. */
+    public static KernelSpec parse(String text) {
+        return parse(text, null);
+    }
+
+    /** The one kernel of {@code text}; {@code sourceName} (nullable, e.g. a file name) is named in messages. */
+    public static KernelSpec parse(String text, String sourceName) {
+        MoeSpecParser.FileContext file = syntaxTree(text, sourceName);
+        if (file.kernel().size() != 1) {
+            throw new SpecException(sourceName, List.of(new SpecError("kernels", Integer.toString(file.kernel().size()),
+                    "exactly one kernel (parseAll reads several)")));
+        }
+        return Validator.check(KernelBuilder.build(file.kernel().getFirst()));
+    }
+
+    /** The kernels of {@code text}, in order; none for an empty text. */
+    public static List<KernelSpec> parseAll(String text) {
+        return parseAll(text, null);
+    }
+
+    /** The kernels of {@code text}, in order; {@code sourceName} (nullable) is named in messages. */
+    public static List<KernelSpec> parseAll(String text, String sourceName) {
+        return syntaxTree(text, sourceName).kernel().stream()
+                .map(kernel -> Validator.check(KernelBuilder.build(kernel)))
+                .toList();
+    }
+
+    private static MoeSpecParser.FileContext syntaxTree(String text, String sourceName) {
+        SyntaxErrors errors = new SyntaxErrors(text, sourceName);
+        MoeSpecLexer lexer = new MoeSpecLexer(
+                CharStreams.fromString(text, sourceName == null ? IntStream.UNKNOWN_SOURCE_NAME : sourceName));
+        lexer.removeErrorListeners();
+        lexer.addErrorListener(errors);
+        MoeSpecParser parser = new MoeSpecParser(new CommonTokenStream(lexer));
+        parser.removeErrorListeners();
+        parser.addErrorListener(errors);
+        MoeSpecParser.FileContext file = parser.file();
+        errors.throwIfAny();
+        return file;
+    }
+}

@@ -1,0 +1,215 @@
+package dev.moeforge.examples.cli;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.SerializationFeature;
+import dev.moeforge.dsl.build.ExpertLayerSpecs;
+import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.text.SpecPrinter;
+import dev.moeforge.runtime.bench.BenchKernels;
+import dev.moeforge.runtime.bench.ExpertLayerBenchmark;
+import dev.moeforge.runtime.bench.GpuTimer;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.Gpu;
+import dev.moeforge.runtime.kernel.KernelHandle;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import dev.moeforge.runtime.moe.ExpertLayer;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.LocalDate;
+import java.time.ZoneOffset;
+import java.time.ZonedDateTime;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+/**
+ * {@code moeforge bench}: the device's read bandwidth and the expert layer (gate_up + down,
+ * routing given) at the Qwen3-30B-A3B geometry, graph-replayed over many layers of weights, in
+ * one run; prints a table and writes {@code <out>/<date>-<device>-expert-layer.json}.
+ */
+@Command(name = "bench", mixinStandardHelpOptions = true,
+        description = "Measures the GPU's read bandwidth and the BF16 expert layer (H=2048, I=768, E=128, top-8) "
+                + "at several token counts, weights rotated over many layers, CUDA graphs, CUDA events, medians.")
+public final class BenchCommand implements Callable<Integer> {
+
+    @Option(names = "--layers", defaultValue = "16", description = "Layers of weights to rotate over (default: ${DEFAULT-VALUE}; 16 = 19 GB).")
+    int layers;
+
+    @Option(names = "--tokens", split = ",", defaultValue = "1,2,4,8,16,32", description = "Token counts (default: ${DEFAULT-VALUE}).")
+    List<Integer> tokens;
+
+    @Option(names = "--warmup", defaultValue = "10", description = "Warm-up graph replays (default: ${DEFAULT-VALUE}).")
+    int warmup;
+
+    @Option(names = "--reps", defaultValue = "60", description = "Timed graph replays, at least 50 (default: ${DEFAULT-VALUE}).")
+    int reps;
+
+    @Option(names = "--read-gib", defaultValue = "4", description = "Size of the read-bandwidth probe in GiB (default: ${DEFAULT-VALUE}).")
+    int readGib;
+
+    @Option(names = "--sweep", description = "Also time a sweep of output-centric schedules (warps, unroll, token tile).")
+    boolean sweep;
+
+    @Option(names = "--out", defaultValue = "bench/results", description = "Directory of the JSON result (default: ${DEFAULT-VALUE}).")
+    Path out;
+
+    @Option(names = "--seed", defaultValue = "20261122", description = "Seed of weights and routing (default: ${DEFAULT-VALUE}).")
+    long seed;
+
+    @Override
+    public Integer call() throws Exception {
+        if (reps < 50) {
+            throw new IllegalArgumentException("--reps " + reps + ": at least 50 timed repetitions (DESIGN section 7)");
+        }
+        if (!Gpu.available()) {
+            throw new IllegalStateException("bench needs a CUDA device: " + Gpu.unavailableReason());
+        }
+        int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElse(1);
+        KernelCache cache = KernelCache.defaultCache();
+        try (CudaContext ctx = CudaContext.create(0);
+             CudaStream stream = CudaStream.create();
+             KernelRuntime runtime = new KernelRuntime(ctx, cache);
+             BenchKernels kernels = new BenchKernels(runtime, cache)) {
+            System.out.println("device: " + ctx.deviceName() + ", " + ctx.smCount() + " SMs, L2 " + ctx.l2Bytes() / (1 << 20)
+                    + " MiB, SM clock " + ctx.clockKhz() / 1000 + " MHz, memory clock " + ctx.memoryClockKhz() / 1000
+                    + " MHz, driver " + ctx.driverVersion());
+            long readBytes = (long) readGib << 30;
+            GpuTimer.Timing read = kernels.timeRead(stream, readBytes, 5, 50);
+            double readBw = readBytes / (read.medianMicros() * 1e-6);
+            System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s (%d GiB read, median %.1f us of 50)%n",
+                    readBw / 1e9, readGib, read.medianMicros());
+
+            List<ExpertLayerBenchmark.Variant> variants = variants(runtime);
+            ExpertShape shape = variants.getFirst().layer().shape();
+            List<ExpertLayerBenchmark.Result> results = new ArrayList<>();
+            try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(kernels, stream, shape, layers, maxTokens, seed)) {
+                System.out.printf(Locale.ROOT, "expert layer H=%d I=%d E=%d top-%d BF16, %d layers = %.1f GB of weights%n",
+                        shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), layers, bench.weightBytes() / 1e9);
+                for (int m : tokens) {
+                    results.addAll(bench.run(stream, variants, m, seed, warmup, reps, readBw,
+                            msg -> System.out.println("  timing " + msg)));
+                }
+            }
+            printTable(results);
+            Path file = writeJson(ctx, cache, readBw, read, shape, variants, results);
+            System.out.println("wrote " + file);
+        }
+        return 0;
+    }
+
+    private List<ExpertLayerBenchmark.Variant> variants(KernelRuntime runtime) {
+        List<ExpertLayerBenchmark.Variant> v = new ArrayList<>();
+        v.add(new ExpertLayerBenchmark.Variant("single_token", new ExpertLayer(
+                runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up")), runtime.load(Catalogue.named("qwen3_30b_a3b_down")))));
+        v.add(new ExpertLayerBenchmark.Variant("tiled_t32", new ExpertLayer(
+                runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up_tiled")), runtime.load(Catalogue.named("qwen3_30b_a3b_down_tiled")))));
+        if (sweep) {
+            ExpertShape shape = Catalogue.named("qwen3_30b_a3b_gate_up").problem().shape();
+            for (int w : new int[] {2, 8}) {
+                for (int u : new int[] {4, 8}) {
+                    for (int t : new int[] {1, 8, 32}) {
+                        OutputCentric s = OutputCentricBuilder.create().warpsPerCta(w).kUnroll(u).tokensPerCta(t).build();
+                        String name = "w" + w + "_u" + u + "_t" + t;
+                        ExpertLayerSpecs specs = ExpertLayerSpecs.of("sweep_" + name, shape, GateUpLayout.STACKED, s, runtime.target());
+                        v.add(new ExpertLayerBenchmark.Variant(name,
+                                new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()))));
+                    }
+                }
+            }
+        }
+        return v;
+    }
+
+    private static void printTable(List<ExpertLayerBenchmark.Result> results) {
+        System.out.println();
+        System.out.printf(Locale.ROOT, "%-14s %4s %10s %10s %10s %9s %11s %8s %8s%n", "variant", "M", "layer us", "gate_up us",
+                "down us", "experts", "MB distinct", "GB/s", "of read");
+        for (ExpertLayerBenchmark.Result r : results) {
+            System.out.printf(Locale.ROOT, "%-14s %4d %10.2f %10.2f %10.2f %9.1f %11.1f %8.0f %7.1f%%%n", r.variant(), r.tokens(),
+                    r.layer().medianMicros(), r.gateUp().medianMicros(), r.down().medianMicros(), r.distinctExpertsPerLayer(),
+                    r.distinctBytesPerLayer() / 1e6, r.gbPerSecond(), 100 * r.fractionOfRead());
+        }
+    }
+
+    private Path writeJson(CudaContext ctx, KernelCache cache, double readBw, GpuTimer.Timing read, ExpertShape shape,
+                           List<ExpertLayerBenchmark.Variant> variants, List<ExpertLayerBenchmark.Result> results) throws Exception {
+        Map<String, Object> doc = new LinkedHashMap<>();
+        doc.put("benchmark", "expert-layer");
+        doc.put("date", ZonedDateTime.now(ZoneOffset.UTC).toString());
+        doc.put("commit", commit());
+        Map<String, Object> device = new LinkedHashMap<>();
+        device.put("name", ctx.deviceName());
+        device.put("compute_capability", ctx.computeCapability());
+        device.put("sm_count", ctx.smCount());
+        device.put("l2_bytes", ctx.l2Bytes());
+        device.put("memory_bytes", ctx.totalMemory());
+        device.put("sm_clock_khz", ctx.clockKhz());
+        device.put("memory_clock_khz", ctx.memoryClockKhz());
+        device.put("driver", ctx.driverVersion());
+        doc.put("device", device);
+        doc.put("nvcc", new dev.moeforge.runtime.compile.NvccCompiler().version());
+        doc.put("method", Map.of("layers", layers, "warmup", warmup, "reps", reps, "timing",
+                "CUDA events around each replay of one graph running all layers; per-layer = replay / layers; median",
+                "bytes", "distinct routed experts' gate_up and down weights per layer", "seed", seed));
+        doc.put("read_bandwidth", Map.of("bytes_per_second", readBw, "probe_bytes", (long) readGib << 30,
+                "median_us", read.medianMicros(), "p10_us", read.p10Micros(), "p90_us", read.p90Micros()));
+        doc.put("shape", Map.of("hidden", shape.hidden(), "intermediate", shape.intermediate(),
+                "experts", shape.experts(), "topk", shape.topk(), "weights", "bf16"));
+        List<Map<String, Object>> vs = new ArrayList<>();
+        for (ExpertLayerBenchmark.Variant v : variants) {
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("name", v.name());
+            for (KernelHandle h : List.of(v.layer().gateUp(), v.layer().down())) {
+                String half = h.spec().problem() instanceof Problem.ExpertGateUp ? "gate_up" : "down";
+                m.put(half + "_spec", SpecPrinter.print(h.spec()));
+                m.put(half + "_registers", h.resources().registers());
+                m.put(half + "_spill_bytes", h.resources().spillStoreBytes() + h.resources().spillLoadBytes());
+            }
+            vs.add(m);
+        }
+        doc.put("variants", vs);
+        List<Map<String, Object>> rows = new ArrayList<>();
+        for (ExpertLayerBenchmark.Result r : results) {
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("variant", r.variant());
+            m.put("tokens", r.tokens());
+            m.put("layer_us", timing(r.layer()));
+            m.put("gate_up_us", timing(r.gateUp()));
+            m.put("down_us", timing(r.down()));
+            m.put("distinct_experts_per_layer", r.distinctExpertsPerLayer());
+            m.put("distinct_bytes_per_layer", r.distinctBytesPerLayer());
+            m.put("gb_per_second", r.gbPerSecond());
+            m.put("fraction_of_read_bandwidth", r.fractionOfRead());
+            m.put("floor_us", r.distinctBytesPerLayer() / readBw * 1e6);
+            rows.add(m);
+        }
+        doc.put("results", rows);
+        Files.createDirectories(out);
+        String slug = ctx.deviceName().toLowerCase(Locale.ROOT).replaceAll("[^a-z0-9]+", "-").replaceAll("(^-|-$)", "");
+        Path file = out.resolve(LocalDate.now(ZoneOffset.UTC) + "-" + slug + "-expert-layer.json");
+        new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT).writeValue(file.toFile(), doc);
+        return file;
+    }
+
+    private static Map<String, Object> timing(GpuTimer.Timing t) {
+        return Map.of("median", t.medianMicros(), "p10", t.p10Micros(), "p90", t.p90Micros());
+    }
+
+    /** The commit measured: MOEFORGE_COMMIT (set by the bundle), else unknown. */
+    private static String commit() {
+        String c = System.getenv("MOEFORGE_COMMIT");
+        return c != null && !c.isBlank() ? c.trim() : "unknown";
+    }
+}

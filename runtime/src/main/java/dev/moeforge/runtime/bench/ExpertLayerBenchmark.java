@@ -1,0 +1,154 @@
+package dev.moeforge.runtime.bench;
+
+import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.runtime.bench.GpuTimer.Timing;
+import dev.moeforge.runtime.cuda.CudaGraph;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.moe.ExpertLayer;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.Consumer;
+
+/**
+ * Times the expert layer as a decode step runs it (DESIGN section 7): the weights of
+ * {@code layers} layers (together far beyond L2) are filled on the device, each layer gets its own
+ * random routing, and one CUDA graph runs all layers back to back; the time per layer is the
+ * graph's time divided by the layer count. gate_up alone and down alone are timed the same way,
+ * for the split. Bytes counted are the distinct routed experts' weights: each routed expert costs
+ * one read per layer however many tokens share it.
+ */
+public final class ExpertLayerBenchmark implements AutoCloseable {
+    public record Variant(String name, ExpertLayer layer) {}
+
+    public record Result(String variant, int tokens, Timing layer, Timing gateUp, Timing down,
+                         double distinctExpertsPerLayer, double distinctBytesPerLayer, double gbPerSecond,
+                         double fractionOfRead) {}
+
+    private final ExpertShape shape;
+    private final int layers;
+    private final int maxTokens;
+    private final List<DeviceBuffer> gateUpWeights = new ArrayList<>();
+    private final List<DeviceBuffer> downWeights = new ArrayList<>();
+    private final List<DeviceBuffer> ids = new ArrayList<>();
+    private final List<DeviceBuffer> weights = new ArrayList<>();
+    private final DeviceBuffer x;
+    private final DeviceBuffer inter;
+    private final DeviceBuffer y;
+
+    /** Allocates and fills {@code layers} layers of weights for up to {@code maxTokens} tokens. */
+    public ExpertLayerBenchmark(BenchKernels kernels, CudaStream stream, ExpertShape shape, int layers, int maxTokens, long seed) {
+        this.shape = shape;
+        this.layers = layers;
+        this.maxTokens = maxTokens;
+        int e = shape.experts();
+        int h = shape.hidden();
+        int i = shape.intermediate();
+        int k = shape.topk();
+        // uniform in [-s, s) has standard deviation s / sqrt(3): rows of K values give O(1) dot products
+        float gateUpScale = (float) Math.sqrt(3.0 / h);
+        float downScale = (float) Math.sqrt(3.0 / i);
+        for (int l = 0; l < layers; l++) {
+            DeviceBuffer gu = DeviceBuffer.allocate(DType.BF16, (long) e * 2 * i * h);
+            kernels.fillUniform(stream, gu, seed + 2L * l, gateUpScale);
+            gateUpWeights.add(gu);
+            DeviceBuffer dn = DeviceBuffer.allocate(DType.BF16, (long) e * h * i);
+            kernels.fillUniform(stream, dn, seed + 2L * l + 1, downScale);
+            downWeights.add(dn);
+            ids.add(DeviceBuffer.allocate(DType.INT32, (long) maxTokens * k));
+            weights.add(DeviceBuffer.allocate(DType.FP32, (long) maxTokens * k));
+        }
+        x = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * h);
+        x.copyFrom(RandomInputs.bf16Normal(seed ^ 0x5eed, maxTokens * h, 1.0));
+        inter = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * k * i);
+        y = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * h);
+        stream.synchronize();
+    }
+
+    /** Bytes of all layers' expert weights on the device. */
+    public long weightBytes() {
+        long b = 0;
+        for (int l = 0; l < layers; l++) {
+            b += gateUpWeights.get(l).bytes() + downWeights.get(l).bytes();
+        }
+        return b;
+    }
+
+    /** Times every variant at {@code tokens} tokens with fresh routing per layer. */
+    public List<Result> run(CudaStream stream, List<Variant> variants, int tokens, long seed, int warmup, int reps,
+                            double readBytesPerSecond, Consumer<String> progress) {
+        if (tokens < 1 || tokens > maxTokens) {
+            throw new IllegalArgumentException("tokens = " + tokens + ", this benchmark was sized for 1.." + maxTokens);
+        }
+        long distinct = 0;
+        for (int l = 0; l < layers; l++) {
+            Routing r = RandomInputs.uniformRouting(seed + 7919L * l + tokens, tokens, shape.experts(), shape.topk());
+            ids.get(l).copyFrom(r.ids());
+            weights.get(l).copyFrom(r.weights());
+            distinct += r.distinctExperts();
+        }
+        double expertsPerLayer = (double) distinct / layers;
+        double bytesPerExpert = 2.0 * 3.0 * shape.hidden() * shape.intermediate();
+        double bytesPerLayer = expertsPerLayer * bytesPerExpert;
+        List<Result> results = new ArrayList<>();
+        for (Variant v : variants) {
+            if (tokens > v.layer().maxTokens()) {
+                continue;
+            }
+            progress.accept(v.name() + " at M=" + tokens);
+            y.fillBytes16(Bf16.NAN);
+            Timing whole = timeGraph(stream, warmup, reps, l -> v.layer().enqueue(stream, tokens, x,
+                    gateUpWeights.get(l), downWeights.get(l), ids.get(l), weights.get(l), inter, y));
+            checkWritten(v.name(), tokens);
+            Timing gateUp = timeGraph(stream, warmup, reps, l ->
+                    v.layer().gateUp().launch(stream, tokens, x, gateUpWeights.get(l), ids.get(l), inter));
+            Timing down = timeGraph(stream, warmup, reps, l ->
+                    v.layer().down().launch(stream, tokens, inter, downWeights.get(l), ids.get(l), weights.get(l), y));
+            double seconds = whole.medianMicros() * 1e-6;
+            double gbps = bytesPerLayer / seconds / 1e9;
+            results.add(new Result(v.name(), tokens, whole, gateUp, down, expertsPerLayer, bytesPerLayer, gbps,
+                    bytesPerLayer / seconds / readBytesPerSecond));
+        }
+        return results;
+    }
+
+    private interface LayerEnqueue {
+        void enqueue(int layer);
+    }
+
+    private Timing timeGraph(CudaStream stream, int warmup, int reps, LayerEnqueue body) {
+        try (CudaGraph graph = CudaGraph.capture(stream, () -> {
+            for (int l = 0; l < layers; l++) {
+                body.enqueue(l);
+            }
+        })) {
+            return GpuTimer.time(stream, graph, warmup, reps).scaled(1.0 / layers);
+        }
+    }
+
+    /** The device-side proof that the graph ran the kernels: no output is left poisoned or non-finite. */
+    private void checkWritten(String variant, int tokens) {
+        short[] out = new short[tokens * shape.hidden()];
+        y.copyTo(out);
+        for (int i = 0; i < out.length; i++) {
+            if (!Bf16.isFinite(out[i])) {
+                throw new IllegalStateException(variant + " at M=" + tokens + " left y[" + i / shape.hidden() + "]["
+                        + i % shape.hidden() + "] non-finite (0x" + Integer.toHexString(out[i] & 0xffff) + ")");
+            }
+        }
+    }
+
+    @Override
+    public void close() {
+        for (List<DeviceBuffer> list : List.of(gateUpWeights, downWeights, ids, weights)) {
+            list.forEach(DeviceBuffer::close);
+        }
+        x.close();
+        inter.close();
+        y.close();
+    }
+}

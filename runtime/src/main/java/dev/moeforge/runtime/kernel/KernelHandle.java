@@ -1,0 +1,94 @@
+package dev.moeforge.runtime.kernel;
+
+import dev.moeforge.codegen.cuda.KernelParam;
+import dev.moeforge.codegen.cuda.KernelSignature;
+import dev.moeforge.codegen.cuda.LaunchGeometry;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.runtime.compile.PtxasReport;
+import dev.moeforge.runtime.cuda.CudaFunction;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import java.util.List;
+
+/**
+ * A loaded kernel and the spec it was generated from. {@link #launch} checks every buffer's
+ * element type and size against the spec's signature before enqueuing, and names the kernel and
+ * the spec when something is wrong.
+ */
+public final class KernelHandle {
+    private final KernelSpec spec;
+    private final String specText;
+    private final KernelSignature signature;
+    private final CudaFunction function;
+    private final PtxasReport.FunctionResources resources;
+
+    KernelHandle(KernelSpec spec, String specText, CudaFunction function, PtxasReport.FunctionResources resources) {
+        this.spec = spec;
+        this.specText = specText;
+        this.signature = KernelSignature.of(spec);
+        this.function = function;
+        this.resources = resources;
+    }
+
+    public KernelSpec spec() {
+        return spec;
+    }
+
+    public KernelSignature signature() {
+        return signature;
+    }
+
+    /** Registers, spills and shared memory as ptxas reported them. */
+    public PtxasReport.FunctionResources resources() {
+        return resources;
+    }
+
+    /** The largest token count one launch takes. */
+    public int maxTokens() {
+        return LaunchGeometry.maxTokens(spec);
+    }
+
+    /**
+     * Enqueues the kernel for {@code numTokens} tokens. {@code tensors} are the signature's tensor
+     * parameters in order; a buffer may be larger than needed (its prefix is used), never smaller.
+     */
+    public void launch(CudaStream stream, int numTokens, DeviceBuffer... tensors) {
+        List<KernelParam> params = signature.tensors();
+        if (numTokens < 1 || numTokens > maxTokens()) {
+            throw refused("num_tokens = " + numTokens + ", allowed 1.." + maxTokens());
+        }
+        if (tensors.length != params.size()) {
+            throw refused(tensors.length + " buffers given, the kernel takes " + params.size() + ": "
+                    + params.stream().map(KernelParam::name).toList());
+        }
+        Object[] args = new Object[params.size() + 1];
+        for (int i = 0; i < params.size(); i++) {
+            KernelParam p = params.get(i);
+            DeviceBuffer b = tensors[i];
+            if (b == null) {
+                throw refused(p.name() + " is null");
+            }
+            if (b.dtype() != p.elementType()) {
+                throw refused(p.name() + " must hold " + p.elementType().text() + ", the buffer holds " + b.dtype().text());
+            }
+            long needed = p.elements(numTokens);
+            if (b.elements() < needed) {
+                throw refused(p.name() + " " + p.shapeText() + " needs " + needed + " elements for M = " + numTokens
+                        + ", the buffer has " + b.elements());
+            }
+            args[i] = b;
+        }
+        args[params.size()] = numTokens;
+        LaunchGeometry g = LaunchGeometry.of(spec, numTokens);
+        try {
+            function.launch(g.gridX(), g.gridY(), 1, g.blockX(), 1, 1, g.sharedBytes(), stream, args);
+        } catch (RuntimeException e) {
+            throw new KernelLaunchException("launch of kernel " + spec.name() + " failed (grid " + g.gridX() + "x" + g.gridY()
+                    + ", block " + g.blockX() + ", " + g.sharedBytes() + " B shared): " + e.getMessage() + "\nspec:\n" + specText, e);
+        }
+    }
+
+    private KernelLaunchException refused(String why) {
+        return new KernelLaunchException("kernel " + spec.name() + " not launched: " + why + "\nspec:\n" + specText);
+    }
+}

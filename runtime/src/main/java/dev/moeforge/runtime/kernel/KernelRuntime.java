@@ -1,0 +1,92 @@
+package dev.moeforge.runtime.kernel;
+
+import dev.moeforge.codegen.cuda.CudaEmitter;
+import dev.moeforge.codegen.cuda.GeneratedKernel;
+import dev.moeforge.codegen.cuda.LaunchGeometry;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.text.SpecParser;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.compile.CompileResult;
+import dev.moeforge.runtime.compile.CudaSource;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaFunction;
+import dev.moeforge.runtime.cuda.CudaModule;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * Spec to launchable kernel on one device: generate, compile through the content-addressed
+ * cache, load, and keep the module for the runtime's lifetime. Specs are retargeted to the
+ * device's architecture, so the catalogue's text loads on any supported GPU.
+ */
+public final class KernelRuntime implements AutoCloseable {
+    private final CudaContext context;
+    private final KernelCache cache;
+    private final Target target;
+    private final Map<KernelSpec, KernelHandle> loaded = new ConcurrentHashMap<>();
+    private final List<CudaModule> modules = new ArrayList<>();
+
+    public KernelRuntime(CudaContext context, KernelCache cache) {
+        this.context = context;
+        this.cache = cache;
+        this.target = targetOf(context.computeCapability());
+    }
+
+    /** The MoeForge target for a compute capability (major * 10 + minor). */
+    public static Target targetOf(int computeCapability) {
+        return switch (computeCapability) {
+            case 90 -> Target.SM_90A;
+            case 100 -> Target.SM_100A;
+            case 120 -> Target.SM_120A;
+            default -> throw new IllegalStateException("MoeForge has no target for compute capability "
+                    + computeCapability / 10 + "." + computeCapability % 10 + "; supported: " + Target.allowedText());
+        };
+    }
+
+    public Target target() {
+        return target;
+    }
+
+    public CudaContext context() {
+        return context;
+    }
+
+    public KernelHandle load(String specText) {
+        return load(SpecParser.parse(specText));
+    }
+
+    public KernelHandle load(KernelSpec spec) {
+        KernelSpec retargeted = spec.withTarget(target);
+        return loaded.computeIfAbsent(retargeted, this::compileAndLoad);
+    }
+
+    private KernelHandle compileAndLoad(KernelSpec spec) {
+        GeneratedKernel generated = CudaEmitter.emit(spec);
+        CompileResult compiled = cache.getOrCompile(
+                new CudaSource(generated.fileName(), generated.source(), generated.headers(), generated.specText()), target);
+        CudaModule module = CudaModule.load(compiled.cubin());
+        synchronized (modules) {
+            modules.add(module);
+        }
+        CudaFunction function = module.function(spec.name());
+        int shared = LaunchGeometry.of(spec, 1).sharedBytes();
+        if (shared > 48 * 1024) {
+            function.setMaxDynamicSharedBytes(shared);
+        }
+        return new KernelHandle(spec, generated.specText(), function, compiled.report().function(spec.name()));
+    }
+
+    @Override
+    public void close() {
+        synchronized (modules) {
+            for (CudaModule m : modules) {
+                m.close();
+            }
+            modules.clear();
+        }
+        loaded.clear();
+    }
+}

@@ -1,0 +1,213 @@
+package dev.moeforge.runtime.moe;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.moeforge.dsl.build.ExpertLayerSpecs;
+import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.reference.ErrorStats;
+import dev.moeforge.dsl.reference.ExpertReference;
+import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.dsl.reference.WeightRows;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaGraph;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.Gpu;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * The expert layer on the GPU against the FP64 CPU reference, on fresh random inputs each run
+ * (the seed is in the failure message), outputs poisoned with NaN before every launch.
+ */
+@Tag("gpu")
+class ExpertLayerGpuTest {
+    static final double TOLERANCE = 1e-2;
+
+    record Geometry(String name, ExpertShape shape, GateUpLayout layout) {
+        @Override
+        public String toString() {
+            return name;
+        }
+    }
+
+    static final List<Geometry> GEOMETRIES = List.of(
+            new Geometry("gpt_oss_20b", new ExpertShape(2880, 2880, 32, 4), GateUpLayout.INTERLEAVED),
+            new Geometry("qwen3_30b_a3b", new ExpertShape(2048, 768, 128, 8), GateUpLayout.STACKED),
+            new Geometry("qwen3_next_80b", new ExpertShape(2048, 512, 512, 10), GateUpLayout.STACKED),
+            new Geometry("odd_136x40_e7_k3", new ExpertShape(136, 40, 7, 3), GateUpLayout.STACKED),
+            new Geometry("odd_1032x264_e33_k5", new ExpertShape(1032, 264, 33, 5), GateUpLayout.INTERLEAVED),
+            new Geometry("tiny_8x8_e1_k1", new ExpertShape(8, 8, 1, 1), GateUpLayout.STACKED));
+
+    static final List<OutputCentric> SCHEDULES = List.of(
+            OutputCentricBuilder.create().build(),
+            OutputCentricBuilder.create().warpsPerCta(8).kUnroll(3).loadBytes(8).build(),
+            OutputCentricBuilder.create().tokensPerCta(32).build(),
+            OutputCentricBuilder.create().warpsPerCta(2).kUnroll(2).tokensPerCta(5).build());
+
+    static CudaContext context;
+    static CudaStream stream;
+    static KernelRuntime runtime;
+
+    @BeforeAll
+    static void open() throws Exception {
+        Assumptions.assumeTrue(Gpu.available(), () -> "no CUDA device: " + Gpu.unavailableReason());
+        context = CudaContext.create(0);
+        stream = CudaStream.create();
+        String dir = System.getenv("MOEFORGE_CACHE");
+        runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
+        // compile every spec of the suite in parallel up front; the cache serves the tests
+        ExecutorService pool = Executors.newFixedThreadPool(Math.max(2, Runtime.getRuntime().availableProcessors()));
+        try {
+            List<Future<?>> jobs = new ArrayList<>();
+            for (Geometry g : GEOMETRIES) {
+                for (OutputCentric s : SCHEDULES) {
+                    ExpertLayerSpecs specs = specs(g, s);
+                    jobs.add(pool.submit(() -> runtime.load(specs.gateUp())));
+                    jobs.add(pool.submit(() -> runtime.load(specs.down())));
+                }
+            }
+            for (Future<?> f : jobs) {
+                f.get();
+            }
+        } finally {
+            pool.shutdown();
+        }
+    }
+
+    @AfterAll
+    static void close() {
+        if (runtime != null) {
+            runtime.close();
+            stream.close();
+            context.close();
+        }
+    }
+
+    static ExpertLayerSpecs specs(Geometry g, OutputCentric s) {
+        return ExpertLayerSpecs.of("t_" + g.name() + "_w" + s.warpsPerCta() + "_b" + s.loadBytes() + "_u" + s.kUnroll()
+                + "_t" + s.tokensPerCta(), g.shape(), g.layout(), s, runtime.target());
+    }
+
+    static Stream<Arguments> cases() {
+        List<Arguments> cases = new ArrayList<>();
+        int[] tokens = {1, 2, 3, 8, 13, 32};
+        for (Geometry g : GEOMETRIES) {
+            for (int si = 0; si < SCHEDULES.size(); si++) {
+                for (int m : tokens) {
+                    // the largest geometries take the long reference only at a few token counts
+                    if (g.shape().hidden() >= 2048 && m != 1 && m != 8 && m != 32) {
+                        continue;
+                    }
+                    cases.add(Arguments.of(g, si, m));
+                }
+            }
+        }
+        return cases.stream();
+    }
+
+    @ParameterizedTest(name = "{0} schedule {1} M={2}")
+    @MethodSource("cases")
+    void layerMatchesReference(Geometry g, int scheduleIndex, int tokens) {
+        OutputCentric schedule = SCHEDULES.get(scheduleIndex);
+        ExpertLayerSpecs specs = specs(g, schedule);
+        ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()));
+        long seed = System.nanoTime();
+        ExpertShape s = g.shape();
+        short[] x = RandomInputs.bf16Normal(seed, tokens * s.hidden(), 1.0);
+        short[] wGateUp = RandomInputs.bf16Normal(seed + 1, s.experts() * 2 * s.intermediate() * s.hidden(), 1.0 / Math.sqrt(s.hidden()));
+        short[] wDown = RandomInputs.bf16Normal(seed + 2, s.experts() * s.hidden() * s.intermediate(), 1.0 / Math.sqrt(s.intermediate()));
+        Routing routing = RandomInputs.uniformRouting(seed + 3, tokens, s.experts(), s.topk());
+        ExpertReference.Result inter = ExpertReference.gateUp(specs.gateUp(), x,
+                WeightRows.bf16(wGateUp, s.experts(), 2 * s.intermediate(), s.hidden()), routing);
+        ExpertReference.Result y = ExpertReference.down(specs.down(), inter.stored(),
+                WeightRows.bf16(wDown, s.experts(), s.hidden(), s.intermediate()), routing);
+
+        try (DeviceBuffer dx = upload(x);
+             DeviceBuffer dgu = upload(wGateUp);
+             DeviceBuffer ddn = upload(wDown);
+             DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
+             DeviceBuffer dw = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
+             DeviceBuffer dinter = DeviceBuffer.allocate(DType.BF16, inter.stored().length);
+             DeviceBuffer dy = DeviceBuffer.allocate(DType.BF16, y.stored().length)) {
+            dids.copyFrom(routing.ids());
+            dw.copyFrom(routing.weights());
+
+            dinter.fillBytes16(Bf16.NAN);
+            dy.fillBytes16(Bf16.NAN);
+            layer.enqueue(stream, tokens, dx, dgu, ddn, dids, dw, dinter, dy);
+            stream.synchronize();
+            short[] gotInter = download(dinter);
+            short[] gotY = download(dy);
+            String where = g + " " + specs.gateUp().schedule() + " M=" + tokens + " seed=" + seed;
+            ErrorStats ei = ErrorStats.of(inter.exact(), gotInter);
+            ErrorStats ey = ErrorStats.of(y.exact(), gotY);
+            assertTrue(ei.within(TOLERANCE), () -> "gate_up " + where + ": " + ei);
+            assertTrue(ey.within(TOLERANCE), () -> "down " + where + ": " + ey);
+
+            // a graph replay computes the same bytes as the direct launch
+            dinter.fillBytes16(Bf16.NAN);
+            dy.fillBytes16(Bf16.NAN);
+            try (CudaGraph graph = CudaGraph.capture(stream,
+                    () -> layer.enqueue(stream, tokens, dx, dgu, ddn, dids, dw, dinter, dy))) {
+                graph.launch(stream);
+                stream.synchronize();
+            }
+            assertArrayEquals(gotInter, download(dinter), () -> "graph replay of gate_up differs: " + where);
+            assertArrayEquals(gotY, download(dy), () -> "graph replay of down differs: " + where);
+        }
+    }
+
+    @Test
+    void undersizedBufferIsRefusedBeforeLaunch() {
+        ExpertLayerSpecs specs = specs(GEOMETRIES.get(3), SCHEDULES.getFirst());
+        var gateUp = runtime.load(specs.gateUp());
+        ExpertShape s = GEOMETRIES.get(3).shape();
+        try (DeviceBuffer x = DeviceBuffer.allocate(DType.BF16, 2L * s.hidden());
+             DeviceBuffer w = DeviceBuffer.allocate(DType.BF16, (long) s.experts() * 2 * s.intermediate() * s.hidden());
+             DeviceBuffer ids = DeviceBuffer.allocate(DType.INT32, 4L * s.topk());
+             DeviceBuffer inter = DeviceBuffer.allocate(DType.BF16, 4L * s.topk() * s.intermediate());
+             DeviceBuffer wrongType = DeviceBuffer.allocate(DType.FP32, 4L * s.topk())) {
+            var tooFew = org.junit.jupiter.api.Assertions.assertThrows(
+                    dev.moeforge.runtime.kernel.KernelLaunchException.class, () -> gateUp.launch(stream, 4, x, w, ids, inter));
+            assertTrue(tooFew.getMessage().contains("x [M, 136] needs 544 elements for M = 4"), tooFew.getMessage());
+            var badType = org.junit.jupiter.api.Assertions.assertThrows(
+                    dev.moeforge.runtime.kernel.KernelLaunchException.class, () -> gateUp.launch(stream, 2, x, w, wrongType, inter));
+            assertTrue(badType.getMessage().contains("topk_ids must hold int32"), badType.getMessage());
+        }
+    }
+
+    private static DeviceBuffer upload(short[] data) {
+        DeviceBuffer b = DeviceBuffer.allocate(DType.BF16, data.length);
+        b.copyFrom(data);
+        return b;
+    }
+
+    private static short[] download(DeviceBuffer b) {
+        short[] out = new short[(int) b.elements()];
+        b.copyTo(out);
+        return out;
+    }
+}
