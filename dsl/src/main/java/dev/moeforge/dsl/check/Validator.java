@@ -50,10 +50,8 @@ public final class Validator {
             errors.add(new SpecError("name", quote(spec.name()),
                     "a C identifier: a letter or '_', then letters, digits or '_', at most 100 characters"));
         }
-        int before = errors.size();
         checkProblem(spec.problem(), errors);
-        boolean problemOk = errors.size() == before;
-        checkSchedule(spec, problemOk, errors);
+        checkSchedule(spec, dimensionsInRange(spec.problem().shape()), errors);
         EpilogueTypes.check(spec.problem(), spec.epilogue(), errors);
         checkEpilogueAgainstSchedule(spec, errors);
         return errors;
@@ -77,7 +75,13 @@ public final class Validator {
         }
     }
 
-    private static void checkSchedule(KernelSpec spec, boolean problemOk, List<SpecError> errors) {
+    private static boolean dimensionsInRange(ExpertShape s) {
+        return s.hidden() >= 1 && s.hidden() <= MAX_DIMENSION && s.intermediate() >= 1 && s.intermediate() <= MAX_DIMENSION
+                && s.experts() >= 1 && s.experts() <= MAX_EXPERTS && s.topk() >= 1 && s.topk() <= MAX_TOPK;
+    }
+
+    /** {@code dimensionsOk}: the sizes are in range, so the derived layout (load counts, shared memory) is meaningful. */
+    private static void checkSchedule(KernelSpec spec, boolean dimensionsOk, List<SpecError> errors) {
         Target target = spec.target();
         switch (spec.schedule()) {
             case OutputCentric oc -> {
@@ -88,7 +92,7 @@ public final class Validator {
                 }
                 range(errors, "schedule.k_unroll", oc.kUnroll(), 1, 16);
                 range(errors, "schedule.tokens_per_cta", oc.tokensPerCta(), 1, MAX_TOKENS_PER_CTA);
-                if (!problemOk || !LOAD_BYTES.contains(oc.loadBytes())) {
+                if (!dimensionsOk || !LOAD_BYTES.contains(oc.loadBytes())) {
                     return;
                 }
                 Problem p = spec.problem();

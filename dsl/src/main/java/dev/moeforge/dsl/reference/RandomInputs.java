@@ -1,8 +1,8 @@
 package dev.moeforge.dsl.reference;
 
 import dev.moeforge.dsl.format.Bf16;
-import java.util.Random;
 import java.util.SplittableRandom;
+import java.util.stream.IntStream;
 
 /**
  * Fresh random inputs for checks and benchmarks (never zeros: they hide unwritten outputs and
@@ -11,13 +11,23 @@ import java.util.SplittableRandom;
 public final class RandomInputs {
     private RandomInputs() {}
 
-    /** {@code n} bf16 values drawn from N(0, std^2). */
+    /** Values per independently seeded chunk: the output depends on the seed, not on the thread count. */
+    private static final int CHUNK = 1 << 20;
+
+    /**
+     * {@code n} bf16 values drawn from N(0, std^2), generated in parallel chunks (a gigabyte of
+     * expert weights takes well under a second on a many-core host).
+     */
     public static short[] bf16Normal(long seed, int n, double std) {
-        Random r = new Random(seed);
         short[] out = new short[n];
-        for (int i = 0; i < n; i++) {
-            out[i] = Bf16.fromDouble(r.nextGaussian() * std);
-        }
+        int chunks = (int) ((n + (long) CHUNK - 1) / CHUNK);
+        IntStream.range(0, chunks).parallel().forEach(c -> {
+            SplittableRandom r = new SplittableRandom(seed * 0x9E3779B97F4A7C15L + c);
+            int end = (int) Math.min(n, (long) (c + 1) * CHUNK);
+            for (int i = c * CHUNK; i < end; i++) {
+                out[i] = Bf16.fromDouble(r.nextGaussian() * std);
+            }
+        });
         return out;
     }
 

@@ -23,7 +23,8 @@ import jcuda.driver.CUstream;
  *       host-to-device copy or a memset may otherwise still be in flight when the call returns);</li>
  *   <li>{@code copyTo} does not wait for kernels: synchronize the stream that wrote the buffer first.</li>
  * </ul>
- * Host arrays must match the buffer's size in bytes exactly.
+ * A host array may be shorter than the buffer (the copy covers the buffer's prefix, so one buffer
+ * sized for the largest batch serves every smaller one), never longer.
  */
 public final class DeviceBuffer extends NativeResource {
 
@@ -135,25 +136,26 @@ public final class DeviceBuffer extends NativeResource {
 
     private void upload(Pointer host, long hostBytes, String what) {
         checkOpen();
-        requireSameSize(hostBytes, "copy " + what + " into " + this);
-        Driver.check("cuMemcpyHtoD(" + this + ")", () -> cuMemcpyHtoD(address, host, bytes));
+        requireFits(hostBytes, "copy " + what + " into " + this);
+        Driver.check("cuMemcpyHtoD(" + this + ")", () -> cuMemcpyHtoD(address, host, hostBytes));
         awaitLegacyStream();
     }
 
     private void download(Pointer host, long hostBytes, String what) {
         checkOpen();
-        requireSameSize(hostBytes, "copy " + this + " into " + what);
-        Driver.check("cuMemcpyDtoH(" + this + ")", () -> cuMemcpyDtoH(host, address, bytes));
+        requireFits(hostBytes, "copy " + this + " into " + what);
+        Driver.check("cuMemcpyDtoH(" + this + ")", () -> cuMemcpyDtoH(host, address, hostBytes));
     }
 
     private void awaitLegacyStream() {
         Driver.check("cuStreamSynchronize(legacy default stream)", () -> cuStreamSynchronize(LEGACY_STREAM));
     }
 
-    private void requireSameSize(long hostBytes, String action) {
-        if (hostBytes != bytes) {
+    /** Copies move the host array's length: the buffer's prefix, never past its end. */
+    private void requireFits(long hostBytes, String action) {
+        if (hostBytes > bytes) {
             throw new IllegalArgumentException("cannot " + action + ": the host array has "
-                    + hostBytes + " bytes, the device buffer " + bytes);
+                    + hostBytes + " bytes, the device buffer only " + bytes);
         }
     }
 

@@ -32,18 +32,10 @@ public final class KernelRuntime implements AutoCloseable {
     public KernelRuntime(CudaContext context, KernelCache cache) {
         this.context = context;
         this.cache = cache;
-        this.target = targetOf(context.computeCapability());
-    }
-
-    /** The MoeForge target for a compute capability (major * 10 + minor). */
-    public static Target targetOf(int computeCapability) {
-        return switch (computeCapability) {
-            case 90 -> Target.SM_90A;
-            case 100 -> Target.SM_100A;
-            case 120 -> Target.SM_120A;
-            default -> throw new IllegalStateException("MoeForge has no target for compute capability "
-                    + computeCapability / 10 + "." + computeCapability % 10 + "; supported: " + Target.allowedText());
-        };
+        int cc = context.computeCapability();
+        this.target = context.target().orElseThrow(() -> new IllegalStateException("MoeForge has no target for "
+                + context.deviceName() + " (compute capability " + cc / 10 + "." + cc % 10 + "); supported: "
+                + Target.allowedText()));
     }
 
     public Target target() {
@@ -67,6 +59,7 @@ public final class KernelRuntime implements AutoCloseable {
         GeneratedKernel generated = CudaEmitter.emit(spec);
         CompileResult compiled = cache.getOrCompile(
                 new CudaSource(generated.fileName(), generated.source(), generated.headers(), generated.specText()), target);
+        context.makeCurrent();  // loads may run on any thread, e.g. a pool compiling in parallel
         CudaModule module = CudaModule.load(compiled.cubin());
         synchronized (modules) {
             modules.add(module);

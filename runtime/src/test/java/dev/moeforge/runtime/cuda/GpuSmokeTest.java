@@ -218,8 +218,13 @@ class GpuSmokeTest {
         assertArrayEquals(nan, host);
         assertTrue(buffer.devicePointerValue() != 0);
 
-        IllegalArgumentException wrongSize = assertThrows(IllegalArgumentException.class, () -> buffer.copyFrom(new short[4]));
-        assertTrue(wrongSize.getMessage().contains("short[4]"), wrongSize.getMessage());
+        // a shorter host array covers the buffer's prefix; a longer one is refused
+        buffer.copyFrom(new short[] {1, 2, 3});
+        short[] prefix = new short[3];
+        buffer.copyTo(prefix);
+        assertArrayEquals(new short[] {1, 2, 3}, prefix);
+        IllegalArgumentException tooLong = assertThrows(IllegalArgumentException.class, () -> buffer.copyFrom(new short[6]));
+        assertTrue(tooLong.getMessage().contains("short[6]"), tooLong.getMessage());
         assertThrows(IllegalArgumentException.class, () -> buffer.fillWords32(0)); // 10 bytes
         assertThrows(IllegalArgumentException.class, () -> module.function("axpy").launch(1, 1, 1, 1, 1, 1, 0, null, "x"));
 

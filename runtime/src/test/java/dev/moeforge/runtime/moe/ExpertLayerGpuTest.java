@@ -67,9 +67,47 @@ class ExpertLayerGpuTest {
             OutputCentricBuilder.create().tokensPerCta(32).build(),
             OutputCentricBuilder.create().warpsPerCta(2).kUnroll(2).tokensPerCta(5).build());
 
+    /** This run's seed: printed with every failure, so the inputs can be rebuilt. */
+    static final long RUN_SEED = System.nanoTime();
+
     static CudaContext context;
     static CudaStream stream;
     static KernelRuntime runtime;
+
+    /**
+     * One geometry's random weights, on the host for the reference and on the device. Drawn once
+     * per geometry and run (fresh every run); routing and activations are fresh for every case.
+     */
+    record Weights(Geometry geometry, long seed, short[] gateUp, short[] down, DeviceBuffer deviceGateUp,
+                   DeviceBuffer deviceDown) implements AutoCloseable {
+        static Weights draw(Geometry g) {
+            ExpertShape s = g.shape();
+            long seed = RUN_SEED + GEOMETRIES.indexOf(g);
+            short[] gu = RandomInputs.bf16Normal(seed, s.experts() * 2 * s.intermediate() * s.hidden(), 1.0 / Math.sqrt(s.hidden()));
+            short[] dn = RandomInputs.bf16Normal(seed + 1, s.experts() * s.hidden() * s.intermediate(), 1.0 / Math.sqrt(s.intermediate()));
+            return new Weights(g, seed, gu, dn, upload(gu), upload(dn));
+        }
+
+        @Override
+        public void close() {
+            deviceGateUp.close();
+            deviceDown.close();
+        }
+    }
+
+    /** The weights of the geometry under test; cases come grouped by geometry, so one is kept at a time. */
+    static Weights weights;
+
+    static Weights weightsFor(Geometry g) {
+        if (weights == null || !weights.geometry().equals(g)) {
+            if (weights != null) {
+                weights.close();
+            }
+            weights = null;
+            weights = Weights.draw(g);
+        }
+        return weights;
+    }
 
     @BeforeAll
     static void open() throws Exception {
@@ -99,6 +137,10 @@ class ExpertLayerGpuTest {
 
     @AfterAll
     static void close() {
+        if (weights != null) {
+            weights.close();
+            weights = null;
+        }
         if (runtime != null) {
             runtime.close();
             stream.close();
@@ -134,20 +176,19 @@ class ExpertLayerGpuTest {
         OutputCentric schedule = SCHEDULES.get(scheduleIndex);
         ExpertLayerSpecs specs = specs(g, schedule);
         ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()));
+        Weights w = weightsFor(g);
         long seed = System.nanoTime();
         ExpertShape s = g.shape();
         short[] x = RandomInputs.bf16Normal(seed, tokens * s.hidden(), 1.0);
-        short[] wGateUp = RandomInputs.bf16Normal(seed + 1, s.experts() * 2 * s.intermediate() * s.hidden(), 1.0 / Math.sqrt(s.hidden()));
-        short[] wDown = RandomInputs.bf16Normal(seed + 2, s.experts() * s.hidden() * s.intermediate(), 1.0 / Math.sqrt(s.intermediate()));
-        Routing routing = RandomInputs.uniformRouting(seed + 3, tokens, s.experts(), s.topk());
+        Routing routing = RandomInputs.uniformRouting(seed + 1, tokens, s.experts(), s.topk());
         ExpertReference.Result inter = ExpertReference.gateUp(specs.gateUp(), x,
-                WeightRows.bf16(wGateUp, s.experts(), 2 * s.intermediate(), s.hidden()), routing);
+                WeightRows.bf16(w.gateUp(), s.experts(), 2 * s.intermediate(), s.hidden()), routing);
         ExpertReference.Result y = ExpertReference.down(specs.down(), inter.stored(),
-                WeightRows.bf16(wDown, s.experts(), s.hidden(), s.intermediate()), routing);
+                WeightRows.bf16(w.down(), s.experts(), s.hidden(), s.intermediate()), routing);
+        DeviceBuffer dgu = w.deviceGateUp();
+        DeviceBuffer ddn = w.deviceDown();
 
         try (DeviceBuffer dx = upload(x);
-             DeviceBuffer dgu = upload(wGateUp);
-             DeviceBuffer ddn = upload(wDown);
              DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
              DeviceBuffer dw = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
              DeviceBuffer dinter = DeviceBuffer.allocate(DType.BF16, inter.stored().length);
@@ -161,7 +202,7 @@ class ExpertLayerGpuTest {
             stream.synchronize();
             short[] gotInter = download(dinter);
             short[] gotY = download(dy);
-            String where = g + " " + specs.gateUp().schedule() + " M=" + tokens + " seed=" + seed;
+            String where = g + " " + specs.gateUp().schedule() + " M=" + tokens + " seed=" + seed + " weight seed=" + w.seed();
             ErrorStats ei = ErrorStats.of(inter.exact(), gotInter);
             ErrorStats ey = ErrorStats.of(y.exact(), gotY);
             assertTrue(ei.within(TOLERANCE), () -> "gate_up " + where + ": " + ei);

@@ -1,0 +1,134 @@
+package dev.moeforge.codegen.cuda;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.moeforge.dsl.build.KernelBuilder;
+import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.check.OutputCentricLayout;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * Grid, block and shared memory of a launch, as the kernel bodies of moeforge_device.cuh index
+ * them: gate_up x = ceil(I/W), y = M*k (single token) or ceil(M/T)*min(T*k, E) (tiled); down
+ * x = ceil(H/W), y = M or ceil(M/T); block 32*W.
+ */
+class LaunchGeometryTest {
+    private static final ExpertShape QWEN3 = new ExpertShape(2048, 768, 128, 8);
+
+    private static KernelSpec gateUp(ExpertShape shape, int warps, int tokensPerCta) {
+        return KernelBuilder.named("gu").expertGateUp(shape)
+                .schedule(OutputCentricBuilder.create().warpsPerCta(warps).tokensPerCta(tokensPerCta).build()).build();
+    }
+
+    private static KernelSpec down(ExpertShape shape, int warps, int tokensPerCta) {
+        return KernelBuilder.named("dn").expertDown(shape)
+                .schedule(OutputCentricBuilder.create().warpsPerCta(warps).tokensPerCta(tokensPerCta).build()).build();
+    }
+
+    @Test
+    void gateUpSingleTokenGrid() {
+        // x = ceil(768 / 4) = 192 neuron groups; y = M * k = 5 * 8 = 40 slots
+        assertEquals(new LaunchGeometry(192, 40, 128, 0), LaunchGeometry.of(gateUp(QWEN3, 4, 1), 5));
+        // ceil(768 / 5) = 154 (768 = 5 * 153 + 3); y = 1 * 8
+        assertEquals(new LaunchGeometry(154, 8, 160, 0), LaunchGeometry.of(gateUp(QWEN3, 5, 1), 1));
+    }
+
+    @Test
+    void gateUpTiledGrid() {
+        // T = 4: min(4 * 8, 128) = 32 distinct experts per tile at most; M = 10 -> ceil(10 / 4) = 3 tiles
+        KernelSpec spec = gateUp(QWEN3, 4, 4);
+        LaunchGeometry g = LaunchGeometry.of(spec, 10);
+        assertEquals(192, g.gridX());
+        assertEquals(3 * 32, g.gridY());
+        assertEquals(128, g.blockX());
+        assertEquals(sharedBytes(spec), g.sharedBytes());
+        assertTrue(g.sharedBytes() > 0);
+        // T = 32: min(32 * 8, 128) = 128 (capped by E); M = 33 -> 2 tiles
+        assertEquals(2 * 128, LaunchGeometry.of(gateUp(QWEN3, 4, 32), 33).gridY());
+    }
+
+    @Test
+    void downSingleTokenGrid() {
+        // x = ceil(2048 / 4) = 512 hidden groups; y = M
+        assertEquals(new LaunchGeometry(512, 7, 128, 0), LaunchGeometry.of(down(QWEN3, 4, 1), 7));
+        // ceil(2048 / 3) = 683 (2048 = 3 * 682 + 2)
+        assertEquals(new LaunchGeometry(683, 1, 96, 0), LaunchGeometry.of(down(QWEN3, 3, 1), 1));
+    }
+
+    @Test
+    void downTiledGrid() {
+        KernelSpec spec = down(QWEN3, 4, 32);
+        // ceil(33 / 32) = 2 tiles; shared = 21552 bytes (routing table 5168 + 4*32*32*4 accumulators)
+        assertEquals(new LaunchGeometry(512, 2, 128, 21_552), LaunchGeometry.of(spec, 33));
+        assertEquals(1, LaunchGeometry.of(spec, 32).gridY());
+        assertEquals(1, LaunchGeometry.of(spec, 1).gridY());
+        assertEquals(sharedBytes(spec), LaunchGeometry.of(spec, 1).sharedBytes());
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {1, 2, 4, 8, 32})
+    void blockIsOneWarpPerWarpPerCta(int warps) {
+        assertEquals(32 * warps, LaunchGeometry.of(gateUp(QWEN3, warps, 1), 1).blockX());
+        assertEquals(32 * warps, LaunchGeometry.of(down(QWEN3, warps, 2), 1).blockX());
+    }
+
+    @Test
+    void sharedBytesComeFromTheLayout() {
+        for (KernelSpec spec : new KernelSpec[] {gateUp(QWEN3, 4, 1), gateUp(QWEN3, 8, 16),
+                gateUp(new ExpertShape(2880, 2880, 32, 4), 4, 8), down(QWEN3, 4, 1), down(QWEN3, 2, 8)}) {
+            assertEquals(sharedBytes(spec), LaunchGeometry.of(spec, 3).sharedBytes(), spec.toString());
+        }
+    }
+
+    @Test
+    void maxTokens() {
+        assertEquals(65_535 / 8, LaunchGeometry.maxTokens(gateUp(QWEN3, 4, 1)), "gate_up single token: M*k <= 65535");
+        assertEquals(8191, LaunchGeometry.maxTokens(gateUp(QWEN3, 4, 1)));
+        assertEquals((65_535 / 32) * 4, LaunchGeometry.maxTokens(gateUp(QWEN3, 4, 4)), "tiles * 32 <= 65535");
+        assertEquals((65_535 / 128) * 32, LaunchGeometry.maxTokens(gateUp(QWEN3, 4, 32)), "tiles * 128 <= 65535");
+        assertEquals(65_535, LaunchGeometry.maxTokens(down(QWEN3, 4, 1)));
+        assertEquals(65_535 * 32, LaunchGeometry.maxTokens(down(QWEN3, 4, 32)));
+    }
+
+    @Test
+    void gridYAtMaxTokensFitsCudasLimit() {
+        for (KernelSpec spec : new KernelSpec[] {gateUp(QWEN3, 4, 1), gateUp(QWEN3, 4, 4), gateUp(QWEN3, 4, 3),
+                gateUp(new ExpertShape(64, 64, 7, 3), 4, 5), down(QWEN3, 4, 1), down(QWEN3, 4, 32), down(QWEN3, 4, 7)}) {
+            int max = LaunchGeometry.maxTokens(spec);
+            LaunchGeometry g = LaunchGeometry.of(spec, max);
+            assertTrue(g.gridY() <= LaunchGeometry.MAX_GRID_Y, spec.name() + " at " + max + " tokens: y = " + g.gridY());
+        }
+    }
+
+    @Test
+    void zeroTokensIsRejectedNamingTheKernel() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> LaunchGeometry.of(gateUp(QWEN3, 4, 1), 0));
+        assertEquals("tokens = 0: kernel gu takes 1..8191", e.getMessage());
+        IllegalArgumentException negative = assertThrows(IllegalArgumentException.class,
+                () -> LaunchGeometry.of(down(QWEN3, 4, 1), -3));
+        assertTrue(negative.getMessage().contains("kernel dn"), negative.getMessage());
+    }
+
+    @Test
+    void tooManyTokensIsRejectedNamingTheKernel() {
+        KernelSpec gu = gateUp(QWEN3, 4, 1);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> LaunchGeometry.of(gu, 8192));
+        assertEquals("tokens = 8192: kernel gu takes 1..8191", e.getMessage());
+        KernelSpec dn = down(QWEN3, 4, 32);
+        IllegalArgumentException d = assertThrows(IllegalArgumentException.class,
+                () -> LaunchGeometry.of(dn, 65_535 * 32 + 1));
+        assertEquals("tokens = 2097121: kernel dn takes 1..2097120", d.getMessage());
+    }
+
+    private static int sharedBytes(KernelSpec spec) {
+        return (int) OutputCentricLayout.of(spec.problem(), (OutputCentric) spec.schedule()).sharedBytes();
+    }
+}
