@@ -62,7 +62,7 @@ public final class DemoCommand implements Callable<Integer> {
         List<Target> ts = GenCommand.parseTargets(targets);
         System.out.println("1. Generating the built-in catalogue (" + Catalogue.specs().size() + " kernels) for "
                 + targets + " and compiling it with nvcc into " + out);
-        List<GenCommand.Entry> entries = GenCommand.generate(ts, out, 0, false);
+        List<GenCommand.Entry> entries = GenCommand.generate(ts, out, 0, false, KernelCache.defaultCache());
         for (GenCommand.Entry e : entries) {
             System.out.printf(Locale.ROOT, "   %-32s %-8s %3d registers, %d spill bytes, %6d B shared%n",
                     e.name(), e.target(), e.registers(), e.spill_bytes(), e.smem_bytes());

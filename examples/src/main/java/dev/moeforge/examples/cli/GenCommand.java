@@ -53,7 +53,7 @@ public final class GenCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        List<Entry> entries = generate(parseTargets(targets), out, jobs, true);
+        List<Entry> entries = generate(parseTargets(targets), out, jobs, true, KernelCache.defaultCache());
         System.out.println("wrote " + entries.size() + " kernels and " + out.resolve("catalogue.json"));
         return 0;
     }
@@ -71,7 +71,7 @@ public final class GenCommand implements Callable<Integer> {
     }
 
     /** Generates and compiles the catalogue for {@code targets} into {@code out}; returns the entries written. */
-    static List<Entry> generate(List<Target> targets, Path out, int jobs, boolean progress) throws Exception {
+    static List<Entry> generate(List<Target> targets, Path out, int jobs, boolean progress, KernelCache cache) throws Exception {
         Files.createDirectories(out);
         Files.writeString(out.resolve(DeviceHeader.FILE_NAME), DeviceHeader.content(), StandardCharsets.UTF_8);
         List<KernelSpec> work = new ArrayList<>();
@@ -80,7 +80,6 @@ public final class GenCommand implements Callable<Integer> {
                 work.add(spec.withTarget(t));
             }
         }
-        KernelCache cache = KernelCache.defaultCache();
         int threads = jobs > 0 ? jobs : Runtime.getRuntime().availableProcessors();
         List<Entry> entries = new ArrayList<>();
         ProgressBarBuilder bar = new ProgressBarBuilder().setTaskName("nvcc").setInitialMax(work.size())

@@ -205,6 +205,7 @@ class ExpertLayerGpuTest {
             String where = g + " " + specs.gateUp().schedule() + " M=" + tokens + " seed=" + seed + " weight seed=" + w.seed();
             ErrorStats ei = ErrorStats.of(inter.exact(), gotInter);
             ErrorStats ey = ErrorStats.of(y.exact(), gotY);
+            System.out.println(where + ": gate_up " + ei + "; y " + ey);
             assertTrue(ei.within(TOLERANCE), () -> "gate_up " + where + ": " + ei);
             assertTrue(ey.within(TOLERANCE), () -> "down " + where + ": " + ey);
 
