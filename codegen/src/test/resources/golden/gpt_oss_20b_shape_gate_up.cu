@@ -2,7 +2,7 @@
 //
 // kernel gpt_oss_20b_shape_gate_up {
 //   problem expert_gate_up(hidden=2880, intermediate=2880, experts=32, topk=4, weights=bf16, activations=bf16, layout=interleaved)
-//   schedule output_centric(warps_per_cta=4, load_bytes=16, k_unroll=4, tokens_per_cta=1)
+//   schedule output_centric(warps_per_cta=4, load_bytes=16, k_unroll=4, tokens_per_cta=1, warps_per_output=1)
 //   epilogue store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 //   target sm_90a
 // }
@@ -22,6 +22,7 @@ constexpr mf::GateUpLayout kLayout = mf::GateUpLayout::kInterleaved;
 constexpr int kWarpsPerCta = 4;
 constexpr int kLoadBytes = 16;
 constexpr int kUnroll = 4;
+constexpr int kWarpsPerOutput = 1;
 
 // store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 struct Epilogue {
@@ -40,6 +41,6 @@ extern "C" __global__ void __launch_bounds__(128) gpt_oss_20b_shape_gate_up(
     __nv_bfloat16* __restrict__ inter,
     int num_tokens
 ) {
-  mf::gate_up_single_token<kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kLoadBytes, kUnroll>(
+  mf::gate_up_single_token<kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput>(
       x, w_gate_up, topk_ids, inter, num_tokens, Epilogue{});
 }

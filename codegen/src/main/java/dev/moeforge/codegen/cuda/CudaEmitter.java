@@ -74,9 +74,10 @@ public final class CudaEmitter {
         if (tiled) {
             constant(constants, "int", "kTokensPerCta", oc.tokensPerCta());
         }
+        constant(constants, "int", "kWarpsPerOutput", oc.warpsPerOutput());
 
         String shapeArgs = "kHidden, kIntermediate, kExperts, kTopk";
-        String scheduleArgs = "kWarpsPerCta, kLoadBytes, kUnroll" + (tiled ? ", kTokensPerCta" : "");
+        String scheduleArgs = "kWarpsPerCta, kLoadBytes, kUnroll" + (tiled ? ", kTokensPerCta" : "") + ", kWarpsPerOutput";
         EpilogueNode root = spec.epilogue();
         String body;
         String templateArgs;
@@ -110,9 +111,11 @@ public final class CudaEmitter {
         }
         notes.add("Each lane loads " + oc.loadBytes() + " bytes, " + oc.kUnroll() + " loads in flight per row; a row is "
                 + layout.chunksPerRow() + " loads in " + layout.blocksPerRow() + " pass(es).");
-        if (tiled) {
-            notes.add("Dynamic shared memory: " + layout.sharedBytes() + " bytes (tile routing table"
-                    + (layout.sharedBytes() > 0 ? " and per-lane partial sums" : "") + ").");
+        if (oc.warpsPerOutput() > 1) {
+            notes.add(oc.warpsPerOutput() + " warps share each output; their partial sums are added in shared memory in warp order.");
+        }
+        if (layout.sharedBytes() > 0) {
+            notes.add("Dynamic shared memory: " + layout.sharedBytes() + " bytes.");
         }
         notes.add("Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.");
 

@@ -21,7 +21,7 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
         return switch (spec.schedule()) {
             case OutputCentric oc -> {
                 OutputCentricLayout layout = OutputCentricLayout.of(spec.problem(), oc);
-                int w = oc.warpsPerCta();
+                int w = oc.outputsPerCta();
                 int t = oc.tokensPerCta();
                 int tiles = ceilDiv(tokens, t);
                 int k = spec.problem().shape().topk();
@@ -29,9 +29,9 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
                     case Problem.ExpertGateUp p -> new LaunchGeometry(
                             ceilDiv(p.shape().intermediate(), w),
                             t == 1 ? tokens * k : tiles * layout.maxDistinctExperts(),
-                            32 * w, (int) layout.sharedBytes());
+                            32 * oc.warpsPerCta(), (int) layout.sharedBytes());
                     case Problem.ExpertDown p -> new LaunchGeometry(
-                            ceilDiv(p.shape().hidden(), w), tiles, 32 * w, (int) layout.sharedBytes());
+                            ceilDiv(p.shape().hidden(), w), tiles, 32 * oc.warpsPerCta(), (int) layout.sharedBytes());
                 };
             }
         };

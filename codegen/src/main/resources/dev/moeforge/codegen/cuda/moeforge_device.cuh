@@ -203,10 +203,38 @@ template <int T, int K, int E>
 constexpr int tile_routing_bytes() { return TileRouting<T, K, E>::kBytes; }
 
 // ---------------------------------------------------------------------------------------------
-// gate_up: one warp per (token, routed slot, neuron). It streams the neuron's gate row and up
-// row, shares one activation load between them, reduces both with a butterfly and writes
-// epi(gate, up) as bf16 to inter[m][j][i].
-// Grid: x = ceil(I / W) neuron groups, y = M * k slots. Block: 32 * W threads.
+// Warps per output (S). With S > 1 the S consecutive warps of an output each read every S-th
+// piece of the reduction; their butterfly-reduced sums meet in shared memory and the first warp
+// adds them in warp order (deterministic). Such blocks must not return before that barrier.
+// ---------------------------------------------------------------------------------------------
+
+// Adds the V values of the S warps sharing an output: `mine` are this warp's (lane 0 writes
+// them), `partial` is [W][V] floats of shared memory. Every thread of the block must call it.
+// Returns true in the group's first warp, whose `mine` then holds the totals.
+template <int S, int V>
+__device__ __forceinline__ bool combine_warps(float (&mine)[V], float* partial) {
+  const int warp = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) partial[warp * V + v] = mine[v];
+  }
+  __syncthreads();
+  if (warp % S != 0) return false;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    float total = 0.0f;
+#pragma unroll
+    for (int s = 0; s < S; ++s) total += partial[(warp + s) * V + v];
+    mine[v] = total;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// gate_up: one warp per (token, routed slot, neuron) (S warps with warps_per_output = S). It
+// streams the neuron's gate row and up row, shares one activation load between them, reduces
+// both with a butterfly and writes epi(gate, up) as bf16 to inter[m][j][i].
+// Grid: x = ceil(I / (W / S)) neuron groups, y = M * k slots. Block: 32 * W threads.
 // ---------------------------------------------------------------------------------------------
 
 template <GateUpLayout L>
@@ -218,7 +246,7 @@ __device__ __forceinline__ int up_row_of(int neuron, int intermediate) {
   return L == GateUpLayout::kStacked ? intermediate + neuron : 2 * neuron + 1;
 }
 
-template <int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, class Epilogue>
+template <int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int S, class Epilogue>
 __device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __restrict__ x,
                                                      const __nv_bfloat16* __restrict__ w_gate_up,
                                                      const int* __restrict__ topk_ids,
@@ -228,19 +256,24 @@ __device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __rest
   constexpr int kChunks = H / kElems;      // loads per row
   constexpr int kStep = 32 * U;            // loads per row per warp iteration
   constexpr bool kWhole = kChunks % kStep == 0;
+  static_assert(W % S == 0, "warps_per_output divides warps_per_cta");
   const int lane = threadIdx.x & 31;
-  const int neuron = blockIdx.x * W + (threadIdx.x >> 5);
+  const int part = (threadIdx.x >> 5) % S;  // this warp reads load blocks part, part + S, ...
+  const int neuron = blockIdx.x * (W / S) + (threadIdx.x >> 5) / S;
   const int slot = blockIdx.y;
-  if (neuron >= I || slot >= num_tokens * K) return;
+  const bool active = neuron < I && slot < num_tokens * K;
+  if constexpr (S == 1) {
+    if (!active) return;
+  }
   const int token = slot / K;
-  const int e = __ldg(topk_ids + slot);
+  const int e = active ? __ldg(topk_ids + slot) : -1;
   float acc_gate = 0.0f, acc_up = 0.0f;
   if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) {
     const char* gate_row = reinterpret_cast<const char*>(w_gate_up + (static_cast<size_t>(e) * 2 * I + gate_row_of<L>(neuron, I)) * H);
     const char* up_row = reinterpret_cast<const char*>(w_gate_up + (static_cast<size_t>(e) * 2 * I + up_row_of<L>(neuron, I)) * H);
     const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
 #pragma unroll 1
-    for (int c0 = 0; c0 < kChunks; c0 += kStep) {
+    for (int c0 = part * kStep; c0 < kChunks; c0 += S * kStep) {
       Lane<LB> g[U], u[U], a[U];
 #pragma unroll
       for (int i = 0; i < U; ++i) {
@@ -257,21 +290,25 @@ __device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __rest
       for (int i = 0; i < U; ++i) dot2_bf16<LB>(g[i], u[i], a[i], acc_gate, acc_up);
     }
   }
-  acc_gate = warp_sum(acc_gate);
-  acc_up = warp_sum(acc_up);
-  if (lane == 0) store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(acc_gate, acc_up));
+  float sums[2] = {warp_sum(acc_gate), warp_sum(acc_up)};
+  if constexpr (S > 1) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    if (!combine_warps<S, 2>(sums, reinterpret_cast<float*>(smem))) return;
+  }
+  if (lane == 0 && active) store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(sums[0], sums[1]));
 }
 
 // gate_up over a tile of T tokens: one block per (tile, distinct expert of the tile, neuron
 // group); each warp reads its neuron's two rows once and applies them to every token of the
 // tile routed to the expert. Grid: x = ceil(I / W), y = ceil(M / T) * min(T * k, E).
-template <int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int T, class Epilogue>
+template <int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int T, int S, class Epilogue>
 __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restrict__ x,
                                                    const __nv_bfloat16* __restrict__ w_gate_up,
                                                    const int* __restrict__ topk_ids,
                                                    __nv_bfloat16* __restrict__ inter, int num_tokens,
                                                    Epilogue epi) {
   using Routing = TileRouting<T, K, E>;
+  static_assert(S == 1, "the token-tiled gate_up keeps a warp's whole rows across the tile's tokens");
   constexpr int kElems = LB / 2;
   constexpr int kChunks = H / kElems;
   constexpr int kStep = 32 * U;
@@ -356,14 +393,14 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
 }
 
 // ---------------------------------------------------------------------------------------------
-// down: one warp per (token, hidden output h). The token's k routed rows W_down[e_j][h] form one
-// stream of k * I elements, read with U loads in flight per lane across expert boundaries; each
-// load's partial dot product is scaled by its slot's routing weight and added to the one fp32
-// accumulator (the combine), so the per-expert outputs never exist.
-// Grid: x = ceil(H / W), y = M. Block: 32 * W threads.
+// down: one warp per (token, hidden output h) (S warps with warps_per_output = S). The token's k
+// routed rows W_down[e_j][h] form one stream of k * I elements, read with U loads in flight per
+// lane across expert boundaries; each load's partial dot product is scaled by its slot's routing
+// weight and added to the one fp32 accumulator (the combine), so the per-expert outputs never
+// exist. Grid: x = ceil(H / (W / S)), y = M. Block: 32 * W threads.
 // ---------------------------------------------------------------------------------------------
 
-template <int H, int I, int E, int K, int W, int LB, int U, class Epilogue>
+template <int H, int I, int E, int K, int W, int LB, int U, int S, class Epilogue>
 __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restrict__ inter,
                                                   const __nv_bfloat16* __restrict__ w_down,
                                                   const int* __restrict__ topk_ids,
@@ -375,17 +412,22 @@ __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restric
   constexpr int kStream = K * kChunks;  // loads over the k routed rows
   constexpr int kStep = 32 * U;
   constexpr bool kWhole = kStream % kStep == 0;
+  static_assert(W % S == 0, "warps_per_output divides warps_per_cta");
   const int lane = threadIdx.x & 31;
-  const int h = blockIdx.x * W + (threadIdx.x >> 5);
+  const int part = (threadIdx.x >> 5) % S;  // this warp reads load blocks part, part + S, ...
+  const int h = blockIdx.x * (W / S) + (threadIdx.x >> 5) / S;
   const int token = blockIdx.y;
-  if (h >= H || token >= num_tokens) return;
+  const bool active = h < H && token < num_tokens;
+  if constexpr (S == 1) {
+    if (!active) return;
+  }
   // Lane j holds slot j's expert and weight; a load finds its slot's with one shuffle.
-  const int lane_expert = lane < K ? __ldg(topk_ids + token * K + lane) : -1;
-  const float lane_weight = lane < K ? __ldg(topk_weights + token * K + lane) : 0.0f;
+  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
+  const float lane_weight = lane < K && active ? __ldg(topk_weights + token * K + lane) : 0.0f;
   const char* inter_rows = reinterpret_cast<const char*>(inter + static_cast<size_t>(token) * K * I);
   float acc = 0.0f;
 #pragma unroll 1
-  for (int p0 = 0; p0 < kStream; p0 += kStep) {
+  for (int p0 = part * kStep; p0 < kStream; p0 += S * kStep) {
     Lane<LB> wv[U], av[U];
     float scale[U];
 #pragma unroll
@@ -405,16 +447,21 @@ __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restric
 #pragma unroll
     for (int i = 0; i < U; ++i) acc = fmaf(scale[i], dot_bf16<LB>(wv[i], av[i], 0.0f), acc);
   }
-  acc = warp_sum(acc);
-  if (lane == 0) store_bf16(y + static_cast<size_t>(token) * H + h, epi(acc));
+  float sum[1] = {warp_sum(acc)};
+  if constexpr (S > 1) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    if (!combine_warps<S, 1>(sum, reinterpret_cast<float*>(smem))) return;
+  }
+  if (lane == 0 && active) store_bf16(y + static_cast<size_t>(token) * H + h, epi(sum[0]));
 }
 
-// down over a tile of T tokens: one warp per hidden output h, for all tokens of the tile. The
-// warp walks the tile's distinct experts once each (row h of each read once), applying it to
-// every token routed there; the next row block is loaded while the current one is used.
-// Per-lane, per-token accumulators live in shared memory because a routed entry's token is
-// only known at run time. Grid: x = ceil(H / W), y = ceil(M / T).
-template <int H, int I, int E, int K, int W, int LB, int U, int T, class Epilogue>
+// down over a tile of T tokens: one warp per hidden output h (S warps with warps_per_output = S,
+// taking every S-th distinct expert), for all tokens of the tile. A warp walks its distinct
+// experts once each (row h of each read once), applying it to every token routed there; the next
+// row block is loaded while the current one is used. Per-lane, per-token accumulators live in
+// shared memory because a routed entry's token is only known at run time.
+// Grid: x = ceil(H / (W / S)), y = ceil(M / T).
+template <int H, int I, int E, int K, int W, int LB, int U, int T, int S, class Epilogue>
 __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict__ inter,
                                                 const __nv_bfloat16* __restrict__ w_down,
                                                 const int* __restrict__ topk_ids,
@@ -434,17 +481,23 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
   Routing routing(smem);
   routing.build(topk_ids + static_cast<size_t>(t0) * K, nt);
 
+  static_assert(W % S == 0, "warps_per_output divides warps_per_cta");
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int h = blockIdx.x * W + warp;
-  if (h >= H) return;  // no barrier follows
+  const int part = warp % S;  // this warp takes ranks part, part + S, ...
+  const int h = blockIdx.x * (W / S) + warp / S;
+  const bool active = h < H;
+  if constexpr (S == 1) {
+    if (!active) return;  // no barrier follows
+  }
   float* acc = reinterpret_cast<float*>(smem + Routing::kBytes) + warp * T * 32;
   for (int t = 0; t < nt; ++t) acc[t * 32 + lane] = 0.0f;
 
-  const int total = *routing.count * kBlocks;  // (rank, row block) pairs
+  // (rank, row block) pairs of this warp's ranks
+  const int total = active ? (*routing.count - part + S - 1) / S * kBlocks : 0;
   auto load_block = [&](int b, Lane<LB>* dst) {
-    const int r = b / kBlocks;
-    const int c0 = (b - r * kBlocks) * kStep;
+    const int r = part + S * (b / kBlocks);
+    const int c0 = (b % kBlocks) * kStep;
     const char* row = reinterpret_cast<const char*>(w_down + (static_cast<size_t>(routing.expert[r]) * H + h) * I);
 #pragma unroll
     for (int i = 0; i < U; ++i) {
@@ -458,8 +511,8 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
   for (int b = 0; b < total; ++b) {
     Lane<LB> next[U];
     if (b + 1 < total) load_block(b + 1, next);
-    const int r = b / kBlocks;
-    const int c0 = (b - r * kBlocks) * kStep;
+    const int r = part + S * (b / kBlocks);
+    const int c0 = (b % kBlocks) * kStep;
     for (uint32_t m = routing.tokens[r]; m != 0u; m &= m - 1u) {
       const int t = __ffs(m) - 1;
       const int entry = (t0 + t) * K + routing.slot[r * T + t];
@@ -476,9 +529,26 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
 #pragma unroll
     for (int i = 0; i < U; ++i) current[i] = next[i];
   }
-  for (int t = 0; t < nt; ++t) {
-    const float v = warp_sum(acc[t * 32 + lane]);
-    if (lane == 0) store_bf16(y + static_cast<size_t>(t0 + t) * H + h, epi(v));
+  if constexpr (S == 1) {
+    for (int t = 0; t < nt; ++t) {
+      const float v = warp_sum(acc[t * 32 + lane]);
+      if (lane == 0) store_bf16(y + static_cast<size_t>(t0 + t) * H + h, epi(v));
+    }
+  } else {
+    // the S warps' per-token sums, [W][T], after the accumulators; added in warp order
+    float* sums = reinterpret_cast<float*>(smem + Routing::kBytes) + W * T * 32;
+    for (int t = 0; t < nt; ++t) {
+      const float v = warp_sum(acc[t * 32 + lane]);
+      if (lane == 0) sums[warp * T + t] = v;
+    }
+    __syncthreads();
+    if (part != 0 || !active) return;
+    for (int t = lane; t < nt; t += 32) {
+      float total_t = 0.0f;
+#pragma unroll
+      for (int s = 0; s < S; ++s) total_t += sums[(warp + s) * T + t];
+      store_bf16(y + static_cast<size_t>(t0 + t) * H + h, epi(total_t));
+    }
   }
 }
 

@@ -12,10 +12,16 @@ public record ExpertLayerSpecs(KernelSpec gateUp, KernelSpec down) {
 
     /** {@code <prefix>_gate_up} and {@code <prefix>_down}, BF16, with the same schedule for both halves. */
     public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, Schedule schedule, Target target) {
+        return of(prefix, shape, layout, schedule, schedule, target);
+    }
+
+    /** {@code <prefix>_gate_up} and {@code <prefix>_down}, BF16, each half with its own schedule. */
+    public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, Schedule gateUpSchedule,
+                                      Schedule downSchedule, Target target) {
         KernelSpec gateUp = KernelBuilder.named(prefix + "_gate_up").expertGateUp(shape).layout(layout)
-                .schedule(schedule).epilogue(Epilogues.siluGatedStore(DType.BF16)).target(target).build();
+                .schedule(gateUpSchedule).epilogue(Epilogues.siluGatedStore(DType.BF16)).target(target).build();
         KernelSpec down = KernelBuilder.named(prefix + "_down").expertDown(shape)
-                .schedule(schedule).epilogue(Epilogues.combinedStore(DType.BF16)).target(target).build();
+                .schedule(downSchedule).epilogue(Epilogues.combinedStore(DType.BF16)).target(target).build();
         return new ExpertLayerSpecs(gateUp, down);
     }
 }

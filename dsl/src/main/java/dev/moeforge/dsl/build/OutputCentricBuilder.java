@@ -8,6 +8,7 @@ public final class OutputCentricBuilder {
     private int loadBytes = 16;
     private int kUnroll = 8;
     private int tokensPerCta = 1;
+    private int warpsPerOutput = 1;
 
     private OutputCentricBuilder() {}
 
@@ -35,7 +36,12 @@ public final class OutputCentricBuilder {
         return this;
     }
 
+    public OutputCentricBuilder warpsPerOutput(int v) {
+        warpsPerOutput = v;
+        return this;
+    }
+
     public OutputCentric build() {
-        return new OutputCentric(warpsPerCta, loadBytes, kUnroll, tokensPerCta);
+        return new OutputCentric(warpsPerCta, loadBytes, kUnroll, tokensPerCta, warpsPerOutput);
     }
 }

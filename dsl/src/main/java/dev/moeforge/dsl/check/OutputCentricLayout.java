@@ -18,7 +18,10 @@ public record OutputCentricLayout(
         int maxDistinctExperts,
         long sharedBytes) {
 
-    /** Shared memory of the tile's routing table and per-lane accumulators (tokensPerCta > 1). */
+    /**
+     * Shared memory: the tile's routing table and per-lane accumulators (tokensPerCta > 1), then the
+     * per-warp partial sums that the warps of one output add up (warpsPerOutput > 1).
+     */
     public static OutputCentricLayout of(Problem problem, OutputCentric s) {
         ExpertShape shape = problem.shape();
         int reduce = switch (problem) {
@@ -41,6 +44,14 @@ public record OutputCentricLayout(
                 case Problem.ExpertDown _ -> 4L * s.warpsPerCta() * t * 32;
             };
             shared = routing + accumulators;
+        }
+        if (s.warpsPerOutput() > 1) {
+            // one FP32 per (warp, value): gate and up per warp, or one per tile token for down
+            int values = switch (problem) {
+                case Problem.ExpertGateUp _ -> 2;
+                case Problem.ExpertDown _ -> t;
+            };
+            shared += 4L * s.warpsPerCta() * values;
         }
         return new OutputCentricLayout(reduce, epl, chunks, blocks, maxDistinct, shared);
     }

@@ -92,6 +92,15 @@ public final class Validator {
                 }
                 range(errors, "schedule.k_unroll", oc.kUnroll(), 1, 16);
                 range(errors, "schedule.tokens_per_cta", oc.tokensPerCta(), 1, MAX_TOKENS_PER_CTA);
+                if (oc.warpsPerCta() >= 1 && (oc.warpsPerOutput() < 1 || oc.warpsPerCta() % oc.warpsPerOutput() != 0)) {
+                    errors.add(new SpecError("schedule.warps_per_output", Integer.toString(oc.warpsPerOutput()),
+                            "a divisor of warps_per_cta (" + oc.warpsPerCta() + ")"));
+                }
+                if (oc.warpsPerOutput() > 1 && oc.tokensPerCta() > 1 && spec.problem() instanceof Problem.ExpertGateUp) {
+                    errors.add(new SpecError("schedule.warps_per_output", Integer.toString(oc.warpsPerOutput()),
+                            "1 for a token-tiled gate_up (tokens_per_cta > 1): each warp keeps its whole rows in "
+                                    + "registers across the tile's tokens"));
+                }
                 if (!dimensionsOk || !LOAD_BYTES.contains(oc.loadBytes())) {
                     return;
                 }
@@ -101,7 +110,7 @@ public final class Validator {
                 // so both row lengths must be whole loads (and thus load-aligned).
                 divisible(errors, "problem.hidden", p.shape().hidden(), epl, oc.loadBytes());
                 divisible(errors, "problem.intermediate", p.shape().intermediate(), epl, oc.loadBytes());
-                if (oc.tokensPerCta() >= 1 && oc.warpsPerCta() >= 1 && oc.kUnroll() >= 1) {
+                if (oc.tokensPerCta() >= 1 && oc.warpsPerCta() >= 1 && oc.kUnroll() >= 1 && oc.warpsPerOutput() >= 1) {
                     long shared = OutputCentricLayout.of(p, oc).sharedBytes();
                     if (shared > target.maxSharedBytesPerBlock()) {
                         errors.add(new SpecError("schedule", shared + " bytes of shared memory",

@@ -17,6 +17,18 @@ public sealed interface Schedule permits Schedule.OutputCentric {
      *                     distinct routed expert of the tile is read once however many of its
      *                     tokens use it (the thread block builds the tile's routing table in
      *                     shared memory first).
+     * @param warpsPerOutput S warps of a block share one output: each takes every S-th piece of the
+     *                     reduction (load blocks of a row, or distinct experts of a tile) and the S
+     *                     partial sums are added in shared memory in warp order, so the result is
+     *                     deterministic. More warps in flight where outputs are few (down: one per
+     *                     hidden output). Divides warpsPerCta.
      */
-    record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tokensPerCta) implements Schedule {}
+    record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tokensPerCta, int warpsPerOutput)
+            implements Schedule {
+
+        /** Outputs (neurons or hidden units) one thread block computes. */
+        public int outputsPerCta() {
+            return warpsPerCta / warpsPerOutput;
+        }
+    }
 }

@@ -59,7 +59,8 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--read-gib", defaultValue = "4", description = "Size of the read-bandwidth probe in GiB (default: ${DEFAULT-VALUE}).")
     int readGib;
 
-    @Option(names = "--sweep", description = "Also time a sweep of output-centric schedules (warps, unroll, token tile).")
+    @Option(names = "--sweep", description = "Also time a sweep of output-centric schedules: token tiles 1, 8, 32 "
+            + "crossed with down schedules of 1 to 8 warps per output.")
     boolean sweep;
 
     @Option(names = "--out", defaultValue = "bench/results", description = "Directory of the JSON result (default: ${DEFAULT-VALUE}).")
@@ -117,15 +118,17 @@ public final class BenchCommand implements Callable<Integer> {
                 runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up_tiled")), runtime.load(Catalogue.named("qwen3_30b_a3b_down_tiled")))));
         if (sweep) {
             ExpertShape shape = Catalogue.named("qwen3_30b_a3b_gate_up").problem().shape();
-            for (int w : new int[] {2, 8}) {
-                for (int u : new int[] {4, 8}) {
-                    for (int t : new int[] {1, 8, 32}) {
-                        OutputCentric s = OutputCentricBuilder.create().warpsPerCta(w).kUnroll(u).tokensPerCta(t).build();
-                        String name = "w" + w + "_u" + u + "_t" + t;
-                        ExpertLayerSpecs specs = ExpertLayerSpecs.of("sweep_" + name, shape, GateUpLayout.STACKED, s, runtime.target());
-                        v.add(new ExpertLayerBenchmark.Variant(name,
-                                new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()))));
-                    }
+            for (int t : new int[] {1, 8, 32}) {
+                OutputCentric gateUp = OutputCentricBuilder.create().kUnroll(t == 1 ? 8 : 4).tokensPerCta(t).build();
+                // down, the half with the fewest warps: how many warps share an output, and their unroll
+                for (int[] wsu : new int[][] {{4, 1, 8}, {8, 2, 8}, {8, 2, 4}, {8, 4, 4}, {16, 4, 4}, {16, 8, 2}}) {
+                    OutputCentric down = OutputCentricBuilder.create().warpsPerCta(wsu[0]).warpsPerOutput(wsu[1])
+                            .kUnroll(wsu[2]).tokensPerCta(t).build();
+                    String name = "t" + t + "_down_w" + wsu[0] + "s" + wsu[1] + "u" + wsu[2];
+                    ExpertLayerSpecs specs = ExpertLayerSpecs.of("sweep_" + name, shape, GateUpLayout.STACKED, gateUp, down,
+                            runtime.target());
+                    v.add(new ExpertLayerBenchmark.Variant(name,
+                            new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()))));
                 }
             }
         }

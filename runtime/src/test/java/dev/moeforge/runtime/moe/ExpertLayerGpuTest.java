@@ -61,11 +61,29 @@ class ExpertLayerGpuTest {
             new Geometry("odd_1032x264_e33_k5", new ExpertShape(1032, 264, 33, 5), GateUpLayout.INTERLEAVED),
             new Geometry("tiny_8x8_e1_k1", new ExpertShape(8, 8, 1, 1), GateUpLayout.STACKED));
 
-    static final List<OutputCentric> SCHEDULES = List.of(
-            OutputCentricBuilder.create().build(),
-            OutputCentricBuilder.create().warpsPerCta(8).kUnroll(3).loadBytes(8).build(),
-            OutputCentricBuilder.create().tokensPerCta(32).build(),
-            OutputCentricBuilder.create().warpsPerCta(2).kUnroll(2).tokensPerCta(5).build());
+    /** A schedule for each half: the token-tiled gate_up keeps one warp per output. */
+    record Schedules(OutputCentric gateUp, OutputCentric down) {
+        static Schedules both(OutputCentric s) {
+            return new Schedules(s, s);
+        }
+
+        @Override
+        public String toString() {
+            return "gate_up " + gateUp + ", down " + down;
+        }
+    }
+
+    static final List<Schedules> SCHEDULES = List.of(
+            Schedules.both(OutputCentricBuilder.create().build()),
+            Schedules.both(OutputCentricBuilder.create().warpsPerCta(8).kUnroll(3).loadBytes(8).build()),
+            Schedules.both(OutputCentricBuilder.create().tokensPerCta(32).build()),
+            Schedules.both(OutputCentricBuilder.create().warpsPerCta(2).kUnroll(2).tokensPerCta(5).build()),
+            // several warps per output: split rows (single token), split distinct experts (tiles)
+            Schedules.both(OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(4).kUnroll(2).build()),
+            new Schedules(OutputCentricBuilder.create().tokensPerCta(32).build(),
+                    OutputCentricBuilder.create().warpsPerCta(6).warpsPerOutput(3).kUnroll(4).tokensPerCta(32).build()),
+            new Schedules(OutputCentricBuilder.create().tokensPerCta(3).build(),
+                    OutputCentricBuilder.create().warpsPerCta(4).warpsPerOutput(2).kUnroll(1).loadBytes(4).tokensPerCta(3).build()));
 
     /** This run's seed: printed with every failure, so the inputs can be rebuilt. */
     static final long RUN_SEED = System.nanoTime();
@@ -121,7 +139,7 @@ class ExpertLayerGpuTest {
         try {
             List<Future<?>> jobs = new ArrayList<>();
             for (Geometry g : GEOMETRIES) {
-                for (OutputCentric s : SCHEDULES) {
+                for (Schedules s : SCHEDULES) {
                     ExpertLayerSpecs specs = specs(g, s);
                     jobs.add(pool.submit(() -> runtime.load(specs.gateUp())));
                     jobs.add(pool.submit(() -> runtime.load(specs.down())));
@@ -148,9 +166,13 @@ class ExpertLayerGpuTest {
         }
     }
 
-    static ExpertLayerSpecs specs(Geometry g, OutputCentric s) {
-        return ExpertLayerSpecs.of("t_" + g.name() + "_w" + s.warpsPerCta() + "_b" + s.loadBytes() + "_u" + s.kUnroll()
-                + "_t" + s.tokensPerCta(), g.shape(), g.layout(), s, runtime.target());
+    static ExpertLayerSpecs specs(Geometry g, Schedules s) {
+        return ExpertLayerSpecs.of("t_" + g.name() + "_" + tag(s.gateUp()) + "_" + tag(s.down()), g.shape(), g.layout(),
+                s.gateUp(), s.down(), runtime.target());
+    }
+
+    static String tag(OutputCentric s) {
+        return "w" + s.warpsPerCta() + "b" + s.loadBytes() + "u" + s.kUnroll() + "t" + s.tokensPerCta() + "s" + s.warpsPerOutput();
     }
 
     static Stream<Arguments> cases() {
@@ -173,8 +195,7 @@ class ExpertLayerGpuTest {
     @ParameterizedTest(name = "{0} schedule {1} M={2}")
     @MethodSource("cases")
     void layerMatchesReference(Geometry g, int scheduleIndex, int tokens) {
-        OutputCentric schedule = SCHEDULES.get(scheduleIndex);
-        ExpertLayerSpecs specs = specs(g, schedule);
+        ExpertLayerSpecs specs = specs(g, SCHEDULES.get(scheduleIndex));
         ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()));
         Weights w = weightsFor(g);
         long seed = System.nanoTime();
@@ -202,7 +223,7 @@ class ExpertLayerGpuTest {
             stream.synchronize();
             short[] gotInter = download(dinter);
             short[] gotY = download(dy);
-            String where = g + " " + specs.gateUp().schedule() + " M=" + tokens + " seed=" + seed + " weight seed=" + w.seed();
+            String where = g + " " + SCHEDULES.get(scheduleIndex) + " M=" + tokens + " seed=" + seed + " weight seed=" + w.seed();
             ErrorStats ei = ErrorStats.of(inter.exact(), gotInter);
             ErrorStats ey = ErrorStats.of(y.exact(), gotY);
             System.out.println(where + ": gate_up " + ei + "; y " + ey);
