@@ -2,7 +2,7 @@
 //
 // kernel gpt_oss_20b_shape_gate_up {
 //   problem expert_gate_up(hidden=2880, intermediate=2880, experts=32, topk=4, weights=bf16, activations=bf16, layout=interleaved)
-//   schedule output_centric(warps_per_cta=4, load_bytes=16, k_unroll=4, tokens_per_cta=1, warps_per_output=1)
+//   schedule output_centric(warps_per_cta=4, load_bytes=16, k_unroll=4, tokens_per_cta=1, warps_per_output=1, min_blocks_per_sm=0)
 //   epilogue store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 //   target sm_90a
 // }

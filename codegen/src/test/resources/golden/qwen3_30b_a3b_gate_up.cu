@@ -2,7 +2,7 @@
 //
 // kernel qwen3_30b_a3b_gate_up {
 //   problem expert_gate_up(hidden=2048, intermediate=768, experts=128, topk=8, weights=bf16, activations=bf16, layout=stacked)
-//   schedule output_centric(warps_per_cta=4, load_bytes=16, k_unroll=8, tokens_per_cta=1, warps_per_output=1)
+//   schedule output_centric(warps_per_cta=4, load_bytes=16, k_unroll=8, tokens_per_cta=1, warps_per_output=1, min_blocks_per_sm=0)
 //   epilogue store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 //   target sm_90a
 // }

@@ -128,7 +128,9 @@ public final class CudaEmitter {
         model.put("epilogueText", EpilogueTypes.describe(root));
         model.put("epilogueParams", epilogueParams);
         model.put("epilogueLines", EpilogueEmitter.emit(root, bound));
-        model.put("threads", 32 * oc.warpsPerCta());
+        model.put("launchBounds", oc.minBlocksPerSm() == 0
+                ? Integer.toString(32 * oc.warpsPerCta())
+                : 32 * oc.warpsPerCta() + ", " + oc.minBlocksPerSm());
         model.put("name", spec.name());
         model.put("params", signature.params().stream().map(KernelParam::cudaDeclaration).toList());
         model.put("body", body);

@@ -28,7 +28,7 @@ struct Epilogue {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(${threads}) ${name}(
+extern "C" __global__ void __launch_bounds__(${launchBounds}) ${name}(
 <#list params as p>
     ${p}<#sep>,</#sep>
 </#list>

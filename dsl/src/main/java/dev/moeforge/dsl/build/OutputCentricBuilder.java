@@ -9,6 +9,7 @@ public final class OutputCentricBuilder {
     private int kUnroll = 8;
     private int tokensPerCta = 1;
     private int warpsPerOutput = 1;
+    private int minBlocksPerSm = 0;
 
     private OutputCentricBuilder() {}
 
@@ -41,7 +42,12 @@ public final class OutputCentricBuilder {
         return this;
     }
 
+    public OutputCentricBuilder minBlocksPerSm(int v) {
+        minBlocksPerSm = v;
+        return this;
+    }
+
     public OutputCentric build() {
-        return new OutputCentric(warpsPerCta, loadBytes, kUnroll, tokensPerCta, warpsPerOutput);
+        return new OutputCentric(warpsPerCta, loadBytes, kUnroll, tokensPerCta, warpsPerOutput, minBlocksPerSm);
     }
 }

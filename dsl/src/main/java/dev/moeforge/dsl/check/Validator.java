@@ -96,6 +96,10 @@ public final class Validator {
                     errors.add(new SpecError("schedule.warps_per_output", Integer.toString(oc.warpsPerOutput()),
                             "a divisor of warps_per_cta (" + oc.warpsPerCta() + ")"));
                 }
+                if (oc.warpsPerCta() >= 1 && oc.warpsPerCta() <= maxWarps) {
+                    int maxBlocks = target.maxWarpsPerSm() / oc.warpsPerCta();
+                    range(errors, "schedule.min_blocks_per_sm", oc.minBlocksPerSm(), 0, maxBlocks);
+                }
                 if (oc.warpsPerOutput() > 1 && oc.tokensPerCta() > 1 && spec.problem() instanceof Problem.ExpertGateUp) {
                     errors.add(new SpecError("schedule.warps_per_output", Integer.toString(oc.warpsPerOutput()),
                             "1 for a token-tiled gate_up (tokens_per_cta > 1): each warp keeps its whole rows in "

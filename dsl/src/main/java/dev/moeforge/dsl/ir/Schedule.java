@@ -22,9 +22,14 @@ public sealed interface Schedule permits Schedule.OutputCentric {
      *                     partial sums are added in shared memory in warp order, so the result is
      *                     deterministic. More warps in flight where outputs are few (down: one per
      *                     hidden output). Divides warpsPerCta.
+     * @param minBlocksPerSm the occupancy promise given to ptxas ({@code __launch_bounds__}'s second
+     *                     argument): 0 leaves ptxas its own register heuristic (which may interleave
+     *                     loads with their use to save registers); N >= 1 lets a thread use up to
+     *                     65536 / (N * threads) registers, so the loads of an unrolled row stay in
+     *                     flight together.
      */
-    record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tokensPerCta, int warpsPerOutput)
-            implements Schedule {
+    record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tokensPerCta, int warpsPerOutput,
+                         int minBlocksPerSm) implements Schedule {
 
         /** Outputs (neurons or hidden units) one thread block computes. */
         public int outputsPerCta() {

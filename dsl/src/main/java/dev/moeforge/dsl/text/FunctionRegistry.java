@@ -53,13 +53,15 @@ final class FunctionRegistry {
 
     static final FunctionTable<Schedule> SCHEDULES = FunctionTable.sections(List.of(
             new Entry<>("output_centric",
-                    List.of("warps_per_cta", "load_bytes", "k_unroll", "tokens_per_cta", "warps_per_output"), a -> {
+                    List.of("warps_per_cta", "load_bytes", "k_unroll", "tokens_per_cta", "warps_per_output",
+                            "min_blocks_per_sm"), a -> {
                         Integer warps = a.integer("warps_per_cta");
                         Integer loadBytes = a.integer("load_bytes");
                         Integer kUnroll = a.integer("k_unroll");
                         Integer tokens = a.integer("tokens_per_cta");
                         Integer perOutput = a.integer("warps_per_output");
-                        return a.ok() ? new Schedule.OutputCentric(warps, loadBytes, kUnroll, tokens, perOutput) : null;
+                        Integer minBlocks = a.integer("min_blocks_per_sm");
+                        return a.ok() ? new Schedule.OutputCentric(warps, loadBytes, kUnroll, tokens, perOutput, minBlocks) : null;
                     })));
 
     // Nested nodes are read through FunctionRegistry.EPILOGUE: a simple name may not refer to the

@@ -63,7 +63,8 @@ public final class SpecPrinter {
         return switch (schedule) {
             case Schedule.OutputCentric oc -> "output_centric(warps_per_cta=" + oc.warpsPerCta()
                     + ", load_bytes=" + oc.loadBytes() + ", k_unroll=" + oc.kUnroll()
-                    + ", tokens_per_cta=" + oc.tokensPerCta() + ", warps_per_output=" + oc.warpsPerOutput() + ")";
+                    + ", tokens_per_cta=" + oc.tokensPerCta() + ", warps_per_output=" + oc.warpsPerOutput()
+                    + ", min_blocks_per_sm=" + oc.minBlocksPerSm() + ")";
         };
     }
 }

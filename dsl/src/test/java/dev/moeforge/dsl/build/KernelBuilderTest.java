@@ -24,8 +24,8 @@ class KernelBuilderTest {
 
     @Test
     void outputCentricBuilderDefaultsAreTheH100DecodeChoice() {
-        assertEquals(new Schedule.OutputCentric(4, 16, 8, 1, 1), OutputCentricBuilder.create().build());
-        assertEquals(new Schedule.OutputCentric(2, 8, 4, 16, 1),
+        assertEquals(new Schedule.OutputCentric(4, 16, 8, 1, 1, 0), OutputCentricBuilder.create().build());
+        assertEquals(new Schedule.OutputCentric(2, 8, 4, 16, 1, 0),
                 OutputCentricBuilder.create().warpsPerCta(2).loadBytes(8).kUnroll(4).tokensPerCta(16).build());
     }
 
@@ -122,10 +122,10 @@ class KernelBuilderTest {
     @Test
     void uncheckedDoesNotValidate() {
         KernelSpec spec = KernelBuilder.named("not a C name").expertGateUp(new ExpertShape(12, 64, 4, 5))
-                .schedule(new Schedule.OutputCentric(0, 12, 0, 99, 1)).unchecked();
+                .schedule(new Schedule.OutputCentric(0, 12, 0, 99, 1, 0)).unchecked();
         assertEquals("not a C name", spec.name());
         assertEquals(new ExpertShape(12, 64, 4, 5), spec.problem().shape());
-        assertEquals(new Schedule.OutputCentric(0, 12, 0, 99, 1), spec.schedule());
+        assertEquals(new Schedule.OutputCentric(0, 12, 0, 99, 1, 0), spec.schedule());
     }
 
     @Test

@@ -98,7 +98,7 @@ class KernelSpecTest {
     @Test
     void withScheduleChangesOnlyTheSchedule() {
         KernelSpec a = gateUp();
-        Schedule s = new Schedule.OutputCentric(2, 8, 2, 1, 1);
+        Schedule s = new Schedule.OutputCentric(2, 8, 2, 1, 1, 0);
         KernelSpec b = a.withSchedule(s);
         assertSame(s, b.schedule());
         assertEquals(a.name(), b.name());

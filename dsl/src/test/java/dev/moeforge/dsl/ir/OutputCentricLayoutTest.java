@@ -41,7 +41,7 @@ class OutputCentricLayoutTest {
     }
 
     private static OutputCentric schedule(int warps, int loadBytes, int unroll, int tokens) {
-        return new OutputCentric(warps, loadBytes, unroll, tokens, 1);
+        return new OutputCentric(warps, loadBytes, unroll, tokens, 1, 0);
     }
 
     /** Qwen3-30B-A3B gate_up: 2048 / 8 elements per 16-byte load = 256 loads = one pass of 32 lanes x 8 loads. */

@@ -38,7 +38,7 @@ class SpecRoundTripTest {
     private static final String GATE_UP = """
             kernel qwen3_30b_a3b_gate_up_t1 {
               problem expert_gate_up(hidden=2048, intermediate=768, experts=128, topk=8, weights=bf16, activations=bf16, layout=stacked)
-              schedule output_centric(warps_per_cta=4, load_bytes=16, k_unroll=8, tokens_per_cta=1, warps_per_output=1)
+              schedule output_centric(warps_per_cta=4, load_bytes=16, k_unroll=8, tokens_per_cta=1, warps_per_output=1, min_blocks_per_sm=0)
               epilogue store(gated(silu, acc(gate), acc(up)), dtype=bf16)
               target sm_90a
             }
@@ -92,7 +92,7 @@ class SpecRoundTripTest {
                 kernel   qwen3_30b_a3b_gate_up_t1{problem expert_gate_up(
                       layout = stacked, topk=8, experts=128,   // routed experts
                       activations=bf16, weights=bf16, intermediate=768, hidden=2048)
-                  schedule output_centric(warps_per_output=1, tokens_per_cta=1, k_unroll=8, load_bytes=16, warps_per_cta=4)
+                  schedule output_centric(min_blocks_per_sm=0, warps_per_output=1, tokens_per_cta=1, k_unroll=8, load_bytes=16, warps_per_cta=4)
                   target sm_90a   # H100
                   epilogue store(dtype=bf16, input=gated(silu, up=acc(up), gate=acc(gate)))
                 }""";
@@ -162,7 +162,7 @@ class SpecRoundTripTest {
         int perOutput = gateUp && tokens > 1 ? 1 : List.of(1, 2, 4, 8).stream().filter(d -> warps % d == 0).toList()
                 .get(r.nextInt((int) List.of(1, 2, 4, 8).stream().filter(d -> warps % d == 0).count()));
         Schedule schedule = new Schedule.OutputCentric(warps, List.of(4, 8, 16).get(r.nextInt(3)),
-                1 + r.nextInt(8), tokens, perOutput);
+                1 + r.nextInt(8), tokens, perOutput, r.nextInt(3));
         EpilogueNode epilogue = new Store(gateUp ? randomGateUpValue(r, 3) : new Combine(Acc.MAIN), DType.BF16);
         // names include the grammar's keywords, which are ordinary names outside their own place
         String name = List.of("k", "kernel", "target", "moe_", "problem").get(r.nextInt(5)) + (index % 3 == 0 ? "" : "_" + index);

@@ -60,7 +60,7 @@ public final class BenchCommand implements Callable<Integer> {
     int readGib;
 
     @Option(names = "--sweep", description = "Also time a sweep of output-centric schedules: token tiles 1, 8, 32 "
-            + "crossed with down schedules of 1 to 8 warps per output.")
+            + "x k_unroll 4, 8 x min_blocks_per_sm 0, 1, 2 (down with 2 or 4 warps per output).")
     boolean sweep;
 
     @Option(names = "--out", defaultValue = "bench/results", description = "Directory of the JSON result (default: ${DEFAULT-VALUE}).")
@@ -112,24 +112,32 @@ public final class BenchCommand implements Callable<Integer> {
 
     private List<ExpertLayerBenchmark.Variant> variants(KernelRuntime runtime) {
         List<ExpertLayerBenchmark.Variant> v = new ArrayList<>();
-        v.add(new ExpertLayerBenchmark.Variant("single_token", new ExpertLayer(
-                runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up")), runtime.load(Catalogue.named("qwen3_30b_a3b_down")))));
-        v.add(new ExpertLayerBenchmark.Variant("tiled_t32", new ExpertLayer(
-                runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up_tiled")), runtime.load(Catalogue.named("qwen3_30b_a3b_down_tiled")))));
+        // the catalogue's three Qwen3-30B-A3B layers: one token per warp, tiles of 8 and of 32 tokens
+        for (String suffix : List.of("", "_t8", "_t32")) {
+            v.add(new ExpertLayerBenchmark.Variant(suffix.isEmpty() ? "t1" : suffix.substring(1), new ExpertLayer(
+                    runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up" + suffix)),
+                    runtime.load(Catalogue.named("qwen3_30b_a3b_down" + suffix)))));
+        }
         if (sweep) {
+            // each pair is timed half by half, so one row compares a gate_up and a down candidate
             ExpertShape shape = Catalogue.named("qwen3_30b_a3b_gate_up").problem().shape();
+            record Candidate(String name, OutputCentric gateUp, OutputCentric down) {}
+            List<Candidate> candidates = new ArrayList<>();
             for (int t : new int[] {1, 8, 32}) {
-                OutputCentric gateUp = OutputCentricBuilder.create().kUnroll(t == 1 ? 8 : 4).tokensPerCta(t).build();
-                // down, the half with the fewest warps: how many warps share an output, and their unroll
-                for (int[] wsu : new int[][] {{4, 1, 8}, {8, 2, 8}, {8, 2, 4}, {8, 4, 4}, {16, 4, 4}, {16, 8, 2}}) {
-                    OutputCentric down = OutputCentricBuilder.create().warpsPerCta(wsu[0]).warpsPerOutput(wsu[1])
-                            .kUnroll(wsu[2]).tokensPerCta(t).build();
-                    String name = "t" + t + "_down_w" + wsu[0] + "s" + wsu[1] + "u" + wsu[2];
-                    ExpertLayerSpecs specs = ExpertLayerSpecs.of("sweep_" + name, shape, GateUpLayout.STACKED, gateUp, down,
-                            runtime.target());
-                    v.add(new ExpertLayerBenchmark.Variant(name,
-                            new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()))));
+                for (int minBlocks : new int[] {0, 1, 2}) {
+                    for (int u : new int[] {4, 8}) {
+                        OutputCentric gateUp = OutputCentricBuilder.create().kUnroll(u).tokensPerCta(t).minBlocksPerSm(minBlocks).build();
+                        OutputCentric down = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(t == 32 ? 4 : 2)
+                                .kUnroll(u).tokensPerCta(t).minBlocksPerSm(minBlocks).build();
+                        candidates.add(new Candidate("t" + t + "_u" + u + "_mb" + minBlocks, gateUp, down));
+                    }
                 }
+            }
+            for (Candidate c : candidates) {
+                ExpertLayerSpecs specs = ExpertLayerSpecs.of("sweep_" + c.name(), shape, GateUpLayout.STACKED, c.gateUp(), c.down(),
+                        runtime.target());
+                v.add(new ExpertLayerBenchmark.Variant(c.name(),
+                        new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()))));
             }
         }
         return v;
