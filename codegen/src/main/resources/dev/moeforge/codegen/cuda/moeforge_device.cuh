@@ -495,29 +495,22 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
 
   // (rank, row block) pairs of this warp's ranks
   const int total = active ? (*routing.count - part + S - 1) / S * kBlocks : 0;
-  // A row block is returned by value, so it stays in registers (a pointer to a local array can
-  // send it to local memory on some targets).
-  struct RowBlock {
-    Lane<LB> v[U];
-  };
-  auto load_block = [&](int b) {
-    RowBlock blk;
+  auto load_block = [&](int b, Lane<LB>* dst) {
     const int r = part + S * (b / kBlocks);
     const int c0 = (b % kBlocks) * kStep;
     const char* row = reinterpret_cast<const char*>(w_down + (static_cast<size_t>(routing.expert[r]) * H + h) * I);
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = c0 + i * 32 + lane;
-      blk.v[i] = (kWhole || c < kChunks) ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
+      dst[i] = (kWhole || c < kChunks) ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
     }
-    return blk;
   };
-  RowBlock current = {};
-  if (total > 0) current = load_block(0);
+  Lane<LB> current[U];
+  if (total > 0) load_block(0, current);
 #pragma unroll 1
   for (int b = 0; b < total; ++b) {
-    RowBlock next = {};
-    if (b + 1 < total) next = load_block(b + 1);
+    Lane<LB> next[U];
+    if (b + 1 < total) load_block(b + 1, next);
     const int r = part + S * (b / kBlocks);
     const int c0 = (b % kBlocks) * kStep;
     for (uint32_t m = routing.tokens[r]; m != 0u; m &= m - 1u) {
@@ -529,11 +522,12 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
       for (int i = 0; i < U; ++i) {
         const int c = c0 + i * 32 + lane;
         const Lane<LB> a = (kWhole || c < kChunks) ? load_activations<LB>(a_row + c * LB) : zero_lane<LB>();
-        part = dot_bf16<LB>(current.v[i], a, part);
+        part = dot_bf16<LB>(current[i], a, part);
       }
       acc[t * 32 + lane] = fmaf(__ldg(topk_weights + entry), part, acc[t * 32 + lane]);
     }
-    current = next;
+#pragma unroll
+    for (int i = 0; i < U; ++i) current[i] = next[i];
   }
   if constexpr (S == 1) {
     for (int t = 0; t < nt; ++t) {
