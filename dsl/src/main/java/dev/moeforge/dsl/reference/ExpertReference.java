@@ -19,6 +19,23 @@ public final class ExpertReference {
     /** A kernel's output: the exact FP64 values and the same values rounded to the stored type. */
     public record Result(double[] exact, short[] stored) {}
 
+    /** The layer's two outputs: gate_up's intermediate and the layer's output y. */
+    public record LayerResult(Result inter, Result y) {}
+
+    /**
+     * The whole expert layer, {@code (x, topk_ids, topk_weights) -> y}: gate_up, its output stored
+     * in the intermediate type as the kernels store it, then down on that stored intermediate.
+     */
+    public static LayerResult layer(KernelSpec gateUpSpec, KernelSpec downSpec, short[] x, WeightRows gateUp,
+                                    WeightRows down, Routing routing) {
+        if (!gateUpSpec.problem().shape().equals(downSpec.problem().shape())) {
+            throw new IllegalArgumentException("gate_up " + gateUpSpec.name() + " has shape " + gateUpSpec.problem().shape()
+                    + " but down " + downSpec.name() + " has " + downSpec.problem().shape());
+        }
+        Result inter = gateUp(gateUpSpec, x, gateUp, routing);
+        return new LayerResult(inter, down(downSpec, inter.stored(), down, routing));
+    }
+
     private ExpertReference() {}
 
     /**

@@ -83,10 +83,11 @@ public final class DemoCommand implements Callable<Integer> {
         Routing routing = RandomInputs.uniformRouting(s + 3, tokens, shape.experts(), shape.topk());
         long t0 = System.nanoTime();
         ExpertLayerSpecs ref = variants.getFirst();
-        ExpertReference.Result inter = ExpertReference.gateUp(ref.gateUp(), x,
-                WeightRows.bf16(wGateUp, shape.experts(), 2 * shape.intermediate(), shape.hidden()), routing);
-        ExpertReference.Result y = ExpertReference.down(ref.down(), inter.stored(),
+        ExpertReference.LayerResult layerRef = ExpertReference.layer(ref.gateUp(), ref.down(), x,
+                WeightRows.bf16(wGateUp, shape.experts(), 2 * shape.intermediate(), shape.hidden()),
                 WeightRows.bf16(wDown, shape.experts(), shape.hidden(), shape.intermediate()), routing);
+        ExpertReference.Result inter = layerRef.inter();
+        ExpertReference.Result y = layerRef.y();
         System.out.printf(Locale.ROOT, "   CPU reference (FP64): %.1f ms; token 0 routed to %s; y[0][0..3] = %s%n",
                 (System.nanoTime() - t0) / 1e6, java.util.Arrays.toString(java.util.Arrays.copyOf(routing.ids(), shape.topk())),
                 first(y.stored(), 4));

@@ -202,10 +202,11 @@ class ExpertLayerGpuTest {
         ExpertShape s = g.shape();
         short[] x = RandomInputs.bf16Normal(seed, tokens * s.hidden(), 1.0);
         Routing routing = RandomInputs.uniformRouting(seed + 1, tokens, s.experts(), s.topk());
-        ExpertReference.Result inter = ExpertReference.gateUp(specs.gateUp(), x,
-                WeightRows.bf16(w.gateUp(), s.experts(), 2 * s.intermediate(), s.hidden()), routing);
-        ExpertReference.Result y = ExpertReference.down(specs.down(), inter.stored(),
+        ExpertReference.LayerResult ref = ExpertReference.layer(specs.gateUp(), specs.down(), x,
+                WeightRows.bf16(w.gateUp(), s.experts(), 2 * s.intermediate(), s.hidden()),
                 WeightRows.bf16(w.down(), s.experts(), s.hidden(), s.intermediate()), routing);
+        ExpertReference.Result inter = ref.inter();
+        ExpertReference.Result y = ref.y();
         DeviceBuffer dgu = w.deviceGateUp();
         DeviceBuffer ddn = w.deviceDown();
 

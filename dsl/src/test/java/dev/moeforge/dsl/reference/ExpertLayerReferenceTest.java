@@ -1,0 +1,48 @@
+package dev.moeforge.dsl.reference;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.moeforge.dsl.build.ExpertLayerSpecs;
+import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.Target;
+import org.junit.jupiter.api.Test;
+
+/** The whole-layer reference is gate_up, then down on gate_up's stored (bf16) intermediate. */
+class ExpertLayerReferenceTest {
+    static final ExpertShape SHAPE = new ExpertShape(16, 8, 5, 2);
+
+    static ExpertLayerSpecs specs(ExpertShape shape) {
+        return ExpertLayerSpecs.of("ref", shape, GateUpLayout.STACKED, OutputCentricBuilder.create().build(), Target.SM_90A);
+    }
+
+    @Test
+    void layerIsDownOfTheStoredIntermediate() {
+        ExpertLayerSpecs specs = specs(SHAPE);
+        short[] x = RandomInputs.bf16Normal(1, 3 * SHAPE.hidden(), 1.0);
+        WeightRows gu = WeightRows.bf16(RandomInputs.bf16Normal(2, SHAPE.experts() * 2 * SHAPE.intermediate() * SHAPE.hidden(), 0.25),
+                SHAPE.experts(), 2 * SHAPE.intermediate(), SHAPE.hidden());
+        WeightRows dn = WeightRows.bf16(RandomInputs.bf16Normal(3, SHAPE.experts() * SHAPE.hidden() * SHAPE.intermediate(), 0.35),
+                SHAPE.experts(), SHAPE.hidden(), SHAPE.intermediate());
+        Routing routing = RandomInputs.uniformRouting(4, 3, SHAPE.experts(), SHAPE.topk());
+
+        ExpertReference.LayerResult layer = ExpertReference.layer(specs.gateUp(), specs.down(), x, gu, dn, routing);
+        ExpertReference.Result inter = ExpertReference.gateUp(specs.gateUp(), x, gu, routing);
+        ExpertReference.Result y = ExpertReference.down(specs.down(), inter.stored(), dn, routing);
+        assertArrayEquals(inter.stored(), layer.inter().stored());
+        assertArrayEquals(y.exact(), layer.y().exact());
+        assertArrayEquals(y.stored(), layer.y().stored());
+    }
+
+    @Test
+    void halvesOfDifferentShapesAreRefused() {
+        ExpertShape other = new ExpertShape(16, 8, 6, 2);
+        var e = assertThrows(IllegalArgumentException.class, () -> ExpertReference.layer(specs(SHAPE).gateUp(),
+                specs(other).down(), new short[16], null, null, null));
+        assertTrue(e.getMessage().contains("but down ref_down has ExpertShape[hidden=16, intermediate=8, experts=6, topk=2]"),
+                e.getMessage());
+    }
+}
