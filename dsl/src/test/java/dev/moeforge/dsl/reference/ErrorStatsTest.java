@@ -29,7 +29,7 @@ class ErrorStatsTest {
     /** ref = [3, 4] (norm 5), out = [3, 4.5]: ||out - ref|| = 0.5, so rel = 0.5 / 5 = 0.1, max abs 0.5. */
     @Test
     void relativeErrorOfAHandExample() {
-        ErrorStats s = ErrorStats.of(new double[] {3, 4}, bf16(3, 4.5));
+        ErrorStats s = ErrorStats.of(new double[] {3, 4}, ExactBf16.of(3, 4.5));
         assertEquals(0.1, s.relativeL2(), 1e-15);
         assertEquals(0.5, s.maxAbs(), 0);
         assertEquals(0, s.nonFinite());
@@ -42,14 +42,14 @@ class ErrorStatsTest {
     /** ref = [1, -2, 2] (norm 3), out = [1.5, -2, 1]: diffs 0.5, 0, -1: ||d|| = sqrt(1.25), rel = sqrt(1.25) / 3. */
     @Test
     void relativeErrorSumsSquaresOverAllOutputs() {
-        ErrorStats s = ErrorStats.of(new double[] {1, -2, 2}, bf16(1.5, -2, 1));
+        ErrorStats s = ErrorStats.of(new double[] {1, -2, 2}, ExactBf16.of(1.5, -2, 1));
         assertEquals(Math.sqrt(1.25) / 3, s.relativeL2(), 1e-15);
         assertEquals(1.0, s.maxAbs(), 0);
     }
 
     @Test
     void nanOutputCountsAsNonFiniteAndFailsWithin() {
-        short[] out = bf16(3, 4);
+        short[] out = ExactBf16.of(3, 4);
         out[1] = Bf16.NAN;
         ErrorStats s = ErrorStats.of(new double[] {3, 4}, out);
         assertEquals(1, s.nonFinite());
@@ -88,12 +88,4 @@ class ErrorStatsTest {
         assertEquals("rel 1.000e-01, max abs 5.000e-01, non-finite 0 of 2", s.toString());
     }
 
-    private static short[] bf16(double... values) {
-        short[] out = new short[values.length];
-        for (int i = 0; i < values.length; i++) {
-            out[i] = Bf16.fromDouble(values[i]);
-            assertEquals(values[i], Bf16.toFloat(out[i]), 0, "test value " + values[i] + " is not bf16-exact");
-        }
-        return out;
-    }
 }

@@ -58,9 +58,9 @@ class ExpertReferenceTest {
     @Test
     void gateUpStackedReadsGateRowsThenUpRows() {
         // stacked: rows 0..I-1 are gate, rows I..2I-1 are up
-        short[] w = bf16(concat(EXPERT0_ROWS, GATE0, GATE1, UP0, UP1));
+        short[] w = ExactBf16.of(concat(EXPERT0_ROWS, GATE0, GATE1, UP0, UP1));
         ExpertReference.Result r = ExpertReference.gateUp(layer(4, 2, 2, 1, GateUpLayout.STACKED).gateUp(),
-                bf16(X_TOP1), WeightRows.bf16(w, 2, 4, 4), routing(1, 1, new int[] {1}, new float[] {1f}));
+                ExactBf16.of(X_TOP1), WeightRows.bf16(w, 2, 4, 4), routing(1, 1, new int[] {1}, new float[] {1f}));
         assertArrayEquals(TOP1_EXPECTED, r.exact(), 1e-15);
         assertStoredIsRoundedExact(r);
     }
@@ -68,9 +68,9 @@ class ExpertReferenceTest {
     @Test
     void gateUpInterleavedReadsGateAtEvenAndUpAtOddRows() {
         // interleaved: gate i at row 2i, up i at row 2i+1
-        short[] w = bf16(concat(EXPERT0_ROWS, GATE0, UP0, GATE1, UP1));
+        short[] w = ExactBf16.of(concat(EXPERT0_ROWS, GATE0, UP0, GATE1, UP1));
         ExpertReference.Result r = ExpertReference.gateUp(layer(4, 2, 2, 1, GateUpLayout.INTERLEAVED).gateUp(),
-                bf16(X_TOP1), WeightRows.bf16(w, 2, 4, 4), routing(1, 1, new int[] {1}, new float[] {1f}));
+                ExactBf16.of(X_TOP1), WeightRows.bf16(w, 2, 4, 4), routing(1, 1, new int[] {1}, new float[] {1f}));
         assertArrayEquals(TOP1_EXPECTED, r.exact(), 1e-15);
         assertStoredIsRoundedExact(r);
     }
@@ -79,9 +79,9 @@ class ExpertReferenceTest {
     void gateUpLayoutDecidesWhichRowIsWhich() {
         // interleaved data read as stacked: gate0 = row0 = GATE0 -> 1, gate1 = row1 = UP0 -> -1,
         // up0 = row2 = GATE1 -> 2, up1 = row3 = UP1 -> 2
-        short[] interleavedData = bf16(concat(EXPERT0_ROWS, GATE0, UP0, GATE1, UP1));
+        short[] interleavedData = ExactBf16.of(concat(EXPERT0_ROWS, GATE0, UP0, GATE1, UP1));
         ExpertReference.Result r = ExpertReference.gateUp(layer(4, 2, 2, 1, GateUpLayout.STACKED).gateUp(),
-                bf16(X_TOP1), WeightRows.bf16(interleavedData, 2, 4, 4), routing(1, 1, new int[] {1}, new float[] {1f}));
+                ExactBf16.of(X_TOP1), WeightRows.bf16(interleavedData, 2, 4, 4), routing(1, 1, new int[] {1}, new float[] {1f}));
         double[] expected = {
             1.0 / (1.0 + Math.exp(-1.0)) * 2.0,
             -1.0 / (1.0 + Math.exp(1.0)) * 2.0,
@@ -92,9 +92,9 @@ class ExpertReferenceTest {
     @Test
     void gateUpReadsTheRoutedExpert() {
         // routed to expert 0 (all 3s): gate = up = 3*(1+2+0-1) = 6 for both neurons
-        short[] w = bf16(concat(EXPERT0_ROWS, GATE0, GATE1, UP0, UP1));
+        short[] w = ExactBf16.of(concat(EXPERT0_ROWS, GATE0, GATE1, UP0, UP1));
         ExpertReference.Result r = ExpertReference.gateUp(layer(4, 2, 2, 1, GateUpLayout.STACKED).gateUp(),
-                bf16(X_TOP1), WeightRows.bf16(w, 2, 4, 4), routing(1, 1, new int[] {0}, new float[] {1f}));
+                ExactBf16.of(X_TOP1), WeightRows.bf16(w, 2, 4, 4), routing(1, 1, new int[] {0}, new float[] {1f}));
         double six = 6.0 / (1.0 + Math.exp(-6.0)) * 6.0;
         assertArrayEquals(new double[] {six, six}, r.exact(), 1e-13);
     }
@@ -113,11 +113,11 @@ class ExpertReferenceTest {
             gate[e] = new double[] {e + 1, 0, 0, e + 1};
             up[e] = new double[] {1, 0, 1, 1};
         }
-        short[] w = bf16(gateUpWeights(layout, gate, up, 2, 2));
+        short[] w = ExactBf16.of(gateUpWeights(layout, gate, up, 2, 2));
         double[] x = {1, 2, -1, 2};
         Routing routing = routing(2, 2, new int[] {2, 0, 1, 2}, new float[] {0.5f, 0.5f, 0.5f, 0.5f});
 
-        ExpertReference.Result r = ExpertReference.gateUp(layer(2, 2, 3, 2, layout).gateUp(), bf16(x),
+        ExpertReference.Result r = ExpertReference.gateUp(layer(2, 2, 3, 2, layout).gateUp(), ExactBf16.of(x),
                 WeightRows.bf16(w, 3, 4, 2), routing);
 
         double[] expected = {
@@ -144,11 +144,11 @@ class ExpertReferenceTest {
      */
     @Test
     void downIsTheRoutingWeightedSumOfDotProducts() {
-        short[] w = bf16(
+        short[] w = ExactBf16.of(
                 1, 1, 0, 2,          // expert 0
                 1, 2, 0.5, -1,       // expert 1
                 2, 0, 1, -1);        // expert 2
-        short[] inter = bf16(
+        short[] inter = ExactBf16.of(
                 1, 2, 3, -1,         // token 0: slot 0, slot 1
                 1, 1, 2, 0);         // token 1: slot 0, slot 1
         Routing routing = routing(2, 2, new int[] {2, 0, 1, 0}, new float[] {0.25f, 0.75f, 0.5f, 0.5f});
@@ -415,15 +415,6 @@ class ExpertReferenceTest {
         return new Routing(tokens, topk, ids, weights);
     }
 
-    /** bf16 bits of values that must be exactly representable (the hand arithmetic relies on it). */
-    private static short[] bf16(double... values) {
-        short[] out = new short[values.length];
-        for (int i = 0; i < values.length; i++) {
-            out[i] = Bf16.fromDouble(values[i]);
-            assertEquals(values[i], Bf16.toFloat(out[i]), 0, "test value " + values[i] + " is not bf16-exact");
-        }
-        return out;
-    }
 
     private static double[] concat(double[]... parts) {
         return Arrays.stream(parts).flatMapToDouble(Arrays::stream).toArray();
@@ -502,7 +493,7 @@ class ExpertReferenceTest {
     /** Valid inputs for H=2, I=2, E=3, top-2, two tokens, to corrupt one at a time. */
     private static final class TinyInputs {
         final ExpertLayerSpecs specs = layer(2, 2, 3, 2, GateUpLayout.STACKED);
-        final short[] x = bf16(1, 2, -1, 0.5);
+        final short[] x = ExactBf16.of(1, 2, -1, 0.5);
         final WeightRows wGateUp = WeightRows.bf16(RandomInputs.bf16Normal(1L, 3 * 4 * 2, 1.0), 3, 4, 2);
         final WeightRows wDown = WeightRows.bf16(RandomInputs.bf16Normal(2L, 3 * 2 * 2, 1.0), 3, 2, 2);
         final short[] inter = RandomInputs.bf16Normal(3L, 2 * 2 * 2, 1.0);
