@@ -15,6 +15,8 @@ import dev.moeforge.runtime.cuda.CudaModule;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
 
 /**
@@ -26,7 +28,8 @@ public final class KernelRuntime implements AutoCloseable {
     private final CudaContext context;
     private final KernelCache cache;
     private final Target target;
-    private final Map<KernelSpec, KernelHandle> loaded = new ConcurrentHashMap<>();
+    /** One future per spec: the first caller compiles and loads, others wait for it (no lock held while nvcc runs). */
+    private final Map<KernelSpec, CompletableFuture<KernelHandle>> loaded = new ConcurrentHashMap<>();
     private final List<CudaModule> modules = new ArrayList<>();
 
     public KernelRuntime(CudaContext context, KernelCache cache) {
@@ -52,7 +55,26 @@ public final class KernelRuntime implements AutoCloseable {
 
     public KernelHandle load(KernelSpec spec) {
         KernelSpec retargeted = spec.withTarget(target);
-        return loaded.computeIfAbsent(retargeted, this::compileAndLoad);
+        CompletableFuture<KernelHandle> mine = new CompletableFuture<>();
+        CompletableFuture<KernelHandle> existing = loaded.putIfAbsent(retargeted, mine);
+        if (existing == null) {
+            try {
+                mine.complete(compileAndLoad(retargeted));
+            } catch (RuntimeException | Error e) {
+                loaded.remove(retargeted, mine);  // a later call may try again
+                mine.completeExceptionally(e);
+                throw e;
+            }
+            return mine.join();
+        }
+        try {
+            return existing.join();
+        } catch (CompletionException e) {
+            if (e.getCause() instanceof RuntimeException r) {
+                throw r;
+            }
+            throw e;
+        }
     }
 
     private KernelHandle compileAndLoad(KernelSpec spec) {
