@@ -6,6 +6,7 @@ import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.Combine;
@@ -39,10 +40,10 @@ public final class CudaEmitter {
     public static GeneratedKernel emit(KernelSpec spec) {
         Validator.check(spec);
         String specText = SpecPrinter.print(spec);
-        Map<String, Object> model = switch (spec.schedule()) {
-            case OutputCentric oc -> outputCentricModel(spec, oc, specText);
+        String source = switch (spec.schedule()) {
+            case OutputCentric oc -> render("output_centric.cu.ftl", outputCentricModel(spec, oc, specText));
+            case Schedule.RouterGemv g -> render("router_gemv.cu.ftl", routerModel(spec, g, specText));
         };
-        String source = render("output_centric.cu.ftl", model);
         return new GeneratedKernel(spec, specText, fileName(spec), source,
                 Map.of(DeviceHeader.FILE_NAME, DeviceHeader.content()));
     }
@@ -52,8 +53,34 @@ public final class CudaEmitter {
         return spec.name() + "_" + spec.target().text() + ".cu";
     }
 
+    private static Map<String, Object> routerModel(KernelSpec spec, Schedule.RouterGemv g, String specText) {
+        Problem.Router r = (Problem.Router) spec.problem();  // validated pairing
+        List<Map<String, String>> constants = new ArrayList<>();
+        constant(constants, "int", "kHidden", r.hidden());
+        constant(constants, "int", "kExperts", r.experts());
+        constant(constants, "int", "kWarpsPerCta", g.warpsPerCta());
+        constant(constants, "int", "kLoadBytes", g.loadBytes());
+        constant(constants, "int", "kUnroll", g.kUnroll());
+        constant(constants, "int", "kExpertsPerCta", g.expertsPerCta());
+        Map<String, Object> model = new LinkedHashMap<>();
+        model.put("specLines", specText.lines().toList());
+        model.put("notes", List.of(
+                "router: " + LaunchGeometry.routerBlocksPerToken(spec) + " blocks per token, one warp per expert score; "
+                        + "the token's last block evaluates the epilogue in warp 0.",
+                "Each lane loads " + g.loadBytes() + " bytes, " + g.kUnroll() + " loads in flight per row.",
+                "Ties go to the lower expert id; NaN ranks below every number.",
+                "Workspace: scores [M][E] fp32, counters [M] int32 (zero before the first launch; left zero)."));
+        model.put("header", DeviceHeader.FILE_NAME);
+        model.put("constants", constants);
+        model.put("launchBounds", Integer.toString(32 * g.warpsPerCta()));
+        model.put("name", spec.name());
+        model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
+        model.put("epilogueLines", RouterEpilogueEmitter.emit((Store) spec.epilogue()));
+        return model;
+    }
+
     private static Map<String, Object> outputCentricModel(KernelSpec spec, OutputCentric oc, String specText) {
-        Problem problem = spec.problem();
+        Problem.ExpertProblem problem = (Problem.ExpertProblem) spec.problem();  // validated pairing
         var shape = problem.shape();
         OutputCentricLayout layout = OutputCentricLayout.of(problem, oc);
         boolean tiled = oc.tokensPerCta() > 1;

@@ -2,7 +2,15 @@ package dev.moeforge.codegen.cuda;
 
 import dev.moeforge.dsl.check.EpilogueTypes;
 import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.Add;
 import dev.moeforge.dsl.ir.epilogue.Combine;
+import dev.moeforge.dsl.ir.epilogue.Dense;
+import dev.moeforge.dsl.ir.epilogue.Renormalize;
+import dev.moeforge.dsl.ir.epilogue.RowParam;
+import dev.moeforge.dsl.ir.epilogue.Scale;
+import dev.moeforge.dsl.ir.epilogue.Sigmoid;
+import dev.moeforge.dsl.ir.epilogue.Softmax;
+import dev.moeforge.dsl.ir.epilogue.TopK;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
@@ -50,8 +58,17 @@ public final class EpilogueEmitter {
                 };
                 yield let(expr, EpilogueTypes.describe(g));
             }
+            case Add a -> {
+                String l = value(a.left());
+                String r = value(a.right());
+                yield let(l + " + " + r, EpilogueTypes.describe(a));
+            }
+            case Scale s -> let(value(s.input()) + " * " + RouterEpilogueEmitter.floatLiteral(s.factor()), EpilogueTypes.describe(s));
+            case Sigmoid s -> let("mf::sigmoid(" + value(s.input()) + ")", EpilogueTypes.describe(s));
             // the schedule rounds to the stored type; the functor returns the FP32 value
             case Store s -> value(s.input());
+            case RowParam _, Softmax _, TopK _, Renormalize _, Dense _ -> throw new IllegalStateException(
+                    "router node " + EpilogueTypes.describe(node) + " in an expert epilogue; the type checker rejects it");
         };
     }
 

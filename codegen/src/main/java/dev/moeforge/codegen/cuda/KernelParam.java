@@ -14,8 +14,12 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
     /** Marks the token-count dimension in {@link #shape()}. */
     public static final int TOKENS = -1;
 
+    /**
+     * What a parameter is for. A WORKSPACE tensor is scratch the kernel owns: the router's scores and
+     * per-token tickets (allocated zeroed once; the kernel leaves the tickets at zero again).
+     */
     public enum Role {
-        INPUT, WEIGHTS, ROUTING, OUTPUT, TOKEN_COUNT
+        INPUT, WEIGHTS, ROUTING, OUTPUT, WORKSPACE, TOKEN_COUNT
     }
 
     public KernelParam {
@@ -57,7 +61,7 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
         };
         return switch (role) {
             case INPUT, WEIGHTS, ROUTING -> "const " + element + "* __restrict__ " + name;
-            case OUTPUT -> element + "* __restrict__ " + name;
+            case OUTPUT, WORKSPACE -> element + "* __restrict__ " + name;
             case TOKEN_COUNT -> "int " + name;
         };
     }

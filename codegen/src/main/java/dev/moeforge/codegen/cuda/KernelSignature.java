@@ -6,7 +6,10 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.Store;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.OptionalInt;
 
 /** The parameters of the kernel generated for a spec, in launch order. */
 public record KernelSignature(List<KernelParam> params) {
@@ -17,16 +20,23 @@ public record KernelSignature(List<KernelParam> params) {
     }
 
     public static KernelSignature of(KernelSpec spec) {
-        Problem p = spec.problem();
-        ExpertShape s = p.shape();
         int m = KernelParam.TOKENS;
-        DType act = p.activations();
-        DType weightElements = switch (p.weights()) {
+        KernelParam tokens = new KernelParam(TOKEN_COUNT, Role.TOKEN_COUNT, DType.INT32, List.of(), "tokens M");
+        DType weightElements = switch (spec.problem().weights()) {
             case WeightFormat.Bf16 _ -> DType.BF16;
         };
+        DType act = spec.problem().activations();
+        return switch (spec.problem()) {
+            case Problem.ExpertProblem p -> expert(p, weightElements, act, tokens);
+            case Problem.Router r -> router(spec, r, weightElements, act, tokens);
+        };
+    }
+
+    private static KernelSignature expert(Problem.ExpertProblem p, DType weightElements, DType act, KernelParam tokens) {
+        ExpertShape s = p.shape();
+        int m = KernelParam.TOKENS;
         KernelParam ids = new KernelParam("topk_ids", Role.ROUTING, DType.INT32, List.of(m, s.topk()),
                 "routed expert of each (token, slot)");
-        KernelParam tokens = new KernelParam(TOKEN_COUNT, Role.TOKEN_COUNT, DType.INT32, List.of(), "tokens M");
         return new KernelSignature(switch (p) {
             case Problem.ExpertGateUp _ -> List.of(
                     new KernelParam("x", Role.INPUT, act, List.of(m, s.hidden()), "activations"),
@@ -47,6 +57,40 @@ public record KernelSignature(List<KernelParam> params) {
                     new KernelParam("y", Role.OUTPUT, act, List.of(m, s.hidden()), "the layer's output"),
                     tokens);
         });
+    }
+
+    /**
+     * x, the router weights, one FP32 vector per {@code row(name)} of the tree (in order of first
+     * appearance), the workspace (scores [M][E], tickets [M]), then the outputs: a compact top-k
+     * ({@code topk_weights}, {@code topk_ids}) or a dense row ({@code router_out}).
+     */
+    private static KernelSignature router(KernelSpec spec, Problem.Router r, DType weightElements, DType act,
+                                          KernelParam tokens) {
+        int m = KernelParam.TOKENS;
+        List<KernelParam> params = new ArrayList<>();
+        params.add(new KernelParam("x", Role.INPUT, act, List.of(m, r.hidden()), "activations"));
+        params.add(new KernelParam("w_router", Role.WEIGHTS, weightElements, List.of(r.experts(), r.hidden()),
+                "router rows, one per expert"));
+        for (String name : RouterTrees.rowParams(spec.epilogue())) {
+            params.add(new KernelParam(name, Role.INPUT, DType.FP32, List.of(r.experts()), "per-expert vector row(" + name + ")"));
+        }
+        params.add(new KernelParam("scores", Role.WORKSPACE, DType.FP32, List.of(m, r.experts()),
+                "scratch: each token's expert scores"));
+        params.add(new KernelParam("counters", Role.WORKSPACE, DType.INT32, List.of(m),
+                "scratch: blocks done per token; zero before the first launch, left zero"));
+        Store store = (Store) spec.epilogue();
+        OptionalInt k = RouterTrees.storedTopK(store);
+        if (k.isPresent()) {
+            params.add(new KernelParam("topk_weights", Role.OUTPUT, store.dtype(), List.of(m, k.getAsInt()),
+                    "routing weight of each (token, slot)"));
+            params.add(new KernelParam("topk_ids", Role.OUTPUT, DType.INT32, List.of(m, k.getAsInt()),
+                    "routed expert of each (token, slot)"));
+        } else {
+            params.add(new KernelParam("router_out", Role.OUTPUT, store.dtype(), List.of(m, r.experts()),
+                    "each token's row of expert values"));
+        }
+        params.add(tokens);
+        return new KernelSignature(params);
     }
 
     public KernelParam param(String name) {

@@ -3,6 +3,7 @@ package dev.moeforge.codegen.cuda;
 import dev.moeforge.dsl.check.OutputCentricLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 
 /**
@@ -20,12 +21,13 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
         }
         return switch (spec.schedule()) {
             case OutputCentric oc -> {
-                OutputCentricLayout layout = OutputCentricLayout.of(spec.problem(), oc);
+                Problem.ExpertProblem problem = (Problem.ExpertProblem) spec.problem();  // validated pairing
+                OutputCentricLayout layout = OutputCentricLayout.of(problem, oc);
                 int w = oc.outputsPerCta();
                 int t = oc.tokensPerCta();
                 int tiles = ceilDiv(tokens, t);
-                int k = spec.problem().shape().topk();
-                yield switch (spec.problem()) {
+                int k = problem.shape().topk();
+                yield switch (problem) {
                     case Problem.ExpertGateUp p -> new LaunchGeometry(
                             ceilDiv(p.shape().intermediate(), w),
                             t == 1 ? tokens * k : tiles * layout.maxDistinctExperts(),
@@ -34,22 +36,32 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
                             ceilDiv(p.shape().hidden(), w), tiles, 32 * oc.warpsPerCta(), (int) layout.sharedBytes());
                 };
             }
+            // one block per (slice of experts, token); the last block of a token runs the epilogue
+            case Schedule.RouterGemv g -> new LaunchGeometry(routerBlocksPerToken(spec), tokens, 32 * g.warpsPerCta(), 0);
         };
+    }
+
+    /** Thread blocks per token of a router_gemv kernel. */
+    public static int routerBlocksPerToken(KernelSpec spec) {
+        Schedule.RouterGemv g = (Schedule.RouterGemv) spec.schedule();
+        return ceilDiv(((Problem.Router) spec.problem()).experts(), g.expertsPerCta());
     }
 
     /** The largest token count one launch takes (gridDim.y bound). */
     public static int maxTokens(KernelSpec spec) {
         return switch (spec.schedule()) {
             case OutputCentric oc -> {
+                Problem.ExpertProblem problem = (Problem.ExpertProblem) spec.problem();
                 int t = oc.tokensPerCta();
-                int k = spec.problem().shape().topk();
-                yield switch (spec.problem()) {
+                int k = problem.shape().topk();
+                yield switch (problem) {
                     case Problem.ExpertGateUp _ -> t == 1
                             ? MAX_GRID_Y / k
-                            : (MAX_GRID_Y / OutputCentricLayout.of(spec.problem(), oc).maxDistinctExperts()) * t;
+                            : (MAX_GRID_Y / OutputCentricLayout.of(problem, oc).maxDistinctExperts()) * t;
                     case Problem.ExpertDown _ -> t == 1 ? MAX_GRID_Y : MAX_GRID_Y * t;
                 };
             }
+            case Schedule.RouterGemv _ -> MAX_GRID_Y;
         };
     }
 

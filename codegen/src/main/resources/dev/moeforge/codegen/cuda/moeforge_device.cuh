@@ -552,4 +552,325 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Router (schedule router_gemv). Phase 1, every block: the scores of its slice of experts for one
+// token, one warp per expert (W_r[e] . x[m], fp32), written to the scores workspace. Phase 2, the
+// last block of the token to finish (an atomic ticket; __threadfence orders the scores first):
+// warp 0 reads the token's E scores from L2 and evaluates the epilogue tree in registers.
+// ---------------------------------------------------------------------------------------------
+
+// Returns true in the token's last block (every thread of it); the ticket is reset for the next launch.
+template <int H, int E, int W, int LB, int U, int EPC>
+__device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ x,
+                                              const __nv_bfloat16* __restrict__ w_router,
+                                              float* __restrict__ scores, int* __restrict__ counters, int num_tokens) {
+  constexpr int kElems = LB / 2;
+  constexpr int kChunks = H / kElems;
+  constexpr int kStep = 32 * U;
+  constexpr bool kWhole = kChunks % kStep == 0;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int token = blockIdx.y;
+  if (token >= num_tokens) return false;  // uniform over the block
+  const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
+  const int first = blockIdx.x * EPC;
+  const int last = min_int(E, first + EPC);
+  for (int e = first + warp; e < last; e += W) {
+    const char* row = reinterpret_cast<const char*>(w_router + static_cast<size_t>(e) * H);
+    float acc = 0.0f;
+#pragma unroll 1
+    for (int c0 = 0; c0 < kChunks; c0 += kStep) {
+      Lane<LB> wv[U], av[U];
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = c0 + i * 32 + lane;
+        const bool in = kWhole || c < kChunks;
+        wv[i] = in ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
+        av[i] = in ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
+      }
+#pragma unroll
+      for (int i = 0; i < U; ++i) acc = dot_bf16<LB>(wv[i], av[i], acc);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) scores[static_cast<size_t>(token) * E + e] = acc;
+  }
+  __threadfence();  // this block's scores are visible device-wide before its ticket is
+  __syncthreads();
+  __shared__ int is_last;
+  if (threadIdx.x == 0) {
+    const int ticket = atomicAdd(counters + token, 1);
+    is_last = ticket == static_cast<int>(gridDim.x) - 1;
+    if (is_last) counters[token] = 0;  // ready for the next launch (graph replays)
+  }
+  __syncthreads();
+  if (is_last) __threadfence();  // the other blocks' scores are read after their tickets
+  return is_last;
+}
+
+// A row of E values held by one warp: lane l keeps experts l, l + 32, l + 64, ...
+template <int E>
+struct Row {
+  static constexpr int kPer = ceil_div(E, 32);
+  float v[kPer];
+};
+
+// A top-k selection held by one warp: lane j < K keeps the j-th best (value, expert id).
+template <int K>
+struct TopK {
+  float value;
+  int id;
+};
+
+__device__ __forceinline__ int row_index(int i) { return (threadIdx.x & 31) + 32 * i; }
+
+// The token's scores, read through L2 (they were written by other blocks).
+template <int E>
+__device__ __forceinline__ Row<E> load_scores(const float* __restrict__ p) {
+  Row<E> r;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = row_index(i) < E ? __ldcg(p + row_index(i)) : 0.0f;
+  return r;
+}
+
+template <int E>
+__device__ __forceinline__ Row<E> load_row(const float* __restrict__ p) {
+  Row<E> r;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = row_index(i) < E ? __ldg(p + row_index(i)) : 0.0f;
+  return r;
+}
+
+__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+template <int E>
+__device__ __forceinline__ Row<E> sigmoid(const Row<E>& a) {
+  Row<E> r;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = sigmoid(a.v[i]);
+  return r;
+}
+template <int K>
+__device__ __forceinline__ TopK<K> sigmoid(TopK<K> a) {
+  a.value = sigmoid(a.value);
+  return a;
+}
+
+template <int E>
+__device__ __forceinline__ Row<E> add(const Row<E>& a, const Row<E>& b) {
+  Row<E> r;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = a.v[i] + b.v[i];
+  return r;
+}
+
+template <int E>
+__device__ __forceinline__ Row<E> scale(const Row<E>& a, float f) {
+  Row<E> r;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = a.v[i] * f;
+  return r;
+}
+template <int K>
+__device__ __forceinline__ TopK<K> scale(TopK<K> a, float f) {
+  a.value *= f;
+  return a;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+
+// Softmax over the E values; a NaN anywhere makes every output NaN (fmaxf would skip it, the sum
+// does not).
+template <int E>
+__device__ __forceinline__ Row<E> softmax(const Row<E>& a) {
+  float m = -INFINITY;
+  bool nan = false;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) {
+    if (row_index(i) < E) {
+      m = fmaxf(m, a.v[i]);
+      nan |= isnan(a.v[i]);
+    }
+  }
+  m = warp_max(m);
+  Row<E> r;
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) {
+    r.v[i] = row_index(i) < E ? expf(a.v[i] - m) : 0.0f;
+    sum += r.v[i];
+  }
+  sum = warp_sum(sum);
+  nan = __any_sync(kFullMask, nan);
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = nan ? NAN : r.v[i] / sum;
+  return r;
+}
+
+template <int K>
+__device__ __forceinline__ TopK<K> softmax(TopK<K> a) {
+  const bool mine = (threadIdx.x & 31) < K;
+  const float m = warp_max(mine ? a.value : -INFINITY);
+  const bool nan = __any_sync(kFullMask, mine && isnan(a.value));
+  const float e = mine ? expf(a.value - m) : 0.0f;
+  const float sum = warp_sum(e);
+  a.value = nan ? NAN : e / sum;
+  return a;
+}
+
+template <int K>
+__device__ __forceinline__ TopK<K> renormalize(TopK<K> a) {
+  const float sum = warp_sum((threadIdx.x & 31) < K ? a.value : 0.0f);
+  a.value /= sum;
+  return a;
+}
+
+// The ranking of top-k: higher score first, NaN below every number, ties to the lower expert id.
+// An invalid candidate (id < 0) loses to every valid one.
+__device__ __forceinline__ bool ranks_before(float s1, int e1, float s2, int e2) {
+  if ((e1 < 0) != (e2 < 0)) return e2 < 0;
+  const bool n1 = isnan(s1), n2 = isnan(s2);
+  if (n1 != n2) return n2;
+  if (!n1 && s1 != s2) return s1 > s2;
+  return e1 < e2;
+}
+
+// The warp's best (score, id, value) over the candidates each lane offers.
+__device__ __forceinline__ void warp_best(float& s, int& e, float& v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float s2 = __shfl_xor_sync(kFullMask, s, offset);
+    const int e2 = __shfl_xor_sync(kFullMask, e, offset);
+    const float v2 = __shfl_xor_sync(kFullMask, v, offset);
+    if (ranks_before(s2, e2, s, e)) {
+      s = s2;
+      e = e2;
+      v = v2;
+    }
+  }
+}
+
+// K rounds of "best remaining candidate" among the row positions whose bit is set in `allowed`
+// (bit i of lane l: expert l + 32 i). Returns the selection with the values of `val`.
+template <int K, int E>
+__device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& val, unsigned allowed) {
+  TopK<K> out{0.0f, -1};
+#pragma unroll 1
+  for (int r = 0; r < K; ++r) {
+    float s = 0.0f, v = 0.0f;
+    int e = -1;
+#pragma unroll
+    for (int i = 0; i < Row<E>::kPer; ++i) {
+      if (((allowed >> i) & 1u) && ranks_before(sel.v[i], row_index(i), s, e)) {
+        s = sel.v[i];
+        e = row_index(i);
+        v = val.v[i];
+      }
+    }
+    warp_best(s, e, v);
+    if (e >= 0 && (e & 31) == (threadIdx.x & 31)) allowed &= ~(1u << (e >> 5));
+    if ((threadIdx.x & 31) == r) {
+      out.value = v;
+      out.id = e;
+    }
+  }
+  return out;
+}
+
+// Top-K of a row, selecting on `sel` and keeping `val`'s values. With G > 1 groups (of E / G
+// consecutive experts), each group scores the sum of its two best `sel` values and only the
+// experts of the TG best groups compete (DeepSeek-V3's group-limited routing).
+template <int K, int G, int TG, int E>
+__device__ __forceinline__ TopK<K> topk(const Row<E>& sel, const Row<E>& val) {
+  static_assert(Row<E>::kPer <= 32, "a row is at most 32 values per lane");
+  unsigned valid = 0u;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) valid |= (row_index(i) < E ? 1u : 0u) << i;
+  if constexpr (G == 1) {
+    return select_top<K, E>(sel, val, valid);
+  } else {
+    static_assert(E % G == 0, "groups divide the experts");
+    constexpr int kSize = E / G;
+    float group_score = 0.0f;  // lane g < G holds group g's score
+#pragma unroll 1
+    for (int g = 0; g < G; ++g) {
+      unsigned in_group = 0u;
+#pragma unroll
+      for (int i = 0; i < Row<E>::kPer; ++i) in_group |= (row_index(i) / kSize == g ? 1u : 0u) << i;
+      const TopK<2> two = select_top<2, E>(sel, sel, valid & in_group);
+      const float best2 = __shfl_sync(kFullMask, two.value, 0) + __shfl_sync(kFullMask, two.value, 1);
+      if ((threadIdx.x & 31) == g) group_score = best2;
+    }
+    // the TG best groups, ranked like experts (lane g is candidate g)
+    unsigned kept_groups = 0u;
+    unsigned group_free = (threadIdx.x & 31) < G ? 1u : 0u;
+#pragma unroll 1
+    for (int r = 0; r < TG; ++r) {
+      float s = group_free ? group_score : 0.0f, v = 0.0f;
+      int e = group_free ? static_cast<int>(threadIdx.x & 31) : -1;
+      warp_best(s, e, v);
+      kept_groups |= 1u << e;
+      if ((threadIdx.x & 31) == e) group_free = 0u;
+    }
+    unsigned allowed = 0u;
+#pragma unroll
+    for (int i = 0; i < Row<E>::kPer; ++i) {
+      const int e = row_index(i);
+      allowed |= (e < E && ((kept_groups >> (e / kSize)) & 1u) ? 1u : 0u) << i;
+    }
+    return select_top<K, E>(sel, val, allowed);
+  }
+}
+
+// A selection scattered back into a row: its values at its experts, zero elsewhere.
+template <int E, int K>
+__device__ __forceinline__ Row<E> dense(const TopK<K>& a) {
+  Row<E> r;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = 0.0f;
+#pragma unroll 1
+  for (int j = 0; j < K; ++j) {
+    const float v = __shfl_sync(kFullMask, a.value, j);
+    const int e = __shfl_sync(kFullMask, a.id, j);
+#pragma unroll
+    for (int i = 0; i < Row<E>::kPer; ++i) {
+      if (row_index(i) == e) r.v[i] = v;
+    }
+  }
+  return r;
+}
+
+template <int K>
+__device__ __forceinline__ void store_topk(const TopK<K>& a, float* __restrict__ weights, int* __restrict__ ids) {
+  if ((threadIdx.x & 31) < K) {
+    weights[threadIdx.x & 31] = a.value;
+    ids[threadIdx.x & 31] = a.id;
+  }
+}
+template <int K>
+__device__ __forceinline__ void store_topk(const TopK<K>& a, __nv_bfloat16* __restrict__ weights, int* __restrict__ ids) {
+  if ((threadIdx.x & 31) < K) {
+    store_bf16(weights + (threadIdx.x & 31), a.value);
+    ids[threadIdx.x & 31] = a.id;
+  }
+}
+
+template <int E>
+__device__ __forceinline__ void store_row(const Row<E>& a, float* __restrict__ out) {
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) {
+    if (row_index(i) < E) out[row_index(i)] = a.v[i];
+  }
+}
+template <int E>
+__device__ __forceinline__ void store_row(const Row<E>& a, __nv_bfloat16* __restrict__ out) {
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) {
+    if (row_index(i) < E) store_bf16(out + row_index(i), a.v[i]);
+  }
+}
+
 }  // namespace mf

@@ -129,6 +129,6 @@ class LaunchGeometryTest {
     }
 
     private static int sharedBytes(KernelSpec spec) {
-        return (int) OutputCentricLayout.of(spec.problem(), (OutputCentric) spec.schedule()).sharedBytes();
+        return (int) OutputCentricLayout.of((dev.moeforge.dsl.ir.Problem.ExpertProblem) spec.problem(), (OutputCentric) spec.schedule()).sharedBytes();
     }
 }

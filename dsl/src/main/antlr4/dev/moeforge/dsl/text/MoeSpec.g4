@@ -36,7 +36,7 @@ name
 IDENT : [A-Za-z_] [A-Za-z0-9_]* ;
 
 // Signed, so that an out-of-range value reaches the Validator and gets its message, and any spec prints parseably.
-NUMBER : '-'? [0-9]+ ;
+NUMBER : '-'? [0-9]+ ('.' [0-9]+)? ([eE] [+-]? [0-9]+)? ;
 
 COMMENT : ('#' | '//') ~[\r\n]* -> skip ;
 

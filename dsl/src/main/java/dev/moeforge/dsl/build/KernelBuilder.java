@@ -29,6 +29,7 @@ public final class KernelBuilder {
     private final String name;
     private ExpertShape shape;
     private boolean gateUp = true;
+    private Problem.Router router;
     private WeightFormat weights = WeightFormat.BF16;
     private DType activations = DType.BF16;
     private GateUpLayout layout = GateUpLayout.STACKED;
@@ -55,6 +56,17 @@ public final class KernelBuilder {
     public KernelBuilder expertDown(ExpertShape shape) {
         this.shape = shape;
         this.gateUp = false;
+        return this;
+    }
+
+    /**
+     * A router of {@code experts} scores over {@code hidden} inputs; give its routing rule as the
+     * epilogue ({@link RoutingRules}). Sets the default decode schedule, router_gemv with 4 warps of
+     * one expert each per block; call {@link #schedule} afterwards to change it.
+     */
+    public KernelBuilder router(int hidden, int experts) {
+        this.router = new Problem.Router(hidden, experts, weights, activations);
+        this.schedule = new Schedule.RouterGemv(4, 16, 8, 4);
         return this;
     }
 
@@ -95,7 +107,12 @@ public final class KernelBuilder {
 
     /** The spec without validation, for tests of the validator itself. */
     public KernelSpec unchecked() {
-        Objects.requireNonNull(shape, "call expertGateUp(shape) or expertDown(shape) first");
+        if (router != null) {
+            Objects.requireNonNull(epilogue, "a router needs its routing rule as the epilogue (see RoutingRules)");
+            Problem.Router r = new Problem.Router(router.hidden(), router.experts(), weights, activations);
+            return new KernelSpec(name, r, schedule, epilogue, target);
+        }
+        Objects.requireNonNull(shape, "call expertGateUp(shape), expertDown(shape) or router(hidden, experts) first");
         Problem problem = gateUp
                 ? new Problem.ExpertGateUp(shape, weights, activations, layout)
                 : new Problem.ExpertDown(shape, weights, activations);

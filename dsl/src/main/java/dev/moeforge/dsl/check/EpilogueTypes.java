@@ -1,19 +1,33 @@
 package dev.moeforge.dsl.check;
 
+import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.AccChannel;
+import dev.moeforge.dsl.ir.epilogue.Add;
 import dev.moeforge.dsl.ir.epilogue.Combine;
+import dev.moeforge.dsl.ir.epilogue.Dense;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
+import dev.moeforge.dsl.ir.epilogue.Renormalize;
+import dev.moeforge.dsl.ir.epilogue.RowParam;
+import dev.moeforge.dsl.ir.epilogue.Scale;
+import dev.moeforge.dsl.ir.epilogue.Sigmoid;
+import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.ir.epilogue.TopK;
+import dev.moeforge.dsl.ir.ExpertShape;
 import java.util.List;
+import java.util.Locale;
 
 /**
- * The epilogue tree's type checker: gives each node its {@link ValueScope} and records an error,
- * with the path to the node, wherever the tree is ill-formed for the problem it belongs to.
+ * The epilogue tree's type checker: gives each node its {@link ValueType} and records an error,
+ * with the path to the node and the rule it breaks, wherever the tree is ill-formed for its problem.
  */
 public final class EpilogueTypes {
+    /** Largest k of a top-k: one selected expert per lane of a warp. */
+    public static final int MAX_TOPK = 32;
+
     private final Problem problem;
     private final List<SpecError> errors;
 
@@ -25,100 +39,223 @@ public final class EpilogueTypes {
     /** Type-checks the tree rooted at {@code root} (path {@code epilogue}); appends problems to {@code errors}. */
     public static void check(Problem problem, EpilogueNode root, List<SpecError> errors) {
         EpilogueTypes types = new EpilogueTypes(problem, errors);
-        if (!(root instanceof Store)) {
+        if (!(root instanceof Store store)) {
             errors.add(new SpecError("epilogue", describe(root), "the root of an epilogue must be store(...)"));
+            types.typeOf(root, "epilogue");
+            return;
         }
-        ValueScope scope = types.typeOf(root, "epilogue", true);
-        if (root instanceof Store store && scope == ValueScope.STORED) {
-            ValueScope stored = types.typeOf(store.input(), "epilogue.store.input", false);
-            ValueScope wanted = switch (problem) {
-                case Problem.ExpertGateUp _ -> ValueScope.PER_SLOT;
-                case Problem.ExpertDown _ -> ValueScope.PER_TOKEN;
-            };
-            if (stored != null && stored != wanted) {
-                errors.add(new SpecError("epilogue.store.input", describe(store.input()), switch (problem) {
-                    case Problem.ExpertGateUp _ -> "gate_up stores one value per (token, routed slot, neuron); "
-                            + "remove the combine";
-                    case Problem.ExpertDown _ -> "down stores one value per (token, hidden output): "
-                            + "wrap the accumulator in combine(...) to sum over the routed experts";
-                }));
-            }
+        types.typeOf(root, "epilogue");
+        ValueType stored = types.typeOf(store.input(), "epilogue.store.input");
+        if (stored == null) {
+            return;
+        }
+        String wanted = switch (problem) {
+            case Problem.ExpertGateUp _ -> stored.kind() == ValueType.Kind.PER_SLOT ? null
+                    : "gate_up stores one value per (token, routed slot, neuron); remove the combine";
+            case Problem.ExpertDown _ -> stored.kind() == ValueType.Kind.PER_TOKEN ? null
+                    : "down stores one value per (token, hidden output): wrap the accumulator in combine(...) to sum "
+                            + "over the routed experts";
+            case Problem.Router _ -> stored.kind() == ValueType.Kind.TOPK || stored.kind() == ValueType.Kind.ROW ? null
+                    : "a router stores a top-k selection (weights and ids) or a row of expert scores";
+        };
+        if (wanted != null) {
+            errors.add(new SpecError("epilogue.store.input", describe(store.input()), wanted));
         }
     }
 
-    /** Returns the node's scope, or null when it is ill-formed (an error was recorded). */
-    private ValueScope typeOf(EpilogueNode node, String path, boolean isRoot) {
+    /** Returns the node's type, or null when it is ill-formed (an error was recorded). */
+    private ValueType typeOf(EpilogueNode node, String path) {
         return switch (node) {
             case Acc acc -> {
-                boolean allowed = switch (problem) {
-                    case Problem.ExpertGateUp _ -> acc.channel() == AccChannel.GATE || acc.channel() == AccChannel.UP;
-                    case Problem.ExpertDown _ -> acc.channel() == AccChannel.MAIN;
+                String rule = switch (problem) {
+                    case Problem.ExpertGateUp _ -> acc.channel() == AccChannel.GATE || acc.channel() == AccChannel.UP ? null
+                            : "a gate_up kernel has the accumulators acc(gate) and acc(up)";
+                    case Problem.ExpertDown _ -> acc.channel() == AccChannel.MAIN ? null
+                            : "a down kernel has one accumulator, acc";
+                    case Problem.Router _ -> acc.channel() == AccChannel.MAIN ? null
+                            : "a router has one accumulator, acc: the row of expert scores";
                 };
-                if (!allowed) {
-                    errors.add(new SpecError(path, describe(acc), switch (problem) {
-                        case Problem.ExpertGateUp _ -> "a gate_up kernel has the accumulators acc(gate) and acc(up)";
-                        case Problem.ExpertDown _ -> "a down kernel has one accumulator, acc";
-                    }));
+                if (rule != null) {
+                    yield fail(path, acc, rule);
+                }
+                yield switch (problem) {
+                    case Problem.ExpertProblem _ -> ValueType.PER_SLOT;
+                    case Problem.Router r -> ValueType.row(r.experts());
+                };
+            }
+            case RowParam p -> switch (problem) {
+                case Problem.Router r -> {
+                    if (!p.name().matches("[a-z_][a-z0-9_]{0,63}") || RESERVED.contains(p.name())) {
+                        yield fail(path, p, "a parameter name: lower case letters, digits and '_', not one of " + RESERVED);
+                    }
+                    yield ValueType.row(r.experts());
+                }
+                case Problem.ExpertProblem _ -> fail(path, p, "row(...) is a per-expert vector of a router");
+            };
+            case Add a -> {
+                ValueType l = typeOf(a.left(), path + ".add.left");
+                ValueType r = typeOf(a.right(), path + ".add.right");
+                if (l == null || r == null) {
                     yield null;
                 }
-                yield ValueScope.PER_SLOT;
+                if (!l.equals(r) || l.kind() == ValueType.Kind.TOPK) {
+                    yield fail(path, a, "add needs two values of the same type (not top-k selections), got "
+                            + l.text() + " and " + r.text());
+                }
+                yield l;
+            }
+            case Scale s -> {
+                if (!Double.isFinite(s.factor())) {
+                    errors.add(new SpecError(path + ".scale.factor", Double.toString(s.factor()), "a finite number"));
+                }
+                yield typeOf(s.input(), path + ".scale.input");
+            }
+            case Sigmoid s -> typeOf(s.input(), path + ".sigmoid.input");
+            case Softmax s -> {
+                ValueType in = typeOf(s.input(), path + ".softmax.input");
+                if (in == null) {
+                    yield null;
+                }
+                if (in.kind() != ValueType.Kind.ROW && in.kind() != ValueType.Kind.TOPK) {
+                    yield fail(path + ".softmax.input", s.input(), "softmax normalises a row of expert scores or a "
+                            + "top-k selection's values, not " + in.text());
+                }
+                yield in;
+            }
+            case TopK t -> typeOfTopK(t, path);
+            case Renormalize r -> {
+                ValueType in = typeOf(r.input(), path + ".renormalize.input");
+                if (in == null) {
+                    yield null;
+                }
+                if (in.kind() != ValueType.Kind.TOPK) {
+                    yield fail(path + ".renormalize.input", r.input(), "renormalize divides a top-k selection's values "
+                            + "by their sum; its input must be topk(...), got " + in.text());
+                }
+                yield in;
+            }
+            case Dense d -> {
+                ValueType in = typeOf(d.input(), path + ".dense.input");
+                if (in == null) {
+                    yield null;
+                }
+                if (in.kind() != ValueType.Kind.TOPK || !(problem instanceof Problem.Router r)) {
+                    yield fail(path + ".dense.input", d.input(), "dense scatters a router's top-k selection into a row "
+                            + "of experts; got " + in.text());
+                }
+                yield ValueType.row(r.experts());
             }
             case GatedActivation g -> {
-                ValueScope gate = typeOf(g.gate(), path + ".gated.gate", false);
-                ValueScope up = typeOf(g.up(), path + ".gated.up", false);
+                ValueType gate = typeOf(g.gate(), path + ".gated.gate");
+                ValueType up = typeOf(g.up(), path + ".gated.up");
                 if (gate == null || up == null) {
                     yield null;
                 }
-                if (gate != up) {
-                    errors.add(new SpecError(path, describe(g),
-                            "gate and up must have the same scope, got " + scopeText(gate) + " and " + scopeText(up)));
-                    yield null;
+                if (gate.kind() != ValueType.Kind.PER_SLOT || !gate.equals(up)) {
+                    yield fail(path, g, "gated(...) combines a gate_up kernel's two per-(token, slot) accumulators, got "
+                            + gate.text() + " and " + up.text());
                 }
                 yield gate;
             }
             case Combine c -> {
-                ValueScope in = typeOf(c.input(), path + ".combine.input", false);
+                ValueType in = typeOf(c.input(), path + ".combine.input");
                 if (in == null) {
                     yield null;
                 }
-                if (in != ValueScope.PER_SLOT) {
-                    errors.add(new SpecError(path + ".combine.input", describe(c.input()),
-                            "combine sums over the routed slots; its input must be per slot, got " + scopeText(in)));
-                    yield null;
+                if (in.kind() != ValueType.Kind.PER_SLOT) {
+                    yield fail(path + ".combine.input", c.input(),
+                            "combine sums over the routed slots; its input must be per slot, got " + in.text());
                 }
-                yield ValueScope.PER_TOKEN;
+                yield ValueType.PER_TOKEN;
             }
             case Store s -> {
-                if (!isRoot) {
-                    errors.add(new SpecError(path, describe(s), "store(...) may only be the root of the epilogue"));
-                    yield null;
+                if (!path.equals("epilogue")) {
+                    yield fail(path, s, "store(...) may only be the root of the epilogue");
                 }
-                if (s.dtype() != problem.activations()) {
-                    errors.add(new SpecError(path + ".store.dtype", s.dtype().text(),
-                            "the output type must be the problem's activation type, " + problem.activations().text()
-                                    + " (the down kernel reads gate_up's output as its activation)"));
+                String allowed = switch (problem) {
+                    case Problem.ExpertProblem p -> s.dtype() == p.activations() ? null
+                            : "the output type must be the problem's activation type, " + p.activations().text()
+                                    + " (the down kernel reads gate_up's output as its activation)";
+                    case Problem.Router _ -> s.dtype() == DType.FP32 || s.dtype() == DType.BF16 ? null
+                            : "fp32 or bf16 routing weights";
+                };
+                if (allowed != null) {
+                    errors.add(new SpecError(path + ".store.dtype", s.dtype().text(), allowed));
                 }
-                ValueScope in = typeOf(s.input(), path + ".store.input", false);
-                yield in == null ? null : ValueScope.STORED;
+                yield typeOf(s.input(), path + ".store.input");
             }
         };
     }
 
-    private static String scopeText(ValueScope s) {
-        return switch (s) {
-            case PER_SLOT -> "per (token, slot)";
-            case PER_TOKEN -> "per token";
-            case STORED -> "stored";
-        };
+    private ValueType typeOfTopK(TopK t, String path) {
+        ValueType in = typeOf(t.input(), path + ".topk.input");
+        ValueType by = t.by().map(b -> typeOf(b, path + ".topk.by")).orElse(in);
+        if (in == null || by == null) {
+            return null;
+        }
+        if (in.kind() != ValueType.Kind.ROW) {
+            return fail(path + ".topk.input", t.input(), "topk selects from a row of expert scores, got " + in.text());
+        }
+        if (!by.equals(in)) {
+            return fail(path + ".topk.by", t.by().orElseThrow(), "the selection scores must be a row like the input ("
+                    + in.text() + "), got " + by.text());
+        }
+        int experts = in.width();
+        boolean ok = true;
+        if (t.k() < 1 || t.k() > Math.min(MAX_TOPK, experts)) {
+            errors.add(new SpecError(path + ".topk.k", Integer.toString(t.k()),
+                    "1.." + Math.min(MAX_TOPK, experts) + " (at most the number of experts, " + experts + ", and at most " + MAX_TOPK + ")"));
+            ok = false;
+        }
+        if (t.groups() < 1 || t.groups() > 32 || experts % t.groups() != 0 || (t.groups() > 1 && experts / t.groups() < 2)) {
+            errors.add(new SpecError(path + ".topk.groups", Integer.toString(t.groups()),
+                    "1..32, dividing the " + experts + " experts into groups of at least 2 (a group scores its two best)"));
+            ok = false;
+        } else if (t.topkGroups() < 1 || t.topkGroups() > t.groups()) {
+            errors.add(new SpecError(path + ".topk.topk_groups", Integer.toString(t.topkGroups()), "1.." + t.groups() + " (the groups)"));
+            ok = false;
+        } else if (ok && t.k() > t.topkGroups() * (experts / t.groups())) {
+            errors.add(new SpecError(path + ".topk.k", Integer.toString(t.k()), "at most the experts of the kept groups, "
+                    + t.topkGroups() + " x " + experts / t.groups()));
+            ok = false;
+        }
+        return ok ? ValueType.topk(t.k()) : null;
     }
+
+    private ValueType fail(String path, EpilogueNode node, String rule) {
+        errors.add(new SpecError(path, describe(node), rule));
+        return null;
+    }
+
+    /** Names a router's launch-time parameters may not take: they collide with the fixed ones. */
+    public static final List<String> RESERVED = List.of("x", "w_router", "scores", "counters", "topk_weights", "topk_ids",
+            "router_out", "num_tokens");
 
     /** A short rendering of the node for messages. */
     public static String describe(EpilogueNode node) {
         return switch (node) {
             case Acc a -> a.channel() == AccChannel.MAIN ? "acc" : "acc(" + a.channel().text() + ")";
+            case RowParam p -> "row(" + p.name() + ")";
+            case Add a -> "add(" + describe(a.left()) + ", " + describe(a.right()) + ")";
+            case Scale s -> "scale(" + describe(s.input()) + ", " + number(s.factor()) + ")";
+            case Sigmoid s -> "sigmoid(" + describe(s.input()) + ")";
+            case Softmax s -> "softmax(" + describe(s.input()) + ")";
+            case TopK t -> "topk(" + describe(t.input()) + ", " + t.k()
+                    + (t.groups() > 1 ? ", groups=" + t.groups() + ", topk_groups=" + t.topkGroups() : "")
+                    + t.by().map(b -> ", by=" + describe(b)).orElse("") + ")";
+            case Renormalize r -> "renormalize(" + describe(r.input()) + ")";
+            case Dense d -> "dense(" + describe(d.input()) + ")";
             case GatedActivation g -> "gated(" + g.function().text() + ", " + describe(g.gate()) + ", " + describe(g.up()) + ")";
             case Combine c -> "combine(" + describe(c.input()) + ")";
             case Store s -> "store(" + describe(s.input()) + ", dtype=" + s.dtype().text() + ")";
         };
+    }
+
+    /** A double as the textual form writes it: the shortest decimal that reads back the same value. */
+    public static String number(double v) {
+        if (v == Math.rint(v) && Math.abs(v) < 1e15) {
+            return Long.toString((long) v);
+        }
+        return Double.toString(v).toLowerCase(Locale.ROOT);
     }
 }

@@ -22,7 +22,7 @@ public record OutputCentricLayout(
      * Shared memory: the tile's routing table and per-lane accumulators (tokensPerCta > 1), then the
      * per-warp partial sums that the warps of one output add up (warpsPerOutput > 1).
      */
-    public static OutputCentricLayout of(Problem problem, OutputCentric s) {
+    public static OutputCentricLayout of(Problem.ExpertProblem problem, OutputCentric s) {
         ExpertShape shape = problem.shape();
         int reduce = switch (problem) {
             case Problem.ExpertGateUp _ -> shape.hidden();

@@ -33,6 +33,15 @@ public final class Validator {
 
     private static final Pattern IDENTIFIER = Pattern.compile("[A-Za-z_][A-Za-z0-9_]{0,99}");
 
+    /** C++ keywords and CUDA names a kernel may not take: the spec's name becomes the kernel's. */
+    private static final Set<String> CUDA_RESERVED = Set.of("alignas", "alignof", "asm", "auto", "bool", "break", "case",
+            "catch", "char", "class", "const", "constexpr", "continue", "decltype", "default", "delete", "do", "double",
+            "else", "enum", "explicit", "extern", "false", "float", "for", "friend", "goto", "if", "inline", "int", "long",
+            "namespace", "new", "noexcept", "nullptr", "operator", "private", "protected", "public", "register", "return",
+            "short", "signed", "sizeof", "static", "struct", "switch", "template", "this", "throw", "true", "try",
+            "typedef", "typename", "union", "unsigned", "using", "virtual", "void", "volatile", "while", "main",
+            "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize");
+
     private Validator() {}
 
     /** Throws {@link SpecException} listing every problem of {@code spec}; returns it when valid. */
@@ -46,18 +55,23 @@ public final class Validator {
 
     public static List<SpecError> errors(KernelSpec spec) {
         List<SpecError> errors = new ArrayList<>();
-        if (!IDENTIFIER.matcher(spec.name()).matches()) {
+        if (!IDENTIFIER.matcher(spec.name()).matches() || CUDA_RESERVED.contains(spec.name()) || spec.name().startsWith("__")
+                || spec.name().matches("_[A-Z].*")) {
             errors.add(new SpecError("name", quote(spec.name()),
-                    "a C identifier: a letter or '_', then letters, digits or '_', at most 100 characters"));
+                    "a C identifier: a letter or '_', then letters, digits or '_', at most 100 characters, not a C++ "
+                            + "keyword and not a name reserved to the implementation ('__' or '_' and a capital first)"));
         }
-        checkProblem(spec.problem(), errors);
-        checkSchedule(spec, dimensionsInRange(spec.problem().shape()), errors);
+        switch (spec.problem()) {
+            case Problem.ExpertProblem p -> checkExpertProblem(p, errors);
+            case Problem.Router r -> checkRouter(r, errors);
+        }
+        checkSchedule(spec, errors);
         EpilogueTypes.check(spec.problem(), spec.epilogue(), errors);
         checkEpilogueAgainstSchedule(spec, errors);
         return errors;
     }
 
-    private static void checkProblem(Problem problem, List<SpecError> errors) {
+    private static void checkExpertProblem(Problem.ExpertProblem problem, List<SpecError> errors) {
         ExpertShape s = problem.shape();
         range(errors, "problem.hidden", s.hidden(), 1, MAX_DIMENSION);
         range(errors, "problem.intermediate", s.intermediate(), 1, MAX_DIMENSION);
@@ -67,6 +81,16 @@ public final class Validator {
                     "1.." + Math.min(MAX_TOPK, Math.max(1, s.experts())) + " (at most the number of experts, "
                             + s.experts() + ", and at most " + MAX_TOPK + ")"));
         }
+        checkFormats(problem, errors);
+    }
+
+    private static void checkRouter(Problem.Router r, List<SpecError> errors) {
+        range(errors, "problem.hidden", r.hidden(), 1, MAX_DIMENSION);
+        range(errors, "problem.experts", r.experts(), 1, MAX_EXPERTS);
+        checkFormats(r, errors);
+    }
+
+    private static void checkFormats(Problem problem, List<SpecError> errors) {
         switch (problem.weights()) {
             case WeightFormat.Bf16 _ -> { }
         }
@@ -80,12 +104,16 @@ public final class Validator {
                 && s.experts() >= 1 && s.experts() <= MAX_EXPERTS && s.topk() >= 1 && s.topk() <= MAX_TOPK;
     }
 
-    /** {@code dimensionsOk}: the sizes are in range, so the derived layout (load counts, shared memory) is meaningful. */
-    private static void checkSchedule(KernelSpec spec, boolean dimensionsOk, List<SpecError> errors) {
+    private static void checkSchedule(KernelSpec spec, List<SpecError> errors) {
         Target target = spec.target();
+        int maxWarps = target.maxThreadsPerBlock() / 32;
         switch (spec.schedule()) {
             case OutputCentric oc -> {
-                int maxWarps = target.maxThreadsPerBlock() / 32;
+                if (!(spec.problem() instanceof Problem.ExpertProblem p)) {
+                    errors.add(new SpecError("schedule", "output_centric", "output_centric lowers expert_gate_up and "
+                            + "expert_down; a router takes router_gemv"));
+                    return;
+                }
                 range(errors, "schedule.warps_per_cta", oc.warpsPerCta(), 1, maxWarps);
                 if (!LOAD_BYTES.contains(oc.loadBytes())) {
                     errors.add(new SpecError("schedule.load_bytes", Integer.toString(oc.loadBytes()), "4, 8 or 16"));
@@ -100,15 +128,14 @@ public final class Validator {
                     int maxBlocks = target.maxWarpsPerSm() / oc.warpsPerCta();
                     range(errors, "schedule.min_blocks_per_sm", oc.minBlocksPerSm(), 0, maxBlocks);
                 }
-                if (oc.warpsPerOutput() > 1 && oc.tokensPerCta() > 1 && spec.problem() instanceof Problem.ExpertGateUp) {
+                if (oc.warpsPerOutput() > 1 && oc.tokensPerCta() > 1 && p instanceof Problem.ExpertGateUp) {
                     errors.add(new SpecError("schedule.warps_per_output", Integer.toString(oc.warpsPerOutput()),
                             "1 for a token-tiled gate_up (tokens_per_cta > 1): each warp keeps its whole rows in "
                                     + "registers across the tile's tokens"));
                 }
-                if (!dimensionsOk || !LOAD_BYTES.contains(oc.loadBytes())) {
+                if (!dimensionsInRange(p.shape()) || !LOAD_BYTES.contains(oc.loadBytes())) {
                     return;
                 }
-                Problem p = spec.problem();
                 int epl = p.weights().elementsPerLoad(oc.loadBytes());
                 // Both the weight rows and the activation rows are read with loads of load_bytes,
                 // so both row lengths must be whole loads (and thus load-aligned).
@@ -122,6 +149,21 @@ public final class Validator {
                                         + target.text() + " (lower tokens_per_cta or warps_per_cta)"));
                     }
                 }
+            }
+            case Schedule.RouterGemv g -> {
+                if (!(spec.problem() instanceof Problem.Router r)) {
+                    errors.add(new SpecError("schedule", "router_gemv", "router_gemv lowers a router problem; expert "
+                            + "kernels take output_centric"));
+                    return;
+                }
+                range(errors, "schedule.warps_per_cta", g.warpsPerCta(), 1, maxWarps);
+                if (!LOAD_BYTES.contains(g.loadBytes())) {
+                    errors.add(new SpecError("schedule.load_bytes", Integer.toString(g.loadBytes()), "4, 8 or 16"));
+                } else if (r.hidden() >= 1 && r.hidden() <= MAX_DIMENSION) {
+                    divisible(errors, "problem.hidden", r.hidden(), r.weights().elementsPerLoad(g.loadBytes()), g.loadBytes());
+                }
+                range(errors, "schedule.k_unroll", g.kUnroll(), 1, 16);
+                range(errors, "schedule.experts_per_cta", g.expertsPerCta(), 1, Math.max(1, r.experts()));
             }
         }
     }
@@ -137,6 +179,7 @@ public final class Validator {
                                     + "combine(acc) with the accumulator itself as input"));
                 }
             }
+            case Schedule.RouterGemv _ -> { }
         }
     }
 

@@ -1,16 +1,20 @@
 package dev.moeforge.dsl.ir;
 
 /**
- * What a kernel computes, independent of how it is mapped onto the GPU. Routing is given:
- * {@code topk_ids [M][k] int32} and {@code topk_weights [M][k] fp32}, token-major (DESIGN section 9).
+ * What a kernel computes, independent of how it is mapped onto the GPU. Routing tables between
+ * kernels are token-major: {@code topk_ids [M][k] int32} and {@code topk_weights [M][k]}
+ * (DESIGN section 9).
  */
-public sealed interface Problem permits Problem.ExpertGateUp, Problem.ExpertDown {
-
-    ExpertShape shape();
+public sealed interface Problem permits Problem.ExpertProblem, Problem.Router {
 
     WeightFormat weights();
 
     DType activations();
+
+    /** One half of the expert MLP, with routing given. */
+    sealed interface ExpertProblem extends Problem permits ExpertGateUp, ExpertDown {
+        ExpertShape shape();
+    }
 
     /**
      * The first half of the expert MLP. For token {@code m} and routed slot {@code j} with expert
@@ -20,12 +24,20 @@ public sealed interface Problem permits Problem.ExpertGateUp, Problem.ExpertDown
      * {@code inter[m][j][i]}.
      */
     record ExpertGateUp(ExpertShape shape, WeightFormat weights, DType activations, GateUpLayout layout)
-            implements Problem {}
+            implements ExpertProblem {}
 
     /**
      * The second half. For token {@code m} and every hidden output {@code h < H}:
      * {@code acc_j = W_down[topk_ids[m][j]][h] . inter[m][j]} for each routed slot {@code j}; the
      * epilogue (a routing-weighted {@code combine}) folds them into one value stored to {@code y[m][h]}.
      */
-    record ExpertDown(ExpertShape shape, WeightFormat weights, DType activations) implements Problem {}
+    record ExpertDown(ExpertShape shape, WeightFormat weights, DType activations) implements ExpertProblem {}
+
+    /**
+     * The router: for token {@code m}, the row of {@code experts} scores
+     * {@code acc[e] = W_r[e] . x[m]} (FP32 accumulation; {@code W_r [E][H]}, the Hugging Face
+     * {@code gate.weight}), then the epilogue tree (the routing rule: softmax, top-k, biases,
+     * renormalisation, scaling) turns the row into the stored routing table.
+     */
+    record Router(int hidden, int experts, WeightFormat weights, DType activations) implements Problem {}
 }

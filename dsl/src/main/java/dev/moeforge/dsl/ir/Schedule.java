@@ -1,7 +1,7 @@
 package dev.moeforge.dsl.ir;
 
 /** How a {@link Problem} is mapped onto the GPU. One problem can be lowered with several schedules. */
-public sealed interface Schedule permits Schedule.OutputCentric {
+public sealed interface Schedule permits Schedule.OutputCentric, Schedule.RouterGemv {
 
     /**
      * Warp decode (seeds 000 and 004): one warp owns one output scalar and streams the weight rows
@@ -36,4 +36,19 @@ public sealed interface Schedule permits Schedule.OutputCentric {
             return warpsPerCta / warpsPerOutput;
         }
     }
+
+    /**
+     * The decode router (seed 000's warp GEMV, seed 002's fused epilogue): the experts of a token
+     * are spread over {@code ceil(E / expertsPerCta)} thread blocks, one warp per expert score
+     * ({@code W_r[e] . x[m]}, 16-byte loads, FP32); the last block of a token to finish (an atomic
+     * ticket) reads the token's E scores back from L2 and one warp evaluates the whole epilogue
+     * tree (softmax, top-k, biases, renormalisation) in registers before storing the routing table.
+     * One launch per router call, no host synchronisation.
+     *
+     * @param warpsPerCta   warps per thread block, each computing every warpsPerCta-th expert of the block
+     * @param loadBytes     bytes each lane loads per load of a router row (16 = LDG.128)
+     * @param kUnroll       loads per lane issued before the first is used
+     * @param expertsPerCta experts of one token per thread block: fewer means more blocks in flight
+     */
+    record RouterGemv(int warpsPerCta, int loadBytes, int kUnroll, int expertsPerCta) implements Schedule {}
 }

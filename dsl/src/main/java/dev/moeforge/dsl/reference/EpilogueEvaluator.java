@@ -1,16 +1,25 @@
 package dev.moeforge.dsl.reference;
 
 import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.Add;
 import dev.moeforge.dsl.ir.epilogue.Combine;
+import dev.moeforge.dsl.ir.epilogue.Dense;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
+import dev.moeforge.dsl.ir.epilogue.Renormalize;
+import dev.moeforge.dsl.ir.epilogue.RowParam;
+import dev.moeforge.dsl.ir.epilogue.Scale;
+import dev.moeforge.dsl.ir.epilogue.Sigmoid;
+import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.ir.epilogue.TopK;
 
 /**
- * The host twin of every epilogue node, in FP64. Per-slot nodes read the accumulators of the
- * current slot; {@code combine} sums its input over all of the token's slots with their routing
- * weights. {@code store} returns its input unrounded; the caller rounds to the stored type.
+ * The host twin of the expert kernels' epilogue nodes, in FP64. Per-slot nodes read the
+ * accumulators of the current slot; {@code combine} sums its input over all of the token's slots
+ * with their routing weights. {@code store} returns its input unrounded; the caller rounds to the
+ * stored type. Router nodes (rows and top-k selections) are {@link RouterReference}'s.
  */
 public final class EpilogueEvaluator {
 
@@ -42,11 +51,21 @@ public final class EpilogueEvaluator {
                 }
                 yield sum;
             }
+            case Add a -> evaluate(a.left(), accs, slot) + evaluate(a.right(), accs, slot);
+            case Scale s -> evaluate(s.input(), accs, slot) * s.factor();
+            case Sigmoid s -> sigmoid(evaluate(s.input(), accs, slot));
             case Store s -> evaluate(s.input(), accs, slot);
+            case RowParam _, Softmax _, TopK _, Renormalize _, Dense _ -> throw new IllegalStateException(
+                    "router node " + dev.moeforge.dsl.check.EpilogueTypes.describe(node) + " in an expert epilogue; "
+                            + "the type checker rejects such trees");
         };
     }
 
     static double silu(double g) {
         return g / (1.0 + Math.exp(-g));
+    }
+
+    static double sigmoid(double x) {
+        return 1.0 / (1.0 + Math.exp(-x));
     }
 }

@@ -28,9 +28,11 @@ public final class ExpertReference {
      */
     public static LayerResult layer(KernelSpec gateUpSpec, KernelSpec downSpec, short[] x, WeightRows gateUp,
                                     WeightRows down, Routing routing) {
-        if (!gateUpSpec.problem().shape().equals(downSpec.problem().shape())) {
-            throw new IllegalArgumentException("gate_up " + gateUpSpec.name() + " has shape " + gateUpSpec.problem().shape()
-                    + " but down " + downSpec.name() + " has " + downSpec.problem().shape());
+        ExpertShape gateUpShape = ((Problem.ExpertProblem) gateUpSpec.problem()).shape();
+        ExpertShape downShape = ((Problem.ExpertProblem) downSpec.problem()).shape();
+        if (!gateUpShape.equals(downShape)) {
+            throw new IllegalArgumentException("gate_up " + gateUpSpec.name() + " has shape " + gateUpShape
+                    + " but down " + downSpec.name() + " has " + downShape);
         }
         Result inter = gateUp(gateUpSpec, x, gateUp, routing);
         return new LayerResult(inter, down(downSpec, inter.stored(), down, routing));
@@ -73,7 +75,7 @@ public final class ExpertReference {
      * {@code sum_j weights[m][j] * acc_j}; {@code inter} is {@code [M][k][I]} bf16.
      */
     public static Result down(KernelSpec spec, short[] inter, WeightRows w, Routing routing) {
-        ExpertShape s = spec.problem().shape();
+        ExpertShape s = ((Problem.ExpertProblem) spec.problem()).shape();
         checkInputs(s, routing, w, s.hidden(), s.intermediate());
         int k = s.topk();
         int in = s.intermediate();

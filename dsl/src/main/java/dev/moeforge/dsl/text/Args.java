@@ -78,12 +78,39 @@ final class Args {
             case null -> null;
             case Expr.Num n -> {
                 try {
-                    yield Integer.parseInt(n.text());
+                    yield Integer.valueOf(Integer.parseInt(n.text()));
                 } catch (NumberFormatException tooLarge) {
                     yield fail(param, e, "an integer from " + Integer.MIN_VALUE + " to " + Integer.MAX_VALUE);
                 }
             }
             case Expr.Name _, Expr.Call _ -> fail(param, e, "a number");
+        };
+    }
+
+    /** An integer, or {@code fallback} when the argument is absent (an optional parameter). */
+    Integer integer(String param, int fallback) {
+        return has(param) ? integer(param) : Integer.valueOf(fallback);
+    }
+
+    Double decimal(String param) {
+        Expr e = required(param);
+        return switch (e) {
+            case null -> null;
+            case Expr.Num n -> {
+                double v = Double.parseDouble(n.text());
+                yield Double.isFinite(v) ? Double.valueOf(v) : fail(param, e, "a finite number");
+            }
+            case Expr.Name _, Expr.Call _ -> fail(param, e, "a number");
+        };
+    }
+
+    /** A bare name used as an identifier (e.g. a parameter's name). */
+    String identifier(String param) {
+        Expr e = required(param);
+        return switch (e) {
+            case null -> null;
+            case Expr.Name n -> n.text();
+            case Expr.Num _, Expr.Call _ -> fail(param, e, "a name");
         };
     }
 

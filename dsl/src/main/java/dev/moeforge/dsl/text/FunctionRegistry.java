@@ -9,11 +9,20 @@ import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.AccChannel;
+import dev.moeforge.dsl.ir.epilogue.Add;
 import dev.moeforge.dsl.ir.epilogue.Combine;
+import dev.moeforge.dsl.ir.epilogue.Dense;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
+import dev.moeforge.dsl.ir.epilogue.Renormalize;
+import dev.moeforge.dsl.ir.epilogue.RowParam;
+import dev.moeforge.dsl.ir.epilogue.Scale;
+import dev.moeforge.dsl.ir.epilogue.Sigmoid;
+import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.ir.epilogue.TopK;
+import java.util.Optional;
 import dev.moeforge.dsl.text.FunctionTable.Entry;
 import java.util.List;
 
@@ -49,7 +58,14 @@ final class FunctionRegistry {
                         WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
                         DType activations = a.choice("activations", DTYPES);
                         return a.ok() ? new Problem.ExpertDown(shape, weights, activations) : null;
-                    })));
+                    }),
+            new Entry<>("router", List.of("hidden", "experts", "weights", "activations"), a -> {
+                Integer hidden = a.integer("hidden");
+                Integer experts = a.integer("experts");
+                WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
+                DType activations = a.choice("activations", DTYPES);
+                return a.ok() ? new Problem.Router(hidden, experts, weights, activations) : null;
+            })));
 
     static final FunctionTable<Schedule> SCHEDULES = FunctionTable.sections(List.of(
             new Entry<>("output_centric",
@@ -62,7 +78,14 @@ final class FunctionRegistry {
                         Integer perOutput = a.integer("warps_per_output");
                         Integer minBlocks = a.integer("min_blocks_per_sm");
                         return a.ok() ? new Schedule.OutputCentric(warps, loadBytes, kUnroll, tokens, perOutput, minBlocks) : null;
-                    })));
+                    }),
+            new Entry<>("router_gemv", List.of("warps_per_cta", "load_bytes", "k_unroll", "experts_per_cta"), a -> {
+                Integer warps = a.integer("warps_per_cta");
+                Integer loadBytes = a.integer("load_bytes");
+                Integer kUnroll = a.integer("k_unroll");
+                Integer experts = a.integer("experts_per_cta");
+                return a.ok() ? new Schedule.RouterGemv(warps, loadBytes, kUnroll, experts) : null;
+            })));
 
     // Nested nodes are read through FunctionRegistry.EPILOGUE: a simple name may not refer to the
     // field from its own initializer.
@@ -81,6 +104,46 @@ final class FunctionRegistry {
                 EpilogueNode gate = a.function("gate", FunctionRegistry.EPILOGUE);
                 EpilogueNode up = a.function("up", FunctionRegistry.EPILOGUE);
                 return a.ok() ? new GatedActivation(fn, gate, up) : null;
+            }),
+            new Entry<>("row", List.of("name"), a -> {
+                String name = a.identifier("name");
+                return a.ok() ? new RowParam(name) : null;
+            }),
+            new Entry<>("add", List.of("left", "right"), a -> {
+                EpilogueNode left = a.function("left", FunctionRegistry.EPILOGUE);
+                EpilogueNode right = a.function("right", FunctionRegistry.EPILOGUE);
+                return a.ok() ? new Add(left, right) : null;
+            }),
+            new Entry<>("scale", List.of("input", "factor"), a -> {
+                EpilogueNode input = a.function("input", FunctionRegistry.EPILOGUE);
+                Double factor = a.decimal("factor");
+                return a.ok() ? new Scale(input, factor) : null;
+            }),
+            new Entry<>("sigmoid", List.of("input"), a -> {
+                EpilogueNode input = a.function("input", FunctionRegistry.EPILOGUE);
+                return a.ok() ? new Sigmoid(input) : null;
+            }),
+            new Entry<>("softmax", List.of("input"), a -> {
+                EpilogueNode input = a.function("input", FunctionRegistry.EPILOGUE);
+                return a.ok() ? new Softmax(input) : null;
+            }),
+            // groups and topk_groups default to 1 (no group limit); by defaults to the input itself
+            new Entry<>("topk", List.of("input", "k", "groups", "topk_groups", "by"), a -> {
+                EpilogueNode input = a.function("input", FunctionRegistry.EPILOGUE);
+                Integer k = a.integer("k");
+                Integer groups = a.integer("groups", 1);
+                Integer topkGroups = a.integer("topk_groups", 1);
+                Optional<EpilogueNode> by = a.has("by")
+                        ? Optional.ofNullable(a.function("by", FunctionRegistry.EPILOGUE)) : Optional.empty();
+                return a.ok() ? new TopK(input, k, groups, topkGroups, by) : null;
+            }),
+            new Entry<>("renormalize", List.of("input"), a -> {
+                EpilogueNode input = a.function("input", FunctionRegistry.EPILOGUE);
+                return a.ok() ? new Renormalize(input) : null;
+            }),
+            new Entry<>("dense", List.of("input"), a -> {
+                EpilogueNode input = a.function("input", FunctionRegistry.EPILOGUE);
+                return a.ok() ? new Dense(input) : null;
             }),
             // bare acc is the main accumulator; acc(gate) and acc(up) name a gate_up channel
             new Entry<>("acc", List.of("channel"), a -> {

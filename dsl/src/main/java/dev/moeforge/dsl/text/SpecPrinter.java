@@ -4,11 +4,20 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Schedule;
+import dev.moeforge.dsl.check.EpilogueTypes;
 import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.Add;
 import dev.moeforge.dsl.ir.epilogue.Combine;
+import dev.moeforge.dsl.ir.epilogue.Dense;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
+import dev.moeforge.dsl.ir.epilogue.Renormalize;
+import dev.moeforge.dsl.ir.epilogue.RowParam;
+import dev.moeforge.dsl.ir.epilogue.Scale;
+import dev.moeforge.dsl.ir.epilogue.Sigmoid;
+import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.ir.epilogue.TopK;
 import java.util.List;
 import java.util.stream.Collectors;
 
@@ -44,19 +53,33 @@ public final class SpecPrinter {
                     + printEpilogue(g.up()) + ")";
             case Combine c -> "combine(" + printEpilogue(c.input()) + ")";
             case Store s -> "store(" + printEpilogue(s.input()) + ", dtype=" + s.dtype().text() + ")";
+            case RowParam p -> "row(" + p.name() + ")";
+            case Add a -> "add(" + printEpilogue(a.left()) + ", " + printEpilogue(a.right()) + ")";
+            case Scale s -> "scale(" + printEpilogue(s.input()) + ", " + EpilogueTypes.number(s.factor()) + ")";
+            case Sigmoid s -> "sigmoid(" + printEpilogue(s.input()) + ")";
+            case Softmax s -> "softmax(" + printEpilogue(s.input()) + ")";
+            // the group limit is printed only when there is one (its default is no limit)
+            case TopK t -> "topk(" + printEpilogue(t.input()) + ", " + t.k()
+                    + (t.groups() != 1 || t.topkGroups() != 1 ? ", groups=" + t.groups() + ", topk_groups=" + t.topkGroups() : "")
+                    + t.by().map(b -> ", by=" + printEpilogue(b)).orElse("") + ")";
+            case Renormalize r -> "renormalize(" + printEpilogue(r.input()) + ")";
+            case Dense d -> "dense(" + printEpilogue(d.input()) + ")";
         };
     }
 
     private static String problem(Problem problem) {
-        ExpertShape s = problem.shape();
         // ints concatenate through Integer.toString, which ignores the locale
-        String common = "hidden=" + s.hidden() + ", intermediate=" + s.intermediate() + ", experts=" + s.experts()
-                + ", topk=" + s.topk() + ", weights=" + problem.weights().text()
-                + ", activations=" + problem.activations().text();
+        String formats = "weights=" + problem.weights().text() + ", activations=" + problem.activations().text();
         return switch (problem) {
-            case Problem.ExpertGateUp g -> "expert_gate_up(" + common + ", layout=" + g.layout().text() + ")";
-            case Problem.ExpertDown _ -> "expert_down(" + common + ")";
+            case Problem.ExpertGateUp g -> "expert_gate_up(" + expertShape(g.shape()) + ", " + formats
+                    + ", layout=" + g.layout().text() + ")";
+            case Problem.ExpertDown d -> "expert_down(" + expertShape(d.shape()) + ", " + formats + ")";
+            case Problem.Router r -> "router(hidden=" + r.hidden() + ", experts=" + r.experts() + ", " + formats + ")";
         };
+    }
+
+    private static String expertShape(ExpertShape s) {
+        return "hidden=" + s.hidden() + ", intermediate=" + s.intermediate() + ", experts=" + s.experts() + ", topk=" + s.topk();
     }
 
     private static String schedule(Schedule schedule) {
@@ -65,6 +88,8 @@ public final class SpecPrinter {
                     + ", load_bytes=" + oc.loadBytes() + ", k_unroll=" + oc.kUnroll()
                     + ", tokens_per_cta=" + oc.tokensPerCta() + ", warps_per_output=" + oc.warpsPerOutput()
                     + ", min_blocks_per_sm=" + oc.minBlocksPerSm() + ")";
+            case Schedule.RouterGemv g -> "router_gemv(warps_per_cta=" + g.warpsPerCta() + ", load_bytes=" + g.loadBytes()
+                    + ", k_unroll=" + g.kUnroll() + ", experts_per_cta=" + g.expertsPerCta() + ")";
         };
     }
 }

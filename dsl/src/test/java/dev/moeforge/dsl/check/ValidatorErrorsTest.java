@@ -58,7 +58,7 @@ class ValidatorErrorsTest {
         String text = Files.readString(dir().resolve("shared_memory_over_sm120_limit.moe"));
         assertThrows(SpecException.class, () -> SpecParser.parse(text));
         KernelSpec onHopper = SpecParser.parse(text.replace("target sm_120a", "target sm_90a"));
-        long shared = OutputCentricLayout.of(onHopper.problem(), (Schedule.OutputCentric) onHopper.schedule()).sharedBytes();
+        long shared = OutputCentricLayout.of((dev.moeforge.dsl.ir.Problem.ExpertProblem) onHopper.problem(), (Schedule.OutputCentric) onHopper.schedule()).sharedBytes();
         assertEquals(172_304, shared);
         assertTrue(shared > Target.SM_120A.maxSharedBytesPerBlock());
     }

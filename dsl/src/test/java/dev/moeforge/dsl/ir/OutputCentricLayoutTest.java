@@ -31,12 +31,12 @@ class OutputCentricLayoutTest {
     private static final Path DEVICE_HEADER = Path.of(System.getProperty("user.dir")).resolveSibling("codegen")
             .resolve("src/main/resources/dev/moeforge/codegen/cuda/moeforge_device.cuh");
 
-    private static Problem gateUp(int hidden, int intermediate, int experts, int topk) {
+    private static Problem.ExpertProblem gateUp(int hidden, int intermediate, int experts, int topk) {
         return new Problem.ExpertGateUp(new ExpertShape(hidden, intermediate, experts, topk), WeightFormat.BF16,
                 DType.BF16, GateUpLayout.STACKED);
     }
 
-    private static Problem down(int hidden, int intermediate, int experts, int topk) {
+    private static Problem.ExpertProblem down(int hidden, int intermediate, int experts, int topk) {
         return new Problem.ExpertDown(new ExpertShape(hidden, intermediate, experts, topk), WeightFormat.BF16, DType.BF16);
     }
 
@@ -149,7 +149,7 @@ class OutputCentricLayoutTest {
     })
     void javaLayoutMatchesTheCudaTileRouting(String kind, int h, int i, int e, int k, int w, int lb, int u, int t)
             throws IOException {
-        Problem p = kind.equals("down") ? down(h, i, e, k) : gateUp(h, i, e, k);
+        Problem.ExpertProblem p = kind.equals("down") ? down(h, i, e, k) : gateUp(h, i, e, k);
         OutputCentricLayout layout = OutputCentricLayout.of(p, schedule(w, lb, u, t));
         CudaLayout cuda = CudaLayout.read();
         Map<String, Long> routing = cuda.tileRouting(t, k, e);
@@ -181,7 +181,7 @@ class OutputCentricLayoutTest {
     void validatedSpecsUseTheSameLayout() {
         KernelSpec spec = KernelBuilder.named("d").expertDown(new ExpertShape(2048, 768, 128, 8))
                 .schedule(OutputCentricBuilder.create().tokensPerCta(32).build()).build();
-        assertEquals(21_552, OutputCentricLayout.of(spec.problem(), (OutputCentric) spec.schedule()).sharedBytes());
+        assertEquals(21_552, OutputCentricLayout.of((Problem.ExpertProblem) spec.problem(), (OutputCentric) spec.schedule()).sharedBytes());
     }
 
     /**

@@ -1,7 +1,5 @@
 package dev.moeforge.examples.cli;
 
-import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.SerializationFeature;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
 import dev.moeforge.dsl.ir.ExpertShape;
@@ -20,11 +18,7 @@ import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.ExpertLayer;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.time.LocalDate;
-import java.time.ZoneOffset;
-import java.time.ZonedDateTime;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -39,7 +33,7 @@ import picocli.CommandLine.Option;
  * routing given) at the Qwen3-30B-A3B geometry, graph-replayed over many layers of weights, in
  * one run; prints a table and writes {@code <out>/<date>-<device>-expert-layer.json}.
  */
-@Command(name = "bench", mixinStandardHelpOptions = true,
+@Command(name = "bench", mixinStandardHelpOptions = true, subcommands = {BenchRouterCommand.class},
         description = "Measures the GPU's read bandwidth and the BF16 expert layer (H=2048, I=768, E=128, top-8) "
                 + "at several token counts, weights rotated over many layers, CUDA graphs, CUDA events, medians.")
 public final class BenchCommand implements Callable<Integer> {
@@ -104,7 +98,7 @@ public final class BenchCommand implements Callable<Integer> {
                 }
             }
             printTable(results);
-            Path file = writeJson(ctx, cache, readBw, read, shape, variants, results);
+            Path file = writeJson(ctx, readBw, read, shape, variants, results);
             System.out.println("wrote " + file);
         }
         return 0;
@@ -120,7 +114,7 @@ public final class BenchCommand implements Callable<Integer> {
         }
         if (sweep) {
             // each pair is timed half by half, so one row compares a gate_up and a down candidate
-            ExpertShape shape = Catalogue.named("qwen3_30b_a3b_gate_up").problem().shape();
+            ExpertShape shape = ((dev.moeforge.dsl.ir.Problem.ExpertProblem) Catalogue.named("qwen3_30b_a3b_gate_up").problem()).shape();
             record Candidate(String name, OutputCentric gateUp, OutputCentric down) {}
             List<Candidate> candidates = new ArrayList<>();
             for (int t : new int[] {1, 8, 32}) {
@@ -154,23 +148,9 @@ public final class BenchCommand implements Callable<Integer> {
         }
     }
 
-    private Path writeJson(CudaContext ctx, KernelCache cache, double readBw, GpuTimer.Timing read, ExpertShape shape,
+    private Path writeJson(CudaContext ctx, double readBw, GpuTimer.Timing read, ExpertShape shape,
                            List<ExpertLayerBenchmark.Variant> variants, List<ExpertLayerBenchmark.Result> results) throws Exception {
-        Map<String, Object> doc = new LinkedHashMap<>();
-        doc.put("benchmark", "expert-layer");
-        doc.put("date", ZonedDateTime.now(ZoneOffset.UTC).toString());
-        doc.put("commit", commit());
-        Map<String, Object> device = new LinkedHashMap<>();
-        device.put("name", ctx.deviceName());
-        device.put("compute_capability", ctx.computeCapability());
-        device.put("sm_count", ctx.smCount());
-        device.put("l2_bytes", ctx.l2Bytes());
-        device.put("memory_bytes", ctx.totalMemory());
-        device.put("sm_clock_khz", ctx.clockKhz());
-        device.put("memory_clock_khz", ctx.memoryClockKhz());
-        device.put("driver", ctx.driverVersion());
-        doc.put("device", device);
-        doc.put("nvcc", new dev.moeforge.runtime.compile.NvccCompiler().version());
+        Map<String, Object> doc = BenchReports.header("expert-layer", ctx);
         doc.put("method", Map.of("layers", layers, "warmup", warmup, "reps", reps, "timing",
                 "CUDA events around each replay of one graph running all layers; per-layer = replay / layers; median",
                 "bytes", "distinct routed experts' gate_up and down weights per layer", "seed", seed));
@@ -196,9 +176,9 @@ public final class BenchCommand implements Callable<Integer> {
             Map<String, Object> m = new LinkedHashMap<>();
             m.put("variant", r.variant());
             m.put("tokens", r.tokens());
-            m.put("layer_us", timing(r.layer()));
-            m.put("gate_up_us", timing(r.gateUp()));
-            m.put("down_us", timing(r.down()));
+            m.put("layer_us", BenchReports.timing(r.layer()));
+            m.put("gate_up_us", BenchReports.timing(r.gateUp()));
+            m.put("down_us", BenchReports.timing(r.down()));
             m.put("distinct_experts_per_layer", r.distinctExpertsPerLayer());
             m.put("distinct_bytes_per_layer", r.distinctBytesPerLayer());
             m.put("gb_per_second", r.gbPerSecond());
@@ -207,20 +187,6 @@ public final class BenchCommand implements Callable<Integer> {
             rows.add(m);
         }
         doc.put("results", rows);
-        Files.createDirectories(out);
-        String slug = ctx.deviceName().toLowerCase(Locale.ROOT).replaceAll("[^a-z0-9]+", "-").replaceAll("(^-|-$)", "");
-        Path file = out.resolve(LocalDate.now(ZoneOffset.UTC) + "-" + slug + "-expert-layer.json");
-        new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT).writeValue(file.toFile(), doc);
-        return file;
-    }
-
-    private static Map<String, Object> timing(GpuTimer.Timing t) {
-        return Map.of("median", t.medianMicros(), "p10", t.p10Micros(), "p90", t.p90Micros());
-    }
-
-    /** The commit measured: MOEFORGE_COMMIT (set by the bundle), else unknown. */
-    private static String commit() {
-        String c = System.getenv("MOEFORGE_COMMIT");
-        return c != null && !c.isBlank() ? c.trim() : "unknown";
+        return BenchReports.write(out, ctx, "expert-layer", doc);
     }
 }

@@ -85,7 +85,8 @@ public final class GenCommand implements Callable<Integer> {
         ProgressBarBuilder bar = new ProgressBarBuilder().setTaskName("nvcc").setInitialMax(work.size())
                 .setStyle(ProgressBarStyle.ASCII).continuousUpdate().setUpdateIntervalMillis(250);
         ExecutorService pool = Executors.newFixedThreadPool(threads);
-        try (ProgressBar pb = progress ? bar.build() : null) {
+        // a bar on a terminal; in a log, the summary line of the caller is enough
+        try (ProgressBar pb = progress && System.console() != null ? bar.build() : null) {
             List<Future<Entry>> futures = new ArrayList<>();
             for (KernelSpec spec : work) {
                 futures.add(pool.submit(() -> {
@@ -119,9 +120,11 @@ public final class GenCommand implements Callable<Integer> {
         PtxasReport.FunctionResources f = r.report().function(spec.name());
         String family = switch (spec.schedule()) {
             case Schedule.OutputCentric _ -> "output_centric";
+            case Schedule.RouterGemv _ -> "router_gemv";
         } + switch (spec.problem()) {
             case Problem.ExpertGateUp _ -> "_gate_up";
             case Problem.ExpertDown _ -> "_down";
+            case Problem.Router _ -> "";
         };
         long smem = f.sharedBytes() + LaunchGeometry.of(spec, 1).sharedBytes();
         return new Entry(spec.name(), family, spec.problem().weights().text(), spec.target().text(), f.registers(),

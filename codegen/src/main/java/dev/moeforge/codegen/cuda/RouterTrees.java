@@ -1,0 +1,72 @@
+package dev.moeforge.codegen.cuda;
+
+import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.Add;
+import dev.moeforge.dsl.ir.epilogue.Combine;
+import dev.moeforge.dsl.ir.epilogue.Dense;
+import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
+import dev.moeforge.dsl.ir.epilogue.GatedActivation;
+import dev.moeforge.dsl.ir.epilogue.Renormalize;
+import dev.moeforge.dsl.ir.epilogue.RowParam;
+import dev.moeforge.dsl.ir.epilogue.Scale;
+import dev.moeforge.dsl.ir.epilogue.Sigmoid;
+import dev.moeforge.dsl.ir.epilogue.Softmax;
+import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.ir.epilogue.TopK;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.OptionalInt;
+import java.util.Set;
+
+/** Facts about a (validated) router epilogue tree that the signature and the emitter share. */
+public final class RouterTrees {
+    private RouterTrees() {}
+
+    /** The names of the tree's {@code row(...)} parameters, in order of first appearance (post-order). */
+    public static List<String> rowParams(EpilogueNode root) {
+        Set<String> names = new LinkedHashSet<>();
+        collect(root, names);
+        return List.copyOf(names);
+    }
+
+    private static void collect(EpilogueNode node, Set<String> names) {
+        switch (node) {
+            case RowParam p -> names.add(p.name());
+            case Acc _ -> { }
+            case Add a -> {
+                collect(a.left(), names);
+                collect(a.right(), names);
+            }
+            case Scale s -> collect(s.input(), names);
+            case Sigmoid s -> collect(s.input(), names);
+            case Softmax s -> collect(s.input(), names);
+            case TopK t -> {
+                collect(t.input(), names);
+                t.by().ifPresent(b -> collect(b, names));
+            }
+            case Renormalize r -> collect(r.input(), names);
+            case Dense d -> collect(d.input(), names);
+            case Store s -> collect(s.input(), names);
+            case GatedActivation _, Combine _ -> throw new IllegalStateException("not a router tree: "
+                    + dev.moeforge.dsl.check.EpilogueTypes.describe(node));
+        }
+    }
+
+    /** The k of the stored top-k selection, or empty when the router stores a dense row. */
+    public static OptionalInt storedTopK(Store store) {
+        return topKOf(store.input());
+    }
+
+    /** The k of a node's top-k value, or empty when the node is a row. */
+    public static OptionalInt topKOf(EpilogueNode node) {
+        return switch (node) {
+            case TopK t -> OptionalInt.of(t.k());
+            case Softmax s -> topKOf(s.input());
+            case Renormalize r -> topKOf(r.input());
+            case Scale s -> topKOf(s.input());
+            case Sigmoid s -> topKOf(s.input());
+            case Store s -> topKOf(s.input());
+            case Acc _, RowParam _, Add _, Dense _, GatedActivation _, Combine _ -> OptionalInt.empty();
+        };
+    }
+}

@@ -1,0 +1,11 @@
+package dev.moeforge.dsl.ir.epilogue;
+
+import java.util.Objects;
+
+/** Elementwise {@code left + right} of two values of the same type. Written {@code add(a, b)}. */
+public record Add(EpilogueNode left, EpilogueNode right) implements EpilogueNode {
+    public Add {
+        Objects.requireNonNull(left, "left");
+        Objects.requireNonNull(right, "right");
+    }
+}

@@ -1,0 +1,10 @@
+package dev.moeforge.dsl.ir.epilogue;
+
+import java.util.Objects;
+
+/** Elementwise {@code 1 / (1 + exp(-x))}. Written {@code sigmoid(x)}. */
+public record Sigmoid(EpilogueNode input) implements EpilogueNode {
+    public Sigmoid {
+        Objects.requireNonNull(input, "input");
+    }
+}

@@ -1,0 +1,241 @@
+package dev.moeforge.examples.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.moeforge.codegen.cuda.RouterTrees;
+import dev.moeforge.dsl.build.KernelBuilder;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.Softmax;
+import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.ir.epilogue.TopK;
+import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.dsl.text.SpecPrinter;
+import dev.moeforge.runtime.bench.BenchKernels;
+import dev.moeforge.runtime.bench.GpuTimer;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaGraph;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.Gpu;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import dev.moeforge.runtime.moe.RouterKernel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.SplittableRandom;
+import java.util.concurrent.Callable;
+import java.util.concurrent.TimeUnit;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+/**
+ * {@code moeforge bench router}: the router kernels (scores + routing rule in one launch) on the
+ * decode shapes of the catalogue and the seed's six shapes, router weights rotated over enough
+ * copies to exceed L2 several times (up to 256), graph-replayed, CUDA events, medians; in the same
+ * run, when python3 with torch is found, {@code bench/torch_router.py} times PyTorch's matmul +
+ * softmax + top-k on the same shapes, eager and graph-captured.
+ */
+@Command(name = "router", mixinStandardHelpOptions = true,
+        description = "Times the router kernels (decode shapes and seed 002's six shapes) against PyTorch eager and "
+                + "graph-captured in the same run; writes <out>/<date>-<device>-router.json.")
+public final class BenchRouterCommand implements Callable<Integer> {
+
+    @Option(names = "--warmup", defaultValue = "10", description = "Warm-up replays (default: ${DEFAULT-VALUE}).")
+    int warmup;
+
+    @Option(names = "--reps", defaultValue = "60", description = "Timed replays, at least 50 (default: ${DEFAULT-VALUE}).")
+    int reps;
+
+    @Option(names = "--torch-script", defaultValue = "bench/torch_router.py",
+            description = "The PyTorch baseline script (default: ${DEFAULT-VALUE}); skipped when it or python3 with torch is missing.")
+    Path torchScript;
+
+    @Option(names = "--out", defaultValue = "bench/results", description = "Directory of the JSON result (default: ${DEFAULT-VALUE}).")
+    Path out;
+
+    /** A benchmarked router: the spec and the name of the same rule in the PyTorch script. */
+    record Shape(String name, int tokens, KernelSpec spec, String torchRule) {}
+
+    record Row(Shape shape, int copies, GpuTimer.Timing timing) {}
+
+    @Override
+    public Integer call() throws Exception {
+        if (reps < 50) {
+            throw new IllegalArgumentException("--reps " + reps + ": at least 50 timed repetitions (DESIGN section 7)");
+        }
+        if (!Gpu.available()) {
+            throw new IllegalStateException("bench router needs a CUDA device: " + Gpu.unavailableReason());
+        }
+        KernelCache cache = KernelCache.defaultCache();
+        List<Row> rows = new ArrayList<>();
+        try (CudaContext ctx = CudaContext.create(0);
+             CudaStream stream = CudaStream.create();
+             KernelRuntime runtime = new KernelRuntime(ctx, cache);
+             BenchKernels kernels = new BenchKernels(runtime, cache)) {
+            System.out.println("device: " + ctx.deviceName());
+            for (Shape s : shapes()) {
+                rows.add(time(runtime, kernels, stream, s, ctx.l2Bytes()));
+                System.out.printf(Locale.ROOT, "  %-28s %8.2f us (%d weight copies)%n", s.name(), rows.getLast().timing().medianMicros(),
+                        rows.getLast().copies());
+            }
+            JsonNode torch = runTorch(rows);
+            printTable(rows, torch);
+            Path file = writeJson(ctx, rows, torch);
+            System.out.println("wrote " + file);
+        }
+        return 0;
+    }
+
+    static List<Shape> shapes() {
+        List<Shape> s = new ArrayList<>();
+        s.add(new Shape("decode_qwen3_30b_m1", 1, Catalogue.named("qwen3_30b_a3b_router"), "softmax_renorm"));
+        s.add(new Shape("decode_qwen3_next_m1", 1, Catalogue.named("qwen3_next_80b_router"), "softmax_renorm"));
+        s.add(new Shape("decode_deepseek_v3_m1", 1, Catalogue.named("deepseek_v3_router"), "grouped_sigmoid"));
+        s.add(new Shape("decode_gpt_oss_20b_m1", 1, Catalogue.named("gpt_oss_20b_router"), "biased_topk_softmax"));
+        int[][] seedShapes = {{512, 8, 128}, {512, 16, 128}, {1024, 64, 512}, {2048, 128, 1024}, {4096, 64, 2048}, {4096, 128, 2048}};
+        for (int[] mnk : seedShapes) {
+            String name = "seed_" + mnk[0] + "x" + mnk[1] + "x" + mnk[2];
+            KernelSpec spec = KernelBuilder.named("bench_" + name).router(mnk[2], mnk[1])
+                    .epilogue(new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32)).build();
+            s.add(new Shape(name, mnk[0], spec, "topk_softmax"));
+        }
+        return s;
+    }
+
+    private Row time(KernelRuntime runtime, BenchKernels kernels, CudaStream stream, Shape s, long l2Bytes) {
+        Problem.Router r = (Problem.Router) s.spec().problem();
+        long weightBytes = 2L * r.experts() * r.hidden();
+        int copies = (int) Math.max(1, Math.min(256, (4 * l2Bytes + weightBytes - 1) / weightBytes));
+        RouterKernel router = new RouterKernel(runtime.load(s.spec()), s.tokens());
+        int k = router.topk().orElseThrow();
+        List<DeviceBuffer> owned = new ArrayList<>();
+        try {
+            List<DeviceBuffer> weights = new ArrayList<>();
+            for (int c = 0; c < copies; c++) {
+                DeviceBuffer w = DeviceBuffer.allocate(DType.BF16, (long) r.experts() * r.hidden());
+                kernels.fillUniform(stream, w, 1000L + c, (float) Math.sqrt(3.0 / r.hidden()));
+                weights.add(w);
+            }
+            owned.addAll(weights);
+            DeviceBuffer x = DeviceBuffer.allocate(DType.BF16, (long) s.tokens() * r.hidden());
+            owned.add(x);
+            x.copyFrom(RandomInputs.bf16Normal(7, s.tokens() * r.hidden(), 1.0));
+            Map<String, DeviceBuffer> params = new LinkedHashMap<>();
+            SplittableRandom random = new SplittableRandom(11);
+            for (String name : router.rowParams()) {
+                float[] v = new float[r.experts()];
+                for (int e = 0; e < v.length; e++) {
+                    v[e] = (float) (0.3 * random.nextGaussian());
+                }
+                DeviceBuffer b = DeviceBuffer.allocate(DType.FP32, r.experts());
+                b.copyFrom(v);
+                params.put(name, b);
+                owned.add(b);
+            }
+            DeviceBuffer topkWeights = DeviceBuffer.allocate(DType.FP32, (long) s.tokens() * k);
+            DeviceBuffer topkIds = DeviceBuffer.allocate(DType.INT32, (long) s.tokens() * k);
+            owned.add(topkWeights);
+            owned.add(topkIds);
+            stream.synchronize();
+            GpuTimer.Timing t;
+            try (CudaGraph g = CudaGraph.capture(stream, () -> {
+                for (DeviceBuffer w : weights) {
+                    router.enqueue(stream, s.tokens(), x, w, params, topkWeights, topkIds);
+                }
+            })) {
+                t = GpuTimer.time(stream, g, warmup, reps).scaled(1.0 / copies);
+            }
+            int[] ids = new int[s.tokens() * k];
+            topkIds.copyTo(ids);
+            for (int id : ids) {
+                if (id < 0 || id >= r.experts()) {
+                    throw new IllegalStateException(s.name() + ": the router wrote expert id " + id);
+                }
+            }
+            return new Row(s, copies, t);
+        } finally {
+            owned.forEach(DeviceBuffer::close);
+            router.close();
+        }
+    }
+
+    /** Runs the PyTorch baseline on the same shapes; null (with a message) where it cannot run. */
+    private JsonNode runTorch(List<Row> rows) throws Exception {
+        if (!Files.isRegularFile(torchScript)) {
+            System.out.println("PyTorch baseline skipped: no script at " + torchScript);
+            return null;
+        }
+        ObjectMapper json = new ObjectMapper();
+        List<Map<String, Object>> shapes = new ArrayList<>();
+        for (Row row : rows) {
+            Problem.Router r = (Problem.Router) row.shape().spec().problem();
+            shapes.add(Map.of("name", row.shape().name(), "tokens", row.shape().tokens(), "experts", r.experts(),
+                    "hidden", r.hidden(), "topk", RouterTrees.storedTopK((Store) row.shape().spec().epilogue()).orElseThrow(),
+                    "rule", row.shape().torchRule(), "copies", row.copies()));
+        }
+        String input = json.writeValueAsString(Map.of("shapes", shapes, "warmup", warmup, "reps", reps));
+        Process p = new ProcessBuilder("python3", torchScript.toString()).redirectError(ProcessBuilder.Redirect.INHERIT).start();
+        p.getOutputStream().write(input.getBytes(StandardCharsets.UTF_8));
+        p.getOutputStream().close();
+        String output = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        if (!p.waitFor(10, TimeUnit.MINUTES) || p.exitValue() != 0) {
+            System.out.println("PyTorch baseline failed (exit " + (p.isAlive() ? "timeout" : p.exitValue()) + "); see stderr above");
+            p.destroyForcibly();
+            return null;
+        }
+        return json.readTree(output);
+    }
+
+    private static void printTable(List<Row> rows, JsonNode torch) {
+        System.out.println();
+        System.out.printf(Locale.ROOT, "%-28s %10s %12s %12s %9s %9s%n", "shape (M x E x H)", "moeforge us", "torch eager",
+                "torch graph", "vs eager", "vs graph");
+        for (int i = 0; i < rows.size(); i++) {
+            Row r = rows.get(i);
+            double ours = r.timing().medianMicros();
+            if (torch != null) {
+                JsonNode t = torch.get("results").get(i);
+                double eager = t.get("eager_us").asDouble();
+                double graph = t.get("graph_us").asDouble();
+                System.out.printf(Locale.ROOT, "%-28s %10.2f %12.2f %12.2f %8.1fx %8.1fx%n", r.shape().name(), ours, eager, graph,
+                        eager / ours, graph / ours);
+            } else {
+                System.out.printf(Locale.ROOT, "%-28s %10.2f%n", r.shape().name(), ours);
+            }
+        }
+    }
+
+    private Path writeJson(CudaContext ctx, List<Row> rows, JsonNode torch) throws Exception {
+        Map<String, Object> doc = BenchReports.header("router", ctx);
+        doc.put("method", Map.of("warmup", warmup, "reps", reps, "timing", "CUDA events around each replay of one graph "
+                + "running one router call per weight copy; per call = replay / copies; median",
+                "torch", torch == null ? "not run" : torch.get("torch").asText()));
+        List<Map<String, Object>> results = new ArrayList<>();
+        for (int i = 0; i < rows.size(); i++) {
+            Row r = rows.get(i);
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("shape", r.shape().name());
+            m.put("tokens", r.shape().tokens());
+            m.put("spec", SpecPrinter.print(r.shape().spec()));
+            m.put("weight_copies", r.copies());
+            m.put("moeforge_us", BenchReports.timing(r.timing()));
+            if (torch != null) {
+                JsonNode t = torch.get("results").get(i);
+                m.put("torch_eager_us", t.get("eager_us").asDouble());
+                m.put("torch_graph_us", t.get("graph_us").asDouble());
+            }
+            results.add(m);
+        }
+        doc.put("results", results);
+        return BenchReports.write(out, ctx, "router", doc);
+    }
+}
