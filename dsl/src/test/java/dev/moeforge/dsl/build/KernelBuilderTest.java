@@ -131,7 +131,7 @@ class KernelBuilderTest {
     @Test
     void aProblemMustBeChosen() {
         NullPointerException e = assertThrows(NullPointerException.class, () -> KernelBuilder.named("k").unchecked());
-        assertEquals("call expertGateUp(shape) or expertDown(shape) first", e.getMessage());
+        assertEquals("call expertGateUp(shape), expertDown(shape) or router(hidden, experts) first", e.getMessage());
         assertThrows(NullPointerException.class, () -> KernelBuilder.named("k").build());
         NullPointerException name = assertThrows(NullPointerException.class, () -> KernelBuilder.named(null));
         assertEquals("name", name.getMessage());
