@@ -7,6 +7,7 @@ import dev.moeforge.dsl.build.KernelBuilder;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
@@ -62,6 +63,10 @@ public final class BenchRouterCommand implements Callable<Integer> {
     @Option(names = "--out", defaultValue = "bench/results", description = "Directory of the JSON result (default: ${DEFAULT-VALUE}).")
     Path out;
 
+    @Option(names = "--sweep", description = "Also time the decode shapes under a grid of router_gemv schedules "
+            + "(warps per block 1..8, experts per block, k_unroll 4 and 8).")
+    boolean sweep;
+
     /** A benchmarked router: the spec and the name of the same rule in the PyTorch script. */
     record Shape(String name, int tokens, KernelSpec spec, String torchRule) {}
 
@@ -82,12 +87,12 @@ public final class BenchRouterCommand implements Callable<Integer> {
              KernelRuntime runtime = new KernelRuntime(ctx, cache);
              BenchKernels kernels = new BenchKernels(runtime, cache)) {
             System.out.println("device: " + ctx.deviceName());
-            for (Shape s : shapes()) {
+            for (Shape s : sweep ? withSweep(shapes()) : shapes()) {
                 rows.add(time(runtime, kernels, stream, s, ctx.l2Bytes()));
                 System.out.printf(Locale.ROOT, "  %-28s %8.2f us (%d weight copies)%n", s.name(), rows.getLast().timing().medianMicros(),
                         rows.getLast().copies());
             }
-            JsonNode torch = runTorch(rows);
+            JsonNode torch = runTorch(rows.subList(0, shapes().size()));
             printTable(rows, torch);
             Path file = writeJson(ctx, rows, torch);
             System.out.println("wrote " + file);
@@ -109,6 +114,24 @@ public final class BenchRouterCommand implements Callable<Integer> {
             s.add(new Shape(name, mnk[0], spec, "topk_softmax"));
         }
         return s;
+    }
+
+    /** The shapes, then each decode shape again under other router_gemv schedules (names end in the schedule). */
+    static List<Shape> withSweep(List<Shape> shapes) {
+        List<Shape> all = new ArrayList<>(shapes);
+        for (Shape s : shapes) {
+            if (!s.name().startsWith("decode_")) {
+                continue;
+            }
+            for (int[] w : new int[][] {{1, 1}, {2, 2}, {4, 8}, {8, 8}, {8, 16}}) {
+                for (int u : new int[] {4, 8}) {
+                    Schedule.RouterGemv g = new Schedule.RouterGemv(w[0], 16, u, w[1]);
+                    String name = s.name() + "_w" + w[0] + "e" + w[1] + "u" + u;
+                    all.add(new Shape(name, s.tokens(), s.spec().withSchedule(g).withName("sweep_" + name), s.torchRule()));
+                }
+            }
+        }
+        return all;
     }
 
     private Row time(KernelRuntime runtime, BenchKernels kernels, CudaStream stream, Shape s, long l2Bytes) {
@@ -202,7 +225,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
         for (int i = 0; i < rows.size(); i++) {
             Row r = rows.get(i);
             double ours = r.timing().medianMicros();
-            if (torch != null) {
+            if (torch != null && i < torch.get("results").size()) {
                 JsonNode t = torch.get("results").get(i);
                 double eager = t.get("eager_us").asDouble();
                 double graph = t.get("graph_us").asDouble();
@@ -228,7 +251,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
             m.put("spec", SpecPrinter.print(r.shape().spec()));
             m.put("weight_copies", r.copies());
             m.put("moeforge_us", BenchReports.timing(r.timing()));
-            if (torch != null) {
+            if (torch != null && i < torch.get("results").size()) {
                 JsonNode t = torch.get("results").get(i);
                 m.put("torch_eager_us", t.get("eager_us").asDouble());
                 m.put("torch_graph_us", t.get("graph_us").asDouble());
