@@ -728,51 +728,43 @@ __device__ __forceinline__ TopK<K> renormalize(TopK<K> a) {
   return a;
 }
 
-// The ranking of top-k: higher score first, NaN below every number, ties to the lower expert id.
-// An invalid candidate (id < 0) loses to every valid one.
-__device__ __forceinline__ bool ranks_before(float s1, int e1, float s2, int e2) {
-  if ((e1 < 0) != (e2 < 0)) return e2 < 0;
-  const bool n1 = isnan(s1), n2 = isnan(s2);
-  if (n1 != n2) return n2;
-  if (!n1 && s1 != s2) return s1 > s2;
-  return e1 < e2;
-}
-
-// The warp's best (score, id, value) over the candidates each lane offers.
-__device__ __forceinline__ void warp_best(float& s, int& e, float& v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float s2 = __shfl_xor_sync(kFullMask, s, offset);
-    const int e2 = __shfl_xor_sync(kFullMask, e, offset);
-    const float v2 = __shfl_xor_sync(kFullMask, v, offset);
-    if (ranks_before(s2, e2, s, e)) {
-      s = s2;
-      e = e2;
-      v = v2;
-    }
-  }
+// The ranking of top-k as one unsigned key: a higher score gives a larger key (the IEEE order made
+// unsigned), every NaN gives 1, below -inf (0x007FFFFF), and 0 marks "not a candidate". Equal keys
+// go to the lower expert id. redux.sync then finds the best of a warp in one instruction.
+__device__ __forceinline__ unsigned rank_key(float score) {
+  const unsigned u = __float_as_uint(score);
+  return isnan(score) ? 1u : ((u & 0x80000000u) ? ~u : (u | 0x80000000u));
 }
 
 // K rounds of "best remaining candidate" among the row positions whose bit is set in `allowed`
-// (bit i of lane l: expert l + 32 i). Returns the selection with the values of `val`.
+// (bit i of lane l: expert l + 32 i). Each round: two warp reductions (the best key, then the
+// lowest id holding it) and one shuffle for the value. Returns the selection with `val`'s values.
 template <int K, int E>
 __device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& val, unsigned allowed) {
+  const int lane = threadIdx.x & 31;
   TopK<K> out{0.0f, -1};
 #pragma unroll 1
   for (int r = 0; r < K; ++r) {
-    float s = 0.0f, v = 0.0f;
-    int e = -1;
+    unsigned best = 0u;  // this lane's best key; ties keep the lower i, i.e. the lower expert id
+    int best_i = 0;
+    float best_v = 0.0f;
 #pragma unroll
     for (int i = 0; i < Row<E>::kPer; ++i) {
-      if (((allowed >> i) & 1u) && ranks_before(sel.v[i], row_index(i), s, e)) {
-        s = sel.v[i];
-        e = row_index(i);
-        v = val.v[i];
+      const unsigned key = ((allowed >> i) & 1u) ? rank_key(sel.v[i]) : 0u;
+      if (key > best) {
+        best = key;
+        best_i = i;
+        best_v = val.v[i];
       }
     }
-    warp_best(s, e, v);
-    if (e >= 0 && (e & 31) == (threadIdx.x & 31)) allowed &= ~(1u << (e >> 5));
-    if ((threadIdx.x & 31) == r) {
+    const unsigned top = __reduce_max_sync(kFullMask, best);
+    // among the lanes holding the top key, the lowest expert id wins: maximise its complement
+    const unsigned id_code =
+        __reduce_max_sync(kFullMask, best == top && top != 0u ? ~static_cast<unsigned>(lane + 32 * best_i) : 0u);
+    const int e = top != 0u ? static_cast<int>(~id_code) : -1;
+    if (e >= 0 && (e & 31) == lane) allowed &= ~(1u << best_i);  // taken
+    const float v = __shfl_sync(kFullMask, best_v, e >= 0 ? (e & 31) : 0);
+    if (lane == r) {
       out.value = v;
       out.id = e;
     }
@@ -804,16 +796,16 @@ __device__ __forceinline__ TopK<K> topk(const Row<E>& sel, const Row<E>& val) {
       const float best2 = __shfl_sync(kFullMask, two.value, 0) + __shfl_sync(kFullMask, two.value, 1);
       if ((threadIdx.x & 31) == g) group_score = best2;
     }
-    // the TG best groups, ranked like experts (lane g is candidate g)
+    // the TG best groups, ranked like experts (lane g is candidate g; ties to the lower group)
     unsigned kept_groups = 0u;
-    unsigned group_free = (threadIdx.x & 31) < G ? 1u : 0u;
+    unsigned group_key = (threadIdx.x & 31) < G ? rank_key(group_score) : 0u;
 #pragma unroll 1
     for (int r = 0; r < TG; ++r) {
-      float s = group_free ? group_score : 0.0f, v = 0.0f;
-      int e = group_free ? static_cast<int>(threadIdx.x & 31) : -1;
-      warp_best(s, e, v);
-      kept_groups |= 1u << e;
-      if ((threadIdx.x & 31) == e) group_free = 0u;
+      const unsigned top = __reduce_max_sync(kFullMask, group_key);
+      const unsigned code = __reduce_max_sync(kFullMask, group_key == top ? ~(threadIdx.x & 31) : 0u);
+      const unsigned g = ~code;
+      kept_groups |= 1u << g;
+      if ((threadIdx.x & 31) == g) group_key = 0u;
     }
     unsigned allowed = 0u;
 #pragma unroll
