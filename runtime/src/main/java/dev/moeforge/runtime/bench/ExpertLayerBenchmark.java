@@ -10,6 +10,9 @@ import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.moe.ExpertLayer;
+import dev.moeforge.runtime.moe.MoeLayer;
+import dev.moeforge.runtime.moe.RouterKernel;
+import java.util.Map;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.function.Consumer;
@@ -28,6 +31,10 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
     public record Result(String variant, int tokens, Timing layer, Timing gateUp, Timing down,
                          double distinctExpertsPerLayer, double distinctBytesPerLayer, double gbPerSecond,
                          double fractionOfRead) {}
+
+    /** The whole layer (router + experts) per layer, and the router alone in its own graph. */
+    public record LayerResult(String variant, int tokens, Timing layer, Timing router, double distinctExpertsPerLayer,
+                              double bytesPerLayer, double gbPerSecond, double fractionOfRead) {}
 
     private final ExpertShape shape;
     private final int layers;
@@ -114,6 +121,36 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
                     bytesPerLayer / seconds / readBytesPerSecond));
         }
         return results;
+    }
+
+    /**
+     * The whole layer as a decode step runs it: router (on each layer's own router weights), then
+     * gate_up and down on the routing it wrote, all layers in one graph. The distinct experts are
+     * counted from the routing the router produced (read back after timing).
+     */
+    public LayerResult runWithRouter(CudaStream stream, String name, RouterKernel router, ExpertLayer experts,
+                                List<DeviceBuffer> routerWeights, Map<String, DeviceBuffer> rows, int tokens, int warmup,
+                                int reps, double readBytesPerSecond) {
+        MoeLayer layer = new MoeLayer(router, experts);
+        y.fillBytes16(Bf16.NAN);
+        Timing whole = timeGraph(stream, warmup, reps, l -> layer.enqueue(stream, tokens, x, routerWeights.get(l % routerWeights.size()),
+                rows, gateUpWeights.get(l), downWeights.get(l), ids.get(l), weights.get(l), inter, y));
+        checkWritten(name, tokens);
+        Timing routerOnly = timeGraph(stream, warmup, reps, l -> router.enqueue(stream, tokens, x,
+                routerWeights.get(l % routerWeights.size()), rows, weights.get(l), ids.get(l)));
+        long distinct = 0;
+        long routerBytes = 0;
+        for (int l = 0; l < layers; l++) {
+            int[] chosen = new int[tokens * shape.topk()];
+            ids.get(l).copyTo(chosen);
+            distinct += java.util.Arrays.stream(chosen).distinct().count();
+            routerBytes += routerWeights.get(l % routerWeights.size()).bytes();
+        }
+        double expertsPerLayer = (double) distinct / layers;
+        double bytesPerLayer = expertsPerLayer * 2.0 * 3.0 * shape.hidden() * shape.intermediate() + (double) routerBytes / layers;
+        double seconds = whole.medianMicros() * 1e-6;
+        return new LayerResult(name, tokens, whole, routerOnly, expertsPerLayer, bytesPerLayer, bytesPerLayer / seconds / 1e9,
+                bytesPerLayer / seconds / readBytesPerSecond);
     }
 
     private interface LayerEnqueue {

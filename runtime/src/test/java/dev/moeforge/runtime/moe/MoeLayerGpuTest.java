@@ -1,0 +1,140 @@
+package dev.moeforge.runtime.moe;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.moeforge.dsl.build.ExpertLayerSpecs;
+import dev.moeforge.dsl.build.KernelBuilder;
+import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.build.RoutingRules;
+import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.reference.ErrorStats;
+import dev.moeforge.dsl.reference.ExpertReference;
+import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.dsl.reference.RouterReference;
+import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.dsl.reference.WeightRows;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaGraph;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.Gpu;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import java.nio.file.Path;
+import java.util.Map;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/**
+ * Router, gate_up and down chained on the device (the MoE layer as one unit): the routing the GPU
+ * wrote matches the router reference (up to FP32 near-ties), y matches the expert reference run
+ * on that routing, and one graph of the whole layer replays bit-identically.
+ */
+@Tag("gpu")
+class MoeLayerGpuTest {
+    static CudaContext context;
+    static CudaStream stream;
+    static KernelRuntime runtime;
+
+    @BeforeAll
+    static void open() {
+        Assumptions.assumeTrue(Gpu.available(), () -> "no CUDA device: " + Gpu.unavailableReason());
+        context = CudaContext.create(0);
+        stream = CudaStream.create();
+        String dir = System.getenv("MOEFORGE_CACHE");
+        runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
+    }
+
+    @AfterAll
+    static void close() {
+        if (runtime != null) {
+            runtime.close();
+            stream.close();
+            context.close();
+        }
+    }
+
+    @ParameterizedTest(name = "H={0} I={1} E={2} k={3} M={4} tokens_per_cta={5}")
+    @CsvSource({"2048, 768, 128, 8, 1, 1", "2048, 768, 128, 8, 5, 8", "520, 136, 24, 3, 13, 4"})
+    void layerMatchesReference(int hidden, int intermediate, int experts, int topk, int tokens, int tile) {
+        long seed = System.nanoTime();
+        ExpertShape shape = new ExpertShape(hidden, intermediate, experts, topk);
+        KernelSpec routerSpec = KernelBuilder.named("l_router_" + experts + "_" + topk).router(hidden, experts)
+                .epilogue(RoutingRules.softmaxTopKRenormalized(topk, DType.FP32)).target(runtime.target()).build();
+        ExpertLayerSpecs specs = ExpertLayerSpecs.of("l_" + hidden + "_" + experts + "_t" + tile, shape, GateUpLayout.STACKED,
+                OutputCentricBuilder.create().tokensPerCta(tile).build(), runtime.target());
+        short[] x = RandomInputs.bf16Normal(seed, tokens * hidden, 1.0);
+        short[] wr = RandomInputs.bf16Normal(seed + 1, experts * hidden, 1.0 / Math.sqrt(hidden));
+        short[] wgu = RandomInputs.bf16Normal(seed + 2, experts * 2 * intermediate * hidden, 1.0 / Math.sqrt(hidden));
+        short[] wdn = RandomInputs.bf16Normal(seed + 3, experts * hidden * intermediate, 1.0 / Math.sqrt(intermediate));
+        String where = "seed=" + seed;
+
+        RouterKernel router = new RouterKernel(runtime.load(routerSpec), tokens);
+        MoeLayer layer = new MoeLayer(router, new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down())));
+        try (DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr); DeviceBuffer dgu = upload(wgu); DeviceBuffer ddn = upload(wdn);
+             DeviceBuffer ids = DeviceBuffer.allocate(DType.INT32, (long) tokens * topk);
+             DeviceBuffer weights = DeviceBuffer.allocate(DType.FP32, (long) tokens * topk);
+             DeviceBuffer inter = DeviceBuffer.allocate(DType.BF16, (long) tokens * topk * intermediate);
+             DeviceBuffer y = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden)) {
+            ids.fillWords32(-1);
+            weights.fillWords32(0x7FC00000);
+            y.fillBytes16(Bf16.NAN);
+            layer.enqueue(stream, tokens, dx, dwr, Map.of(), dgu, ddn, ids, weights, inter, y);
+            stream.synchronize();
+            int[] gotIds = new int[tokens * topk];
+            float[] gotWeights = new float[tokens * topk];
+            short[] gotY = new short[tokens * hidden];
+            ids.copyTo(gotIds);
+            weights.copyTo(gotWeights);
+            y.copyTo(gotY);
+
+            // the routing against the router reference: same experts unless their FP64 scores are a near-tie
+            RouterReference.Result ref = RouterReference.run(routerSpec, x, WeightRows.bf16(wr, 1, experts, hidden), Map.of());
+            for (int t = 0; t < tokens; t++) {
+                int[] want = ((RouterReference.Selection) ref.exact()[t]).ids();
+                double[] scores = ref.scores()[t];
+                for (int j = 0; j < topk; j++) {
+                    int got = gotIds[t * topk + j];
+                    assertTrue(got == want[j] || (got >= 0 && got < experts
+                                    && Math.abs(scores[got] - scores[want[j]]) <= 1e-5 * (1 + Math.abs(scores[want[j]]))),
+                            "token " + t + " slot " + j + ": expert " + got + ", reference " + want[j] + " (" + where + ")");
+                }
+            }
+            // y against the expert reference on the routing the router wrote
+            ExpertReference.LayerResult expected = ExpertReference.layer(specs.gateUp(), specs.down(), x,
+                    WeightRows.bf16(wgu, experts, 2 * intermediate, hidden), WeightRows.bf16(wdn, experts, hidden, intermediate),
+                    new Routing(tokens, topk, gotIds, gotWeights));
+            ErrorStats e = ErrorStats.of(expected.y().exact(), gotY);
+            System.out.println("moe layer H=" + hidden + " E=" + experts + " M=" + tokens + ": y " + e);
+            assertTrue(e.within(1e-2), "y: " + e + " (" + where + ")");
+
+            // the whole layer in one graph: the same bytes again
+            y.fillBytes16(Bf16.NAN);
+            try (CudaGraph g = CudaGraph.capture(stream,
+                    () -> layer.enqueue(stream, tokens, dx, dwr, Map.of(), dgu, ddn, ids, weights, inter, y))) {
+                g.launch(stream);
+                stream.synchronize();
+            }
+            short[] again = new short[gotY.length];
+            y.copyTo(again);
+            assertArrayEquals(gotY, again, "graph replay of the layer differs (" + where + ")");
+        } finally {
+            router.close();
+        }
+    }
+
+    private static DeviceBuffer upload(short[] data) {
+        DeviceBuffer b = DeviceBuffer.allocate(DType.BF16, data.length);
+        b.copyFrom(data);
+        return b;
+    }
+}
