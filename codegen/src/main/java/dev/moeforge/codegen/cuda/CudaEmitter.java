@@ -75,7 +75,7 @@ public final class CudaEmitter {
         model.put("launchBounds", Integer.toString(32 * g.warpsPerCta()));
         model.put("name", spec.name());
         model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
-        model.put("epilogueLines", RouterEpilogueEmitter.emit((Store) spec.epilogue()));
+        model.put("epilogueLines", RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts()));
         return model;
     }
 

@@ -85,6 +85,10 @@ public record KernelSignature(List<KernelParam> params) {
                     "routing weight of each (token, slot)"));
             params.add(new KernelParam("topk_ids", Role.OUTPUT, DType.INT32, List.of(m, k.getAsInt()),
                     "routed expert of each (token, slot)"));
+            if (r.expertCounts()) {
+                params.add(new KernelParam("expert_counts", Role.OUTPUT, DType.INT32, List.of(r.experts()),
+                        "tokens routed to each expert, added to (zero it before the step)"));
+            }
         } else {
             params.add(new KernelParam("router_out", Role.OUTPUT, store.dtype(), List.of(m, r.experts()),
                     "each token's row of expert values"));

@@ -33,7 +33,7 @@ public final class RouterEpilogueEmitter {
 
     private RouterEpilogueEmitter() {}
 
-    public static List<String> emit(Store root) {
+    public static List<String> emit(Store root, boolean expertCounts) {
         RouterEpilogueEmitter e = new RouterEpilogueEmitter();
         String value = e.value(root.input());
         OptionalInt k = RouterTrees.storedTopK(root);
@@ -41,6 +41,9 @@ public final class RouterEpilogueEmitter {
                 ? "mf::store_topk(" + value + ", topk_weights + static_cast<size_t>(token) * " + k.getAsInt()
                         + ", topk_ids + static_cast<size_t>(token) * " + k.getAsInt() + ");"
                 : "mf::store_row(" + value + ", router_out + static_cast<size_t>(token) * kExperts);");
+        if (expertCounts) {
+            e.lines.add("mf::count_experts(" + value + ", expert_counts);");
+        }
         return List.copyOf(e.lines);
     }
 

@@ -850,6 +850,12 @@ __device__ __forceinline__ void store_topk(const TopK<K>& a, __nv_bfloat16* __re
   }
 }
 
+// The per-expert token histogram: one atomic add per routed (token, slot).
+template <int K>
+__device__ __forceinline__ void count_experts(const TopK<K>& a, int* __restrict__ counts) {
+  if ((threadIdx.x & 31) < K && a.id >= 0) atomicAdd(counts + a.id, 1);
+}
+
 template <int E>
 __device__ __forceinline__ void store_row(const Row<E>& a, float* __restrict__ out) {
 #pragma unroll

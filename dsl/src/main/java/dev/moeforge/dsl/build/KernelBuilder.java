@@ -30,6 +30,7 @@ public final class KernelBuilder {
     private ExpertShape shape;
     private boolean gateUp = true;
     private Problem.Router router;
+    private boolean expertCounts;
     private WeightFormat weights = WeightFormat.BF16;
     private DType activations = DType.BF16;
     private GateUpLayout layout = GateUpLayout.STACKED;
@@ -65,8 +66,14 @@ public final class KernelBuilder {
      * one expert each per block; call {@link #schedule} afterwards to change it.
      */
     public KernelBuilder router(int hidden, int experts) {
-        this.router = new Problem.Router(hidden, experts, weights, activations);
+        this.router = new Problem.Router(hidden, experts, weights, activations, false);
         this.schedule = new Schedule.RouterGemv(4, 16, 8, 4);
+        return this;
+    }
+
+    /** A router also writes the per-expert token histogram ({@code expert_counts}). */
+    public KernelBuilder expertCounts(boolean on) {
+        this.expertCounts = on;
         return this;
     }
 
@@ -109,7 +116,7 @@ public final class KernelBuilder {
     public KernelSpec unchecked() {
         if (router != null) {
             Objects.requireNonNull(epilogue, "a router needs its routing rule as the epilogue (see RoutingRules)");
-            Problem.Router r = new Problem.Router(router.hidden(), router.experts(), weights, activations);
+            Problem.Router r = new Problem.Router(router.hidden(), router.experts(), weights, activations, expertCounts);
             return new KernelSpec(name, r, schedule, epilogue, target);
         }
         Objects.requireNonNull(shape, "call expertGateUp(shape), expertDown(shape) or router(hidden, experts) first");

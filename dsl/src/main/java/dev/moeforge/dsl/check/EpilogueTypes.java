@@ -61,6 +61,10 @@ public final class EpilogueTypes {
         if (wanted != null) {
             errors.add(new SpecError("epilogue.store.input", describe(store.input()), wanted));
         }
+        if (problem instanceof Problem.Router r && r.expertCounts() && stored.kind() != ValueType.Kind.TOPK) {
+            errors.add(new SpecError("problem.expert_counts", "true", "counts the experts of a top-k routing table; this "
+                    + "router stores " + stored.text()));
+        }
     }
 
     /** Returns the node's type, or null when it is ill-formed (an error was recorded). */

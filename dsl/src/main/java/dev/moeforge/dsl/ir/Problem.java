@@ -38,6 +38,12 @@ public sealed interface Problem permits Problem.ExpertProblem, Problem.Router {
      * {@code acc[e] = W_r[e] . x[m]} (FP32 accumulation; {@code W_r [E][H]}, the Hugging Face
      * {@code gate.weight}), then the epilogue tree (the routing rule: softmax, top-k, biases,
      * renormalisation, scaling) turns the row into the stored routing table.
+     *
+     * @param expertCounts also add, for every routed (token, slot), one to {@code expert_counts[e]}
+     *                     (int32 [E], atomics, in the same kernel): the per-expert token histogram of
+     *                     the expert-centric path and of routing-aware dispatch. The caller zeroes
+     *                     the counts before the step (a memset node in the graph).
      */
-    record Router(int hidden, int experts, WeightFormat weights, DType activations) implements Problem {}
+    record Router(int hidden, int experts, WeightFormat weights, DType activations, boolean expertCounts)
+            implements Problem {}
 }

@@ -42,6 +42,7 @@ final class FunctionRegistry {
     static final Choices<GateUpLayout> LAYOUTS = Choices.of(List.of(GateUpLayout.values()), GateUpLayout::text);
     static final Choices<Target> TARGETS = Choices.of(List.of(Target.values()), Target::text);
     static final Choices<AccChannel> ACC_CHANNELS = Choices.of(List.of(AccChannel.values()), AccChannel::text);
+    static final Choices<Boolean> BOOLEANS = Choices.of(List.of(Boolean.FALSE, Boolean.TRUE), b -> b.toString());
 
     static final FunctionTable<Problem> PROBLEMS = FunctionTable.sections(List.of(
             new Entry<>("expert_gate_up",
@@ -59,12 +60,13 @@ final class FunctionRegistry {
                         DType activations = a.choice("activations", DTYPES);
                         return a.ok() ? new Problem.ExpertDown(shape, weights, activations) : null;
                     }),
-            new Entry<>("router", List.of("hidden", "experts", "weights", "activations"), a -> {
+            new Entry<>("router", List.of("hidden", "experts", "weights", "activations", "expert_counts"), a -> {
                 Integer hidden = a.integer("hidden");
                 Integer experts = a.integer("experts");
                 WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
                 DType activations = a.choice("activations", DTYPES);
-                return a.ok() ? new Problem.Router(hidden, experts, weights, activations) : null;
+                Boolean counts = a.choice("expert_counts", BOOLEANS);
+                return a.ok() ? new Problem.Router(hidden, experts, weights, activations, counts) : null;
             })));
 
     static final FunctionTable<Schedule> SCHEDULES = FunctionTable.sections(List.of(

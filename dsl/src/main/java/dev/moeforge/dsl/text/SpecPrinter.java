@@ -74,7 +74,8 @@ public final class SpecPrinter {
             case Problem.ExpertGateUp g -> "expert_gate_up(" + expertShape(g.shape()) + ", " + formats
                     + ", layout=" + g.layout().text() + ")";
             case Problem.ExpertDown d -> "expert_down(" + expertShape(d.shape()) + ", " + formats + ")";
-            case Problem.Router r -> "router(hidden=" + r.hidden() + ", experts=" + r.experts() + ", " + formats + ")";
+            case Problem.Router r -> "router(hidden=" + r.hidden() + ", experts=" + r.experts() + ", " + formats
+                    + ", expert_counts=" + r.expertCounts() + ")";
         };
     }
 

@@ -126,6 +126,17 @@ public final class DeviceBuffer extends NativeResource {
         awaitLegacyStream();
     }
 
+    /**
+     * Enqueues setting every 32-bit word to {@code word} on {@code stream} (a memset node when the
+     * stream is being captured into a graph, e.g. zeroing the router's expert counts each step).
+     */
+    public void fillWords32Async(int word, CudaStream stream) {
+        checkOpen();
+        requireMultipleOf(Integer.BYTES, "fillWords32Async");
+        Driver.check("cuMemsetD32Async(" + this + ")", () -> jcuda.driver.JCudaDriver.cuMemsetD32Async(address, word,
+                bytes / Integer.BYTES, stream.handle()));
+    }
+
     /** Sets every 32-bit word to {@code word}. */
     public void fillWords32(int word) {
         checkOpen();

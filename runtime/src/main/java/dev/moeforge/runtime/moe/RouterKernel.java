@@ -80,6 +80,16 @@ public final class RouterKernel implements AutoCloseable {
         handle.launch(stream, tokens, args.toArray(DeviceBuffer[]::new));
     }
 
+    /** Whether the kernel adds to an {@code expert_counts} output (zero it per step with {@link #zeroCounts}). */
+    public boolean countsExperts() {
+        return problem.expertCounts();
+    }
+
+    /** Enqueues zeroing the expert counts on {@code stream}, so it lands in a captured graph too. */
+    public void zeroCounts(CudaStream stream, DeviceBuffer expertCounts) {
+        expertCounts.fillWords32Async(0, stream);
+    }
+
     /** The workspace tickets, for tests: all zero whenever no launch is in flight. */
     public DeviceBuffer counters() {
         return counters;

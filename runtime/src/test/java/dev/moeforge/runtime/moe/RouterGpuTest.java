@@ -167,6 +167,50 @@ class RouterGpuTest {
         assertArrayEquals(new int[] {0, 1, 2, 3}, ((RouterReference.Selection) ref.stored()[0]).ids());
     }
 
+    /** The expert histogram counts every routed (token, slot), and a graph zeroes and refills it each replay. */
+    @Test
+    void expertCountsMatchTheRoutingTable() {
+        long seed = System.nanoTime();
+        int hidden = 512;
+        int experts = 48;
+        int k = 6;
+        int tokens = 37;
+        KernelSpec spec = KernelBuilder.named("r_counts").router(hidden, experts).expertCounts(true)
+                .epilogue(RoutingRules.softmaxTopKRenormalized(k, DType.FP32)).target(runtime.target()).build();
+        RouterKernel router = new RouterKernel(runtime.load(spec), tokens);
+        short[] x = RandomInputs.bf16Normal(seed, tokens * hidden, 1.0);
+        short[] w = RandomInputs.bf16Normal(seed + 1, experts * hidden, 1.0 / Math.sqrt(hidden));
+        try (DeviceBuffer dx = DeviceBuffer.allocate(DType.BF16, x.length);
+             DeviceBuffer dw = DeviceBuffer.allocate(DType.BF16, w.length);
+             DeviceBuffer weights = DeviceBuffer.allocate(DType.FP32, (long) tokens * k);
+             DeviceBuffer ids = DeviceBuffer.allocate(DType.INT32, (long) tokens * k);
+             DeviceBuffer counts = DeviceBuffer.allocate(DType.INT32, experts)) {
+            dx.copyFrom(x);
+            dw.copyFrom(w);
+            counts.fillWords32(12345);  // poison: the graph's memset node must clear it
+            try (CudaGraph g = CudaGraph.capture(stream, () -> {
+                router.zeroCounts(stream, counts);
+                router.enqueue(stream, tokens, dx, dw, Map.of(), weights, ids, counts);
+            })) {
+                g.launch(stream);
+                g.launch(stream);
+                stream.synchronize();
+            }
+            int[] gotIds = new int[tokens * k];
+            int[] gotCounts = new int[experts];
+            ids.copyTo(gotIds);
+            counts.copyTo(gotCounts);
+            int[] want = new int[experts];
+            for (int id : gotIds) {
+                want[id]++;
+            }
+            assertArrayEquals(want, gotCounts, "expert counts (seed=" + seed + ")");
+            assertEquals(tokens * k, java.util.Arrays.stream(gotCounts).sum());
+        } finally {
+            router.close();
+        }
+    }
+
     private RouterReference.Result check(KernelSpec spec, Case c, int tokens, short[] x, short[] w, Map<String, float[]> rows,
                                          String where) {
         RouterKernel router = new RouterKernel(runtime.load(spec), tokens);
