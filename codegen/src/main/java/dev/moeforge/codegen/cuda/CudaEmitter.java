@@ -43,6 +43,7 @@ public final class CudaEmitter {
         String source = switch (spec.schedule()) {
             case OutputCentric oc -> render("output_centric.cu.ftl", outputCentricModel(spec, oc, specText));
             case Schedule.RouterGemv g -> render("router_gemv.cu.ftl", routerModel(spec, g, specText));
+            case Schedule.RouterCluster c -> render("router_cluster.cu.ftl", routerClusterModel(spec, c, specText));
         };
         return new GeneratedKernel(spec, specText, fileName(spec), source,
                 Map.of(DeviceHeader.FILE_NAME, DeviceHeader.content()));
@@ -75,7 +76,35 @@ public final class CudaEmitter {
         model.put("launchBounds", Integer.toString(32 * g.warpsPerCta()));
         model.put("name", spec.name());
         model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
-        model.put("epilogueLines", RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts()));
+        model.put("epilogueLines", RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(),
+                "mf::load_scores<kExperts>(scores + static_cast<size_t>(token) * kExperts)"));
+        return model;
+    }
+
+    private static Map<String, Object> routerClusterModel(KernelSpec spec, Schedule.RouterCluster c, String specText) {
+        Problem.Router r = (Problem.Router) spec.problem();  // validated pairing
+        List<Map<String, String>> constants = new ArrayList<>();
+        constant(constants, "int", "kHidden", r.hidden());
+        constant(constants, "int", "kExperts", r.experts());
+        constant(constants, "int", "kClusterSize", c.clusterSize());
+        constant(constants, "int", "kWarpsPerCta", c.warpsPerCta());
+        constant(constants, "int", "kLoadBytes", c.loadBytes());
+        constant(constants, "int", "kUnroll", c.kUnroll());
+        Map<String, Object> model = new LinkedHashMap<>();
+        model.put("specLines", specText.lines().toList());
+        model.put("notes", List.of(
+                "router: one cluster of " + c.clusterSize() + " blocks per token, one warp per expert score, the scores "
+                        + "written into block 0's shared memory; block 0's warp 0 evaluates the epilogue after cluster.sync().",
+                "Each lane loads " + c.loadBytes() + " bytes, " + c.kUnroll() + " loads in flight per row.",
+                "Ties go to the lower expert id; NaN ranks below every number."));
+        model.put("header", DeviceHeader.FILE_NAME);
+        model.put("constants", constants);
+        model.put("launchBounds", Integer.toString(32 * c.warpsPerCta()));
+        model.put("clusterSize", c.clusterSize());
+        model.put("name", spec.name());
+        model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
+        model.put("epilogueLines", RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(),
+                "mf::load_row_shared<kExperts>(scores)"));
         return model;
     }
 

@@ -5,6 +5,7 @@ import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import java.util.ArrayList;
@@ -74,10 +75,12 @@ public record KernelSignature(List<KernelParam> params) {
         for (String name : RouterTrees.rowParams(spec.epilogue())) {
             params.add(new KernelParam(name, Role.INPUT, DType.FP32, List.of(r.experts()), "per-expert vector row(" + name + ")"));
         }
-        params.add(new KernelParam("scores", Role.WORKSPACE, DType.FP32, List.of(m, r.experts()),
-                "scratch: each token's expert scores"));
-        params.add(new KernelParam("counters", Role.WORKSPACE, DType.INT32, List.of(m),
-                "scratch: blocks done per token; zero before the first launch, left zero"));
+        if (spec.schedule() instanceof Schedule.RouterGemv) {  // a cluster keeps its scores in shared memory
+            params.add(new KernelParam("scores", Role.WORKSPACE, DType.FP32, List.of(m, r.experts()),
+                    "scratch: each token's expert scores"));
+            params.add(new KernelParam("counters", Role.WORKSPACE, DType.INT32, List.of(m),
+                    "scratch: blocks done per token; zero before the first launch, left zero"));
+        }
         Store store = (Store) spec.epilogue();
         OptionalInt k = RouterTrees.storedTopK(store);
         if (k.isPresent()) {

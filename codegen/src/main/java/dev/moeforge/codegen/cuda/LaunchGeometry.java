@@ -38,6 +38,8 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
             }
             // one block per (slice of experts, token); the last block of a token runs the epilogue
             case Schedule.RouterGemv g -> new LaunchGeometry(routerBlocksPerToken(spec), tokens, 32 * g.warpsPerCta(), 0);
+            // one cluster of clusterSize blocks per token
+            case Schedule.RouterCluster c -> new LaunchGeometry(c.clusterSize(), tokens, 32 * c.warpsPerCta(), 0);
         };
     }
 
@@ -61,7 +63,7 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
                     case Problem.ExpertDown _ -> t == 1 ? MAX_GRID_Y : MAX_GRID_Y * t;
                 };
             }
-            case Schedule.RouterGemv _ -> MAX_GRID_Y;
+            case Schedule.RouterGemv _, Schedule.RouterCluster _ -> MAX_GRID_Y;
         };
     }
 

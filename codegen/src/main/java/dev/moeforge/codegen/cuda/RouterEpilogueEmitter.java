@@ -27,14 +27,18 @@ import java.util.OptionalInt;
  * subtrees share one temporary (DeepSeek-V3's {@code sigmoid(acc)} is computed once).
  */
 public final class RouterEpilogueEmitter {
+    private final String scores;
     private final List<String> lines = new ArrayList<>();
     private final Map<EpilogueNode, String> bound = new HashMap<>();
     private int next;
 
-    private RouterEpilogueEmitter() {}
+    private RouterEpilogueEmitter(String scores) {
+        this.scores = scores;
+    }
 
-    public static List<String> emit(Store root, boolean expertCounts) {
-        RouterEpilogueEmitter e = new RouterEpilogueEmitter();
+    /** {@code scores}: the expression that loads the token's row of scores (global or shared memory). */
+    public static List<String> emit(Store root, boolean expertCounts, String scores) {
+        RouterEpilogueEmitter e = new RouterEpilogueEmitter(scores);
         String value = e.value(root.input());
         OptionalInt k = RouterTrees.storedTopK(root);
         e.lines.add(k.isPresent()
@@ -53,7 +57,7 @@ public final class RouterEpilogueEmitter {
             return known;
         }
         String expr = switch (node) {
-            case Acc _ -> "mf::load_scores<kExperts>(scores + static_cast<size_t>(token) * kExperts)";
+            case Acc _ -> scores;
             case RowParam p -> "mf::load_row<kExperts>(" + p.name() + ")";
             case Add a -> "mf::add(" + value(a.left()) + ", " + value(a.right()) + ")";
             case Scale s -> "mf::scale(" + value(s.input()) + ", " + floatLiteral(s.factor()) + ")";

@@ -16,6 +16,7 @@
 //     intermediate values are unspecified.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -607,6 +608,53 @@ __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ 
   return is_last;
 }
 
+// The cluster form (schedule router_cluster): the C blocks of a token's cluster each score every
+// C-th slice of E / C experts, one warp per expert, and store straight into block 0's shared memory
+// (distributed shared memory); cluster.sync() orders those stores before block 0 reads them.
+// Returns block 0's scores (to every thread of block 0) and nullptr in the other blocks.
+template <int H, int E, int W, int LB, int U, int C>
+__device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat16* __restrict__ x,
+                                                              const __nv_bfloat16* __restrict__ w_router, int num_tokens) {
+  namespace cg = cooperative_groups;
+  constexpr int kElems = LB / 2;
+  constexpr int kChunks = H / kElems;
+  constexpr int kStep = 32 * U;
+  constexpr bool kWhole = kChunks % kStep == 0;
+  constexpr int kPerBlock = ceil_div(E, C);
+  __shared__ float scores[E];
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int token = blockIdx.y;
+  if (token >= num_tokens) return nullptr;  // uniform over the cluster: it shares blockIdx.y
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  float* first_block = cluster.map_shared_rank(scores, 0);
+  const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
+  const int first = rank * kPerBlock;
+  const int last = min_int(E, first + kPerBlock);
+  for (int e = first + warp; e < last; e += W) {
+    const char* row = reinterpret_cast<const char*>(w_router + static_cast<size_t>(e) * H);
+    float acc = 0.0f;
+#pragma unroll 1
+    for (int c0 = 0; c0 < kChunks; c0 += kStep) {
+      Lane<LB> wv[U], av[U];
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = c0 + i * 32 + lane;
+        const bool in = kWhole || c < kChunks;
+        wv[i] = in ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
+        av[i] = in ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
+      }
+#pragma unroll
+      for (int i = 0; i < U; ++i) acc = dot_bf16<LB>(wv[i], av[i], acc);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) first_block[e] = acc;
+  }
+  cluster.sync();
+  return rank == 0 ? scores : nullptr;
+}
+
 // A row of E values held by one warp: lane l keeps experts l, l + 32, l + 64, ...
 template <int E>
 struct Row {
@@ -629,6 +677,14 @@ __device__ __forceinline__ Row<E> load_scores(const float* __restrict__ p) {
   Row<E> r;
 #pragma unroll
   for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = row_index(i) < E ? __ldcg(p + row_index(i)) : 0.0f;
+  return r;
+}
+
+template <int E>
+__device__ __forceinline__ Row<E> load_row_shared(const float* p) {
+  Row<E> r;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = row_index(i) < E ? p[row_index(i)] : 0.0f;
   return r;
 }
 

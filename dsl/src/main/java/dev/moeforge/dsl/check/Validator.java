@@ -165,6 +165,21 @@ public final class Validator {
                 range(errors, "schedule.k_unroll", g.kUnroll(), 1, 16);
                 range(errors, "schedule.experts_per_cta", g.expertsPerCta(), 1, Math.max(1, r.experts()));
             }
+            case Schedule.RouterCluster c -> {
+                if (!(spec.problem() instanceof Problem.Router r)) {
+                    errors.add(new SpecError("schedule", "router_cluster", "router_cluster lowers a router problem; expert "
+                            + "kernels take output_centric"));
+                    return;
+                }
+                range(errors, "schedule.cluster_size", c.clusterSize(), 1, 8);
+                range(errors, "schedule.warps_per_cta", c.warpsPerCta(), 1, maxWarps);
+                if (!LOAD_BYTES.contains(c.loadBytes())) {
+                    errors.add(new SpecError("schedule.load_bytes", Integer.toString(c.loadBytes()), "4, 8 or 16"));
+                } else if (r.hidden() >= 1 && r.hidden() <= MAX_DIMENSION) {
+                    divisible(errors, "problem.hidden", r.hidden(), r.weights().elementsPerLoad(c.loadBytes()), c.loadBytes());
+                }
+                range(errors, "schedule.k_unroll", c.kUnroll(), 1, 16);
+            }
         }
     }
 
@@ -179,7 +194,7 @@ public final class Validator {
                                     + "combine(acc) with the accumulator itself as input"));
                 }
             }
-            case Schedule.RouterGemv _ -> { }
+            case Schedule.RouterGemv _, Schedule.RouterCluster _ -> { }
         }
     }
 

@@ -1,7 +1,7 @@
 package dev.moeforge.dsl.ir;
 
 /** How a {@link Problem} is mapped onto the GPU. One problem can be lowered with several schedules. */
-public sealed interface Schedule permits Schedule.OutputCentric, Schedule.RouterGemv {
+public sealed interface Schedule permits Schedule.OutputCentric, Schedule.RouterGemv, Schedule.RouterCluster {
 
     /**
      * Warp decode (seeds 000 and 004): one warp owns one output scalar and streams the weight rows
@@ -51,4 +51,18 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Router
      * @param expertsPerCta experts of one token per thread block: fewer means more blocks in flight
      */
     record RouterGemv(int warpsPerCta, int loadBytes, int kUnroll, int expertsPerCta) implements Schedule {}
+
+    /**
+     * The decode router on a thread-block cluster (sm_90 and later): a token's
+     * {@code clusterSize} blocks each compute a slice of the expert scores (one warp per score)
+     * and write them straight into block 0's shared memory (distributed shared memory); after
+     * {@code cluster.sync()} one warp of block 0 evaluates the epilogue tree. The scores never
+     * reach global memory and no fence or atomic ticket is needed.
+     *
+     * @param clusterSize blocks per token, 1..8 (the portable cluster size)
+     * @param warpsPerCta warps per block
+     * @param loadBytes   bytes each lane loads per load of a router row
+     * @param kUnroll     loads per lane issued before the first is used
+     */
+    record RouterCluster(int clusterSize, int warpsPerCta, int loadBytes, int kUnroll) implements Schedule {}
 }

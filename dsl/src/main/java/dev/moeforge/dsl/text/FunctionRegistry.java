@@ -87,6 +87,13 @@ final class FunctionRegistry {
                 Integer kUnroll = a.integer("k_unroll");
                 Integer experts = a.integer("experts_per_cta");
                 return a.ok() ? new Schedule.RouterGemv(warps, loadBytes, kUnroll, experts) : null;
+            }),
+            new Entry<>("router_cluster", List.of("cluster_size", "warps_per_cta", "load_bytes", "k_unroll"), a -> {
+                Integer cluster = a.integer("cluster_size");
+                Integer warps = a.integer("warps_per_cta");
+                Integer loadBytes = a.integer("load_bytes");
+                Integer kUnroll = a.integer("k_unroll");
+                return a.ok() ? new Schedule.RouterCluster(cluster, warps, loadBytes, kUnroll) : null;
             })));
 
     // Nested nodes are read through FunctionRegistry.EPILOGUE: a simple name may not refer to the

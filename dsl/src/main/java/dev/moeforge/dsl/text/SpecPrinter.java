@@ -91,6 +91,8 @@ public final class SpecPrinter {
                     + ", min_blocks_per_sm=" + oc.minBlocksPerSm() + ")";
             case Schedule.RouterGemv g -> "router_gemv(warps_per_cta=" + g.warpsPerCta() + ", load_bytes=" + g.loadBytes()
                     + ", k_unroll=" + g.kUnroll() + ", experts_per_cta=" + g.expertsPerCta() + ")";
+            case Schedule.RouterCluster c -> "router_cluster(cluster_size=" + c.clusterSize() + ", warps_per_cta="
+                    + c.warpsPerCta() + ", load_bytes=" + c.loadBytes() + ", k_unroll=" + c.kUnroll() + ")";
         };
     }
 }

@@ -64,7 +64,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
     Path out;
 
     @Option(names = "--sweep", description = "Also time the decode shapes under a grid of router_gemv schedules "
-            + "(warps per block 1..8, experts per block, k_unroll 4 and 8).")
+            + "(router_gemv with 1 to 4 warps per block; router_cluster with clusters of 4 or 8 blocks).")
     boolean sweep;
 
     /** A benchmarked router: the spec and the name of the same rule in the PyTorch script. */
@@ -123,12 +123,16 @@ public final class BenchRouterCommand implements Callable<Integer> {
             if (!s.name().startsWith("decode_")) {
                 continue;
             }
-            for (int[] w : new int[][] {{1, 1}, {2, 2}, {4, 8}, {8, 8}, {8, 16}}) {
-                for (int u : new int[] {4, 8}) {
-                    Schedule.RouterGemv g = new Schedule.RouterGemv(w[0], 16, u, w[1]);
-                    String name = s.name() + "_w" + w[0] + "e" + w[1] + "u" + u;
-                    all.add(new Shape(name, s.tokens(), s.spec().withSchedule(g).withName("sweep_" + name), s.torchRule()));
-                }
+            for (int[] w : new int[][] {{1, 1}, {2, 2}, {4, 8}}) {
+                Schedule.RouterGemv g = new Schedule.RouterGemv(w[0], 16, 8, w[1]);
+                String name = s.name() + "_gemv_w" + w[0] + "e" + w[1];
+                all.add(new Shape(name, s.tokens(), s.spec().withSchedule(g).withName("sweep_" + name), s.torchRule()));
+            }
+            // thread-block clusters: cluster size x warps per block
+            for (int[] cw : new int[][] {{8, 16}, {8, 32}, {4, 32}, {8, 8}}) {
+                Schedule.RouterCluster c = new Schedule.RouterCluster(cw[0], cw[1], 16, 8);
+                String name = s.name() + "_cluster_c" + cw[0] + "w" + cw[1];
+                all.add(new Shape(name, s.tokens(), s.spec().withSchedule(c).withName("sweep_" + name), s.torchRule()));
             }
         }
         return all;

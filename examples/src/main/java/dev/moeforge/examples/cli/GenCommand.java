@@ -121,6 +121,7 @@ public final class GenCommand implements Callable<Integer> {
         String family = switch (spec.schedule()) {
             case Schedule.OutputCentric _ -> "output_centric";
             case Schedule.RouterGemv _ -> "router_gemv";
+            case Schedule.RouterCluster _ -> "router_cluster";
         } + switch (spec.problem()) {
             case Problem.ExpertGateUp _ -> "_gate_up";
             case Problem.ExpertDown _ -> "_down";

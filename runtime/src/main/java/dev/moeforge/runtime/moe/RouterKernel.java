@@ -1,13 +1,14 @@
 package dev.moeforge.runtime.moe;
 
 import dev.moeforge.codegen.cuda.RouterTrees;
-import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.kernel.KernelHandle;
+import dev.moeforge.codegen.cuda.KernelParam;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -20,8 +21,8 @@ public final class RouterKernel implements AutoCloseable {
     private final KernelHandle handle;
     private final Problem.Router problem;
     private final List<String> rowParams;
-    private final DeviceBuffer scores;
-    private final DeviceBuffer counters;
+    /** The signature's WORKSPACE tensors by name (router_gemv: scores and tickets; router_cluster: none). */
+    private final Map<String, DeviceBuffer> workspace = new LinkedHashMap<>();
 
     public RouterKernel(KernelHandle handle, int maxTokens) {
         if (!(handle.spec().problem() instanceof Problem.Router r)) {
@@ -34,9 +35,13 @@ public final class RouterKernel implements AutoCloseable {
         this.handle = handle;
         this.problem = r;
         this.rowParams = RouterTrees.rowParams(handle.spec().epilogue());
-        this.scores = DeviceBuffer.allocate(DType.FP32, (long) maxTokens * r.experts());
-        this.counters = DeviceBuffer.allocate(DType.INT32, maxTokens);
-        counters.fillWords32(0);
+        for (KernelParam p : handle.signature().tensors()) {
+            if (p.role() == KernelParam.Role.WORKSPACE) {
+                DeviceBuffer b = DeviceBuffer.allocate(p.elementType(), p.elements(maxTokens));
+                b.fillWords32(0);  // the tickets must start at zero; the scores are written before they are read
+                workspace.put(p.name(), b);
+            }
+        }
     }
 
     public KernelHandle handle() {
@@ -69,14 +74,20 @@ public final class RouterKernel implements AutoCloseable {
                     + rows.keySet());
         }
         List<DeviceBuffer> args = new ArrayList<>();
-        args.add(x);
-        args.add(wRouter);
-        for (String name : rowParams) {
-            args.add(rows.get(name));
+        int output = 0;
+        for (KernelParam p : handle.signature().tensors()) {
+            args.add(switch (p.role()) {
+                case WEIGHTS -> wRouter;
+                case INPUT -> p.name().equals("x") ? x : rows.get(p.name());
+                case WORKSPACE -> workspace.get(p.name());
+                case OUTPUT -> output < outputs.length ? outputs[output++] : null;
+                case ROUTING, TOKEN_COUNT -> throw new IllegalStateException("a router has no " + p.role() + " tensor " + p.name());
+            });
         }
-        args.add(scores);
-        args.add(counters);
-        args.addAll(List.of(outputs));
+        if (output != outputs.length) {
+            throw new IllegalArgumentException("router " + handle.spec().name() + " writes " + output + " outputs, "
+                    + outputs.length + " buffers given");
+        }
         handle.launch(stream, tokens, args.toArray(DeviceBuffer[]::new));
     }
 
@@ -90,15 +101,14 @@ public final class RouterKernel implements AutoCloseable {
         expertCounts.fillWords32Async(0, stream);
     }
 
-    /** The workspace tickets, for tests: all zero whenever no launch is in flight. */
+    /** The workspace tickets of a router_gemv kernel, for tests (all zero whenever no launch is in flight); null otherwise. */
     public DeviceBuffer counters() {
-        return counters;
+        return workspace.get("counters");
     }
 
 
     @Override
     public void close() {
-        scores.close();
-        counters.close();
+        workspace.values().forEach(DeviceBuffer::close);
     }
 }
