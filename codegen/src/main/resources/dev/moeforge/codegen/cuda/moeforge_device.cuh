@@ -560,15 +560,37 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
 // warp 0 reads the token's E scores from L2 and evaluates the epilogue tree in registers.
 // ---------------------------------------------------------------------------------------------
 
+// One expert's score, W_r[e] . x[m] in fp32, by one warp: U loads in flight per lane, butterfly sum.
+template <int H, int LB, int U>
+__device__ __forceinline__ float router_score(const __nv_bfloat16* __restrict__ w_row, const char* x_row) {
+  constexpr int kElems = LB / 2;
+  constexpr int kChunks = H / kElems;
+  constexpr int kStep = 32 * U;
+  constexpr bool kWhole = kChunks % kStep == 0;
+  const int lane = threadIdx.x & 31;
+  const char* row = reinterpret_cast<const char*>(w_row);
+  float acc = 0.0f;
+#pragma unroll 1
+  for (int c0 = 0; c0 < kChunks; c0 += kStep) {
+    Lane<LB> wv[U], av[U];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int c = c0 + i * 32 + lane;
+      const bool in = kWhole || c < kChunks;
+      wv[i] = in ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
+      av[i] = in ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
+    }
+#pragma unroll
+    for (int i = 0; i < U; ++i) acc = dot_bf16<LB>(wv[i], av[i], acc);
+  }
+  return warp_sum(acc);
+}
+
 // Returns true in the token's last block (every thread of it); the ticket is reset for the next launch.
 template <int H, int E, int W, int LB, int U, int EPC>
 __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ x,
                                               const __nv_bfloat16* __restrict__ w_router,
                                               float* __restrict__ scores, int* __restrict__ counters, int num_tokens) {
-  constexpr int kElems = LB / 2;
-  constexpr int kChunks = H / kElems;
-  constexpr int kStep = 32 * U;
-  constexpr bool kWhole = kChunks % kStep == 0;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int token = blockIdx.y;
@@ -577,23 +599,8 @@ __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ 
   const int first = blockIdx.x * EPC;
   const int last = min_int(E, first + EPC);
   for (int e = first + warp; e < last; e += W) {
-    const char* row = reinterpret_cast<const char*>(w_router + static_cast<size_t>(e) * H);
-    float acc = 0.0f;
-#pragma unroll 1
-    for (int c0 = 0; c0 < kChunks; c0 += kStep) {
-      Lane<LB> wv[U], av[U];
-#pragma unroll
-      for (int i = 0; i < U; ++i) {
-        const int c = c0 + i * 32 + lane;
-        const bool in = kWhole || c < kChunks;
-        wv[i] = in ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
-        av[i] = in ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
-      }
-#pragma unroll
-      for (int i = 0; i < U; ++i) acc = dot_bf16<LB>(wv[i], av[i], acc);
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) scores[static_cast<size_t>(token) * E + e] = acc;
+    const float score = router_score<H, LB, U>(w_router + static_cast<size_t>(e) * H, x_row);
+    if (lane == 0) scores[static_cast<size_t>(token) * E + e] = score;
   }
   __threadfence();  // this block's scores are visible device-wide before its ticket is
   __syncthreads();
@@ -616,10 +623,6 @@ template <int H, int E, int W, int LB, int U, int C>
 __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat16* __restrict__ x,
                                                               const __nv_bfloat16* __restrict__ w_router, int num_tokens) {
   namespace cg = cooperative_groups;
-  constexpr int kElems = LB / 2;
-  constexpr int kChunks = H / kElems;
-  constexpr int kStep = 32 * U;
-  constexpr bool kWhole = kChunks % kStep == 0;
   constexpr int kPerBlock = ceil_div(E, C);
   __shared__ float scores[E];
   cg::cluster_group cluster = cg::this_cluster();
@@ -633,23 +636,8 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
   const int first = rank * kPerBlock;
   const int last = min_int(E, first + kPerBlock);
   for (int e = first + warp; e < last; e += W) {
-    const char* row = reinterpret_cast<const char*>(w_router + static_cast<size_t>(e) * H);
-    float acc = 0.0f;
-#pragma unroll 1
-    for (int c0 = 0; c0 < kChunks; c0 += kStep) {
-      Lane<LB> wv[U], av[U];
-#pragma unroll
-      for (int i = 0; i < U; ++i) {
-        const int c = c0 + i * 32 + lane;
-        const bool in = kWhole || c < kChunks;
-        wv[i] = in ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
-        av[i] = in ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
-      }
-#pragma unroll
-      for (int i = 0; i < U; ++i) acc = dot_bf16<LB>(wv[i], av[i], acc);
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) first_block[e] = acc;
+    const float score = router_score<H, LB, U>(w_router + static_cast<size_t>(e) * H, x_row);
+    if (lane == 0) first_block[e] = score;
   }
   cluster.sync();
   return rank == 0 ? scores : nullptr;

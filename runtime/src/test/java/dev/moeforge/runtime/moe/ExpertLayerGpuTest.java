@@ -15,14 +15,10 @@ import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
-import dev.moeforge.runtime.cache.KernelCache;
-import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
-import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelRuntime;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.ExecutorService;
@@ -30,7 +26,6 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
@@ -88,7 +83,7 @@ class ExpertLayerGpuTest {
     /** This run's seed: printed with every failure, so the inputs can be rebuilt. */
     static final long RUN_SEED = System.nanoTime();
 
-    static CudaContext context;
+    static GpuSession gpu;
     static CudaStream stream;
     static KernelRuntime runtime;
 
@@ -129,11 +124,9 @@ class ExpertLayerGpuTest {
 
     @BeforeAll
     static void open() throws Exception {
-        Assumptions.assumeTrue(Gpu.available(), () -> "no CUDA device: " + Gpu.unavailableReason());
-        context = CudaContext.create(0);
-        stream = CudaStream.create();
-        String dir = System.getenv("MOEFORGE_CACHE");
-        runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
+        gpu = GpuSession.open();
+        stream = gpu.stream();
+        runtime = gpu.runtime();
         // compile every spec of the suite in parallel up front; the cache serves the tests
         ExecutorService pool = Executors.newFixedThreadPool(Math.max(2, Runtime.getRuntime().availableProcessors()));
         try {
@@ -159,10 +152,8 @@ class ExpertLayerGpuTest {
             weights.close();
             weights = null;
         }
-        if (runtime != null) {
-            runtime.close();
-            stream.close();
-            context.close();
+        if (gpu != null) {
+            gpu.close();
         }
     }
 

@@ -18,17 +18,12 @@ import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.RouterReference;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
-import dev.moeforge.runtime.cache.KernelCache;
-import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
-import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelRuntime;
-import java.nio.file.Path;
 import java.util.Map;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -41,25 +36,21 @@ import org.junit.jupiter.params.provider.CsvSource;
  */
 @Tag("gpu")
 class MoeLayerGpuTest {
-    static CudaContext context;
+    static GpuSession gpu;
     static CudaStream stream;
     static KernelRuntime runtime;
 
     @BeforeAll
     static void open() {
-        Assumptions.assumeTrue(Gpu.available(), () -> "no CUDA device: " + Gpu.unavailableReason());
-        context = CudaContext.create(0);
-        stream = CudaStream.create();
-        String dir = System.getenv("MOEFORGE_CACHE");
-        runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
+        gpu = GpuSession.open();
+        stream = gpu.stream();
+        runtime = gpu.runtime();
     }
 
     @AfterAll
     static void close() {
-        if (runtime != null) {
-            runtime.close();
-            stream.close();
-            context.close();
+        if (gpu != null) {
+            gpu.close();
         }
     }
 

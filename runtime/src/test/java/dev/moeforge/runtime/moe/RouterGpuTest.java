@@ -25,14 +25,10 @@ import dev.moeforge.dsl.ir.epilogue.TopK;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.RouterReference;
 import dev.moeforge.dsl.reference.WeightRows;
-import dev.moeforge.runtime.cache.KernelCache;
-import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
-import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelRuntime;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -40,7 +36,6 @@ import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
@@ -93,25 +88,21 @@ class RouterGpuTest {
             new Schedule.RouterCluster(8, 16, 16, 8),
             new Schedule.RouterCluster(3, 4, 8, 2));
 
-    static CudaContext context;
+    static GpuSession gpu;
     static CudaStream stream;
     static KernelRuntime runtime;
 
     @BeforeAll
     static void open() {
-        Assumptions.assumeTrue(Gpu.available(), () -> "no CUDA device: " + Gpu.unavailableReason());
-        context = CudaContext.create(0);
-        stream = CudaStream.create();
-        String dir = System.getenv("MOEFORGE_CACHE");
-        runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
+        gpu = GpuSession.open();
+        stream = gpu.stream();
+        runtime = gpu.runtime();
     }
 
     @AfterAll
     static void close() {
-        if (runtime != null) {
-            runtime.close();
-            stream.close();
-            context.close();
+        if (gpu != null) {
+            gpu.close();
         }
     }
 
