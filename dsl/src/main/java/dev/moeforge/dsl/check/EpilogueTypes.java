@@ -89,8 +89,10 @@ public final class EpilogueTypes {
             }
             case RowParam p -> switch (problem) {
                 case Problem.Router r -> {
-                    if (!p.name().matches("[a-z_][a-z0-9_]{0,63}") || RESERVED.contains(p.name())) {
-                        yield fail(path, p, "a parameter name: lower case letters, digits and '_', not one of " + RESERVED);
+                    if (!p.name().matches("[a-z_][a-z0-9_]{0,63}") || RESERVED.contains(p.name())
+                            || p.name().matches("v[0-9]+") || CudaNames.isReserved(p.name())) {
+                        yield fail(path, p, "a parameter name: lower case letters, digits and '_', not a C++ keyword, "
+                                + "not v<number> (the emitted temporaries) and not one of " + RESERVED);
                     }
                     yield ValueType.row(r.experts());
                 }
@@ -231,9 +233,9 @@ public final class EpilogueTypes {
         return null;
     }
 
-    /** Names a router's launch-time parameters may not take: they collide with the fixed ones. */
+    /** Names a router's row parameters may not take: the kernel's other parameters and locals. */
     public static final List<String> RESERVED = List.of("x", "w_router", "scores", "counters", "topk_weights", "topk_ids",
-            "router_out", "num_tokens");
+            "router_out", "expert_counts", "num_tokens", "token", "mf");
 
     /** A short rendering of the node for messages. */
     public static String describe(EpilogueNode node) {

@@ -33,14 +33,6 @@ public final class Validator {
 
     private static final Pattern IDENTIFIER = Pattern.compile("[A-Za-z_][A-Za-z0-9_]{0,99}");
 
-    /** C++ keywords and CUDA names a kernel may not take: the spec's name becomes the kernel's. */
-    private static final Set<String> CUDA_RESERVED = Set.of("alignas", "alignof", "asm", "auto", "bool", "break", "case",
-            "catch", "char", "class", "const", "constexpr", "continue", "decltype", "default", "delete", "do", "double",
-            "else", "enum", "explicit", "extern", "false", "float", "for", "friend", "goto", "if", "inline", "int", "long",
-            "namespace", "new", "noexcept", "nullptr", "operator", "private", "protected", "public", "register", "return",
-            "short", "signed", "sizeof", "static", "struct", "switch", "template", "this", "throw", "true", "try",
-            "typedef", "typename", "union", "unsigned", "using", "virtual", "void", "volatile", "while", "main",
-            "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize");
 
     private Validator() {}
 
@@ -55,8 +47,7 @@ public final class Validator {
 
     public static List<SpecError> errors(KernelSpec spec) {
         List<SpecError> errors = new ArrayList<>();
-        if (!IDENTIFIER.matcher(spec.name()).matches() || CUDA_RESERVED.contains(spec.name()) || spec.name().startsWith("__")
-                || spec.name().matches("_[A-Z].*")) {
+        if (!IDENTIFIER.matcher(spec.name()).matches() || CudaNames.isReserved(spec.name())) {
             errors.add(new SpecError("name", quote(spec.name()),
                     "a C identifier: a letter or '_', then letters, digits or '_', at most 100 characters, not a C++ "
                             + "keyword and not a name reserved to the implementation ('__' or '_' and a capital first)"));
