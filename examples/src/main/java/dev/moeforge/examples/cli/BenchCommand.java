@@ -14,7 +14,6 @@ import dev.moeforge.runtime.bench.GpuTimer;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
-import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.ExpertLayer;
@@ -26,6 +25,7 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
@@ -44,11 +44,9 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--tokens", split = ",", defaultValue = "1,2,4,8,16,32", description = "Token counts (default: ${DEFAULT-VALUE}).")
     List<Integer> tokens;
 
-    @Option(names = "--warmup", defaultValue = "10", description = "Warm-up graph replays (default: ${DEFAULT-VALUE}).")
-    int warmup;
+    @Mixin
+    BenchOptions options;
 
-    @Option(names = "--reps", defaultValue = "60", description = "Timed graph replays, at least 50 (default: ${DEFAULT-VALUE}).")
-    int reps;
 
     @Option(names = "--read-gib", defaultValue = "4", description = "Size of the read-bandwidth probe in GiB (default: ${DEFAULT-VALUE}).")
     int readGib;
@@ -57,20 +55,13 @@ public final class BenchCommand implements Callable<Integer> {
             + "x k_unroll 4, 8 x min_blocks_per_sm 0, 1, 2 (down with 2 or 4 warps per output).")
     boolean sweep;
 
-    @Option(names = "--out", defaultValue = "bench/results", description = "Directory of the JSON result (default: ${DEFAULT-VALUE}).")
-    Path out;
 
     @Option(names = "--seed", defaultValue = "20261122", description = "Seed of weights and routing (default: ${DEFAULT-VALUE}).")
     long seed;
 
     @Override
     public Integer call() throws Exception {
-        if (reps < 50) {
-            throw new IllegalArgumentException("--reps " + reps + ": at least 50 timed repetitions (DESIGN section 7)");
-        }
-        if (!Gpu.available()) {
-            throw new IllegalStateException("bench needs a CUDA device: " + Gpu.unavailableReason());
-        }
+        options.require("bench");
         int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElse(1);
         KernelCache cache = KernelCache.defaultCache();
         try (CudaContext ctx = CudaContext.create(0);
@@ -93,7 +84,7 @@ public final class BenchCommand implements Callable<Integer> {
                 System.out.printf(Locale.ROOT, "expert layer H=%d I=%d E=%d top-%d BF16, %d layers = %.1f GB of weights%n",
                         shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), layers, bench.weightBytes() / 1e9);
                 for (int m : tokens) {
-                    results.addAll(bench.run(stream, variants, m, seed, warmup, reps, readBw,
+                    results.addAll(bench.run(stream, variants, m, seed, options.warmup, options.reps, readBw,
                             msg -> System.out.println("  timing " + msg)));
                 }
             }
@@ -151,7 +142,7 @@ public final class BenchCommand implements Callable<Integer> {
     private Path writeJson(CudaContext ctx, double readBw, GpuTimer.Timing read, ExpertShape shape,
                            List<ExpertLayerBenchmark.Variant> variants, List<ExpertLayerBenchmark.Result> results) throws Exception {
         Map<String, Object> doc = BenchReports.header("expert-layer", ctx);
-        doc.put("method", Map.of("layers", layers, "warmup", warmup, "reps", reps, "timing",
+        doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "timing",
                 "CUDA events around each replay of one graph running all layers; per-layer = replay / layers; median",
                 "bytes", "distinct routed experts' gate_up and down weights per layer", "seed", seed));
         doc.put("read_bandwidth", Map.of("bytes_per_second", readBw, "probe_bytes", (long) readGib << 30,
@@ -187,6 +178,6 @@ public final class BenchCommand implements Callable<Integer> {
             rows.add(m);
         }
         doc.put("results", rows);
-        return BenchReports.write(out, ctx, "expert-layer", doc);
+        return BenchReports.write(options.out, ctx, "expert-layer", doc);
     }
 }

@@ -9,11 +9,9 @@ import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
-import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.ExpertLayer;
 import dev.moeforge.runtime.moe.RouterKernel;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -21,6 +19,7 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
@@ -39,23 +38,14 @@ public final class BenchLayerCommand implements Callable<Integer> {
     @Option(names = "--tokens", split = ",", defaultValue = "1,2,4,8,16,32", description = "Token counts (default: ${DEFAULT-VALUE}).")
     List<Integer> tokens;
 
-    @Option(names = "--warmup", defaultValue = "10", description = "Warm-up replays (default: ${DEFAULT-VALUE}).")
-    int warmup;
+    @Mixin
+    BenchOptions options;
 
-    @Option(names = "--reps", defaultValue = "60", description = "Timed replays, at least 50 (default: ${DEFAULT-VALUE}).")
-    int reps;
 
-    @Option(names = "--out", defaultValue = "bench/results", description = "Directory of the JSON result (default: ${DEFAULT-VALUE}).")
-    Path out;
 
     @Override
     public Integer call() throws Exception {
-        if (reps < 50) {
-            throw new IllegalArgumentException("--reps " + reps + ": at least 50 timed repetitions (DESIGN section 7)");
-        }
-        if (!Gpu.available()) {
-            throw new IllegalStateException("bench layer needs a CUDA device: " + Gpu.unavailableReason());
-        }
+        options.require("bench layer");
         int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElse(1);
         KernelCache cache = KernelCache.defaultCache();
         List<ExpertLayerBenchmark.LayerResult> results = new ArrayList<>();
@@ -81,7 +71,7 @@ public final class BenchLayerCommand implements Callable<Integer> {
                     ExpertLayer experts = new ExpertLayer(runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up" + suffix)),
                             runtime.load(Catalogue.named("qwen3_30b_a3b_down" + suffix)));
                     String name = "router+" + (suffix.isEmpty() ? "t1" : suffix.substring(1));
-                    results.add(bench.runWithRouter(stream, name, router, experts, routerWeights, Map.of(), m, warmup, reps, readBw));
+                    results.add(bench.runWithRouter(stream, name, router, experts, routerWeights, Map.of(), m, options.warmup, options.reps, readBw));
                 }
             } finally {
                 routerWeights.forEach(DeviceBuffer::close);
@@ -96,7 +86,7 @@ public final class BenchLayerCommand implements Callable<Integer> {
                         r.gbPerSecond(), 100 * r.fractionOfRead());
             }
             Map<String, Object> doc = BenchReports.header("moe-layer", ctx);
-            doc.put("method", Map.of("layers", layers, "warmup", warmup, "reps", reps, "timing",
+            doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "timing",
                     "CUDA events around each replay of one graph running router, gate_up and down for every layer; "
                             + "per layer = replay / layers; median; the router alone timed the same way",
                     "bytes", "distinct routed experts' weights (counted from the routing the router wrote) plus the router weights"));
@@ -115,7 +105,7 @@ public final class BenchLayerCommand implements Callable<Integer> {
                 rows.add(m);
             }
             doc.put("results", rows);
-            System.out.println("wrote " + BenchReports.write(out, ctx, "moe-layer", doc));
+            System.out.println("wrote " + BenchReports.write(options.out, ctx, "moe-layer", doc));
         }
         return 0;
     }

@@ -21,7 +21,6 @@ import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
-import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.RouterKernel;
 import java.nio.charset.StandardCharsets;
@@ -36,6 +35,7 @@ import java.util.SplittableRandom;
 import java.util.concurrent.Callable;
 import java.util.concurrent.TimeUnit;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
@@ -50,18 +50,14 @@ import picocli.CommandLine.Option;
                 + "graph-captured in the same run; writes <out>/<date>-<device>-router.json.")
 public final class BenchRouterCommand implements Callable<Integer> {
 
-    @Option(names = "--warmup", defaultValue = "10", description = "Warm-up replays (default: ${DEFAULT-VALUE}).")
-    int warmup;
+    @Mixin
+    BenchOptions options;
 
-    @Option(names = "--reps", defaultValue = "60", description = "Timed replays, at least 50 (default: ${DEFAULT-VALUE}).")
-    int reps;
 
     @Option(names = "--torch-script", defaultValue = "bench/torch_router.py",
             description = "The PyTorch baseline script (default: ${DEFAULT-VALUE}); skipped when it or python3 with torch is missing.")
     Path torchScript;
 
-    @Option(names = "--out", defaultValue = "bench/results", description = "Directory of the JSON result (default: ${DEFAULT-VALUE}).")
-    Path out;
 
     @Option(names = "--sweep", description = "Also time the decode shapes under a grid of router_gemv schedules "
             + "(router_gemv with 1 to 4 warps per block; router_cluster with clusters of 4 or 8 blocks).")
@@ -74,12 +70,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        if (reps < 50) {
-            throw new IllegalArgumentException("--reps " + reps + ": at least 50 timed repetitions (DESIGN section 7)");
-        }
-        if (!Gpu.available()) {
-            throw new IllegalStateException("bench router needs a CUDA device: " + Gpu.unavailableReason());
-        }
+        options.require("bench router");
         KernelCache cache = KernelCache.defaultCache();
         List<Row> rows = new ArrayList<>();
         try (CudaContext ctx = CudaContext.create(0);
@@ -179,7 +170,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
                     router.enqueue(stream, s.tokens(), x, w, params, topkWeights, topkIds);
                 }
             })) {
-                t = GpuTimer.time(stream, g, warmup, reps).scaled(1.0 / copies);
+                t = GpuTimer.time(stream, g, options.warmup, options.reps).scaled(1.0 / copies);
             }
             int[] ids = new int[s.tokens() * k];
             topkIds.copyTo(ids);
@@ -209,7 +200,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
                     "hidden", r.hidden(), "topk", RouterTrees.storedTopK((Store) row.shape().spec().epilogue()).orElseThrow(),
                     "rule", row.shape().torchRule(), "copies", row.copies()));
         }
-        String input = json.writeValueAsString(Map.of("shapes", shapes, "warmup", warmup, "reps", reps));
+        String input = json.writeValueAsString(Map.of("shapes", shapes, "warmup", options.warmup, "reps", options.reps));
         Process p = new ProcessBuilder("python3", torchScript.toString()).redirectError(ProcessBuilder.Redirect.INHERIT).start();
         p.getOutputStream().write(input.getBytes(StandardCharsets.UTF_8));
         p.getOutputStream().close();
@@ -243,7 +234,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
 
     private Path writeJson(CudaContext ctx, List<Row> rows, JsonNode torch) throws Exception {
         Map<String, Object> doc = BenchReports.header("router", ctx);
-        doc.put("method", Map.of("warmup", warmup, "reps", reps, "timing", "CUDA events around each replay of one graph "
+        doc.put("method", Map.of("warmup", options.warmup, "reps", options.reps, "timing", "CUDA events around each replay of one graph "
                 + "running one router call per weight copy; per call = replay / copies; median",
                 "torch", torch == null ? "not run" : torch.get("torch").asText()));
         List<Map<String, Object>> results = new ArrayList<>();
@@ -263,6 +254,6 @@ public final class BenchRouterCommand implements Callable<Integer> {
             results.add(m);
         }
         doc.put("results", results);
-        return BenchReports.write(out, ctx, "router", doc);
+        return BenchReports.write(options.out, ctx, "router", doc);
     }
 }

@@ -114,7 +114,7 @@ public final class GenCommand implements Callable<Integer> {
         GeneratedKernel k = CudaEmitter.emit(spec);
         Path source = out.resolve(k.fileName());
         Files.writeString(source, k.source(), StandardCharsets.UTF_8);
-        CompileResult r = cache.getOrCompile(new CudaSource(k.fileName(), k.source(), k.headers(), k.specText()), spec.target());
+        CompileResult r = cache.getOrCompile(CudaSource.of(k), spec.target());
         String cubinName = k.fileName().replaceAll("\\.cu$", ".cubin");
         Files.write(out.resolve(cubinName), r.cubin());
         PtxasReport.FunctionResources f = r.report().function(spec.name());

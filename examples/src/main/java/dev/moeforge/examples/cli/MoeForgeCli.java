@@ -20,7 +20,7 @@ public final class MoeForgeCli implements Runnable {
     public static void main(String[] args) {
         CommandLine cli = new CommandLine(new MoeForgeCli());
         cli.setExecutionExceptionHandler((e, cmd, parsed) -> {
-            cmd.getErr().println("moeforge " + cmd.getCommandName() + ": " + e.getMessage());
+            cmd.getErr().println(cmd.getCommandSpec().qualifiedName() + ": " + e.getMessage());
             if (System.getenv("MOEFORGE_TRACE") != null) {
                 e.printStackTrace(cmd.getErr());
             } else {

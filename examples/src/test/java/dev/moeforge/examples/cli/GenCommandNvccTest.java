@@ -61,7 +61,7 @@ class GenCommandNvccTest {
         for (var spec : Catalogue.specs()) {
             for (Target t : targets) {
                 GeneratedKernel k = CudaEmitter.emit(spec.withTarget(t));
-                var report = cache.getOrCompile(new CudaSource(k.fileName(), k.source(), k.headers(), k.specText()), t).report();
+                var report = cache.getOrCompile(CudaSource.of(k), t).report();
                 assertEquals(0, report.function(spec.name()).stackFrameBytes(), "stack frame in " + spec.name() + " for " + t.text());
             }
         }

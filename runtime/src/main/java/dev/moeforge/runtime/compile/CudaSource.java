@@ -45,6 +45,11 @@ public record CudaSource(String fileName, String code, Map<String, String> heade
         return new CudaSource(fileName, code, Map.of(), "");
     }
 
+    /** What the generator emitted for a spec: its file, source, headers and canonical spec text. */
+    public static CudaSource of(dev.moeforge.codegen.cuda.GeneratedKernel kernel) {
+        return new CudaSource(kernel.fileName(), kernel.source(), kernel.headers(), kernel.specText());
+    }
+
     private static void requireRelativeName(String name, String what) {
         Objects.requireNonNull(name, what);
         Path p = Path.of(name);

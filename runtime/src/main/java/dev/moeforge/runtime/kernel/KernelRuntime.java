@@ -80,7 +80,7 @@ public final class KernelRuntime implements AutoCloseable {
     private KernelHandle compileAndLoad(KernelSpec spec) {
         GeneratedKernel generated = CudaEmitter.emit(spec);
         CompileResult compiled = cache.getOrCompile(
-                new CudaSource(generated.fileName(), generated.source(), generated.headers(), generated.specText()), target);
+                CudaSource.of(generated), target);
         context.makeCurrent();  // loads may run on any thread, e.g. a pool compiling in parallel
         CudaModule module = CudaModule.load(compiled.cubin());
         synchronized (modules) {

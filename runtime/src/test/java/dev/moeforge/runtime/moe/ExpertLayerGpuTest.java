@@ -16,9 +16,7 @@ import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.runtime.cuda.CudaGraph;
-import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
-import dev.moeforge.runtime.kernel.KernelRuntime;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.ExecutorService;
@@ -38,7 +36,7 @@ import org.junit.jupiter.params.provider.MethodSource;
  * (the seed is in the failure message), outputs poisoned with NaN before every launch.
  */
 @Tag("gpu")
-class ExpertLayerGpuTest {
+class ExpertLayerGpuTest extends GpuSession {
     static final double TOLERANCE = 1e-2;
 
     record Geometry(String name, ExpertShape shape, GateUpLayout layout) {
@@ -83,9 +81,6 @@ class ExpertLayerGpuTest {
     /** This run's seed: printed with every failure, so the inputs can be rebuilt. */
     static final long RUN_SEED = System.nanoTime();
 
-    static GpuSession gpu;
-    static CudaStream stream;
-    static KernelRuntime runtime;
 
     /**
      * One geometry's random weights, on the host for the reference and on the device. Drawn once
@@ -123,10 +118,7 @@ class ExpertLayerGpuTest {
     }
 
     @BeforeAll
-    static void open() throws Exception {
-        gpu = GpuSession.open();
-        stream = gpu.stream();
-        runtime = gpu.runtime();
+    static void compileSuite() throws Exception {
         // compile every spec of the suite in parallel up front; the cache serves the tests
         ExecutorService pool = Executors.newFixedThreadPool(Math.max(2, Runtime.getRuntime().availableProcessors()));
         try {
@@ -147,13 +139,10 @@ class ExpertLayerGpuTest {
     }
 
     @AfterAll
-    static void close() {
+    static void releaseWeights() {  // runs before GpuSession closes the context
         if (weights != null) {
             weights.close();
             weights = null;
-        }
-        if (gpu != null) {
-            gpu.close();
         }
     }
 

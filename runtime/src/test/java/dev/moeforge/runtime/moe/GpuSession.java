@@ -6,28 +6,36 @@ import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import java.nio.file.Path;
+import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
 
 /**
- * What a GPU test class shares: a context, a stream and a kernel runtime on device 0, compiling
- * through the cache at {@code MOEFORGE_CACHE} (or the default one). Opening it skips the class by
- * assumption where no CUDA device is found.
+ * The base of the GPU test classes: a context, a stream and a kernel runtime on device 0 for the
+ * class, compiling through the cache at {@code MOEFORGE_CACHE} (or the default one). Where no CUDA
+ * device is found the class is skipped by assumption.
  */
-record GpuSession(CudaContext context, CudaStream stream, KernelRuntime runtime) implements AutoCloseable {
+abstract class GpuSession {
+    static CudaContext context;
+    static CudaStream stream;
+    static KernelRuntime runtime;
 
-    static GpuSession open() {
+    @BeforeAll
+    static void openGpu() {
         Assumptions.assumeTrue(Gpu.available(), () -> "no CUDA device: " + Gpu.unavailableReason());
-        CudaContext context = CudaContext.create(0);
-        CudaStream stream = CudaStream.create();
+        context = CudaContext.create(0);
+        stream = CudaStream.create();
         String dir = System.getenv("MOEFORGE_CACHE");
-        KernelRuntime runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
-        return new GpuSession(context, stream, runtime);
+        runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
     }
 
-    @Override
-    public void close() {
-        runtime.close();
-        stream.close();
-        context.close();
+    @AfterAll
+    static void closeGpu() {
+        if (runtime != null) {
+            runtime.close();
+            stream.close();
+            context.close();
+            runtime = null;
+        }
     }
 }

@@ -19,12 +19,8 @@ import dev.moeforge.dsl.reference.RouterReference;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.runtime.cuda.CudaGraph;
-import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
-import dev.moeforge.runtime.kernel.KernelRuntime;
 import java.util.Map;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -35,24 +31,7 @@ import org.junit.jupiter.params.provider.CsvSource;
  * on that routing, and one graph of the whole layer replays bit-identically.
  */
 @Tag("gpu")
-class MoeLayerGpuTest {
-    static GpuSession gpu;
-    static CudaStream stream;
-    static KernelRuntime runtime;
-
-    @BeforeAll
-    static void open() {
-        gpu = GpuSession.open();
-        stream = gpu.stream();
-        runtime = gpu.runtime();
-    }
-
-    @AfterAll
-    static void close() {
-        if (gpu != null) {
-            gpu.close();
-        }
-    }
+class MoeLayerGpuTest extends GpuSession {
 
     @ParameterizedTest(name = "H={0} I={1} E={2} k={3} M={4} tokens_per_cta={5}")
     @CsvSource({"2048, 768, 128, 8, 1, 1", "2048, 768, 128, 8, 5, 8", "520, 136, 24, 3, 13, 4"})

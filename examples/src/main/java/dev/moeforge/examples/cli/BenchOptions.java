@@ -1,0 +1,27 @@
+package dev.moeforge.examples.cli;
+
+import dev.moeforge.runtime.cuda.Gpu;
+import java.nio.file.Path;
+import picocli.CommandLine.Option;
+
+/** The options every benchmark takes (DESIGN section 7: warm-up, at least 50 timed repetitions, JSON out). */
+final class BenchOptions {
+    @Option(names = "--warmup", defaultValue = "10", description = "Warm-up graph replays (default: ${DEFAULT-VALUE}).")
+    int warmup;
+
+    @Option(names = "--reps", defaultValue = "60", description = "Timed graph replays, at least 50 (default: ${DEFAULT-VALUE}).")
+    int reps;
+
+    @Option(names = "--out", defaultValue = "bench/results", description = "Directory of the JSON result (default: ${DEFAULT-VALUE}).")
+    Path out;
+
+    /** Refuses too few repetitions, and a machine without a CUDA device, naming the command. */
+    void require(String command) {
+        if (reps < 50) {
+            throw new IllegalArgumentException("--reps " + reps + ": at least 50 timed repetitions (DESIGN section 7)");
+        }
+        if (!Gpu.available()) {
+            throw new IllegalStateException(command + " needs a CUDA device: " + Gpu.unavailableReason());
+        }
+    }
+}
