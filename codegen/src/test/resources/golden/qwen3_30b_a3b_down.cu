@@ -42,6 +42,7 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_30b_a3b_down(
     __nv_bfloat16* __restrict__ y,
     int num_tokens
 ) {
+  mf::begin_after_previous_kernel();
   mf::down_single_token<kHidden, kIntermediate, kExperts, kTopk, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput>(
       inter, w_down, topk_ids, topk_weights, y, num_tokens, Epilogue{});
 }

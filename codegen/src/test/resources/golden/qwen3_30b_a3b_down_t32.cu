@@ -43,6 +43,7 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_30b_a3b_down_t32(
     __nv_bfloat16* __restrict__ y,
     int num_tokens
 ) {
+  mf::begin_after_previous_kernel();
   mf::down_token_tile<kHidden, kIntermediate, kExperts, kTopk, kWarpsPerCta, kLoadBytes, kUnroll, kTokensPerCta, kWarpsPerOutput>(
       inter, w_down, topk_ids, topk_weights, y, num_tokens, Epilogue{});
 }

@@ -41,6 +41,7 @@ extern "C" __global__ void __launch_bounds__(128) qwen3_30b_a3b_gate_up(
     __nv_bfloat16* __restrict__ inter,
     int num_tokens
 ) {
+  mf::begin_after_previous_kernel();
   mf::gate_up_single_token<kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput>(
       x, w_gate_up, topk_ids, inter, num_tokens, Epilogue{});
 }

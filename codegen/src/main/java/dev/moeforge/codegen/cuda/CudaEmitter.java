@@ -2,6 +2,7 @@ package dev.moeforge.codegen.cuda;
 
 import dev.moeforge.dsl.check.EpilogueTypes;
 import dev.moeforge.dsl.check.OutputCentricLayout;
+import dev.moeforge.dsl.check.RouterTileLayout;
 import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
@@ -44,6 +45,7 @@ public final class CudaEmitter {
             case OutputCentric oc -> render("output_centric.cu.ftl", outputCentricModel(spec, oc, specText));
             case Schedule.RouterGemv g -> render("router_gemv.cu.ftl", routerModel(spec, g, specText));
             case Schedule.RouterCluster c -> render("router_cluster.cu.ftl", routerClusterModel(spec, c, specText));
+            case Schedule.RouterTiled t -> render("router_tiled.cu.ftl", routerTiledModel(spec, t, specText));
         };
         return new GeneratedKernel(spec, specText, fileName(spec), source,
                 Map.of(DeviceHeader.FILE_NAME, DeviceHeader.content()));
@@ -56,55 +58,83 @@ public final class CudaEmitter {
 
     private static Map<String, Object> routerModel(KernelSpec spec, Schedule.RouterGemv g, String specText) {
         Problem.Router r = (Problem.Router) spec.problem();  // validated pairing
-        List<Map<String, String>> constants = new ArrayList<>();
-        constant(constants, "int", "kHidden", r.hidden());
-        constant(constants, "int", "kExperts", r.experts());
+        List<Map<String, String>> constants = routerConstants(r);
         constant(constants, "int", "kWarpsPerCta", g.warpsPerCta());
         constant(constants, "int", "kLoadBytes", g.loadBytes());
         constant(constants, "int", "kUnroll", g.kUnroll());
         constant(constants, "int", "kExpertsPerCta", g.expertsPerCta());
-        Map<String, Object> model = new LinkedHashMap<>();
-        model.put("specLines", specText.lines().toList());
-        model.put("notes", List.of(
+        return routerModel(spec, specText, constants, g.warpsPerCta(), List.of(
                 "router: " + LaunchGeometry.routerBlocksPerToken(spec) + " blocks per token, one warp per expert score; "
                         + "the token's last block evaluates the epilogue in warp 0.",
                 "Each lane loads " + g.loadBytes() + " bytes, " + g.kUnroll() + " loads in flight per row.",
                 "Ties go to the lower expert id; NaN ranks below every number.",
-                "Workspace: scores [M][E] fp32, counters [M] int32 (zero before the first launch; left zero)."));
-        model.put("header", DeviceHeader.FILE_NAME);
-        model.put("constants", constants);
-        model.put("launchBounds", Integer.toString(32 * g.warpsPerCta()));
-        model.put("name", spec.name());
-        model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
-        model.put("epilogueLines", RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(),
-                "mf::load_scores<kExperts>(scores + static_cast<size_t>(token) * kExperts)"));
-        return model;
+                "Workspace: scores [M][E] fp32, counters [M] int32 (zero before the first launch; left zero)."),
+                "mf::load_scores<kExperts>(scores + static_cast<size_t>(token) * kExperts)");
     }
 
     private static Map<String, Object> routerClusterModel(KernelSpec spec, Schedule.RouterCluster c, String specText) {
         Problem.Router r = (Problem.Router) spec.problem();  // validated pairing
-        List<Map<String, String>> constants = new ArrayList<>();
-        constant(constants, "int", "kHidden", r.hidden());
-        constant(constants, "int", "kExperts", r.experts());
+        List<Map<String, String>> constants = routerConstants(r);
         constant(constants, "int", "kClusterSize", c.clusterSize());
         constant(constants, "int", "kWarpsPerCta", c.warpsPerCta());
         constant(constants, "int", "kLoadBytes", c.loadBytes());
         constant(constants, "int", "kUnroll", c.kUnroll());
-        Map<String, Object> model = new LinkedHashMap<>();
-        model.put("specLines", specText.lines().toList());
-        model.put("notes", List.of(
+        Map<String, Object> model = routerModel(spec, specText, constants, c.warpsPerCta(), List.of(
                 "router: one cluster of " + c.clusterSize() + " blocks per token, one warp per expert score, the scores "
                         + "written into block 0's shared memory; block 0's warp 0 evaluates the epilogue after cluster.sync().",
                 "Each lane loads " + c.loadBytes() + " bytes, " + c.kUnroll() + " loads in flight per row.",
-                "Ties go to the lower expert id; NaN ranks below every number."));
+                "Ties go to the lower expert id; NaN ranks below every number."),
+                "mf::load_row_shared<kExperts>(scores)");
+        model.put("clusterSize", c.clusterSize());
+        return model;
+    }
+
+    private static Map<String, Object> routerTiledModel(KernelSpec spec, Schedule.RouterTiled t, String specText) {
+        Problem.Router r = (Problem.Router) spec.problem();  // validated pairing
+        RouterTileLayout layout = RouterTileLayout.of(r, t);
+        List<Map<String, String>> constants = routerConstants(r);
+        constant(constants, "int", "kTokensPerCta", t.tokensPerCta());
+        constant(constants, "int", "kWarpsPerCta", t.warpsPerCta());
+        constant(constants, "int", "kKTile", t.kTile());
+        constant(constants, "int", "kStages", t.stages());
+        constant(constants, "int", "kSharedBytes", Math.toIntExact(layout.sharedBytes()));
+        constant(constants, "int", "kRowsPerWarp", t.tokensPerCta() / t.warpsPerCta());
+        return routerModel(spec, specText, constants, t.warpsPerCta(), List.of(
+                "router: one block per tile of " + t.tokensPerCta() + " tokens x all " + r.experts() + " experts (padded to "
+                        + layout.paddedExperts() + "); each warp computes 16 tokens x " + layout.columnsPerWarp()
+                        + " experts with mma.sync m16n8k16 (BF16 in, FP32 accumulate).",
+                "x and W_r stream through a " + t.stages() + "-stage cp.async pipeline of " + t.kTile()
+                        + "-element slices, block b starting at slice b mod " + layout.slices() + " (the blocks do not all "
+                        + "read the same W_r lines at once); the scores stay in shared memory.",
+                "Warp w evaluates the epilogue for rows w, w + " + t.warpsPerCta() + ", ... of the tile, its "
+                        + t.tokensPerCta() / t.warpsPerCta() + " rows interleaved (independent chains of shuffles and reductions).",
+                "Ties go to the lower expert id; NaN ranks below every number.",
+                "Dynamic shared memory: " + layout.sharedBytes() + " bytes."),
+                "mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride)");
+    }
+
+    private static List<Map<String, String>> routerConstants(Problem.Router r) {
+        List<Map<String, String>> constants = new ArrayList<>();
+        constant(constants, "int", "kHidden", r.hidden());
+        constant(constants, "int", "kExperts", r.experts());
+        return constants;
+    }
+
+    /** The model all router templates share; {@code scores} loads the token's row of scores. */
+    private static Map<String, Object> routerModel(KernelSpec spec, String specText, List<Map<String, String>> constants,
+                                                   int warpsPerCta, List<String> notes, String scores) {
+        Problem.Router r = (Problem.Router) spec.problem();
+        Map<String, Object> model = new LinkedHashMap<>();
+        model.put("specLines", specText.lines().toList());
+        model.put("notes", notes);
         model.put("header", DeviceHeader.FILE_NAME);
         model.put("constants", constants);
-        model.put("launchBounds", Integer.toString(32 * c.warpsPerCta()));
-        model.put("clusterSize", c.clusterSize());
+        model.put("launchBounds", Integer.toString(32 * warpsPerCta));
         model.put("name", spec.name());
         model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
-        model.put("epilogueLines", RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(),
-                "mf::load_row_shared<kExperts>(scores)"));
+        RouterEpilogueEmitter.Code code = RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(), scores);
+        model.put("valueLines", code.values());
+        model.put("storeLines", code.stores());
         return model;
     }
 

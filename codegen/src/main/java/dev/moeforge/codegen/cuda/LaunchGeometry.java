@@ -1,6 +1,7 @@
 package dev.moeforge.codegen.cuda;
 
 import dev.moeforge.dsl.check.OutputCentricLayout;
+import dev.moeforge.dsl.check.RouterTileLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Schedule;
@@ -40,6 +41,9 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
             case Schedule.RouterGemv g -> new LaunchGeometry(routerBlocksPerToken(spec), tokens, 32 * g.warpsPerCta(), 0);
             // one cluster of clusterSize blocks per token
             case Schedule.RouterCluster c -> new LaunchGeometry(c.clusterSize(), tokens, 32 * c.warpsPerCta(), 0);
+            // one block per tile of tokensPerCta tokens
+            case Schedule.RouterTiled t -> new LaunchGeometry(ceilDiv(tokens, t.tokensPerCta()), 1, 32 * t.warpsPerCta(),
+                    Math.toIntExact(RouterTileLayout.of((Problem.Router) spec.problem(), t).sharedBytes()));
         };
     }
 
@@ -64,10 +68,11 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
                 };
             }
             case Schedule.RouterGemv _, Schedule.RouterCluster _ -> MAX_GRID_Y;
+            case Schedule.RouterTiled _ -> Integer.MAX_VALUE;  // gridDim.x takes 2^31 - 1 tiles
         };
     }
 
     private static int ceilDiv(int a, int b) {
-        return (a + b - 1) / b;
+        return (a - 1) / b + 1;  // a >= 1; no overflow near Integer.MAX_VALUE
     }
 }

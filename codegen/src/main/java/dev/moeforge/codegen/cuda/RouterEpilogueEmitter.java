@@ -36,19 +36,31 @@ public final class RouterEpilogueEmitter {
         this.scores = scores;
     }
 
+    /**
+     * The tree as CUDA: {@code values}, one const temporary per distinct subtree, then
+     * {@code stores}, which write the token's outputs (a template may guard them).
+     */
+    public record Code(List<String> values, List<String> stores) {
+        public Code {
+            values = List.copyOf(values);
+            stores = List.copyOf(stores);
+        }
+    }
+
     /** {@code scores}: the expression that loads the token's row of scores (global or shared memory). */
-    public static List<String> emit(Store root, boolean expertCounts, String scores) {
+    public static Code emit(Store root, boolean expertCounts, String scores) {
         RouterEpilogueEmitter e = new RouterEpilogueEmitter(scores);
         String value = e.value(root.input());
         OptionalInt k = RouterTrees.storedTopK(root);
-        e.lines.add(k.isPresent()
+        List<String> stores = new ArrayList<>();
+        stores.add(k.isPresent()
                 ? "mf::store_topk(" + value + ", topk_weights + static_cast<size_t>(token) * " + k.getAsInt()
                         + ", topk_ids + static_cast<size_t>(token) * " + k.getAsInt() + ");"
                 : "mf::store_row(" + value + ", router_out + static_cast<size_t>(token) * kExperts);");
         if (expertCounts) {
-            e.lines.add("mf::count_experts(" + value + ", expert_counts);");
+            stores.add("mf::count_experts(" + value + ", expert_counts);");
         }
-        return List.copyOf(e.lines);
+        return new Code(e.lines, stores);
     }
 
     private String value(EpilogueNode node) {

@@ -33,6 +33,15 @@ __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / 
 __host__ __device__ constexpr int align16(int bytes) { return (bytes + 15) & ~15; }
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
 
+// Programmatic dependent launch (sm_90+), first thing in every generated kernel: lets the next
+// kernel on the stream begin launching (its blocks park in the wait below, so they overlap this
+// kernel's tail), then waits until the previous kernel's writes are visible. Under a plain launch
+// (LaunchOrder.AFTER_PREVIOUS) both instructions return at once.
+__device__ __forceinline__ void begin_after_previous_kernel() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Loads. Weights are streamed once: the .nc path with L1::no_allocate keeps them from evicting
 // the activations, which every warp of a block re-reads and which should stay in L1.
@@ -641,6 +650,150 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
   }
   cluster.sync();
   return rank == 0 ? scores : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Router (schedule router_tiled): the scores of a tile of BM tokens x every expert on the tensor
+// cores. Slices of BK elements of x and W_r stream through an S-stage cp.async pipeline in shared
+// memory (16-byte pieces, XOR-swizzled so that ldmatrix's 8 rows hit distinct banks); each warp
+// owns 16 tokens x kColumnsPerWarp experts as m16n8k16 BF16 mmas with FP32 accumulators. The
+// scores then go to shared memory (reusing the pipeline), where warps take whole rows.
+// RouterTileLayout (Java) states the same sizes; the generated kernel static_asserts they agree.
+// ---------------------------------------------------------------------------------------------
+
+template <int H, int E, int BM, int W, int BK, int S>
+struct RouterTile {
+  static_assert(BM % 16 == 0 && BM >= 16 && BM <= 128, "a tile is a whole number of 16-token mma rows");
+  static_assert(BK == 32 || BK == 64, "a slice row is 4 or 8 16-byte pieces");
+  static constexpr int kWarpRows = BM / 16;
+  static_assert(W % kWarpRows == 0, "every warp owns 16 tokens of the tile");
+  static constexpr int kWarpColumns = W / kWarpRows;
+  static constexpr int kPaddedExperts = ceil_div(E, 16 * kWarpColumns) * 16 * kWarpColumns;
+  static constexpr int kColumnsPerWarp = kPaddedExperts / kWarpColumns;
+  static constexpr int kScoreStride = ceil_div(kPaddedExperts, 32) * 32 + 8;  // 8 mod 32: conflict-free float2 stores
+  static constexpr int kPieces = BK / 8;  // 16-byte pieces per slice row
+  static constexpr int kRows = BM + kPaddedExperts;  // x rows, then W_r rows
+  static constexpr int kStageBytes = 2 * kRows * BK;
+  static constexpr int kScoreBytes = 4 * BM * kScoreStride;
+  static constexpr int kSharedBytes = kStageBytes * S > kScoreBytes ? kStageBytes * S : kScoreBytes;
+  static constexpr int kSlices = ceil_div(H, BK);
+};
+
+// Byte offset of 16-byte piece p of slice row r: rows of 4 pieces swizzle in pairs, rows of 8 alone,
+// so 8 consecutive rows at the same logical piece land in 8 distinct 16-byte bank groups.
+template <int P>
+__device__ __forceinline__ uint32_t swizzled(int row, int piece) {
+  return 16u * static_cast<uint32_t>(row * P + (piece ^ ((row / (8 / P)) % P)));
+}
+
+// 16 bytes global -> shared without a register round trip; valid == false writes zeros.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+
+// d += a (16x16, row) * b (16x8, col), BF16 in, FP32 accumulate.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Copies slice [k0, k0 + BK) of the tile's x rows and of every W_r row into one stage; tokens past
+// num_tokens, padded experts and columns past H are zeros.
+template <int H, int E, int BM, int W, int BK, int S>
+__device__ __forceinline__ void router_tile_load(uint32_t stage, const __nv_bfloat16* __restrict__ x,
+                                                 const __nv_bfloat16* __restrict__ w_router, int m0, int num_tokens, int k0) {
+  using L = RouterTile<H, E, BM, W, BK, S>;
+  constexpr int P = L::kPieces;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < L::kRows * P; i += 32 * W) {
+    const int row = i / P;
+    const int piece = i % P;
+    const int k = k0 + piece * 8;
+    const bool in_k = H % BK == 0 || k < H;
+    const bool is_x = row < BM;
+    const int r = is_x ? m0 + row : row - BM;
+    const bool valid = in_k && (is_x ? r < num_tokens : r < E);
+    const __nv_bfloat16* src = (is_x ? x : w_router) + (valid ? static_cast<size_t>(r) * H + k : 0);
+    cp_async_16(stage + swizzled<P>(row, piece), src, valid);
+  }
+}
+
+// Every thread of the block: computes the tile's [BM][E] scores and returns them in shared memory,
+// row r (token blockIdx.x * BM + r) at scores + r * kScoreStride.
+template <int H, int E, int BM, int W, int BK, int S>
+__device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* __restrict__ x,
+                                                           const __nv_bfloat16* __restrict__ w_router, unsigned char* smem,
+                                                           int num_tokens) {
+  using L = RouterTile<H, E, BM, W, BK, S>;
+  constexpr int P = L::kPieces;
+  constexpr int NT = L::kColumnsPerWarp / 8;  // n8 tiles per warp
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int row0 = (warp % L::kWarpRows) * 16;
+  const int col0 = (warp / L::kWarpRows) * L::kColumnsPerWarp;
+  const int m0 = blockIdx.x * BM;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  // Block b sums the slices in the order b, b + 1, ... (mod kSlices): blocks that all read the same
+  // W_r slice at once queue on the same L2 lines. The order is fixed per block, so results are too.
+  const int first = static_cast<int>(blockIdx.x % L::kSlices);
+  auto slice_k0 = [first](int s) { return ((first + s) % L::kSlices) * BK; };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < L::kSlices) {
+      router_tile_load<H, E, BM, W, BK, S>(base + s * L::kStageBytes, x, w_router, m0, num_tokens, slice_k0(s));
+    }
+    cp_async_commit();
+  }
+#pragma unroll 1
+  for (int kt = 0; kt < L::kSlices; ++kt) {
+    cp_async_wait<S - 2>();
+    __syncthreads();  // slice kt is in; every warp is done with slice kt - 1, whose stage is refilled next
+    const int next = kt + S - 1;
+    if (next < L::kSlices) {
+      router_tile_load<H, E, BM, W, BK, S>(base + (next % S) * L::kStageBytes, x, w_router, m0, num_tokens, slice_k0(next));
+    }
+    cp_async_commit();
+    const uint32_t stage = base + (kt % S) * L::kStageBytes;
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4(a, stage + swizzled<P>(row0 + (lane & 15), 2 * kk + (lane >> 4)));
+#pragma unroll
+      for (int j = 0; j < NT / 2; ++j) {
+        uint32_t b[4];
+        const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
+        ldmatrix_x4(b, stage + swizzled<P>(BM + n, 2 * kk + ((lane >> 3) & 1)));
+        mma_bf16_16816(acc[2 * j], a, b[0], b[1]);
+        mma_bf16_16816(acc[2 * j + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the score table
+  float* scores = reinterpret_cast<float*>(smem);
+  const int r = row0 + (lane >> 2);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int c = col0 + 8 * j + 2 * (lane & 3);
+    *reinterpret_cast<float2*>(scores + r * L::kScoreStride + c) = make_float2(acc[j][0], acc[j][1]);
+    *reinterpret_cast<float2*>(scores + (r + 8) * L::kScoreStride + c) = make_float2(acc[j][2], acc[j][3]);
+  }
+  __syncthreads();
+  return scores;
 }
 
 // A row of E values held by one warp: lane l keeps experts l, l + 32, l + 64, ...

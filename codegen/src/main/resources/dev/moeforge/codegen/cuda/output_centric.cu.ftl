@@ -33,6 +33,7 @@ extern "C" __global__ void __launch_bounds__(${launchBounds}) ${name}(
     ${p}<#sep>,</#sep>
 </#list>
 ) {
+  mf::begin_after_previous_kernel();
   mf::${body}<${templateArgs}>(
       ${callArgs}, Epilogue{});
 }

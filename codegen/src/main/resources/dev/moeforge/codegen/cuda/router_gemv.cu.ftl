@@ -24,13 +24,17 @@ extern "C" __global__ void __launch_bounds__(${launchBounds}) ${name}(
     ${p}<#sep>,</#sep>
 </#list>
 ) {
+  mf::begin_after_previous_kernel();
   if (!mf::router_scores<kHidden, kExperts, kWarpsPerCta, kLoadBytes, kUnroll, kExpertsPerCta>(
           x, w_router, scores, counters, num_tokens)) {
     return;
   }
   if (threadIdx.x >= 32) return;  // warp 0 of the token's last block evaluates the epilogue
   const int token = blockIdx.y;
-<#list epilogueLines as line>
+<#list valueLines as line>
+  ${line}
+</#list>
+<#list storeLines as line>
   ${line}
 </#list>
 }

@@ -88,6 +88,24 @@ class LaunchGeometryTest {
     }
 
     @Test
+    void routerTiledGridAndSharedMemory() {
+        // E = 60, 48 tokens per block, 12 warps: 3 row groups x 4 column groups; experts padded to
+        // ceil(60 / 64) * 64 = 64, 16 per warp; ceil(200 / 64) = 4 slices. Stage = 2 B * (48 + 64) rows * 64 = 14336 B, x 2
+        // stages = 28672 B; the score table 4 B * 48 rows * (64 + 8) = 13824 B is smaller.
+        KernelSpec spec = KernelBuilder.named("rt").router(200, 60)
+                .schedule(new dev.moeforge.dsl.ir.Schedule.RouterTiled(48, 12, 64, 2))
+                .epilogue(dev.moeforge.dsl.build.RoutingRules.softmaxTopKRenormalized(5, dev.moeforge.dsl.ir.DType.FP32))
+                .build();
+        var layout = dev.moeforge.dsl.check.RouterTileLayout.of((dev.moeforge.dsl.ir.Problem.Router) spec.problem(),
+                (dev.moeforge.dsl.ir.Schedule.RouterTiled) spec.schedule());
+        assertEquals(new dev.moeforge.dsl.check.RouterTileLayout(3, 4, 64, 16, 72, 4, 14_336, 28_672), layout);
+        // M = 100 -> ceil(100 / 48) = 3 blocks of 12 warps
+        assertEquals(new LaunchGeometry(3, 1, 384, 28_672), LaunchGeometry.of(spec, 100));
+        assertEquals(Integer.MAX_VALUE, LaunchGeometry.maxTokens(spec));
+        assertEquals((Integer.MAX_VALUE - 1) / 48 + 1, LaunchGeometry.of(spec, Integer.MAX_VALUE).gridX());
+    }
+
+    @Test
     void maxTokens() {
         assertEquals(65_535 / 8, LaunchGeometry.maxTokens(gateUp(QWEN3, 4, 1)), "gate_up single token: M*k <= 65535");
         assertEquals(8191, LaunchGeometry.maxTokens(gateUp(QWEN3, 4, 1)));

@@ -235,7 +235,7 @@ public final class EpilogueTypes {
 
     /** Names a router's row parameters may not take: the kernel's other parameters and locals. */
     public static final List<String> RESERVED = List.of("x", "w_router", "scores", "counters", "topk_weights", "topk_ids",
-            "router_out", "expert_counts", "num_tokens", "token", "mf");
+            "router_out", "expert_counts", "num_tokens", "token", "tile_row", "smem", "Tile", "mf");
 
     /** A short rendering of the node for messages. */
     public static String describe(EpilogueNode node) {

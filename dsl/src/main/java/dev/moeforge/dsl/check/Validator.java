@@ -102,7 +102,7 @@ public final class Validator {
             case OutputCentric oc -> {
                 if (!(spec.problem() instanceof Problem.ExpertProblem p)) {
                     errors.add(new SpecError("schedule", "output_centric", "output_centric lowers expert_gate_up and "
-                            + "expert_down; a router takes router_gemv"));
+                            + "expert_down; a router takes router_gemv, router_cluster or router_tiled"));
                     return;
                 }
                 range(errors, "schedule.warps_per_cta", oc.warpsPerCta(), 1, maxWarps);
@@ -171,6 +171,57 @@ public final class Validator {
                 }
                 range(errors, "schedule.k_unroll", c.kUnroll(), 1, 16);
             }
+            case Schedule.RouterTiled t -> checkRouterTiled(spec, t, target, maxWarps, errors);
+        }
+    }
+
+    private static void checkRouterTiled(KernelSpec spec, Schedule.RouterTiled t, Target target, int maxWarps,
+                                         List<SpecError> errors) {
+        if (!(spec.problem() instanceof Problem.Router r)) {
+            errors.add(new SpecError("schedule", "router_tiled", "router_tiled lowers a router problem; expert "
+                    + "kernels take output_centric"));
+            return;
+        }
+        int before = errors.size();
+        if (t.tokensPerCta() < 16 || t.tokensPerCta() > 128 || t.tokensPerCta() % 16 != 0) {
+            errors.add(new SpecError("schedule.tokens_per_cta", Integer.toString(t.tokensPerCta()),
+                    "16, 32, 48, ... 128: a multiple of 16, the tensor-core tile's rows"));
+        }
+        range(errors, "schedule.warps_per_cta", t.warpsPerCta(), 1, maxWarps);
+        if (t.kTile() != 32 && t.kTile() != 64) {
+            errors.add(new SpecError("schedule.k_tile", Integer.toString(t.kTile()), "32 or 64"));
+        }
+        range(errors, "schedule.stages", t.stages(), 2, 4);
+        if (r.hidden() >= 1 && r.hidden() <= MAX_DIMENSION && r.hidden() % 8 != 0) {
+            errors.add(new SpecError("problem.hidden", Integer.toString(r.hidden()),
+                    "a multiple of 8 for router_tiled: x and W_r rows are copied in 16-byte pieces"));
+        }
+        if (errors.size() > before || r.experts() < 1 || r.experts() > MAX_EXPERTS) {
+            return;
+        }
+        int rowGroups = t.tokensPerCta() / 16;
+        if (t.warpsPerCta() % rowGroups != 0) {
+            errors.add(new SpecError("schedule.warps_per_cta", Integer.toString(t.warpsPerCta()),
+                    "a multiple of tokens_per_cta / 16 = " + rowGroups + " (each warp owns 16 tokens of the tile)"));
+            return;
+        }
+        if (t.tokensPerCta() % t.warpsPerCta() != 0) {
+            errors.add(new SpecError("schedule.warps_per_cta", Integer.toString(t.warpsPerCta()),
+                    "a divisor of tokens_per_cta = " + t.tokensPerCta() + " (each warp evaluates the rule for "
+                            + "tokens_per_cta / warps_per_cta rows of the tile)"));
+            return;
+        }
+        RouterTileLayout layout = RouterTileLayout.of(r, t);
+        if (layout.columnsPerWarp() > RouterTileLayout.MAX_COLUMNS_PER_WARP) {
+            errors.add(new SpecError("schedule.warps_per_cta", Integer.toString(t.warpsPerCta()),
+                    "enough warps that each holds at most " + RouterTileLayout.MAX_COLUMNS_PER_WARP + " of the "
+                            + layout.paddedExperts() + " (padded) experts' scores; here " + layout.columnsPerWarp()
+                            + " (raise warps_per_cta or lower tokens_per_cta)"));
+        }
+        if (layout.sharedBytes() > target.maxSharedBytesPerBlock()) {
+            errors.add(new SpecError("schedule", layout.sharedBytes() + " bytes of shared memory",
+                    "at most " + target.maxSharedBytesPerBlock() + " bytes per thread block on " + target.text()
+                            + " (lower stages, k_tile or tokens_per_cta)"));
         }
     }
 
@@ -185,7 +236,7 @@ public final class Validator {
                                     + "combine(acc) with the accumulator itself as input"));
                 }
             }
-            case Schedule.RouterGemv _, Schedule.RouterCluster _ -> { }
+            case Schedule.RouterGemv _, Schedule.RouterCluster _, Schedule.RouterTiled _ -> { }
         }
     }
 

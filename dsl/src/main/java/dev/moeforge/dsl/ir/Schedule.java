@@ -1,7 +1,7 @@
 package dev.moeforge.dsl.ir;
 
 /** How a {@link Problem} is mapped onto the GPU. One problem can be lowered with several schedules. */
-public sealed interface Schedule permits Schedule.OutputCentric, Schedule.RouterGemv, Schedule.RouterCluster {
+public sealed interface Schedule permits Schedule.OutputCentric, Schedule.RouterGemv, Schedule.RouterCluster, Schedule.RouterTiled {
 
     /**
      * Warp decode (seeds 000 and 004): one warp owns one output scalar and streams the weight rows
@@ -65,4 +65,20 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Router
      * @param kUnroll     loads per lane issued before the first is used
      */
     record RouterCluster(int clusterSize, int warpsPerCta, int loadBytes, int kUnroll) implements Schedule {}
+
+    /**
+     * The prefill router (seed 002's fused GEMM epilogue): a thread block owns a tile of
+     * {@code tokensPerCta} tokens and every expert, computes the tile's scores on the tensor cores
+     * ({@code mma.sync} m16n8k16, BF16 in, FP32 out) from a {@code stages}-deep {@code cp.async}
+     * pipeline of {@code kTile}-wide slices of x and W_r in shared memory, then puts the scores in
+     * shared memory, where each warp takes whole rows and evaluates the epilogue tree in registers.
+     * The (M, E) scores never reach global memory; no workspace.
+     *
+     * @param tokensPerCta tokens per thread block, a multiple of 16 (the mma's M), 16..128
+     * @param warpsPerCta  warps per block: tokensPerCta / 16 row groups times the column groups the
+     *                     experts are split into
+     * @param kTile        elements of the hidden dimension per pipeline stage, 32 or 64
+     * @param stages       pipeline depth, 2..4
+     */
+    record RouterTiled(int tokensPerCta, int warpsPerCta, int kTile, int stages) implements Schedule {}
 }

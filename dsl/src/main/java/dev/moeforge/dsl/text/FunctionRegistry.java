@@ -94,6 +94,13 @@ final class FunctionRegistry {
                 Integer loadBytes = a.integer("load_bytes");
                 Integer kUnroll = a.integer("k_unroll");
                 return a.ok() ? new Schedule.RouterCluster(cluster, warps, loadBytes, kUnroll) : null;
+            }),
+            new Entry<>("router_tiled", List.of("tokens_per_cta", "warps_per_cta", "k_tile", "stages"), a -> {
+                Integer tokens = a.integer("tokens_per_cta");
+                Integer warps = a.integer("warps_per_cta");
+                Integer kTile = a.integer("k_tile");
+                Integer stages = a.integer("stages");
+                return a.ok() ? new Schedule.RouterTiled(tokens, warps, kTile, stages) : null;
             })));
 
     // Nested nodes are read through FunctionRegistry.EPILOGUE: a simple name may not refer to the

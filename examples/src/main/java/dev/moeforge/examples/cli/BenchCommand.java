@@ -14,6 +14,7 @@ import dev.moeforge.runtime.bench.GpuTimer;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.ExpertLayer;
@@ -98,10 +99,14 @@ public final class BenchCommand implements Callable<Integer> {
     private List<ExpertLayerBenchmark.Variant> variants(KernelRuntime runtime) {
         List<ExpertLayerBenchmark.Variant> v = new ArrayList<>();
         // the catalogue's three Qwen3-30B-A3B layers: one token per warp, tiles of 8 and of 32 tokens
-        for (String suffix : List.of("", "_t8", "_t32")) {
-            v.add(new ExpertLayerBenchmark.Variant(suffix.isEmpty() ? "t1" : suffix.substring(1), new ExpertLayer(
-                    runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up" + suffix)),
-                    runtime.load(Catalogue.named("qwen3_30b_a3b_down" + suffix)))));
+        // each overlapping its predecessor (programmatic dependent launch), and serial for comparison
+        for (LaunchOrder order : List.of(LaunchOrder.OVERLAPPING_PREVIOUS, LaunchOrder.AFTER_PREVIOUS)) {
+            for (String suffix : List.of("", "_t8", "_t32")) {
+                v.add(new ExpertLayerBenchmark.Variant((suffix.isEmpty() ? "t1" : suffix.substring(1))
+                        + (order == LaunchOrder.AFTER_PREVIOUS ? "_serial" : ""), new ExpertLayer(
+                        runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up" + suffix)),
+                        runtime.load(Catalogue.named("qwen3_30b_a3b_down" + suffix)), order)));
+            }
         }
         if (sweep) {
             // each pair is timed half by half, so one row compares a gate_up and a down candidate

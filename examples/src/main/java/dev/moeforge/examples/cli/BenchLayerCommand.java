@@ -9,6 +9,7 @@ import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.ExpertLayer;
 import dev.moeforge.runtime.moe.RouterKernel;
@@ -68,20 +69,25 @@ public final class BenchLayerCommand implements Callable<Integer> {
                         shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), layers, readBw / 1e9);
                 for (int m : tokens) {
                     String suffix = m <= 4 ? "" : m <= 8 ? "_t8" : "_t32";
-                    ExpertLayer experts = new ExpertLayer(runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up" + suffix)),
-                            runtime.load(Catalogue.named("qwen3_30b_a3b_down" + suffix)));
-                    String name = "router+" + (suffix.isEmpty() ? "t1" : suffix.substring(1));
-                    results.add(bench.runWithRouter(stream, name, router, experts, routerWeights, Map.of(), m, options.warmup, options.reps, readBw));
+                    // each layer twice: kernels overlapping their predecessor (programmatic dependent launch), then serial
+                    for (LaunchOrder order : List.of(LaunchOrder.OVERLAPPING_PREVIOUS, LaunchOrder.AFTER_PREVIOUS)) {
+                        ExpertLayer experts = new ExpertLayer(runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up" + suffix)),
+                                runtime.load(Catalogue.named("qwen3_30b_a3b_down" + suffix)), order);
+                        String name = "router+" + (suffix.isEmpty() ? "t1" : suffix.substring(1))
+                                + (order == LaunchOrder.AFTER_PREVIOUS ? " serial" : "");
+                        results.add(bench.runWithRouter(stream, name, router, experts, routerWeights, Map.of(), m, options.warmup,
+                                options.reps, readBw));
+                    }
                 }
             } finally {
                 routerWeights.forEach(DeviceBuffer::close);
                 router.close();
             }
             System.out.println();
-            System.out.printf(Locale.ROOT, "%-14s %4s %10s %10s %9s %11s %8s %8s%n", "variant", "M", "layer us", "router us",
+            System.out.printf(Locale.ROOT, "%-20s %4s %10s %10s %9s %11s %8s %8s%n", "variant", "M", "layer us", "router us",
                     "experts", "MB read", "GB/s", "of read");
             for (ExpertLayerBenchmark.LayerResult r : results) {
-                System.out.printf(Locale.ROOT, "%-14s %4d %10.2f %10.2f %9.1f %11.1f %8.0f %7.1f%%%n", r.variant(), r.tokens(),
+                System.out.printf(Locale.ROOT, "%-20s %4d %10.2f %10.2f %9.1f %11.1f %8.0f %7.1f%%%n", r.variant(), r.tokens(),
                         r.layer().medianMicros(), r.router().medianMicros(), r.distinctExpertsPerLayer(), r.bytesPerLayer() / 1e6,
                         r.gbPerSecond(), 100 * r.fractionOfRead());
             }

@@ -59,8 +59,8 @@ public final class BenchRouterCommand implements Callable<Integer> {
     Path torchScript;
 
 
-    @Option(names = "--sweep", description = "Also time the decode shapes under a grid of router_gemv schedules "
-            + "(router_gemv with 1 to 4 warps per block; router_cluster with clusters of 4 or 8 blocks).")
+    @Option(names = "--sweep", description = "Also time the decode shapes under a grid of router_gemv and router_cluster "
+            + "schedules, and the seed shapes under a grid of router_tiled schedules and router_gemv.")
     boolean sweep;
 
     /** A benchmarked router: the spec and the name of the same rule in the PyTorch script. */
@@ -97,36 +97,69 @@ public final class BenchRouterCommand implements Callable<Integer> {
         s.add(new Shape("decode_qwen3_next_m1", 1, Catalogue.named("qwen3_next_80b_router"), "softmax_renorm"));
         s.add(new Shape("decode_deepseek_v3_m1", 1, Catalogue.named("deepseek_v3_router"), "grouped_sigmoid"));
         s.add(new Shape("decode_gpt_oss_20b_m1", 1, Catalogue.named("gpt_oss_20b_router"), "biased_topk_softmax"));
-        int[][] seedShapes = {{512, 8, 128}, {512, 16, 128}, {1024, 64, 512}, {2048, 128, 1024}, {4096, 64, 2048}, {4096, 128, 2048}};
+        // (M, N = experts, K = hidden), then the router_tiled schedule that won that shape in the --sweep
+        // (bench/results/2026-11-22-nvidia-h100-80gb-hbm3-router-sweep-tiled.json)
+        int[][] seedShapes = {{512, 8, 128, 16, 8, 64, 4}, {512, 16, 128, 16, 8, 64, 4}, {1024, 64, 512, 16, 8, 64, 4},
+                {2048, 128, 1024, 16, 8, 64, 4}, {4096, 64, 2048, 32, 8, 64, 4}, {4096, 128, 2048, 32, 16, 64, 3}};
         for (int[] mnk : seedShapes) {
             String name = "seed_" + mnk[0] + "x" + mnk[1] + "x" + mnk[2];
-            KernelSpec spec = KernelBuilder.named("bench_" + name).router(mnk[2], mnk[1])
+            Schedule tiled = new Schedule.RouterTiled(mnk[3], mnk[4], mnk[5], mnk[6]);
+            KernelSpec spec = KernelBuilder.named("bench_" + name).router(mnk[2], mnk[1]).schedule(tiled)
                     .epilogue(new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32)).build();
             s.add(new Shape(name, mnk[0], spec, "topk_softmax"));
         }
         return s;
     }
 
-    /** The shapes, then each decode shape again under other router_gemv schedules (names end in the schedule). */
+    /** router_tiled variants the sweep times on the seed shapes: tokens per block, warps, k tile, stages. */
+    private static final int[][] TILED_SWEEP = {{16, 4, 64, 3}, {16, 8, 64, 4}, {16, 16, 64, 4}, {32, 8, 64, 3},
+            {32, 8, 64, 4}, {32, 16, 64, 3}, {32, 4, 32, 4}, {64, 16, 64, 3}, {64, 8, 64, 3}};
+
+    /**
+     * The shapes, then each decode shape again under other router_gemv and router_cluster
+     * schedules, and each seed shape under other router_tiled schedules and router_gemv (names end
+     * in the schedule).
+     */
     static List<Shape> withSweep(List<Shape> shapes) {
         List<Shape> all = new ArrayList<>(shapes);
         for (Shape s : shapes) {
-            if (!s.name().startsWith("decode_")) {
+            if (s.name().startsWith("seed_")) {
+                List<Schedule> variants = new ArrayList<>();
+                variants.add(new Schedule.RouterGemv(4, 16, 8, 4));
+                for (int[] t : TILED_SWEEP) {
+                    variants.add(new Schedule.RouterTiled(t[0], t[1], t[2], t[3]));
+                }
+                for (Schedule v : variants) {
+                    String name = s.name() + "_" + scheduleTag(v);
+                    KernelSpec spec = s.spec().withSchedule(v).withName("sweep_" + name);
+                    if (dev.moeforge.dsl.check.Validator.errors(spec).isEmpty()) {
+                        all.add(new Shape(name, s.tokens(), spec, s.torchRule()));
+                    }
+                }
                 continue;
             }
             for (int[] w : new int[][] {{1, 1}, {2, 2}, {4, 8}}) {
                 Schedule.RouterGemv g = new Schedule.RouterGemv(w[0], 16, 8, w[1]);
-                String name = s.name() + "_gemv_w" + w[0] + "e" + w[1];
+                String name = s.name() + "_" + scheduleTag(g);
                 all.add(new Shape(name, s.tokens(), s.spec().withSchedule(g).withName("sweep_" + name), s.torchRule()));
             }
             // thread-block clusters: cluster size x warps per block
             for (int[] cw : new int[][] {{8, 16}, {8, 32}, {4, 32}, {8, 8}}) {
                 Schedule.RouterCluster c = new Schedule.RouterCluster(cw[0], cw[1], 16, 8);
-                String name = s.name() + "_cluster_c" + cw[0] + "w" + cw[1];
+                String name = s.name() + "_" + scheduleTag(c);
                 all.add(new Shape(name, s.tokens(), s.spec().withSchedule(c).withName("sweep_" + name), s.torchRule()));
             }
         }
         return all;
+    }
+
+    private static String scheduleTag(Schedule s) {
+        return switch (s) {
+            case Schedule.RouterGemv g -> "gemv_w" + g.warpsPerCta() + "e" + g.expertsPerCta();
+            case Schedule.RouterCluster c -> "cluster_c" + c.clusterSize() + "w" + c.warpsPerCta();
+            case Schedule.RouterTiled t -> "tiled_m" + t.tokensPerCta() + "w" + t.warpsPerCta() + "k" + t.kTile() + "s" + t.stages();
+            case Schedule.OutputCentric _ -> throw new IllegalArgumentException("not a router schedule");
+        };
     }
 
     private Row time(KernelRuntime runtime, BenchKernels kernels, CudaStream stream, Shape s, long l2Bytes) {

@@ -122,6 +122,7 @@ public final class GenCommand implements Callable<Integer> {
             case Schedule.OutputCentric _ -> "output_centric";
             case Schedule.RouterGemv _ -> "router_gemv";
             case Schedule.RouterCluster _ -> "router_cluster";
+            case Schedule.RouterTiled _ -> "router_tiled";
         } + switch (spec.problem()) {
             case Problem.ExpertGateUp _ -> "_gate_up";
             case Problem.ExpertDown _ -> "_down";

@@ -112,9 +112,9 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
                     gateUpWeights.get(l), downWeights.get(l), ids.get(l), weights.get(l), inter, y));
             checkWritten(v.name(), tokens);
             Timing gateUp = timeGraph(stream, warmup, reps, l ->
-                    v.layer().gateUp().launch(stream, tokens, x, gateUpWeights.get(l), ids.get(l), inter));
+                    v.layer().gateUp().launch(stream, v.layer().order(), tokens, x, gateUpWeights.get(l), ids.get(l), inter));
             Timing down = timeGraph(stream, warmup, reps, l ->
-                    v.layer().down().launch(stream, tokens, inter, downWeights.get(l), ids.get(l), weights.get(l), y));
+                    v.layer().down().launch(stream, v.layer().order(), tokens, inter, downWeights.get(l), ids.get(l), weights.get(l), y));
             double seconds = whole.medianMicros() * 1e-6;
             double gbps = bytesPerLayer / seconds / 1e9;
             results.add(new Result(v.name(), tokens, whole, gateUp, down, expertsPerLayer, bytesPerLayer, gbps,

@@ -38,15 +38,33 @@ public final class CudaFunction {
      */
     public void launch(int gx, int gy, int gz, int bx, int by, int bz, int sharedBytes, CudaStream stream,
                        Object... args) {
+        launch(LaunchOrder.AFTER_PREVIOUS, gx, gy, gz, bx, by, bz, sharedBytes, stream, args);
+    }
+
+    /** As {@link #launch(int, int, int, int, int, int, int, CudaStream, Object...)}, ordered after the previous kernel as {@code order} says. */
+    public void launch(LaunchOrder order, int gx, int gy, int gz, int bx, int by, int bz, int sharedBytes, CudaStream stream,
+                       Object... args) {
         module.checkOpen();
-        Pointer[] params = new Pointer[args.length];
-        for (int i = 0; i < args.length; i++) {
-            params[i] = parameter(i, args[i]);
-        }
         CUstream handle = stream == null ? null : stream.handle();
         try {
-            Driver.check("cuLaunchKernel", () -> cuLaunchKernel(function, gx, gy, gz, bx, by, bz, sharedBytes, handle,
-                    Pointer.to(params), null));
+            switch (order) {
+                case AFTER_PREVIOUS -> {
+                    Pointer[] params = new Pointer[args.length];
+                    for (int i = 0; i < args.length; i++) {
+                        params[i] = parameter(i, args[i]);
+                    }
+                    Driver.check("cuLaunchKernel", () -> cuLaunchKernel(function, gx, gy, gz, bx, by, bz, sharedBytes, handle,
+                            Pointer.to(params), null));
+                }
+                case OVERLAPPING_PREVIOUS -> {
+                    Object[] values = new Object[args.length];
+                    for (int i = 0; i < args.length; i++) {
+                        parameter(i, args[i]);  // the same checks
+                        values[i] = args[i] instanceof DeviceBuffer b ? (Object) LaunchKernelEx.address(b.pointer()) : args[i];
+                    }
+                    LaunchKernelEx.launch(function, new int[] {gx, gy, gz, bx, by, bz, sharedBytes}, handle, values);
+                }
+            }
         } catch (CudaException e) {
             throw new LaunchFailure("launching " + name + " with grid (" + gx + ", " + gy + ", " + gz + "), block ("
                     + bx + ", " + by + ", " + bz + "), " + sharedBytes + " bytes dynamic shared memory, "

@@ -8,6 +8,7 @@ import dev.moeforge.runtime.compile.PtxasReport;
 import dev.moeforge.runtime.cuda.CudaFunction;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.LaunchOrder;
 import java.util.List;
 
 /**
@@ -53,6 +54,11 @@ public final class KernelHandle {
      * parameters in order; a buffer may be larger than needed (its prefix is used), never smaller.
      */
     public void launch(CudaStream stream, int numTokens, DeviceBuffer... tensors) {
+        launch(stream, LaunchOrder.AFTER_PREVIOUS, numTokens, tensors);
+    }
+
+    /** As {@link #launch(CudaStream, int, DeviceBuffer...)}, ordered after the stream's previous kernel as {@code order} says. */
+    public void launch(CudaStream stream, LaunchOrder order, int numTokens, DeviceBuffer... tensors) {
         List<KernelParam> params = signature.tensors();
         if (numTokens < 1 || numTokens > maxTokens()) {
             throw refused("num_tokens = " + numTokens + ", allowed 1.." + maxTokens());
@@ -81,7 +87,7 @@ public final class KernelHandle {
         args[params.size()] = numTokens;
         LaunchGeometry g = LaunchGeometry.of(spec, numTokens);
         try {
-            function.launch(g.gridX(), g.gridY(), 1, g.blockX(), 1, 1, g.sharedBytes(), stream, args);
+            function.launch(order, g.gridX(), g.gridY(), 1, g.blockX(), 1, 1, g.sharedBytes(), stream, args);
         } catch (RuntimeException e) {
             throw new KernelLaunchException("launch of kernel " + spec.name() + " failed (grid " + g.gridX() + "x" + g.gridY()
                     + ", block " + g.blockX() + ", " + g.sharedBytes() + " B shared): " + e.getMessage() + "\nspec:\n" + specText, e);

@@ -8,7 +8,8 @@ import java.util.Map;
 
 /**
  * The whole MoE layer as one unit: router, then gate_up, then down, all on the device with no host
- * synchronisation between them, so one CUDA graph captures a decode step's layer.
+ * synchronisation between them, so one CUDA graph captures a decode step's layer. The router is
+ * launched in the expert layer's {@link ExpertLayer#order()}.
  */
 public final class MoeLayer {
     private final RouterKernel router;
@@ -44,7 +45,7 @@ public final class MoeLayer {
     public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceBuffer wRouter, Map<String, DeviceBuffer> rows,
                         DeviceBuffer wGateUp, DeviceBuffer wDown, DeviceBuffer topkIds, DeviceBuffer topkWeights,
                         DeviceBuffer inter, DeviceBuffer y) {
-        router.enqueue(stream, tokens, x, wRouter, rows, topkWeights, topkIds);
+        router.enqueue(stream, experts.order(), tokens, x, wRouter, rows, topkWeights, topkIds);
         experts.enqueue(stream, tokens, x, wGateUp, wDown, topkIds, topkWeights, inter, y);
     }
 }

@@ -5,6 +5,7 @@ import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.codegen.cuda.KernelParam;
 import java.util.ArrayList;
@@ -69,6 +70,12 @@ public final class RouterKernel implements AutoCloseable {
      */
     public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceBuffer wRouter, Map<String, DeviceBuffer> rows,
                         DeviceBuffer... outputs) {
+        enqueue(stream, LaunchOrder.AFTER_PREVIOUS, tokens, x, wRouter, rows, outputs);
+    }
+
+    /** As {@link #enqueue(CudaStream, int, DeviceBuffer, DeviceBuffer, Map, DeviceBuffer...)}, ordered as {@code order} says. */
+    public void enqueue(CudaStream stream, LaunchOrder order, int tokens, DeviceBuffer x, DeviceBuffer wRouter,
+                        Map<String, DeviceBuffer> rows, DeviceBuffer... outputs) {
         if (!rows.keySet().equals(new java.util.HashSet<>(rowParams))) {
             throw new IllegalArgumentException("router " + handle.spec().name() + " takes the rows " + rowParams + ", given "
                     + rows.keySet());
@@ -88,7 +95,7 @@ public final class RouterKernel implements AutoCloseable {
             throw new IllegalArgumentException("router " + handle.spec().name() + " writes " + output + " outputs, "
                     + outputs.length + " buffers given");
         }
-        handle.launch(stream, tokens, args.toArray(DeviceBuffer[]::new));
+        handle.launch(stream, order, tokens, args.toArray(DeviceBuffer[]::new));
     }
 
     /** Whether the kernel adds to an {@code expert_counts} output (zero it per step with {@link #zeroCounts}). */

@@ -20,6 +20,8 @@ import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.LaunchOrder;
+import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -97,6 +99,30 @@ class MoeLayerGpuTest extends GpuSession {
             short[] again = new short[gotY.length];
             y.copyTo(again);
             assertArrayEquals(gotY, again, "graph replay of the layer differs (" + where + ")");
+
+            // overlapping launches (the default) and serial ones write the same bytes, in a graph of
+            // three chained layers (each layer's y is the next one's x, so a kernel that read its
+            // input before its predecessor finished would show)
+            MoeLayer serial = new MoeLayer(router, new ExpertLayer(layer.experts().gateUp(), layer.experts().down(),
+                    LaunchOrder.AFTER_PREVIOUS));
+            short[][] chained = new short[2][];
+            int run = 0;
+            for (MoeLayer l : List.of(layer, serial)) {
+                try (DeviceBuffer y1 = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden);
+                     DeviceBuffer y2 = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden);
+                     CudaGraph g = CudaGraph.capture(stream, () -> {
+                         l.enqueue(stream, tokens, dx, dwr, Map.of(), dgu, ddn, ids, weights, inter, y1);
+                         l.enqueue(stream, tokens, y1, dwr, Map.of(), dgu, ddn, ids, weights, inter, y2);
+                         l.enqueue(stream, tokens, y2, dwr, Map.of(), dgu, ddn, ids, weights, inter, y);
+                     })) {
+                    y.fillBytes16(Bf16.NAN);
+                    g.launch(stream);
+                    stream.synchronize();
+                    chained[run] = new short[gotY.length];
+                    y.copyTo(chained[run++]);
+                }
+            }
+            assertArrayEquals(chained[1], chained[0], "overlapping and serial launches differ (" + where + ")");
         } finally {
             router.close();
         }

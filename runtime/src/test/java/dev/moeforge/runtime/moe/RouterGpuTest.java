@@ -34,14 +34,14 @@ import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Tag;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
  * Router kernels on the GPU against the FP64 reference on fresh random inputs: every routing
- * rule, both schedule variants, the decode shapes and the seed's six shapes. Selections must match
+ * rule, the three router schedules (decode: router_gemv and router_cluster; prefill: router_tiled)
+ * with several variants each, the decode shapes and the seed's six shapes. Selections must match
  * except where the FP64 selection scores of the two experts are a near-tie (within 1e-5 relative,
  * where FP32 accumulation may legitimately order them the other way); weights match within 1e-4
  * (fp32) or 1e-2 (bf16) relative.
@@ -68,6 +68,8 @@ class RouterGpuTest extends GpuSession {
             new Case("dense_out_k4", 1024, 64, new Store(new Dense(new Renormalize(TopK.of(new Softmax(Acc.MAIN), 4))), DType.FP32),
                     new int[] {1, 9}),
             new Case("bf16_weights_k6_of_96", 512, 96, RoutingRules.softmaxTopKRenormalized(6, DType.BF16), new int[] {1, 3}),
+            // H not a whole number of k tiles, E not a whole number of mma columns
+            new Case("ragged_h200_e60_k5", 200, 60, RoutingRules.softmaxTopKRenormalized(5, DType.FP32), new int[] {3, 50, 100}),
             new Case("sigmoid_scale_k3_of_40", 256, 40, new Store(new Scale(TopK.of(new Sigmoid(Acc.MAIN), 3), 0.5), DType.FP32),
                     new int[] {2}),
             // the seed's six (M, N, K) shapes, top-4, softmax over the top-4
@@ -82,7 +84,13 @@ class RouterGpuTest extends GpuSession {
             new Schedule.RouterGemv(4, 16, 8, 4),
             new Schedule.RouterGemv(8, 8, 2, 16),
             new Schedule.RouterCluster(8, 16, 16, 8),
-            new Schedule.RouterCluster(3, 4, 8, 2));
+            new Schedule.RouterCluster(3, 4, 8, 2),
+            new Schedule.RouterTiled(16, 4, 64, 3),
+            new Schedule.RouterTiled(64, 16, 32, 4),
+            new Schedule.RouterTiled(48, 12, 64, 2));
+
+    /** Index of the first router_tiled schedule in {@link #SCHEDULES}. */
+    static final int FIRST_TILED = 4;
 
 
     static KernelSpec spec(Case c, int schedule) {
@@ -119,9 +127,10 @@ class RouterGpuTest extends GpuSession {
         check(spec, c, tokens, x, w, rows, "seed=" + seed);
     }
 
-    /** NaN scores follow the documented rule on the GPU exactly as in the reference. */
-    @Test
-    void nanScoresFollowTheDocumentedRule() {
+    /** NaN scores follow the documented rule on the GPU exactly as in the reference, decode and tiled alike. */
+    @ParameterizedTest(name = "schedule {0}")
+    @org.junit.jupiter.params.provider.ValueSource(ints = {0, FIRST_TILED})
+    void nanScoresFollowTheDocumentedRule(int schedule) {
         long seed = System.nanoTime();
         int hidden = 256;
         int experts = 32;
@@ -132,24 +141,26 @@ class RouterGpuTest extends GpuSession {
         }
         // top-k on the logits: the NaN expert is never chosen, the weights stay finite
         Case biased = new Case("nan_gpt_oss", hidden, experts, RoutingRules.biasedTopKSoftmax(4, "router_bias", DType.FP32), new int[] {2});
-        KernelSpec s1 = spec(biased, 0).withName("r_nan_biased");
+        KernelSpec s1 = spec(biased, schedule).withName("r_nan_biased_s" + schedule);
         check(s1, biased, 2, x, w, randomRows(s1, experts, seed + 2), "NaN, top-k of logits, seed=" + seed);
         // softmax over all experts first: every probability is NaN, so the k lowest ids tie
         Case softmaxFirst = new Case("nan_softmax_first", hidden, experts, RoutingRules.softmaxTopKRenormalized(4, DType.FP32), new int[] {2});
-        KernelSpec s2 = spec(softmaxFirst, 0).withName("r_nan_softmax_first");
+        KernelSpec s2 = spec(softmaxFirst, schedule).withName("r_nan_softmax_first_s" + schedule);
         RouterReference.Result ref = check(s2, softmaxFirst, 2, x, w, Map.of(), "NaN, softmax first, seed=" + seed);
         assertArrayEquals(new int[] {0, 1, 2, 3}, ((RouterReference.Selection) ref.stored()[0]).ids());
     }
 
     /** The expert histogram counts every routed (token, slot), and a graph zeroes and refills it each replay. */
-    @Test
-    void expertCountsMatchTheRoutingTable() {
+    @ParameterizedTest(name = "schedule {0}")
+    @org.junit.jupiter.params.provider.ValueSource(ints = {0, FIRST_TILED + 1})
+    void expertCountsMatchTheRoutingTable(int schedule) {
         long seed = System.nanoTime();
         int hidden = 512;
         int experts = 48;
         int k = 6;
-        int tokens = 37;
-        KernelSpec spec = KernelBuilder.named("r_counts").router(hidden, experts).expertCounts(true)
+        int tokens = 137;
+        KernelSpec spec = KernelBuilder.named("r_counts_s" + schedule).router(hidden, experts).expertCounts(true)
+                .schedule(SCHEDULES.get(schedule))
                 .epilogue(RoutingRules.softmaxTopKRenormalized(k, DType.FP32)).target(runtime.target()).build();
         RouterKernel router = new RouterKernel(runtime.load(spec), tokens);
         short[] x = RandomInputs.bf16Normal(seed, tokens * hidden, 1.0);
