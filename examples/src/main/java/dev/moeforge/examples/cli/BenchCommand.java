@@ -31,7 +31,7 @@ import picocli.CommandLine.Option;
 
 /**
  * {@code moeforge bench}: the device's read bandwidth and the expert layer (gate_up + down,
- * routing given) at the Qwen3-30B-A3B geometry, graph-replayed over many layers of weights, in
+ * routing given) at the Qwen3-30B-A3B geometry, graph-replayed over many workload.layers of weights, in
  * one run; prints a table and writes {@code <out>/<date>-<device>-expert-layer.json}.
  */
 @Command(name = "bench", mixinStandardHelpOptions = true, subcommands = {BenchRouterCommand.class, BenchLayerCommand.class},
@@ -39,11 +39,8 @@ import picocli.CommandLine.Option;
                 + "at several token counts, weights rotated over many layers, CUDA graphs, CUDA events, medians.")
 public final class BenchCommand implements Callable<Integer> {
 
-    @Option(names = "--layers", defaultValue = "16", description = "Layers of weights to rotate over (default: ${DEFAULT-VALUE}; 16 = 19 GB).")
-    int layers;
-
-    @Option(names = "--tokens", split = ",", defaultValue = "1,2,4,8,16,32", description = "Token counts (default: ${DEFAULT-VALUE}).")
-    List<Integer> tokens;
+    @Mixin
+    LayerBenchOptions workload;
 
     @Mixin
     BenchOptions options;
@@ -63,7 +60,8 @@ public final class BenchCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         options.require("bench");
-        int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElse(1);
+        workload.require();
+        int maxTokens = workload.maxTokens();
         KernelCache cache = KernelCache.defaultCache();
         try (CudaContext ctx = CudaContext.create(0);
              CudaStream stream = CudaStream.create();
@@ -81,10 +79,10 @@ public final class BenchCommand implements Callable<Integer> {
             List<ExpertLayerBenchmark.Variant> variants = variants(runtime);
             ExpertShape shape = variants.getFirst().layer().shape();
             List<ExpertLayerBenchmark.Result> results = new ArrayList<>();
-            try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(kernels, stream, shape, layers, maxTokens, seed)) {
+            try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(kernels, stream, shape, workload.layers, maxTokens, seed)) {
                 System.out.printf(Locale.ROOT, "expert layer H=%d I=%d E=%d top-%d BF16, %d layers = %.1f GB of weights%n",
-                        shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), layers, bench.weightBytes() / 1e9);
-                for (int m : tokens) {
+                        shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), workload.layers, bench.weightBytes() / 1e9);
+                for (int m : workload.tokens) {
                     results.addAll(bench.run(stream, variants, m, seed, options.warmup, options.reps, readBw,
                             msg -> System.out.println("  timing " + msg)));
                 }
@@ -147,7 +145,7 @@ public final class BenchCommand implements Callable<Integer> {
     private Path writeJson(CudaContext ctx, double readBw, GpuTimer.Timing read, ExpertShape shape,
                            List<ExpertLayerBenchmark.Variant> variants, List<ExpertLayerBenchmark.Result> results) throws Exception {
         Map<String, Object> doc = BenchReports.header("expert-layer", ctx);
-        doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "timing",
+        doc.put("method", Map.of("layers", workload.layers, "warmup", options.warmup, "reps", options.reps, "timing",
                 "CUDA events around each replay of one graph running all layers; per-layer = replay / layers; median",
                 "bytes", "distinct routed experts' gate_up and down weights per layer", "seed", seed));
         doc.put("read_bandwidth", Map.of("bytes_per_second", readBw, "probe_bytes", (long) readGib << 30,

@@ -25,19 +25,16 @@ import picocli.CommandLine.Option;
 
 /**
  * {@code moeforge bench layer}: the whole MoE layer (router, gate_up, down) of the Qwen3-30B-A3B
- * geometry in BF16, one CUDA graph over many layers of weights (each layer with its own router and
+ * geometry in BF16, one CUDA graph over many workload.layers of weights (each layer with its own router and
  * expert weights), at several token counts; the expert kernels are the catalogue's best for each M.
  */
 @Command(name = "layer", mixinStandardHelpOptions = true,
         description = "Times router + gate_up + down as one graph per decode step at the Qwen3-30B-A3B geometry, weights "
-                + "rotated over many layers; writes <out>/<date>-<device>-moe-layer.json.")
+                + "rotated over many workload.layers; writes <out>/<date>-<device>-moe-layer.json.")
 public final class BenchLayerCommand implements Callable<Integer> {
 
-    @Option(names = "--layers", defaultValue = "16", description = "Layers of weights (default: ${DEFAULT-VALUE}; 16 = 19 GB).")
-    int layers;
-
-    @Option(names = "--tokens", split = ",", defaultValue = "1,2,4,8,16,32", description = "Token counts (default: ${DEFAULT-VALUE}).")
-    List<Integer> tokens;
+    @Mixin
+    LayerBenchOptions workload;
 
     @Mixin
     BenchOptions options;
@@ -47,7 +44,8 @@ public final class BenchLayerCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         options.require("bench layer");
-        int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElse(1);
+        workload.require();
+        int maxTokens = workload.maxTokens();
         KernelCache cache = KernelCache.defaultCache();
         List<ExpertLayerBenchmark.LayerResult> results = new ArrayList<>();
         try (CudaContext ctx = CudaContext.create(0);
@@ -59,15 +57,15 @@ public final class BenchLayerCommand implements Callable<Integer> {
             RouterKernel router = new RouterKernel(runtime.load(Catalogue.named("qwen3_30b_a3b_router")), maxTokens);
             ExpertShape shape = ((Problem.ExpertProblem) Catalogue.named("qwen3_30b_a3b_gate_up").problem()).shape();
             List<DeviceBuffer> routerWeights = new ArrayList<>();
-            try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(kernels, stream, shape, layers, maxTokens, 20261122)) {
-                for (int l = 0; l < layers; l++) {
+            try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(kernels, stream, shape, workload.layers, maxTokens, 20261122)) {
+                for (int l = 0; l < workload.layers; l++) {
                     DeviceBuffer w = DeviceBuffer.allocate(DType.BF16, (long) shape.experts() * shape.hidden());
                     kernels.fillUniform(stream, w, 5000L + l, (float) Math.sqrt(3.0 / shape.hidden()));
                     routerWeights.add(w);
                 }
                 System.out.printf(Locale.ROOT, "MoE layer H=%d I=%d E=%d top-%d BF16, %d layers, read bandwidth %.0f GB/s%n",
-                        shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), layers, readBw / 1e9);
-                for (int m : tokens) {
+                        shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), workload.layers, readBw / 1e9);
+                for (int m : workload.tokens) {
                     String suffix = m <= 4 ? "" : m <= 8 ? "_t8" : "_t32";
                     // each layer twice: kernels overlapping their predecessor (programmatic dependent launch), then serial
                     for (LaunchOrder order : List.of(LaunchOrder.OVERLAPPING_PREVIOUS, LaunchOrder.AFTER_PREVIOUS)) {
@@ -92,7 +90,7 @@ public final class BenchLayerCommand implements Callable<Integer> {
                         r.gbPerSecond(), 100 * r.fractionOfRead());
             }
             Map<String, Object> doc = BenchReports.header("moe-layer", ctx);
-            doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "timing",
+            doc.put("method", Map.of("layers", workload.layers, "warmup", options.warmup, "reps", options.reps, "timing",
                     "CUDA events around each replay of one graph running router, gate_up and down for every layer; "
                             + "per layer = replay / layers; median; the router alone timed the same way",
                     "bytes", "distinct routed experts' weights (counted from the routing the router wrote) plus the router weights"));

@@ -47,11 +47,20 @@ public final class CudaFunction {
         module.checkOpen();
         CUstream handle = stream == null ? null : stream.handle();
         try {
+            for (int i = 0; i < args.length; i++) {
+                checkArgument(i, args[i]);
+            }
             switch (order) {
                 case AFTER_PREVIOUS -> {
                     Pointer[] params = new Pointer[args.length];
                     for (int i = 0; i < args.length; i++) {
-                        params[i] = parameter(i, args[i]);
+                        params[i] = switch (args[i]) {
+                            case DeviceBuffer buffer -> Pointer.to(buffer.pointer());
+                            case Integer value -> Pointer.to(new int[] {value});
+                            case Long value -> Pointer.to(new long[] {value});
+                            case Float value -> Pointer.to(new float[] {value});
+                            default -> throw new IllegalStateException("checked above");
+                        };
                     }
                     Driver.check("cuLaunchKernel", () -> cuLaunchKernel(function, gx, gy, gz, bx, by, bz, sharedBytes, handle,
                             Pointer.to(params), null));
@@ -59,7 +68,6 @@ public final class CudaFunction {
                 case OVERLAPPING_PREVIOUS -> {
                     Object[] values = new Object[args.length];
                     for (int i = 0; i < args.length; i++) {
-                        parameter(i, args[i]);  // the same checks
                         values[i] = args[i] instanceof DeviceBuffer b ? (Object) LaunchKernelEx.address(b.pointer()) : args[i];
                     }
                     LaunchKernelEx.launch(function, new int[] {gx, gy, gz, bx, by, bz, sharedBytes}, handle, values);
@@ -72,16 +80,13 @@ public final class CudaFunction {
         }
     }
 
-    private Pointer parameter(int index, Object arg) {
-        return switch (arg) {
-            case DeviceBuffer buffer -> Pointer.to(buffer.pointer());
-            case Integer value -> Pointer.to(new int[] {value});
-            case Long value -> Pointer.to(new long[] {value});
-            case Float value -> Pointer.to(new float[] {value});
+    private void checkArgument(int index, Object arg) {
+        switch (arg) {
+            case DeviceBuffer _, Integer _, Long _, Float _ -> { }
             case null -> throw new IllegalArgumentException(name + ": argument " + index + " is null");
             default -> throw new IllegalArgumentException(name + ": argument " + index + " is a "
                     + arg.getClass().getName() + "; expected DeviceBuffer, Integer, Long or Float");
-        };
+        }
     }
 
     /**

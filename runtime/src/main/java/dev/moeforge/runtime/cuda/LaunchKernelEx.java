@@ -52,6 +52,9 @@ final class LaunchKernelEx {
     private static final VarHandle[] CONFIG_INTS = {
             field("gridDimX"), field("gridDimY"), field("gridDimZ"), field("blockDimX"), field("blockDimY"),
             field("blockDimZ"), field("sharedMemBytes")};
+    private static final VarHandle STREAM = field("hStream");
+    private static final VarHandle ATTRIBUTES = field("attrs");
+    private static final VarHandle ATTRIBUTE_COUNT = field("numAttrs");
 
     private LaunchKernelEx() {}
 
@@ -109,10 +112,9 @@ final class LaunchKernelEx {
             for (int i = 0; i < CONFIG_INTS.length; i++) {
                 CONFIG_INTS[i].set(config, 0L, gridBlockShared[i]);
             }
-            config.set(ValueLayout.ADDRESS, CONFIG.byteOffset(MemoryLayout.PathElement.groupElement("hStream")),
-                    MemorySegment.ofAddress(address(stream)));
-            config.set(ValueLayout.ADDRESS, CONFIG.byteOffset(MemoryLayout.PathElement.groupElement("attrs")), attribute);
-            config.set(ValueLayout.JAVA_INT, CONFIG.byteOffset(MemoryLayout.PathElement.groupElement("numAttrs")), 1);
+            STREAM.set(config, 0L, MemorySegment.ofAddress(address(stream)));
+            ATTRIBUTES.set(config, 0L, attribute);
+            ATTRIBUTE_COUNT.set(config, 0L, 1);
             MemorySegment params = arena.allocate(ValueLayout.ADDRESS, args.length);
             for (int i = 0; i < args.length; i++) {
                 MemorySegment value = switch (args[i]) {

@@ -90,7 +90,18 @@ class RouterGpuTest extends GpuSession {
             new Schedule.RouterTiled(48, 12, 64, 2));
 
     /** Index of the first router_tiled schedule in {@link #SCHEDULES}. */
-    static final int FIRST_TILED = 4;
+    static final int FIRST_TILED = java.util.stream.IntStream.range(0, SCHEDULES.size())
+            .filter(i -> SCHEDULES.get(i) instanceof Schedule.RouterTiled).findFirst().orElseThrow();
+
+    /** A decode schedule and a tiled one. */
+    static java.util.stream.IntStream decodeAndTiled() {
+        return java.util.stream.IntStream.of(0, FIRST_TILED);
+    }
+
+    /** A decode schedule and a tiled one other than {@link #decodeAndTiled()}'s. */
+    static java.util.stream.IntStream decodeAndOtherTiled() {
+        return java.util.stream.IntStream.of(0, FIRST_TILED + 1);
+    }
 
 
     static KernelSpec spec(Case c, int schedule) {
@@ -129,7 +140,7 @@ class RouterGpuTest extends GpuSession {
 
     /** NaN scores follow the documented rule on the GPU exactly as in the reference, decode and tiled alike. */
     @ParameterizedTest(name = "schedule {0}")
-    @org.junit.jupiter.params.provider.ValueSource(ints = {0, FIRST_TILED})
+    @MethodSource("decodeAndTiled")
     void nanScoresFollowTheDocumentedRule(int schedule) {
         long seed = System.nanoTime();
         int hidden = 256;
@@ -152,7 +163,7 @@ class RouterGpuTest extends GpuSession {
 
     /** The expert histogram counts every routed (token, slot), and a graph zeroes and refills it each replay. */
     @ParameterizedTest(name = "schedule {0}")
-    @org.junit.jupiter.params.provider.ValueSource(ints = {0, FIRST_TILED + 1})
+    @MethodSource("decodeAndOtherTiled")
     void expertCountsMatchTheRoutingTable(int schedule) {
         long seed = System.nanoTime();
         int hidden = 512;
