@@ -8,6 +8,7 @@
 // }
 //
 // down: one warp per (tile of 32 tokens, hidden output); routing weights folded into one FP32 accumulator.
+// Weights bf16: plain bf16 rows, no scales.
 // Each lane loads 16 bytes, 4 loads in flight per row; a row is 96 loads in 1 pass(es).
 // 4 warps share each output; their partial sums are added in shared memory in warp order.
 // Dynamic shared memory: 38960 bytes.
@@ -25,6 +26,7 @@ constexpr int kLoadBytes = 16;
 constexpr int kUnroll = 4;
 constexpr int kTokensPerCta = 32;
 constexpr int kWarpsPerOutput = 4;
+using Format = mf::Bf16Weights;
 
 // store(combine(acc), dtype=bf16)
 struct Epilogue {
@@ -44,6 +46,6 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_30b_a3b_down_t32(
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  mf::down_token_tile<kHidden, kIntermediate, kExperts, kTopk, kWarpsPerCta, kLoadBytes, kUnroll, kTokensPerCta, kWarpsPerOutput>(
-      inter, w_down, topk_ids, topk_weights, y, num_tokens, Epilogue{});
+  mf::down_token_tile<Format, kHidden, kIntermediate, kExperts, kTopk, kWarpsPerCta, kLoadBytes, kUnroll, kTokensPerCta, kWarpsPerOutput>(
+      inter, mf::WeightArgs{w_down, nullptr, nullptr}, topk_ids, topk_weights, y, num_tokens, Epilogue{});
 }

@@ -8,6 +8,7 @@
 // }
 //
 // gate_up: one warp per (token, routed slot, neuron); gate and up rows stacked ([gate; up]).
+// Weights bf16: plain bf16 rows, no scales.
 // Each lane loads 16 bytes, 8 loads in flight per row; a row is 256 loads in 1 pass(es).
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
 #include "moeforge_device.cuh"
@@ -23,6 +24,7 @@ constexpr int kWarpsPerCta = 4;
 constexpr int kLoadBytes = 16;
 constexpr int kUnroll = 8;
 constexpr int kWarpsPerOutput = 1;
+using Format = mf::Bf16Weights;
 
 // store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 struct Epilogue {
@@ -42,6 +44,6 @@ extern "C" __global__ void __launch_bounds__(128) qwen3_30b_a3b_gate_up(
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  mf::gate_up_single_token<kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput>(
-      x, w_gate_up, topk_ids, inter, num_tokens, Epilogue{});
+  mf::gate_up_single_token<Format, kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput>(
+      x, mf::WeightArgs{w_gate_up, nullptr, nullptr}, topk_ids, inter, num_tokens, Epilogue{});
 }

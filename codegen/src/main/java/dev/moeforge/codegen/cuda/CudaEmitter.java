@@ -9,6 +9,7 @@ import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.Combine;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
@@ -162,7 +163,7 @@ public final class CudaEmitter {
         }
         constant(constants, "int", "kWarpsPerOutput", oc.warpsPerOutput());
 
-        String shapeArgs = "kHidden, kIntermediate, kExperts, kTopk";
+        String shapeArgs = "Format, kHidden, kIntermediate, kExperts, kTopk";
         String scheduleArgs = "kWarpsPerCta, kLoadBytes, kUnroll" + (tiled ? ", kTokensPerCta" : "") + ", kWarpsPerOutput";
         EpilogueNode root = spec.epilogue();
         String body;
@@ -175,7 +176,7 @@ public final class CudaEmitter {
             case Problem.ExpertGateUp g -> {
                 body = tiled ? "gate_up_token_tile" : "gate_up_single_token";
                 templateArgs = shapeArgs + ", kLayout, " + scheduleArgs;
-                callArgs = "x, w_gate_up, topk_ids, inter, num_tokens";
+                callArgs = "x, " + weightArgs("w_gate_up", problem.weights()) + ", topk_ids, inter, num_tokens";
                 epilogueParams = "float gate, float up";
                 bound.put(Acc.GATE, "gate");
                 bound.put(Acc.UP, "up");
@@ -186,7 +187,7 @@ public final class CudaEmitter {
             case Problem.ExpertDown _ -> {
                 body = tiled ? "down_token_tile" : "down_single_token";
                 templateArgs = shapeArgs + ", " + scheduleArgs;
-                callArgs = "inter, w_down, topk_ids, topk_weights, y, num_tokens";
+                callArgs = "inter, " + weightArgs("w_down", problem.weights()) + ", topk_ids, topk_weights, y, num_tokens";
                 epilogueParams = "float combined";
                 if (root instanceof Store(Combine c, var _)) {
                     bound.put(c, "combined");
@@ -195,6 +196,7 @@ public final class CudaEmitter {
                         + ", hidden output); routing weights folded into one FP32 accumulator.");
             }
         }
+        notes.add(formatNote(problem.weights()));
         notes.add("Each lane loads " + oc.loadBytes() + " bytes, " + oc.kUnroll() + " loads in flight per row; a row is "
                 + layout.chunksPerRow() + " loads in " + layout.blocksPerRow() + " pass(es).");
         if (oc.warpsPerOutput() > 1) {
@@ -211,6 +213,7 @@ public final class CudaEmitter {
         model.put("notes", notes);
         model.put("header", DeviceHeader.FILE_NAME);
         model.put("constants", constants);
+        model.put("format", deviceFormat(problem.weights()));
         model.put("epilogueText", EpilogueTypes.describe(root));
         model.put("epilogueParams", epilogueParams);
         model.put("epilogueLines", EpilogueEmitter.emit(root, bound));
@@ -223,6 +226,61 @@ public final class CudaEmitter {
         model.put("templateArgs", templateArgs);
         model.put("callArgs", callArgs);
         return model;
+    }
+
+    /** The device header's description of a weight format. */
+    static String deviceFormat(WeightFormat format) {
+        return switch (format) {
+            case WeightFormat.Bf16 _ -> "mf::Bf16Weights";
+            case WeightFormat.Fp8 f -> switch (f.scaling()) {
+                case CHANNEL -> "mf::Fp8ChannelWeights";
+                case BLOCK_128X128 -> "mf::Fp8Block128Weights";
+            };
+            case WeightFormat.Mxfp8 _ -> "mf::Mxfp8Weights";
+            case WeightFormat.Nvfp4 _ -> "mf::Nvfp4Weights";
+            case WeightFormat.Mxfp4 _ -> "mf::Mxfp4Weights";
+            case WeightFormat.Int8 i -> switch (i.scaling()) {
+                case CHANNEL -> "mf::Int8ChannelWeights";
+                case GROUP_128 -> "mf::Int8Group128Weights";
+            };
+            case WeightFormat.Int4 i -> switch (i.scaling()) {
+                case CHANNEL -> "mf::Int4ChannelWeights";
+                case GROUP_128 -> "mf::Int4Group128Weights";
+            };
+        };
+    }
+
+    /** One line on how the kernel reads the weights: codes, scales and where each scale is applied. */
+    static String formatNote(WeightFormat format) {
+        String element = switch (format.element()) {
+            case BF16 -> "plain bf16 rows, no scales";
+            case E4M3 -> "E4M3 codes (hardware fp8x2 conversion)";
+            case E2M1 -> "E2M1 codes, two per byte with element 2j low (decoded arithmetically, 8 per word)";
+            case INT8 -> "INT8 codes (seed 003's fp16 magic-number conversion)";
+            case INT4 -> "INT4 codes, two per byte with element 2j low (seed 003's fp16 magic-number conversion)";
+        };
+        String block = switch (format.blockScale()) {
+            case NONE -> "";
+            case F32_BLOCK_128X128 -> "; an FP32 scale per 128 x 128 block";
+            case F32_GROUP_128 -> "; an FP32 scale per 128 along K";
+            case E4M3_PER_16 -> "; an E4M3 scale per 16 along K";
+            case E8M0_PER_32 -> "; an E8M0 scale per 32 along K";
+        };
+        String row = switch (format.rowScale()) {
+            case NONE -> "";
+            case PER_ROW -> "; an FP32 scale per row, applied to the row's sum";
+            case PER_TENSOR -> "; an FP32 scale per tensor (gate and up each their own), applied to the row's sum";
+        };
+        return "Weights " + format.text() + ": " + element + block
+                + (format.blockScale() == WeightFormat.BlockScale.NONE ? "" : " (applied once to each load's partial sum of its block)")
+                + row + ".";
+    }
+
+    /** {@code mf::WeightArgs{codes, block scales, row scales}}, null where the format has none. */
+    private static String weightArgs(String name, WeightFormat format) {
+        String blockScales = format.blockScale() == WeightFormat.BlockScale.NONE ? "nullptr" : KernelSignature.blockScalesName(name);
+        String rowScales = format.rowScale() == WeightFormat.RowScale.NONE ? "nullptr" : KernelSignature.rowScalesName(name, format);
+        return "mf::WeightArgs{" + name + ", " + blockScales + ", " + rowScales + "}";
     }
 
     private static void constant(List<Map<String, String>> constants, String type, String name, int value) {

@@ -58,6 +58,7 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
             case FP16 -> "__half";
             case FP32 -> "float";
             case INT32 -> "int";
+            case U8 -> "uint8_t";
         };
         return switch (role) {
             case INPUT, WEIGHTS, ROUTING -> "const " + element + "* __restrict__ " + name;

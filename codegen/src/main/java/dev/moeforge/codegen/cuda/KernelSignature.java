@@ -21,43 +21,95 @@ public record KernelSignature(List<KernelParam> params) {
     }
 
     public static KernelSignature of(KernelSpec spec) {
-        int m = KernelParam.TOKENS;
         KernelParam tokens = new KernelParam(TOKEN_COUNT, Role.TOKEN_COUNT, DType.INT32, List.of(), "tokens M");
-        DType weightElements = switch (spec.problem().weights()) {
-            case WeightFormat.Bf16 _ -> DType.BF16;
-        };
         DType act = spec.problem().activations();
         return switch (spec.problem()) {
-            case Problem.ExpertProblem p -> expert(p, weightElements, act, tokens);
-            case Problem.Router r -> router(spec, r, weightElements, act, tokens);
+            case Problem.ExpertProblem p -> expert(p, act, tokens);
+            case Problem.Router r -> router(spec, r, act, tokens);
         };
     }
 
-    private static KernelSignature expert(Problem.ExpertProblem p, DType weightElements, DType act, KernelParam tokens) {
+    private static KernelSignature expert(Problem.ExpertProblem p, DType act, KernelParam tokens) {
         ExpertShape s = p.shape();
         int m = KernelParam.TOKENS;
         KernelParam ids = new KernelParam("topk_ids", Role.ROUTING, DType.INT32, List.of(m, s.topk()),
                 "routed expert of each (token, slot)");
-        return new KernelSignature(switch (p) {
-            case Problem.ExpertGateUp _ -> List.of(
-                    new KernelParam("x", Role.INPUT, act, List.of(m, s.hidden()), "activations"),
-                    new KernelParam("w_gate_up", Role.WEIGHTS, weightElements,
-                            List.of(s.experts(), 2 * s.intermediate(), s.hidden()), "gate and up rows of every expert"),
-                    ids,
-                    new KernelParam("inter", Role.OUTPUT, act, List.of(m, s.topk(), s.intermediate()),
-                            "activation of each (token, slot, neuron)"),
-                    tokens);
-            case Problem.ExpertDown _ -> List.of(
-                    new KernelParam("inter", Role.INPUT, act, List.of(m, s.topk(), s.intermediate()),
-                            "gate_up's output"),
-                    new KernelParam("w_down", Role.WEIGHTS, weightElements,
-                            List.of(s.experts(), s.hidden(), s.intermediate()), "down rows of every expert"),
-                    ids,
-                    new KernelParam("topk_weights", Role.ROUTING, DType.FP32, List.of(m, s.topk()),
-                            "routing weight of each (token, slot)"),
-                    new KernelParam("y", Role.OUTPUT, act, List.of(m, s.hidden()), "the layer's output"),
-                    tokens);
+        List<KernelParam> params = new ArrayList<>();
+        switch (p) {
+            case Problem.ExpertGateUp g -> {
+                params.add(new KernelParam("x", Role.INPUT, act, List.of(m, s.hidden()), "activations"));
+                params.addAll(weights("w_gate_up", p.weights(), s.experts(), 2 * s.intermediate(), s.hidden(), 2,
+                        "gate and up rows of every expert"));
+                params.add(ids);
+                params.add(new KernelParam("inter", Role.OUTPUT, act, List.of(m, s.topk(), s.intermediate()),
+                        "activation of each (token, slot, neuron)"));
+            }
+            case Problem.ExpertDown _ -> {
+                params.add(new KernelParam("inter", Role.INPUT, act, List.of(m, s.topk(), s.intermediate()),
+                        "gate_up's output"));
+                params.addAll(weights("w_down", p.weights(), s.experts(), s.hidden(), s.intermediate(), 1,
+                        "down rows of every expert"));
+                params.add(ids);
+                params.add(new KernelParam("topk_weights", Role.ROUTING, DType.FP32, List.of(m, s.topk()),
+                        "routing weight of each (token, slot)"));
+                params.add(new KernelParam("y", Role.OUTPUT, act, List.of(m, s.hidden()), "the layer's output"));
+            }
+        }
+        params.add(tokens);
+        return new KernelSignature(params);
+    }
+
+    /**
+     * An expert weight {@code [E][N][K]} in {@code format}: the codes, then its K-block scales and its
+     * row (or per-tensor) scales where the format has them. {@code projections}: per-tensor scales
+     * per expert (gate and up keep their own).
+     */
+    public static List<KernelParam> weights(String name, WeightFormat format, int experts, int rows, int cols,
+                                            int projections, String description) {
+        List<KernelParam> params = new ArrayList<>();
+        params.add(switch (format.element()) {
+            case BF16 -> new KernelParam(name, Role.WEIGHTS, DType.BF16, List.of(experts, rows, cols), description);
+            case E4M3, E2M1, INT8, INT4 -> new KernelParam(name, Role.WEIGHTS, DType.U8,
+                    List.of(experts, rows, Math.toIntExact(format.rowBytes(cols))),
+                    description + " (" + format.text() + " codes)");
         });
+        WeightFormat.BlockScale bs = format.blockScale();
+        switch (bs) {
+            case NONE -> { }
+            case F32_BLOCK_128X128 -> params.add(new KernelParam(blockScalesName(name), Role.WEIGHTS, DType.FP32,
+                    List.of(experts, ceilDiv(rows, bs.block()), ceilDiv(cols, bs.block())), "one scale per 128 x 128 block"));
+            case F32_GROUP_128 -> params.add(new KernelParam(blockScalesName(name), Role.WEIGHTS, DType.FP32,
+                    List.of(experts, rows, cols / bs.block()), "one scale per 128 elements of a row"));
+            case E4M3_PER_16 -> params.add(new KernelParam(blockScalesName(name), Role.WEIGHTS, DType.U8,
+                    List.of(experts, rows, cols / bs.block()), "one E4M3 scale per 16 elements of a row"));
+            case E8M0_PER_32 -> params.add(new KernelParam(blockScalesName(name), Role.WEIGHTS, DType.U8,
+                    List.of(experts, rows, cols / bs.block()), "one E8M0 scale per 32 elements of a row"));
+        }
+        switch (format.rowScale()) {
+            case NONE -> { }
+            case PER_ROW -> params.add(new KernelParam(rowScalesName(name, format), Role.WEIGHTS, DType.FP32,
+                    List.of(experts, rows), "one scale per row"));
+            case PER_TENSOR -> params.add(new KernelParam(rowScalesName(name, format), Role.WEIGHTS, DType.FP32,
+                    List.of(experts, projections), projections == 2 ? "per-tensor scale of gate and of up" : "per-tensor scale"));
+        }
+        return params;
+    }
+
+    /** The name of the K-block scale parameter of weight {@code name}. */
+    public static String blockScalesName(String name) {
+        return name + "_scales";
+    }
+
+    /** The name of the row-scale parameter of weight {@code name}, for a format that has one. */
+    public static String rowScalesName(String name, WeightFormat format) {
+        return switch (format.rowScale()) {
+            case NONE, PER_ROW -> name + "_row_scales";
+            case PER_TENSOR -> name + "_tensor_scales";
+        };
+    }
+
+    private static int ceilDiv(int a, int b) {
+        return (a + b - 1) / b;
     }
 
     /**
@@ -65,12 +117,11 @@ public record KernelSignature(List<KernelParam> params) {
      * appearance), the workspace (scores [M][E], tickets [M]), then the outputs: a compact top-k
      * ({@code topk_weights}, {@code topk_ids}) or a dense row ({@code router_out}).
      */
-    private static KernelSignature router(KernelSpec spec, Problem.Router r, DType weightElements, DType act,
-                                          KernelParam tokens) {
+    private static KernelSignature router(KernelSpec spec, Problem.Router r, DType act, KernelParam tokens) {
         int m = KernelParam.TOKENS;
         List<KernelParam> params = new ArrayList<>();
         params.add(new KernelParam("x", Role.INPUT, act, List.of(m, r.hidden()), "activations"));
-        params.add(new KernelParam("w_router", Role.WEIGHTS, weightElements, List.of(r.experts(), r.hidden()),
+        params.add(new KernelParam("w_router", Role.WEIGHTS, DType.BF16, List.of(r.experts(), r.hidden()),
                 "router rows, one per expert"));
         for (String name : RouterTrees.rowParams(spec.epilogue())) {
             params.add(new KernelParam(name, Role.INPUT, DType.FP32, List.of(r.experts()), "per-expert vector row(" + name + ")"));

@@ -18,6 +18,8 @@
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 namespace mf {
@@ -49,13 +51,15 @@ __device__ __forceinline__ void begin_after_previous_kernel() {
 
 template <int BYTES>
 struct Lane {
-  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "a lane loads 4, 8 or 16 bytes");
+  // weights: 4, 8 or 16 bytes; activations: up to 64 (the bf16 inputs of a load of 4-bit codes)
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16 || BYTES == 32 || BYTES == 64, "a lane holds 4 to 64 bytes");
   static constexpr int kWords = BYTES / 4;
   uint32_t w[kWords];
 };
 
 template <int BYTES>
 __device__ __forceinline__ Lane<BYTES> load_weights(const void* p) {
+  static_assert(BYTES <= 16, "one weight load is at most 16 bytes");
   Lane<BYTES> v;
   if constexpr (BYTES == 16) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -72,7 +76,13 @@ __device__ __forceinline__ Lane<BYTES> load_weights(const void* p) {
 template <int BYTES>
 __device__ __forceinline__ Lane<BYTES> load_activations(const void* p) {
   Lane<BYTES> v;
-  if constexpr (BYTES == 16) {
+  if constexpr (BYTES > 16) {
+#pragma unroll
+    for (int i = 0; i < BYTES / 16; ++i) {
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(p) + i);
+      v.w[4 * i] = q.x; v.w[4 * i + 1] = q.y; v.w[4 * i + 2] = q.z; v.w[4 * i + 3] = q.w;
+    }
+  } else if constexpr (BYTES == 16) {
     const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
     v.w[0] = q.x; v.w[1] = q.y; v.w[2] = q.z; v.w[3] = q.w;
   } else if constexpr (BYTES == 8) {
@@ -110,21 +120,6 @@ __device__ __forceinline__ float dot_bf16(const Lane<BYTES>& wt, const Lane<BYTE
   return acc;
 }
 
-// Two rows against one activation vector: the activation is widened once for both.
-template <int BYTES>
-__device__ __forceinline__ void dot2_bf16(const Lane<BYTES>& a, const Lane<BYTES>& b, const Lane<BYTES>& x,
-                                          float& acc_a, float& acc_b) {
-#pragma unroll
-  for (int i = 0; i < Lane<BYTES>::kWords; ++i) {
-    const float x0 = bf16_lo(x.w[i]);
-    const float x1 = bf16_hi(x.w[i]);
-    acc_a = fmaf(bf16_lo(a.w[i]), x0, acc_a);
-    acc_a = fmaf(bf16_hi(a.w[i]), x1, acc_a);
-    acc_b = fmaf(bf16_lo(b.w[i]), x0, acc_b);
-    acc_b = fmaf(bf16_hi(b.w[i]), x1, acc_b);
-  }
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
@@ -135,6 +130,238 @@ __device__ __forceinline__ void store_bf16(__nv_bfloat16* p, float v) { *p = __f
 
 // silu(g) = g * sigmoid(g), IEEE division; expf(-g) overflowing to inf gives -0 for large negative g.
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+// ---------------------------------------------------------------------------------------------
+// Weight formats (DESIGN.md section 5; layouts as in the checkpoints, research/models-formats.md
+// section 4). A row of K codes decodes to FP32 in registers; scales multiply partial sums, never
+// single elements: a K-block scale once per load's partial sum of its block, a row or tensor
+// scale once per row. Decoders are arithmetic or a hardware conversion, never a table in memory
+// (seed 000: a table cost 41 us on a 6 us kernel).
+// ---------------------------------------------------------------------------------------------
+
+enum class Element : int { kBf16, kE4M3, kE2M1, kInt8, kInt4 };
+enum class BlockScale : int { kNone, kE4M3, kE8M0, kF32 };  // type of the K-block scales
+enum class RowFactor : int { kNone, kPerRow, kPerTensor };   // FP32 scale of a whole row
+
+// One format: element, K-block scale (elements per block; 128 x 128 blocks for kBlockRows), and
+// the factor of a whole row. kUnscale undoes the fixed power of two the decoder leaves in.
+template <Element EL, BlockScale BS, int BLOCK, bool BLOCK_ROWS, RowFactor RF>
+struct Format {
+  static constexpr Element kElement = EL;
+  static constexpr BlockScale kBlockScale = BS;
+  static constexpr int kBlock = BLOCK;
+  static constexpr bool kBlockRows = BLOCK_ROWS;
+  static constexpr RowFactor kRowFactor = RF;
+  static constexpr int kCodeBits = EL == Element::kBf16 ? 16 : (EL == Element::kE2M1 || EL == Element::kInt4) ? 4 : 8;
+  static constexpr float kUnscale = EL == Element::kE2M1 ? 16384.0f : 1.0f;
+  static_assert((BS == BlockScale::kNone) == (BLOCK == 0), "a K-block scale needs a block size");
+};
+
+using Bf16Weights = Format<Element::kBf16, BlockScale::kNone, 0, false, RowFactor::kNone>;
+using Fp8ChannelWeights = Format<Element::kE4M3, BlockScale::kNone, 0, false, RowFactor::kPerRow>;
+using Fp8Block128Weights = Format<Element::kE4M3, BlockScale::kF32, 128, true, RowFactor::kNone>;
+using Mxfp8Weights = Format<Element::kE4M3, BlockScale::kE8M0, 32, false, RowFactor::kNone>;
+using Nvfp4Weights = Format<Element::kE2M1, BlockScale::kE4M3, 16, false, RowFactor::kPerTensor>;
+using Mxfp4Weights = Format<Element::kE2M1, BlockScale::kE8M0, 32, false, RowFactor::kNone>;
+using Int8ChannelWeights = Format<Element::kInt8, BlockScale::kNone, 0, false, RowFactor::kPerRow>;
+using Int8Group128Weights = Format<Element::kInt8, BlockScale::kF32, 128, false, RowFactor::kNone>;
+using Int4ChannelWeights = Format<Element::kInt4, BlockScale::kNone, 0, false, RowFactor::kPerRow>;
+using Int4Group128Weights = Format<Element::kInt4, BlockScale::kF32, 128, false, RowFactor::kNone>;
+
+// E8M0 (OCP MX): byte b is 2^(b - 127); 0 is the subnormal 2^-127, 0xFF is NaN.
+__device__ __forceinline__ float e8m0_to_float(uint32_t b) {
+  return __uint_as_float(b == 0xffu ? 0x7fc00000u : b == 0u ? 0x00400000u : b << 23);
+}
+
+__device__ __forceinline__ float half_lo(uint32_t h2) { return __half2float(__ushort_as_half(static_cast<unsigned short>(h2))); }
+__device__ __forceinline__ float half_hi(uint32_t h2) { return __half2float(__ushort_as_half(static_cast<unsigned short>(h2 >> 16))); }
+
+// Two E4M3 codes (low byte first) to fp16x2 by the sm_89+ conversion instruction: exact, NaN kept.
+__device__ __forceinline__ uint32_t e4m3x2_to_half2(uint32_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+__device__ __forceinline__ float e4m3_to_float(uint32_t code) { return half_lo(e4m3x2_to_half2(code & 0xffu)); }
+
+template <int S>
+__device__ __forceinline__ uint32_t shift_left(uint32_t w) {
+  if constexpr (S >= 0) return w << S; else return w >> -S;
+}
+
+// Codes i and i + 4 of a word of eight E2M1 (code j in nibble j: element 2j of a byte is its low
+// nibble) as fp16x2 bit patterns of value * 2^-14: the sign to bit 15, e1 e0 m to bits 11..9,
+// which is exactly the fp16 encoding (e = 0 lands on fp16 subnormals). kUnscale takes the 2^-14 back.
+template <int I>
+__device__ __forceinline__ uint32_t e2m1_pair_scaled(uint32_t w) {
+  return (shift_left<12 - 4 * I>(w) & 0x80008000u) | (shift_left<9 - 4 * I>(w) & 0x0e000e00u);
+}
+
+// Seed 003's conversion, with the sign flip done on the word: (q ^ 0x80) is q + 128 as an unsigned
+// byte; 0x64 above it makes the fp16 1024 + (q + 128), and one subtraction leaves q exactly.
+template <int I>
+__device__ __forceinline__ uint32_t int8_pair(uint32_t biased) {
+  const uint32_t h = __byte_perm(biased, 0x64646464u, I == 0 ? 0x4140 : 0x4342);
+  const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&h), __half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480)));
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+// The same for INT4: nibbles i and i + 4 (offset by 8) in the mantissas of 1024, minus 1032.
+template <int I>
+__device__ __forceinline__ uint32_t int4_pair(uint32_t biased) {
+  const uint32_t h = ((biased >> (4 * I)) & 0x000f000fu) | 0x64006400u;
+  const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&h), __half2(__ushort_as_half(0x6408), __ushort_as_half(0x6408)));
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Decodes the N codes of `words` (row order) into v[0..N), times 2^-14 for E2M1.
+template <Element EL, int N>
+__device__ __forceinline__ void decode_codes(const uint32_t* words, float* v) {
+  if constexpr (EL == Element::kBf16) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) { v[2 * i] = bf16_lo(words[i]); v[2 * i + 1] = bf16_hi(words[i]); }
+  } else if constexpr (EL == Element::kE4M3) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const uint32_t lo = e4m3x2_to_half2(words[i] & 0xffffu), hi = e4m3x2_to_half2(words[i] >> 16);
+      v[4 * i] = half_lo(lo); v[4 * i + 1] = half_hi(lo); v[4 * i + 2] = half_lo(hi); v[4 * i + 3] = half_hi(hi);
+    }
+  } else if constexpr (EL == Element::kInt8) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const uint32_t b = words[i] ^ 0x80808080u;
+      const uint32_t lo = int8_pair<0>(b), hi = int8_pair<1>(b);
+      v[4 * i] = half_lo(lo); v[4 * i + 1] = half_hi(lo); v[4 * i + 2] = half_lo(hi); v[4 * i + 3] = half_hi(hi);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i) {
+      uint32_t p[4];
+      if constexpr (EL == Element::kE2M1) {
+        p[0] = e2m1_pair_scaled<0>(words[i]); p[1] = e2m1_pair_scaled<1>(words[i]);
+        p[2] = e2m1_pair_scaled<2>(words[i]); p[3] = e2m1_pair_scaled<3>(words[i]);
+      } else {
+        const uint32_t b = words[i] ^ 0x88888888u;
+        p[0] = int4_pair<0>(b); p[1] = int4_pair<1>(b); p[2] = int4_pair<2>(b); p[3] = int4_pair<3>(b);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) { v[8 * i + j] = half_lo(p[j]); v[8 * i + j + 4] = half_hi(p[j]); }
+    }
+  }
+}
+
+template <BlockScale BS>
+__device__ __forceinline__ float block_scale_value(uint32_t raw) {
+  if constexpr (BS == BlockScale::kE4M3) return e4m3_to_float(raw);
+  else if constexpr (BS == BlockScale::kE8M0) return e8m0_to_float(raw);
+  else return __uint_as_float(raw);
+}
+
+// A kernel's weight argument: the codes [E][N][K * bits / 8], the K-block scales and the FP32 row
+// or tensor scales (null where the format has none).
+struct WeightArgs {
+  const void* codes;
+  const void* block_scales;
+  const float* row_scales;
+};
+
+// Where row n of expert e starts: its codes, its K-block scales, and its FP32 factor. P: factors
+// per expert for kPerTensor (gate and up keep their own), `proj` this row's.
+template <class F, int N, int K>
+__device__ __forceinline__ const char* row_codes(const WeightArgs& w, int e, int n) {
+  return static_cast<const char*>(w.codes) + (static_cast<size_t>(e) * N + n) * (K * F::kCodeBits / 8);
+}
+
+template <class F, int N, int K>
+__device__ __forceinline__ const unsigned char* row_block_scales(const WeightArgs& w, int e, int n) {
+  if constexpr (F::kBlockScale == BlockScale::kNone) {
+    return nullptr;
+  } else {
+    constexpr int kScaleBytes = F::kBlockScale == BlockScale::kF32 ? 4 : 1;
+    const size_t first = F::kBlockRows
+        ? (static_cast<size_t>(e) * ceil_div(N, F::kBlock) + n / F::kBlock) * ceil_div(K, F::kBlock)
+        : (static_cast<size_t>(e) * N + n) * (K / F::kBlock);
+    return static_cast<const unsigned char*>(w.block_scales) + first * kScaleBytes;
+  }
+}
+
+template <class F, int N, int P>
+__device__ __forceinline__ float row_factor(const WeightArgs& w, int e, int n, int proj) {
+  if constexpr (F::kRowFactor == RowFactor::kPerRow) return __ldg(w.row_scales + static_cast<size_t>(e) * N + n);
+  else if constexpr (F::kRowFactor == RowFactor::kPerTensor) return __ldg(w.row_scales + e * P + proj);
+  else return 1.0f;
+}
+
+template <class F>
+__device__ __forceinline__ float apply_factor(float acc, float factor) {
+  if constexpr (F::kRowFactor == RowFactor::kNone) return acc; else return acc * factor;
+}
+
+// What one lane's weight load of LB bytes covers: kElems codes, kScales K-block scales, and the
+// kXBytes of bf16 activations they meet.
+template <class F, int LB>
+struct Chunk {
+  static constexpr int kElems = LB * 8 / F::kCodeBits;
+  static constexpr int kXBytes = 2 * kElems;
+  static constexpr int kScales = F::kBlock == 0 ? 0 : (kElems >= F::kBlock ? kElems / F::kBlock : 1);
+  static_assert(F::kBlock == 0 || kElems % F::kBlock == 0 || F::kBlock % kElems == 0, "a load covers whole blocks or part of one");
+};
+
+// The raw K-block scales of chunk c (kScales of them, at most two bytes or one float).
+template <class F, int LB>
+struct ChunkScales {
+  uint32_t raw;
+};
+
+template <class F, int LB>
+__device__ __forceinline__ ChunkScales<F, LB> load_chunk_scales(const unsigned char* block_scales, int c) {
+  using C = Chunk<F, LB>;
+  ChunkScales<F, LB> s;
+  if constexpr (C::kScales == 0) {
+    s.raw = 0u;
+  } else {
+    const int first = C::kElems >= F::kBlock ? c * C::kScales : c * C::kElems / F::kBlock;
+    if constexpr (F::kBlockScale == BlockScale::kF32) {
+      s.raw = __float_as_uint(__ldg(reinterpret_cast<const float*>(block_scales) + first));
+    } else if constexpr (C::kScales == 2) {
+      s.raw = __ldg(reinterpret_cast<const unsigned short*>(block_scales) + first / 2);
+    } else {
+      static_assert(C::kScales == 1, "at most two byte scales per load");
+      s.raw = __ldg(block_scales + first);
+    }
+  }
+  return s;
+}
+
+// acc + the chunk's dot product with the activations xf (FP32, kElems of them), K-block scales
+// applied once per partial sum of a block.
+template <class F, int LB>
+__device__ __forceinline__ float chunk_dot(const Lane<LB>& codes, const ChunkScales<F, LB>& s, const float* xf, float acc) {
+  using C = Chunk<F, LB>;
+  float v[C::kElems];
+  decode_codes<F::kElement, C::kElems>(codes.w, v);
+  if constexpr (C::kScales == 0) {
+#pragma unroll
+    for (int i = 0; i < C::kElems; ++i) acc = fmaf(v[i], xf[i], acc);
+  } else {
+    constexpr int kPer = C::kElems / C::kScales;
+#pragma unroll
+    for (int b = 0; b < C::kScales; ++b) {
+      float part = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) part = fmaf(v[b * kPer + i], xf[b * kPer + i], part);
+      const uint32_t raw = F::kBlockScale == BlockScale::kF32 ? s.raw : (s.raw >> (8 * b)) & 0xffu;
+      if constexpr (F::kUnscale != 1.0f) part *= F::kUnscale;
+      acc = fmaf(part, block_scale_value<F::kBlockScale>(raw), acc);
+    }
+  }
+  return acc;
+}
+
+// The activations of a chunk widened to FP32.
+template <int N>
+__device__ __forceinline__ void widen_bf16(const uint32_t* words, float* xf) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) { xf[2 * i] = bf16_lo(words[i]); xf[2 * i + 1] = bf16_hi(words[i]); }
+}
 
 // ---------------------------------------------------------------------------------------------
 // The routing table of a tile of T tokens, built by the whole thread block in shared memory:
@@ -242,8 +469,8 @@ __device__ __forceinline__ bool combine_warps(float (&mine)[V], float* partial) 
 
 // ---------------------------------------------------------------------------------------------
 // gate_up: one warp per (token, routed slot, neuron) (S warps with warps_per_output = S). It
-// streams the neuron's gate row and up row, shares one activation load between them, reduces
-// both with a butterfly and writes epi(gate, up) as bf16 to inter[m][j][i].
+// streams the neuron's gate row and up row in format F, shares one activation load between them,
+// reduces both with a butterfly and writes epi(gate, up) as bf16 to inter[m][j][i].
 // Grid: x = ceil(I / (W / S)) neuron groups, y = M * k slots. Block: 32 * W threads.
 // ---------------------------------------------------------------------------------------------
 
@@ -256,14 +483,13 @@ __device__ __forceinline__ int up_row_of(int neuron, int intermediate) {
   return L == GateUpLayout::kStacked ? intermediate + neuron : 2 * neuron + 1;
 }
 
-template <int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int S, class Epilogue>
-__device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __restrict__ x,
-                                                     const __nv_bfloat16* __restrict__ w_gate_up,
+template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int S, class Epilogue>
+__device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
                                                      const int* __restrict__ topk_ids,
                                                      __nv_bfloat16* __restrict__ inter, int num_tokens,
                                                      Epilogue epi) {
-  constexpr int kElems = LB / 2;           // bf16 per load
-  constexpr int kChunks = H / kElems;      // loads per row
+  using C = Chunk<F, LB>;
+  constexpr int kChunks = H / C::kElems;   // loads per row
   constexpr int kStep = 32 * U;            // loads per row per warp iteration
   constexpr bool kWhole = kChunks % kStep == 0;
   static_assert(W % S == 0, "warps_per_output divides warps_per_cta");
@@ -279,26 +505,41 @@ __device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __rest
   const int e = active ? __ldg(topk_ids + slot) : -1;
   float acc_gate = 0.0f, acc_up = 0.0f;
   if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) {
-    const char* gate_row = reinterpret_cast<const char*>(w_gate_up + (static_cast<size_t>(e) * 2 * I + gate_row_of<L>(neuron, I)) * H);
-    const char* up_row = reinterpret_cast<const char*>(w_gate_up + (static_cast<size_t>(e) * 2 * I + up_row_of<L>(neuron, I)) * H);
+    const int gate_n = gate_row_of<L>(neuron, I), up_n = up_row_of<L>(neuron, I);
+    const char* gate_row = row_codes<F, 2 * I, H>(w_gate_up, e, gate_n);
+    const char* up_row = row_codes<F, 2 * I, H>(w_gate_up, e, up_n);
+    const unsigned char* gate_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, gate_n);
+    const unsigned char* up_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, up_n);
     const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
 #pragma unroll 1
     for (int c0 = part * kStep; c0 < kChunks; c0 += S * kStep) {
-      Lane<LB> g[U], u[U], a[U];
+      Lane<LB> g[U], u[U];
+      Lane<C::kXBytes> a[U];
+      ChunkScales<F, LB> gs[U], us[U];
 #pragma unroll
       for (int i = 0; i < U; ++i) {
         const int c = c0 + i * 32 + lane;
         if (kWhole || c < kChunks) {
           g[i] = load_weights<LB>(gate_row + c * LB);
           u[i] = load_weights<LB>(up_row + c * LB);
-          a[i] = load_activations<LB>(x_row + c * LB);
+          gs[i] = load_chunk_scales<F, LB>(gate_scales, c);
+          us[i] = load_chunk_scales<F, LB>(up_scales, c);
+          a[i] = load_activations<C::kXBytes>(x_row + c * C::kXBytes);
         } else {
-          g[i] = zero_lane<LB>(); u[i] = zero_lane<LB>(); a[i] = zero_lane<LB>();
+          g[i] = zero_lane<LB>(); u[i] = zero_lane<LB>(); a[i] = zero_lane<C::kXBytes>();
+          gs[i].raw = 0u; us[i].raw = 0u;
         }
       }
 #pragma unroll
-      for (int i = 0; i < U; ++i) dot2_bf16<LB>(g[i], u[i], a[i], acc_gate, acc_up);
+      for (int i = 0; i < U; ++i) {
+        float xf[C::kElems];
+        widen_bf16<C::kElems>(a[i].w, xf);
+        acc_gate = chunk_dot<F, LB>(g[i], gs[i], xf, acc_gate);
+        acc_up = chunk_dot<F, LB>(u[i], us[i], xf, acc_up);
+      }
     }
+    acc_gate = apply_factor<F>(acc_gate, row_factor<F, 2 * I, 2>(w_gate_up, e, gate_n, 0));
+    acc_up = apply_factor<F>(acc_up, row_factor<F, 2 * I, 2>(w_gate_up, e, up_n, 1));
   }
   float sums[2] = {warp_sum(acc_gate), warp_sum(acc_up)};
   if constexpr (S > 1) {
@@ -311,16 +552,15 @@ __device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __rest
 // gate_up over a tile of T tokens: one block per (tile, distinct expert of the tile, neuron
 // group); each warp reads its neuron's two rows once and applies them to every token of the
 // tile routed to the expert. Grid: x = ceil(I / W), y = ceil(M / T) * min(T * k, E).
-template <int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int T, int S, class Epilogue>
-__device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restrict__ x,
-                                                   const __nv_bfloat16* __restrict__ w_gate_up,
+template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int T, int S, class Epilogue>
+__device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
                                                    const int* __restrict__ topk_ids,
                                                    __nv_bfloat16* __restrict__ inter, int num_tokens,
                                                    Epilogue epi) {
   using Routing = TileRouting<T, K, E>;
+  using C = Chunk<F, LB>;
   static_assert(S == 1, "the token-tiled gate_up keeps a warp's whole rows across the tile's tokens");
-  constexpr int kElems = LB / 2;
-  constexpr int kChunks = H / kElems;
+  constexpr int kChunks = H / C::kElems;
   constexpr int kStep = 32 * U;
   constexpr bool kWhole = kChunks % kStep == 0;
   constexpr int kBlocks = ceil_div(kChunks, kStep);
@@ -342,8 +582,13 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
   const int e = routing.expert[rank];
   const uint32_t tokens = routing.tokens[rank];
   const uint8_t* slots = routing.slot + rank * T;
-  const char* gate_row = reinterpret_cast<const char*>(w_gate_up + (static_cast<size_t>(e) * 2 * I + gate_row_of<L>(neuron, I)) * H);
-  const char* up_row = reinterpret_cast<const char*>(w_gate_up + (static_cast<size_t>(e) * 2 * I + up_row_of<L>(neuron, I)) * H);
+  const int gate_n = gate_row_of<L>(neuron, I), up_n = up_row_of<L>(neuron, I);
+  const char* gate_row = row_codes<F, 2 * I, H>(w_gate_up, e, gate_n);
+  const char* up_row = row_codes<F, 2 * I, H>(w_gate_up, e, up_n);
+  const unsigned char* gate_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, gate_n);
+  const unsigned char* up_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, up_n);
+  const float gate_factor = row_factor<F, 2 * I, 2>(w_gate_up, e, gate_n, 0);
+  const float up_factor = row_factor<F, 2 * I, 2>(w_gate_up, e, up_n, 1);
   // Per-lane partial sums, needed only when a row takes several passes: [W][T][2][32].
   float* partial = reinterpret_cast<float*>(smem + Routing::kBytes) + warp * T * 64;
   if constexpr (kBlocks > 1) {
@@ -356,14 +601,18 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
 #pragma unroll 1
   for (int c0 = 0; c0 < kChunks; c0 += kStep) {
     Lane<LB> g[U], u[U];
+    ChunkScales<F, LB> gs[U], us[U];
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = c0 + i * 32 + lane;
       if (kWhole || c < kChunks) {
         g[i] = load_weights<LB>(gate_row + c * LB);
         u[i] = load_weights<LB>(up_row + c * LB);
+        gs[i] = load_chunk_scales<F, LB>(gate_scales, c);
+        us[i] = load_chunk_scales<F, LB>(up_scales, c);
       } else {
         g[i] = zero_lane<LB>(); u[i] = zero_lane<LB>();
+        gs[i].raw = 0u; us[i].raw = 0u;
       }
     }
     for (uint32_t m = tokens; m != 0u; m &= m - 1u) {
@@ -373,15 +622,20 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
 #pragma unroll
       for (int i = 0; i < U; ++i) {
         const int c = c0 + i * 32 + lane;
-        const Lane<LB> a = (kWhole || c < kChunks) ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
-        dot2_bf16<LB>(g[i], u[i], a, acc_gate, acc_up);
+        const Lane<C::kXBytes> a = (kWhole || c < kChunks) ? load_activations<C::kXBytes>(x_row + c * C::kXBytes)
+                                                           : zero_lane<C::kXBytes>();
+        float xf[C::kElems];
+        widen_bf16<C::kElems>(a.w, xf);
+        acc_gate = chunk_dot<F, LB>(g[i], gs[i], xf, acc_gate);
+        acc_up = chunk_dot<F, LB>(u[i], us[i], xf, acc_up);
       }
       if constexpr (kBlocks == 1) {
         acc_gate = warp_sum(acc_gate);
         acc_up = warp_sum(acc_up);
         if (lane == 0) {
           const size_t slot = static_cast<size_t>(t0 + t) * K + slots[t];
-          store_bf16(inter + slot * I + neuron, epi(acc_gate, acc_up));
+          store_bf16(inter + slot * I + neuron,
+                     epi(apply_factor<F>(acc_gate, gate_factor), apply_factor<F>(acc_up, up_factor)));
         }
       } else {
         partial[t * 64 + lane] += acc_gate;
@@ -396,7 +650,8 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
       const float acc_up = warp_sum(partial[t * 64 + 32 + lane]);
       if (lane == 0) {
         const size_t slot = static_cast<size_t>(t0 + t) * K + slots[t];
-        store_bf16(inter + slot * I + neuron, epi(acc_gate, acc_up));
+        store_bf16(inter + slot * I + neuron,
+                   epi(apply_factor<F>(acc_gate, gate_factor), apply_factor<F>(acc_up, up_factor)));
       }
     }
   }
@@ -406,19 +661,18 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
 // down: one warp per (token, hidden output h) (S warps with warps_per_output = S). The token's k
 // routed rows W_down[e_j][h] form one stream of k * I elements, read with U loads in flight per
 // lane across expert boundaries; each load's partial dot product is scaled by its slot's routing
-// weight and added to the one fp32 accumulator (the combine), so the per-expert outputs never
-// exist. Grid: x = ceil(H / (W / S)), y = M. Block: 32 * W threads.
+// weight (times the row's FP32 factor) and added to the one fp32 accumulator (the combine), so the
+// per-expert outputs never exist. Grid: x = ceil(H / (W / S)), y = M. Block: 32 * W threads.
 // ---------------------------------------------------------------------------------------------
 
-template <int H, int I, int E, int K, int W, int LB, int U, int S, class Epilogue>
-__device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restrict__ inter,
-                                                  const __nv_bfloat16* __restrict__ w_down,
+template <class F, int H, int I, int E, int K, int W, int LB, int U, int S, class Epilogue>
+__device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
                                                   const int* __restrict__ topk_ids,
                                                   const float* __restrict__ topk_weights,
                                                   __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi) {
   static_assert(K <= 32, "one lane per routed slot");
-  constexpr int kElems = LB / 2;
-  constexpr int kChunks = I / kElems;   // loads per row
+  using C = Chunk<F, LB>;
+  constexpr int kChunks = I / C::kElems;   // loads per row
   constexpr int kStream = K * kChunks;  // loads over the k routed rows
   constexpr int kStep = 32 * U;
   constexpr bool kWhole = kStream % kStep == 0;
@@ -431,14 +685,18 @@ __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restric
   if constexpr (S == 1) {
     if (!active) return;
   }
-  // Lane j holds slot j's expert and weight; a load finds its slot's with one shuffle.
+  // Lane j holds slot j's expert and weight (times its row factor); a load finds its slot's with one shuffle.
   const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
-  const float lane_weight = lane < K && active ? __ldg(topk_weights + token * K + lane) : 0.0f;
+  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
+  const float lane_weight = lane_routed
+      ? apply_factor<F>(__ldg(topk_weights + token * K + lane), row_factor<F, H, 1>(w_down, lane_expert, h, 0)) : 0.0f;
   const char* inter_rows = reinterpret_cast<const char*>(inter + static_cast<size_t>(token) * K * I);
   float acc = 0.0f;
 #pragma unroll 1
   for (int p0 = part * kStep; p0 < kStream; p0 += S * kStep) {
-    Lane<LB> wv[U], av[U];
+    Lane<LB> wv[U];
+    Lane<C::kXBytes> av[U];
+    ChunkScales<F, LB> ws[U];
     float scale[U];
 #pragma unroll
     for (int i = 0; i < U; ++i) {
@@ -448,14 +706,19 @@ __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restric
       const int e = __shfl_sync(kFullMask, lane_expert, j);
       scale[i] = __shfl_sync(kFullMask, lane_weight, j);
       if ((kWhole || p < kStream) && static_cast<unsigned>(e) < static_cast<unsigned>(E)) {
-        wv[i] = load_weights<LB>(reinterpret_cast<const char*>(w_down + (static_cast<size_t>(e) * H + h) * I) + c * LB);
-        av[i] = load_activations<LB>(inter_rows + (static_cast<size_t>(j) * I) * 2 + c * LB);
+        wv[i] = load_weights<LB>(row_codes<F, H, I>(w_down, e, h) + c * LB);
+        ws[i] = load_chunk_scales<F, LB>(row_block_scales<F, H, I>(w_down, e, h), c);
+        av[i] = load_activations<C::kXBytes>(inter_rows + static_cast<size_t>(j) * I * 2 + c * C::kXBytes);
       } else {
-        wv[i] = zero_lane<LB>(); av[i] = zero_lane<LB>(); scale[i] = 0.0f;
+        wv[i] = zero_lane<LB>(); av[i] = zero_lane<C::kXBytes>(); ws[i].raw = 0u; scale[i] = 0.0f;
       }
     }
 #pragma unroll
-    for (int i = 0; i < U; ++i) acc = fmaf(scale[i], dot_bf16<LB>(wv[i], av[i], 0.0f), acc);
+    for (int i = 0; i < U; ++i) {
+      float xf[C::kElems];
+      widen_bf16<C::kElems>(av[i].w, xf);
+      acc = fmaf(scale[i], chunk_dot<F, LB>(wv[i], ws[i], xf, 0.0f), acc);
+    }
   }
   float sum[1] = {warp_sum(acc)};
   if constexpr (S > 1) {
@@ -471,15 +734,14 @@ __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restric
 // row block is loaded while the current one is used. Per-lane, per-token accumulators live in
 // shared memory because a routed entry's token is only known at run time.
 // Grid: x = ceil(H / (W / S)), y = ceil(M / T).
-template <int H, int I, int E, int K, int W, int LB, int U, int T, int S, class Epilogue>
-__device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict__ inter,
-                                                const __nv_bfloat16* __restrict__ w_down,
+template <class F, int H, int I, int E, int K, int W, int LB, int U, int T, int S, class Epilogue>
+__device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
                                                 const int* __restrict__ topk_ids,
                                                 const float* __restrict__ topk_weights,
                                                 __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi) {
   using Routing = TileRouting<T, K, E>;
-  constexpr int kElems = LB / 2;
-  constexpr int kChunks = I / kElems;
+  using C = Chunk<F, LB>;
+  constexpr int kChunks = I / C::kElems;
   constexpr int kStep = 32 * U;
   constexpr bool kWhole = kChunks % kStep == 0;
   constexpr int kBlocks = ceil_div(kChunks, kStep);
@@ -505,24 +767,34 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
 
   // (rank, row block) pairs of this warp's ranks
   const int total = active ? (*routing.count - part + S - 1) / S * kBlocks : 0;
-  auto load_block = [&](int b, Lane<LB>* dst) {
-    const int r = part + S * (b / kBlocks);
+  auto load_block = [&](int b, Lane<LB>* dst, ChunkScales<F, LB>* dst_scales) {
+    const int e = routing.expert[part + S * (b / kBlocks)];
     const int c0 = (b % kBlocks) * kStep;
-    const char* row = reinterpret_cast<const char*>(w_down + (static_cast<size_t>(routing.expert[r]) * H + h) * I);
+    const char* row = row_codes<F, H, I>(w_down, e, h);
+    const unsigned char* row_scales = row_block_scales<F, H, I>(w_down, e, h);
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = c0 + i * 32 + lane;
-      dst[i] = (kWhole || c < kChunks) ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
+      if (kWhole || c < kChunks) {
+        dst[i] = load_weights<LB>(row + c * LB);
+        dst_scales[i] = load_chunk_scales<F, LB>(row_scales, c);
+      } else {
+        dst[i] = zero_lane<LB>();
+        dst_scales[i].raw = 0u;
+      }
     }
   };
   Lane<LB> current[U];
-  if (total > 0) load_block(0, current);
+  ChunkScales<F, LB> current_scales[U];
+  if (total > 0) load_block(0, current, current_scales);
 #pragma unroll 1
   for (int b = 0; b < total; ++b) {
     Lane<LB> next[U];
-    if (b + 1 < total) load_block(b + 1, next);
+    ChunkScales<F, LB> next_scales[U];
+    if (b + 1 < total) load_block(b + 1, next, next_scales);
     const int r = part + S * (b / kBlocks);
     const int c0 = (b % kBlocks) * kStep;
+    const float factor = row_factor<F, H, 1>(w_down, routing.expert[r], h, 0);
     for (uint32_t m = routing.tokens[r]; m != 0u; m &= m - 1u) {
       const int t = __ffs(m) - 1;
       const int entry = (t0 + t) * K + routing.slot[r * T + t];
@@ -531,13 +803,19 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
 #pragma unroll
       for (int i = 0; i < U; ++i) {
         const int c = c0 + i * 32 + lane;
-        const Lane<LB> a = (kWhole || c < kChunks) ? load_activations<LB>(a_row + c * LB) : zero_lane<LB>();
-        part = dot_bf16<LB>(current[i], a, part);
+        const Lane<C::kXBytes> a = (kWhole || c < kChunks) ? load_activations<C::kXBytes>(a_row + c * C::kXBytes)
+                                                           : zero_lane<C::kXBytes>();
+        float xf[C::kElems];
+        widen_bf16<C::kElems>(a.w, xf);
+        part = chunk_dot<F, LB>(current[i], current_scales[i], xf, part);
       }
-      acc[t * 32 + lane] = fmaf(__ldg(topk_weights + entry), part, acc[t * 32 + lane]);
+      acc[t * 32 + lane] = fmaf(apply_factor<F>(__ldg(topk_weights + entry), factor), part, acc[t * 32 + lane]);
     }
 #pragma unroll
-    for (int i = 0; i < U; ++i) current[i] = next[i];
+    for (int i = 0; i < U; ++i) {
+      current[i] = next[i];
+      current_scales[i] = next_scales[i];
+    }
   }
   if constexpr (S == 1) {
     for (int t = 0; t < nt; ++t) {

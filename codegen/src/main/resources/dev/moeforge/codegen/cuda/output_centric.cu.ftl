@@ -16,6 +16,7 @@ namespace {
 <#list constants as c>
 constexpr ${c.type} ${c.name} = ${c.value};
 </#list>
+using Format = ${format};
 
 // ${epilogueText}
 struct Epilogue {

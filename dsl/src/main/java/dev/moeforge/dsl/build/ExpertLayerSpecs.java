@@ -6,6 +6,7 @@ import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
 
 /** The two kernels of a SiLU-gated expert layer, built and validated together. */
 public record ExpertLayerSpecs(KernelSpec gateUp, KernelSpec down) {
@@ -18,9 +19,15 @@ public record ExpertLayerSpecs(KernelSpec gateUp, KernelSpec down) {
     /** {@code <prefix>_gate_up} and {@code <prefix>_down}, BF16, each half with its own schedule. */
     public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, Schedule gateUpSchedule,
                                       Schedule downSchedule, Target target) {
-        KernelSpec gateUp = KernelBuilder.named(prefix + "_gate_up").expertGateUp(shape).layout(layout)
+        return of(prefix, shape, layout, WeightFormat.BF16, gateUpSchedule, downSchedule, target);
+    }
+
+    /** {@code <prefix>_gate_up} and {@code <prefix>_down} with both weights in {@code weights}, each half with its own schedule. */
+    public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, WeightFormat weights,
+                                      Schedule gateUpSchedule, Schedule downSchedule, Target target) {
+        KernelSpec gateUp = KernelBuilder.named(prefix + "_gate_up").expertGateUp(shape).layout(layout).weights(weights)
                 .schedule(gateUpSchedule).epilogue(Epilogues.siluGatedStore(DType.BF16)).target(target).build();
-        KernelSpec down = KernelBuilder.named(prefix + "_down").expertDown(shape)
+        KernelSpec down = KernelBuilder.named(prefix + "_down").expertDown(shape).weights(weights)
                 .schedule(downSchedule).epilogue(Epilogues.combinedStore(DType.BF16)).target(target).build();
         return new ExpertLayerSpecs(gateUp, down);
     }

@@ -2,6 +2,7 @@ package dev.moeforge.dsl.check;
 
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Schedule;
@@ -82,11 +83,36 @@ public final class Validator {
     }
 
     private static void checkFormats(Problem problem, List<SpecError> errors) {
-        switch (problem.weights()) {
-            case WeightFormat.Bf16 _ -> { }
+        switch (problem) {
+            case Problem.Router r -> {
+                if (!(r.weights() instanceof WeightFormat.Bf16)) {
+                    errors.add(new SpecError("problem.weights", r.weights().text(),
+                            "bf16: routers stay unquantised in every checkpoint format (models-formats section 4)"));
+                }
+            }
+            case Problem.ExpertGateUp g -> {
+                checkBlocks(g.weights(), "problem.hidden", g.shape().hidden(), errors);
+                if (g.weights().blockScale().blockRows() && g.layout() == GateUpLayout.STACKED
+                        && g.shape().intermediate() % g.weights().blockScale().block() != 0) {
+                    errors.add(new SpecError("problem.intermediate", Integer.toString(g.shape().intermediate()),
+                            "a multiple of " + g.weights().blockScale().block() + " for " + g.weights().text()
+                                    + " with stacked gate/up rows: otherwise gate's last block of rows would share "
+                                    + "its scales with up's first"));
+                }
+            }
+            case Problem.ExpertDown d -> checkBlocks(d.weights(), "problem.intermediate", d.shape().intermediate(), errors);
         }
         if (problem.activations() != DType.BF16) {
             errors.add(new SpecError("problem.activations", problem.activations().text(), "bf16"));
+        }
+    }
+
+    /** A row of {@code k} elements must hold whole scale blocks (128 x 128 blocks allow a ragged edge). */
+    private static void checkBlocks(WeightFormat format, String field, int k, List<SpecError> errors) {
+        WeightFormat.BlockScale scale = format.blockScale();
+        if (scale.block() > 0 && !scale.blockRows() && k >= 1 && k % scale.block() != 0) {
+            errors.add(new SpecError(field, Integer.toString(k), "a multiple of " + scale.block() + " for "
+                    + format.text() + ": each row holds whole blocks of " + scale.block() + " elements, one scale each"));
         }
     }
 

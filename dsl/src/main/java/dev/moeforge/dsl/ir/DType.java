@@ -5,7 +5,9 @@ public enum DType {
     BF16("bf16", 2),
     FP16("fp16", 2),
     FP32("fp32", 4),
-    INT32("int32", 4);
+    INT32("int32", 4),
+    /** Raw bytes: packed weight codes and 8-bit scales. */
+    U8("u8", 1);
 
     private final String text;
     private final int bytes;

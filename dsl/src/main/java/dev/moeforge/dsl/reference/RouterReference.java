@@ -201,7 +201,7 @@ public final class RouterReference {
         java.util.function.DoubleUnaryOperator r = switch (type) {
             case FP32 -> x -> (float) x;
             case BF16 -> x -> Bf16.toFloat(Bf16.fromDouble(x));
-            case FP16, INT32 -> throw new IllegalArgumentException("a router stores fp32 or bf16, not " + type.text());
+            case FP16, INT32, U8 -> throw new IllegalArgumentException("a router stores fp32 or bf16, not " + type.text());
         };
         return map(v, r);
     }

@@ -1,6 +1,7 @@
 package dev.moeforge.dsl.reference;
 
 import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.format.EncodedWeights;
 
 /**
  * Expert weights as the reference sees them: row {@code row} of expert {@code expert}, decoded to
@@ -43,6 +44,31 @@ public interface WeightRows {
                 for (int i = 0; i < rowLength; i++) {
                     out[i] = Bf16.toFloat(data[base + i]);
                 }
+            }
+        };
+    }
+
+    /** Weights in any format, dequantised exactly by the format's reference decoder. */
+    static WeightRows of(EncodedWeights w) {
+        return new WeightRows() {
+            @Override
+            public int experts() {
+                return w.experts();
+            }
+
+            @Override
+            public int rows() {
+                return w.rows();
+            }
+
+            @Override
+            public int rowLength() {
+                return w.cols();
+            }
+
+            @Override
+            public void decode(int expert, int row, double[] out) {
+                w.decodeRow(expert, row, out);
             }
         };
     }

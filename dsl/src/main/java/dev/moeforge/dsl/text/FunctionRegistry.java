@@ -35,7 +35,7 @@ final class FunctionRegistry {
     private FunctionRegistry() {}
 
     // Sealed interfaces without a value list: extend these with the format or function.
-    static final Choices<WeightFormat> WEIGHT_FORMATS = Choices.of(List.of(WeightFormat.BF16), WeightFormat::text);
+    static final Choices<WeightFormat> WEIGHT_FORMATS = Choices.of(WeightFormat.ALL, WeightFormat::text);
     static final Choices<GateFunction> GATE_FUNCTIONS = Choices.of(List.of(GateFunction.SILU), GateFunction::text);
 
     static final Choices<DType> DTYPES = Choices.of(List.of(DType.values()), DType::text);

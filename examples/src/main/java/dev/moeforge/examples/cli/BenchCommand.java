@@ -34,7 +34,7 @@ import picocli.CommandLine.Option;
  * routing given) at the Qwen3-30B-A3B geometry, graph-replayed over many workload.layers of weights, in
  * one run; prints a table and writes {@code <out>/<date>-<device>-expert-layer.json}.
  */
-@Command(name = "bench", mixinStandardHelpOptions = true, subcommands = {BenchRouterCommand.class, BenchLayerCommand.class},
+@Command(name = "bench", mixinStandardHelpOptions = true, subcommands = {BenchRouterCommand.class, BenchLayerCommand.class, BenchFormatsCommand.class},
         description = "Measures the GPU's read bandwidth and the BF16 expert layer (H=2048, I=768, E=128, top-8) "
                 + "at several token counts, weights rotated over many layers, CUDA graphs, CUDA events, medians.")
 public final class BenchCommand implements Callable<Integer> {
@@ -131,12 +131,12 @@ public final class BenchCommand implements Callable<Integer> {
         return v;
     }
 
-    private static void printTable(List<ExpertLayerBenchmark.Result> results) {
+    static void printTable(List<ExpertLayerBenchmark.Result> results) {
         System.out.println();
-        System.out.printf(Locale.ROOT, "%-14s %4s %10s %10s %10s %9s %11s %8s %8s%n", "variant", "M", "layer us", "gate_up us",
+        System.out.printf(Locale.ROOT, "%-24s %4s %10s %10s %10s %9s %11s %8s %8s%n", "variant", "M", "layer us", "gate_up us",
                 "down us", "experts", "MB distinct", "GB/s", "of read");
         for (ExpertLayerBenchmark.Result r : results) {
-            System.out.printf(Locale.ROOT, "%-14s %4d %10.2f %10.2f %10.2f %9.1f %11.1f %8.0f %7.1f%%%n", r.variant(), r.tokens(),
+            System.out.printf(Locale.ROOT, "%-24s %4d %10.2f %10.2f %10.2f %9.1f %11.1f %8.0f %7.1f%%%n", r.variant(), r.tokens(),
                     r.layer().medianMicros(), r.gateUp().medianMicros(), r.down().medianMicros(), r.distinctExpertsPerLayer(),
                     r.distinctBytesPerLayer() / 1e6, r.gbPerSecond(), 100 * r.fractionOfRead());
         }
@@ -152,6 +152,13 @@ public final class BenchCommand implements Callable<Integer> {
                 "median_us", read.medianMicros(), "p10_us", read.p10Micros(), "p90_us", read.p90Micros()));
         doc.put("shape", Map.of("hidden", shape.hidden(), "intermediate", shape.intermediate(),
                 "experts", shape.experts(), "topk", shape.topk(), "weights", "bf16"));
+        doc.put("variants", variantRows(variants));
+        doc.put("results", resultRows(results, readBw));
+        return BenchReports.write(options.out, ctx, "expert-layer", doc);
+    }
+
+    /** The variants' kernels: spec text, registers and spills of each half. */
+    static List<Map<String, Object>> variantRows(List<ExpertLayerBenchmark.Variant> variants) {
         List<Map<String, Object>> vs = new ArrayList<>();
         for (ExpertLayerBenchmark.Variant v : variants) {
             Map<String, Object> m = new LinkedHashMap<>();
@@ -164,7 +171,11 @@ public final class BenchCommand implements Callable<Integer> {
             }
             vs.add(m);
         }
-        doc.put("variants", vs);
+        return vs;
+    }
+
+    /** One JSON row per timed (variant, token count). */
+    static List<Map<String, Object>> resultRows(List<ExpertLayerBenchmark.Result> results, double readBw) {
         List<Map<String, Object>> rows = new ArrayList<>();
         for (ExpertLayerBenchmark.Result r : results) {
             Map<String, Object> m = new LinkedHashMap<>();
@@ -180,7 +191,6 @@ public final class BenchCommand implements Callable<Integer> {
             m.put("floor_us", r.distinctBytesPerLayer() / readBw * 1e6);
             rows.add(m);
         }
-        doc.put("results", rows);
-        return BenchReports.write(options.out, ctx, "expert-layer", doc);
+        return rows;
     }
 }

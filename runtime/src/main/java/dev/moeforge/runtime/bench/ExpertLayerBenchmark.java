@@ -1,6 +1,7 @@
 package dev.moeforge.runtime.bench;
 
 import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.format.EncodedWeights;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.reference.RandomInputs;
@@ -9,6 +10,7 @@ import dev.moeforge.runtime.bench.GpuTimer.Timing;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.moe.DeviceWeights;
 import dev.moeforge.runtime.moe.ExpertLayer;
 import dev.moeforge.runtime.moe.MoeLayer;
 import dev.moeforge.runtime.moe.RouterKernel;
@@ -39,40 +41,56 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
     private final ExpertShape shape;
     private final int layers;
     private final int maxTokens;
-    private final List<DeviceBuffer> gateUpWeights = new ArrayList<>();
-    private final List<DeviceBuffer> downWeights = new ArrayList<>();
+    private final List<DeviceWeights> gateUpWeights = new ArrayList<>();
+    private final List<DeviceWeights> downWeights = new ArrayList<>();
+    /** Bytes one routed expert costs per layer: gate_up's and down's codes and scales. */
+    private final double bytesPerExpert;
     private final List<DeviceBuffer> ids = new ArrayList<>();
     private final List<DeviceBuffer> weights = new ArrayList<>();
     private final DeviceBuffer x;
     private final DeviceBuffer inter;
     private final DeviceBuffer y;
 
-    /** Allocates and fills {@code layers} layers of weights for up to {@code maxTokens} tokens. */
+    /** Allocates and fills {@code layers} layers of BF16 weights (uniform random, on the device) for up to {@code maxTokens} tokens. */
     public ExpertLayerBenchmark(BenchKernels kernels, CudaStream stream, ExpertShape shape, int layers, int maxTokens, long seed) {
+        this(stream, shape, layers, maxTokens, seed, 2.0 * 3.0 * shape.hidden() * shape.intermediate(), l -> {
+            // uniform in [-s, s) has standard deviation s / sqrt(3): rows of K values give O(1) dot products
+            DeviceBuffer gu = DeviceBuffer.allocate(DType.BF16, (long) shape.experts() * 2 * shape.intermediate() * shape.hidden());
+            kernels.fillUniform(stream, gu, seed + 2L * l, (float) Math.sqrt(3.0 / shape.hidden()));
+            DeviceBuffer dn = DeviceBuffer.allocate(DType.BF16, (long) shape.experts() * shape.hidden() * shape.intermediate());
+            kernels.fillUniform(stream, dn, seed + 2L * l + 1, (float) Math.sqrt(3.0 / shape.intermediate()));
+            return new DeviceWeights[] {DeviceWeights.bf16(gu), DeviceWeights.bf16(dn)};
+        });
+    }
+
+    /**
+     * {@code layers} copies of one layer's weights in any format, quantised once on the host: each
+     * layer has its own device memory, so the rotation still reads far beyond L2.
+     */
+    public ExpertLayerBenchmark(CudaStream stream, ExpertShape shape, int layers, int maxTokens, long seed,
+                                EncodedWeights gateUp, EncodedWeights down) {
+        this(stream, shape, layers, maxTokens, seed, gateUp.bytesPerExpert() + down.bytesPerExpert(),
+                l -> new DeviceWeights[] {DeviceWeights.upload(gateUp), DeviceWeights.upload(down)});
+    }
+
+    private ExpertLayerBenchmark(CudaStream stream, ExpertShape shape, int layers, int maxTokens, long seed,
+                                 double bytesPerExpert, java.util.function.IntFunction<DeviceWeights[]> layerWeights) {
         this.shape = shape;
         this.layers = layers;
         this.maxTokens = maxTokens;
-        int e = shape.experts();
-        int h = shape.hidden();
-        int i = shape.intermediate();
+        this.bytesPerExpert = bytesPerExpert;
         int k = shape.topk();
-        // uniform in [-s, s) has standard deviation s / sqrt(3): rows of K values give O(1) dot products
-        float gateUpScale = (float) Math.sqrt(3.0 / h);
-        float downScale = (float) Math.sqrt(3.0 / i);
         for (int l = 0; l < layers; l++) {
-            DeviceBuffer gu = DeviceBuffer.allocate(DType.BF16, (long) e * 2 * i * h);
-            kernels.fillUniform(stream, gu, seed + 2L * l, gateUpScale);
-            gateUpWeights.add(gu);
-            DeviceBuffer dn = DeviceBuffer.allocate(DType.BF16, (long) e * h * i);
-            kernels.fillUniform(stream, dn, seed + 2L * l + 1, downScale);
-            downWeights.add(dn);
+            DeviceWeights[] w = layerWeights.apply(l);
+            gateUpWeights.add(w[0]);
+            downWeights.add(w[1]);
             ids.add(DeviceBuffer.allocate(DType.INT32, (long) maxTokens * k));
             weights.add(DeviceBuffer.allocate(DType.FP32, (long) maxTokens * k));
         }
-        x = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * h);
-        x.copyFrom(RandomInputs.bf16Normal(seed ^ 0x5eed, maxTokens * h, 1.0));
-        inter = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * k * i);
-        y = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * h);
+        x = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * shape.hidden());
+        x.copyFrom(RandomInputs.bf16Normal(seed ^ 0x5eed, maxTokens * shape.hidden(), 1.0));
+        inter = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * k * shape.intermediate());
+        y = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * shape.hidden());
         stream.synchronize();
     }
 
@@ -99,7 +117,6 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
             distinct += r.distinctExperts();
         }
         double expertsPerLayer = (double) distinct / layers;
-        double bytesPerExpert = 2.0 * 3.0 * shape.hidden() * shape.intermediate();
         double bytesPerLayer = expertsPerLayer * bytesPerExpert;
         List<Result> results = new ArrayList<>();
         for (Variant v : variants) {
@@ -112,9 +129,9 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
                     gateUpWeights.get(l), downWeights.get(l), ids.get(l), weights.get(l), inter, y));
             checkWritten(v.name(), tokens);
             Timing gateUp = timeGraph(stream, warmup, reps, l ->
-                    v.layer().gateUp().launch(stream, v.layer().order(), tokens, x, gateUpWeights.get(l), ids.get(l), inter));
+                    v.layer().enqueueGateUp(stream, tokens, x, gateUpWeights.get(l), ids.get(l), inter));
             Timing down = timeGraph(stream, warmup, reps, l ->
-                    v.layer().down().launch(stream, v.layer().order(), tokens, inter, downWeights.get(l), ids.get(l), weights.get(l), y));
+                    v.layer().enqueueDown(stream, tokens, inter, downWeights.get(l), ids.get(l), weights.get(l), y));
             double seconds = whole.medianMicros() * 1e-6;
             double gbps = bytesPerLayer / seconds / 1e9;
             results.add(new Result(v.name(), tokens, whole, gateUp, down, expertsPerLayer, bytesPerLayer, gbps,
@@ -147,7 +164,7 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
             routerBytes += routerWeights.get(l % routerWeights.size()).bytes();
         }
         double expertsPerLayer = (double) distinct / layers;
-        double bytesPerLayer = expertsPerLayer * 2.0 * 3.0 * shape.hidden() * shape.intermediate() + (double) routerBytes / layers;
+        double bytesPerLayer = expertsPerLayer * bytesPerExpert + (double) routerBytes / layers;
         double seconds = whole.medianMicros() * 1e-6;
         return new LayerResult(name, tokens, whole, routerOnly, expertsPerLayer, bytesPerLayer, bytesPerLayer / seconds / 1e9,
                 bytesPerLayer / seconds / readBytesPerSecond);
@@ -181,9 +198,10 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
 
     @Override
     public void close() {
-        for (List<DeviceBuffer> list : List.of(gateUpWeights, downWeights, ids, weights)) {
-            list.forEach(DeviceBuffer::close);
-        }
+        gateUpWeights.forEach(DeviceWeights::close);
+        downWeights.forEach(DeviceWeights::close);
+        ids.forEach(DeviceBuffer::close);
+        weights.forEach(DeviceBuffer::close);
         x.close();
         inter.close();
         y.close();

@@ -6,6 +6,8 @@ import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelHandle;
+import java.util.ArrayList;
+import java.util.List;
 
 /**
  * The MoE expert layer with routing given: gate_up then down, enqueued back to back on one
@@ -63,7 +65,32 @@ public final class ExpertLayer {
     /** Enqueues {@code y = down(gate_up(x))} for {@code tokens} tokens; {@code inter} is the scratch [M][k][I]. */
     public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceBuffer wGateUp, DeviceBuffer wDown,
                         DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
-        gateUp.launch(stream, order, tokens, x, wGateUp, topkIds, inter);
-        down.launch(stream, order, tokens, inter, wDown, topkIds, topkWeights, y);
+        enqueue(stream, tokens, x, DeviceWeights.bf16(wGateUp), DeviceWeights.bf16(wDown), topkIds, topkWeights, inter, y);
+    }
+
+    /** As above, with the weights in the kernels' format (codes and scales). */
+    public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceWeights wDown,
+                        DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
+        enqueueGateUp(stream, tokens, x, wGateUp, topkIds, inter);
+        enqueueDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
+    }
+
+    /** gate_up alone: {@code inter = act(x W_gu^T)} for each routed (token, slot). */
+    public void enqueueGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds,
+                              DeviceBuffer inter) {
+        gateUp.launch(stream, order, tokens, args(List.of(x), wGateUp, List.of(topkIds, inter)));
+    }
+
+    /** down alone: {@code y = sum_j topk_weights[j] * (inter_j W_down^T)}. */
+    public void enqueueDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
+                            DeviceBuffer topkWeights, DeviceBuffer y) {
+        down.launch(stream, order, tokens, args(List.of(inter), wDown, List.of(topkIds, topkWeights, y)));
+    }
+
+    private static DeviceBuffer[] args(List<DeviceBuffer> before, DeviceWeights weights, List<DeviceBuffer> after) {
+        List<DeviceBuffer> all = new ArrayList<>(before);
+        all.addAll(weights.buffers());
+        all.addAll(after);
+        return all.toArray(DeviceBuffer[]::new);
     }
 }

@@ -45,6 +45,14 @@ public final class MoeLayer {
     public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceBuffer wRouter, Map<String, DeviceBuffer> rows,
                         DeviceBuffer wGateUp, DeviceBuffer wDown, DeviceBuffer topkIds, DeviceBuffer topkWeights,
                         DeviceBuffer inter, DeviceBuffer y) {
+        enqueue(stream, tokens, x, wRouter, rows, DeviceWeights.bf16(wGateUp), DeviceWeights.bf16(wDown), topkIds, topkWeights,
+                inter, y);
+    }
+
+    /** As above, with the expert weights in the expert kernels' format. */
+    public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceBuffer wRouter, Map<String, DeviceBuffer> rows,
+                        DeviceWeights wGateUp, DeviceWeights wDown, DeviceBuffer topkIds, DeviceBuffer topkWeights,
+                        DeviceBuffer inter, DeviceBuffer y) {
         router.enqueue(stream, experts.order(), tokens, x, wRouter, rows, topkWeights, topkIds);
         experts.enqueue(stream, tokens, x, wGateUp, wDown, topkIds, topkWeights, inter, y);
     }

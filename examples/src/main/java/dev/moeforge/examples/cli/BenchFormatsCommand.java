@@ -1,0 +1,167 @@
+package dev.moeforge.examples.cli;
+
+import dev.moeforge.dsl.build.ExpertLayerSpecs;
+import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.format.EncodedWeights;
+import dev.moeforge.dsl.format.Projections;
+import dev.moeforge.dsl.format.RowSource;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.runtime.bench.BenchKernels;
+import dev.moeforge.runtime.bench.ExpertLayerBenchmark;
+import dev.moeforge.runtime.bench.GpuTimer;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import dev.moeforge.runtime.moe.ExpertLayer;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+/**
+ * {@code moeforge bench formats}: the expert layer in every weight format at the Qwen3-30B-A3B
+ * geometry, and NVFP4 at the Qwen3-Next-80B-A3B geometry, each with a few schedules, weights
+ * rotated over many layers; writes {@code <out>/<date>-<device>-formats.json}.
+ */
+@Command(name = "formats", mixinStandardHelpOptions = true,
+        description = "Times the expert layer (gate_up + down, routing given) in every weight format: Qwen3-30B-A3B "
+                + "(H=2048, I=768, E=128, top-8) for each format, and Qwen3-Next-80B-A3B (H=2048, I=512, E=512, top-10) in "
+                + "NVFP4; one layer quantised on the host, copied to every layer of the rotation.")
+public final class BenchFormatsCommand implements Callable<Integer> {
+    static final ExpertShape QWEN3_30B = new ExpertShape(2048, 768, 128, 8);
+    static final ExpertShape QWEN3_NEXT = new ExpertShape(2048, 512, 512, 10);
+
+    @Mixin
+    BenchOptions options;
+
+    @Option(names = "--layers", defaultValue = "16", description = "Layers of weights to rotate over (default: ${DEFAULT-VALUE}).")
+    int layers;
+
+    @Option(names = "--tokens", split = ",", defaultValue = "1,8", description = "Token counts (default: ${DEFAULT-VALUE}).")
+    List<Integer> tokens;
+
+    @Option(names = "--formats", split = ",", description = "Formats to time (default: all): "
+            + "bf16, fp8_e4m3_channel, fp8_e4m3_block128, mxfp8, nvfp4, mxfp4, int8_channel, int8_group128, int4_channel, int4_group128.")
+    List<String> formats;
+
+    @Option(names = "--seed", defaultValue = "20261122", description = "Seed of weights and routing (default: ${DEFAULT-VALUE}).")
+    long seed;
+
+    /** One timed configuration: a geometry in a format. */
+    record Workload(String model, ExpertShape shape, WeightFormat format) {}
+
+    @Override
+    public Integer call() throws Exception {
+        options.require("bench formats");
+        List<Workload> workloads = workloads();
+        if (layers < 1) {
+            throw new IllegalArgumentException("--layers " + layers + ": at least 1");
+        }
+        int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElse(1);
+        if (tokens.stream().anyMatch(m -> m < 1)) {
+            throw new IllegalArgumentException("--tokens " + tokens + ": each token count at least 1");
+        }
+        KernelCache cache = KernelCache.defaultCache();
+        try (CudaContext ctx = CudaContext.create(0);
+             CudaStream stream = CudaStream.create();
+             KernelRuntime runtime = new KernelRuntime(ctx, cache);
+             BenchKernels kernels = new BenchKernels(runtime, cache)) {
+            System.out.println("device: " + ctx.deviceName() + ", " + ctx.smCount() + " SMs, L2 " + ctx.l2Bytes() / (1 << 20) + " MiB");
+            long readBytes = 4L << 30;
+            GpuTimer.Timing read = kernels.timeRead(stream, readBytes, 5, 50);
+            double readBw = readBytes / (read.medianMicros() * 1e-6);
+            System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s%n", readBw / 1e9);
+            List<Map<String, Object>> sections = new ArrayList<>();
+            for (Workload w : workloads) {
+                List<ExpertLayerBenchmark.Variant> variants = variants(runtime, w, maxTokens);
+                long t0 = System.nanoTime();
+                EncodedWeights gateUp = EncodedWeights.encode(w.format(), RowSource.normal(seed, 2 * w.shape().intermediate(),
+                        1.0 / Math.sqrt(w.shape().hidden())), w.shape().experts(), 2 * w.shape().intermediate(), w.shape().hidden(),
+                        Projections.STACKED_GATE_UP, "gate_up");
+                EncodedWeights down = EncodedWeights.encode(w.format(), RowSource.normal(seed + 1, w.shape().hidden(),
+                        1.0 / Math.sqrt(w.shape().intermediate())), w.shape().experts(), w.shape().hidden(), w.shape().intermediate(),
+                        Projections.ONE, "down");
+                System.out.printf(Locale.ROOT, "%s %s: quantised one layer in %.1f s%n", w.model(), w.format().text(),
+                        (System.nanoTime() - t0) / 1e9);
+                List<ExpertLayerBenchmark.Result> results = new ArrayList<>();
+                try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(stream, w.shape(), layers, maxTokens, seed, gateUp, down)) {
+                    System.out.printf(Locale.ROOT, "  %d layers = %.1f GB of weights (%.0f bytes per expert)%n", layers,
+                            bench.weightBytes() / 1e9, (double) gateUp.bytesPerExpert() + down.bytesPerExpert());
+                    for (int m : tokens) {
+                        results.addAll(bench.run(stream, variants, m, seed, options.warmup, options.reps, readBw,
+                                msg -> System.out.println("  timing " + w.format().text() + " " + msg)));
+                    }
+                }
+                BenchCommand.printTable(results);
+                Map<String, Object> section = new LinkedHashMap<>();
+                section.put("model", w.model());
+                section.put("format", w.format().text());
+                section.put("shape", Map.of("hidden", w.shape().hidden(), "intermediate", w.shape().intermediate(),
+                        "experts", w.shape().experts(), "topk", w.shape().topk()));
+                section.put("bytes_per_expert", gateUp.bytesPerExpert() + down.bytesPerExpert());
+                section.put("variants", BenchCommand.variantRows(variants));
+                section.put("results", BenchCommand.resultRows(results, readBw));
+                sections.add(section);
+            }
+            Map<String, Object> doc = BenchReports.header("formats", ctx);
+            doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "timing",
+                    "CUDA events around each replay of one graph running all layers; per-layer = replay / layers; median",
+                    "bytes", "distinct routed experts' codes and scales (gate_up and down) per layer", "seed", seed,
+                    "weights", "one layer quantised on the host from N(0, 1/K) with the reference quantiser, copied to every layer"));
+            doc.put("read_bandwidth", Map.of("bytes_per_second", readBw, "probe_bytes", readBytes,
+                    "median_us", read.medianMicros()));
+            doc.put("workloads", sections);
+            Path file = BenchReports.write(options.out, ctx, "formats", doc);
+            System.out.println("wrote " + file);
+        }
+        return 0;
+    }
+
+    private List<Workload> workloads() {
+        List<WeightFormat> chosen = new ArrayList<>();
+        if (formats == null || formats.isEmpty()) {
+            chosen.addAll(WeightFormat.ALL);
+        } else {
+            for (String name : formats) {
+                chosen.add(WeightFormat.ALL.stream().filter(f -> f.text().equals(name)).findFirst().orElseThrow(() ->
+                        new IllegalArgumentException("--formats: unknown format '" + name + "'; known: "
+                                + WeightFormat.ALL.stream().map(WeightFormat::text).toList())));
+            }
+        }
+        List<Workload> w = new ArrayList<>();
+        for (WeightFormat f : chosen) {
+            w.add(new Workload("qwen3_30b_a3b", QWEN3_30B, f));
+        }
+        if (chosen.contains(WeightFormat.NVFP4)) {
+            w.add(new Workload("qwen3_next_80b", QWEN3_NEXT, WeightFormat.NVFP4));
+        }
+        return w;
+    }
+
+    /** Single-token schedules with 2 and 4 loads in flight, and 8-token tiles, both halves in the workload's format. */
+    private static List<ExpertLayerBenchmark.Variant> variants(KernelRuntime runtime, Workload w, int maxTokens) {
+        List<ExpertLayerBenchmark.Variant> v = new ArrayList<>();
+        for (int t : maxTokens > 1 ? new int[] {1, 8} : new int[] {1}) {
+            for (int u : new int[] {2, 4}) {
+                OutputCentric gateUp = OutputCentricBuilder.create().kUnroll(u).tokensPerCta(t).build();
+                OutputCentric down = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(u).tokensPerCta(t).build();
+                String name = "t" + t + "_u" + u;
+                ExpertLayerSpecs specs = ExpertLayerSpecs.of("fmt_" + w.model() + "_" + w.format().text() + "_" + name, w.shape(),
+                        GateUpLayout.STACKED, w.format(), gateUp, down, runtime.target());
+                v.add(new ExpertLayerBenchmark.Variant(w.format().text() + " " + name,
+                        new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()))));
+            }
+        }
+        return v;
+    }
+}

@@ -1,0 +1,315 @@
+package dev.moeforge.runtime.moe;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.moeforge.codegen.cuda.DeviceHeader;
+import dev.moeforge.dsl.build.ExpertLayerSpecs;
+import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.format.E8M0;
+import dev.moeforge.dsl.format.EncodedWeights;
+import dev.moeforge.dsl.format.Minifloat;
+import dev.moeforge.dsl.format.Projections;
+import dev.moeforge.dsl.format.RowSource;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.reference.ErrorStats;
+import dev.moeforge.dsl.reference.ExpertReference;
+import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.dsl.reference.WeightRows;
+import dev.moeforge.runtime.compile.CudaSource;
+import dev.moeforge.runtime.compile.NvccCompiler;
+import dev.moeforge.runtime.cuda.CudaGraph;
+import dev.moeforge.runtime.cuda.CudaModule;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * Every weight format on the GPU: the device decoders against the Java decoders on every code
+ * point, and the output-centric expert layer against the FP64 reference on freshly quantised
+ * random weights (the seed is in every message).
+ */
+@Tag("gpu")
+class FormatGpuTest extends GpuSession {
+    static final double TOLERANCE = 1e-2;
+    static final long RUN_SEED = System.nanoTime();
+
+    /** Each thread decodes a word of distinct codes (code t + i at position i), through the kernels' own decoders. */
+    static final String DECODE_KERNELS = """
+            #include "moeforge_device.cuh"
+            template <mf::Element EL, int N>
+            __device__ void decode_word(uint32_t word, float* out, float unscale) {
+              float v[N];
+              mf::decode_codes<EL, N>(&word, v);
+              for (int i = 0; i < N; ++i) out[i] = v[i] * unscale;
+            }
+            extern "C" __global__ void decode_all(float* e4m3, float* int8, float* e2m1, float* int4, float* e8m0, float* e4m3_scale) {
+              const uint32_t t = threadIdx.x;  // 256 threads
+              uint32_t bytes = 0, nibbles = 0;
+              for (uint32_t i = 0; i < 4; ++i) bytes |= ((t + i) & 0xffu) << (8 * i);
+              for (uint32_t i = 0; i < 8; ++i) nibbles |= ((t + i) & 0xfu) << (4 * i);
+              decode_word<mf::Element::kE4M3, 4>(bytes, e4m3 + 4 * t, 1.0f);
+              decode_word<mf::Element::kInt8, 4>(bytes, int8 + 4 * t, 1.0f);
+              if (t < 16) {
+                decode_word<mf::Element::kE2M1, 8>(nibbles, e2m1 + 8 * t, mf::Nvfp4Weights::kUnscale);
+                decode_word<mf::Element::kInt4, 8>(nibbles, int4 + 8 * t, 1.0f);
+              }
+              e8m0[t] = mf::block_scale_value<mf::BlockScale::kE8M0>(t);
+              e4m3_scale[t] = mf::block_scale_value<mf::BlockScale::kE4M3>(t);
+            }
+            """;
+
+    @Test
+    void deviceDecodersMatchJavaOnEveryCodePoint() {
+        CudaSource source = new CudaSource("decode_all.cu", DECODE_KERNELS,
+                Map.of(DeviceHeader.FILE_NAME, DeviceHeader.content()), "");
+        try (CudaModule module = CudaModule.load(new NvccCompiler().compile(source, runtime.target()).cubin());
+             DeviceBuffer e4m3 = DeviceBuffer.allocate(DType.FP32, 1024);
+             DeviceBuffer int8 = DeviceBuffer.allocate(DType.FP32, 1024);
+             DeviceBuffer e2m1 = DeviceBuffer.allocate(DType.FP32, 128);
+             DeviceBuffer int4 = DeviceBuffer.allocate(DType.FP32, 128);
+             DeviceBuffer e8m0 = DeviceBuffer.allocate(DType.FP32, 256);
+             DeviceBuffer e4m3Scale = DeviceBuffer.allocate(DType.FP32, 256)) {
+            module.function("decode_all").launch(1, 1, 1, 256, 1, 1, 0, stream, e4m3, int8, e2m1, int4, e8m0, e4m3Scale);
+            stream.synchronize();
+            float[] got = new float[1024];
+            e4m3.copyTo(got);
+            for (int t = 0; t < 256; t++) {
+                for (int i = 0; i < 4; i++) {
+                    int code = (t + i) & 0xFF;
+                    assertSameFloat(Minifloat.E4M3.decode(code), got[4 * t + i], "E4M3 code " + code + " at byte " + i);
+                }
+            }
+            int8.copyTo(got);
+            for (int t = 0; t < 256; t++) {
+                for (int i = 0; i < 4; i++) {
+                    int code = (t + i) & 0xFF;
+                    assertSameFloat((byte) code, got[4 * t + i], "INT8 code " + code + " at byte " + i);
+                }
+            }
+            float[] got4 = new float[128];
+            e2m1.copyTo(got4);
+            for (int t = 0; t < 16; t++) {
+                for (int i = 0; i < 8; i++) {
+                    int code = (t + i) & 0xF;
+                    assertSameFloat(Minifloat.E2M1.decode(code), got4[8 * t + i], "E2M1 code " + code + " at nibble " + i);
+                }
+            }
+            int4.copyTo(got4);
+            for (int t = 0; t < 16; t++) {
+                for (int i = 0; i < 8; i++) {
+                    int code = (t + i) & 0xF;
+                    assertSameFloat((code ^ 8) - 8, got4[8 * t + i], "INT4 code " + code + " at nibble " + i);
+                }
+            }
+            float[] got8 = new float[256];
+            e8m0.copyTo(got8);
+            for (int b = 0; b < 256; b++) {
+                assertSameFloat(E8M0.decode(b), got8[b], "E8M0 byte " + b);
+            }
+            e4m3Scale.copyTo(got8);
+            for (int b = 0; b < 256; b++) {
+                assertSameFloat(Minifloat.E4M3.decode(b), got8[b], "E4M3 scale byte " + b);
+            }
+        }
+    }
+
+    private static void assertSameFloat(float expected, float actual, String what) {
+        if (Float.isNaN(expected)) {
+            assertTrue(Float.isNaN(actual), what + ": expected NaN, got " + actual);
+        } else {
+            assertEquals(Float.floatToRawIntBits(expected), Float.floatToRawIntBits(actual),
+                    what + ": expected " + expected + ", got " + actual);
+        }
+    }
+
+    record Geometry(String name, ExpertShape shape, GateUpLayout layout) {
+        @Override
+        public String toString() {
+            return name;
+        }
+    }
+
+    static final Geometry SMALL = new Geometry("small_256x128_e9_k3", new ExpertShape(256, 128, 9, 3), GateUpLayout.STACKED);
+    static final Geometry SMALL_INTERLEAVED = new Geometry("small_384x256_e5_k2_interleaved", new ExpertShape(384, 256, 5, 2),
+            GateUpLayout.INTERLEAVED);
+    static final Geometry RAGGED_BLOCKS = new Geometry("ragged_328x256_e5_k2", new ExpertShape(328, 256, 5, 2), GateUpLayout.STACKED);
+    static final Geometry QWEN3_30B = new Geometry("qwen3_30b_a3b", new ExpertShape(2048, 768, 128, 8), GateUpLayout.STACKED);
+    static final Geometry GPT_OSS_20B = new Geometry("gpt_oss_20b", new ExpertShape(2880, 2880, 32, 4), GateUpLayout.INTERLEAVED);
+    static final Geometry QWEN3_NEXT = new Geometry("qwen3_next_80b", new ExpertShape(2048, 512, 512, 10), GateUpLayout.STACKED);
+
+    static final OutputCentric SINGLE = OutputCentricBuilder.create().build();
+    static final OutputCentric SINGLE_NARROW = OutputCentricBuilder.create().loadBytes(8).kUnroll(2).warpsPerCta(8).warpsPerOutput(2).build();
+    static final OutputCentric TILED = OutputCentricBuilder.create().tokensPerCta(8).kUnroll(2).build();
+    static final OutputCentric TILED_SPLIT = OutputCentricBuilder.create().tokensPerCta(5).warpsPerCta(4).warpsPerOutput(2).kUnroll(1).loadBytes(4).build();
+
+    record Case(WeightFormat format, Geometry geometry, OutputCentric gateUp, OutputCentric down, int tokens) {
+        @Override
+        public String toString() {
+            return format.text() + " " + geometry + " " + tag(gateUp) + "/" + tag(down) + " M=" + tokens;
+        }
+    }
+
+    static String tag(OutputCentric s) {
+        return "w" + s.warpsPerCta() + "b" + s.loadBytes() + "u" + s.kUnroll() + "t" + s.tokensPerCta() + "s" + s.warpsPerOutput();
+    }
+
+    static List<Case> cases() {
+        List<Case> cases = new ArrayList<>();
+        for (WeightFormat f : WeightFormat.ALL) {
+            for (int m : new int[] {1, 3, 8}) {
+                cases.add(new Case(f, SMALL, SINGLE, SINGLE, m));
+                cases.add(new Case(f, SMALL_INTERLEAVED, SINGLE_NARROW, SINGLE_NARROW, m));
+                cases.add(new Case(f, SMALL, TILED, TILED, m));
+                cases.add(new Case(f, SMALL_INTERLEAVED, TILED, TILED_SPLIT, m));
+            }
+            cases.add(new Case(f, QWEN3_30B, SINGLE, SINGLE, 1));
+            cases.add(new Case(f, QWEN3_30B, TILED, TILED, 8));
+        }
+        for (int m : new int[] {1, 4}) {
+            cases.add(new Case(WeightFormat.FP8_BLOCK128, RAGGED_BLOCKS, SINGLE_NARROW, SINGLE_NARROW, m));
+            cases.add(new Case(WeightFormat.FP8_BLOCK128, RAGGED_BLOCKS, TILED, TILED_SPLIT, m));
+        }
+        cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, SINGLE, SINGLE, 1));
+        cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, TILED, TILED, 8));
+        cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, SINGLE, SINGLE, 1));
+        cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, TILED, TILED, 8));
+        return cases;
+    }
+
+    static Stream<Arguments> layerCases() {
+        return cases().stream().map(Arguments::of);
+    }
+
+    /** One geometry's and format's quantised weights, host and device; cases come grouped so one is kept at a time. */
+    record Weights(WeightFormat format, Geometry geometry, long seed, EncodedWeights gateUp, EncodedWeights down,
+                   DeviceWeights deviceGateUp, DeviceWeights deviceDown) implements AutoCloseable {
+        @Override
+        public void close() {
+            deviceGateUp.close();
+            deviceDown.close();
+        }
+    }
+
+    static Weights weights;
+
+    static Weights weightsFor(WeightFormat f, Geometry g) {
+        if (weights == null || !weights.format().equals(f) || !weights.geometry().equals(g)) {
+            if (weights != null) {
+                weights.close();
+                weights = null;
+            }
+            ExpertShape s = g.shape();
+            long seed = RUN_SEED + 31L * WeightFormat.ALL.indexOf(f) + g.name().hashCode();
+            EncodedWeights gu = EncodedWeights.encode(f, RowSource.normal(seed, 2 * s.intermediate(), 1.0 / Math.sqrt(s.hidden())),
+                    s.experts(), 2 * s.intermediate(), s.hidden(), Projections.of(g.layout()), "gate_up");
+            EncodedWeights dn = EncodedWeights.encode(f, RowSource.normal(seed + 1, s.hidden(), 1.0 / Math.sqrt(s.intermediate())),
+                    s.experts(), s.hidden(), s.intermediate(), Projections.ONE, "down");
+            weights = new Weights(f, g, seed, gu, dn, DeviceWeights.upload(gu), DeviceWeights.upload(dn));
+        }
+        return weights;
+    }
+
+    @BeforeAll
+    static void compileSuite() throws Exception {
+        // every spec of the suite compiled in parallel up front; the cache serves the tests
+        ExecutorService pool = Executors.newFixedThreadPool(Math.max(2, Runtime.getRuntime().availableProcessors()));
+        try {
+            List<Future<?>> jobs = new ArrayList<>();
+            for (Case c : cases()) {
+                ExpertLayerSpecs specs = specs(c);
+                jobs.add(pool.submit(() -> runtime.load(specs.gateUp())));
+                jobs.add(pool.submit(() -> runtime.load(specs.down())));
+            }
+            for (Future<?> f : jobs) {
+                f.get();
+            }
+        } finally {
+            pool.shutdown();
+        }
+    }
+
+    @AfterAll
+    static void releaseWeights() {
+        if (weights != null) {
+            weights.close();
+            weights = null;
+        }
+    }
+
+    static ExpertLayerSpecs specs(Case c) {
+        return ExpertLayerSpecs.of("f_" + c.format().text() + "_" + c.geometry().name() + "_" + tag(c.gateUp())
+                + "_" + tag(c.down()), c.geometry().shape(), c.geometry().layout(), c.format(), c.gateUp(), c.down(), runtime.target());
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("layerCases")
+    void layerMatchesReference(Case c) {
+        ExpertLayerSpecs specs = specs(c);
+        ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()));
+        Weights w = weightsFor(c.format(), c.geometry());
+        ExpertShape s = c.geometry().shape();
+        long seed = System.nanoTime();
+        int tokens = c.tokens();
+        short[] x = RandomInputs.bf16Normal(seed, tokens * s.hidden(), 1.0);
+        Routing routing = RandomInputs.uniformRouting(seed + 1, tokens, s.experts(), s.topk());
+        ExpertReference.LayerResult ref = ExpertReference.layer(specs.gateUp(), specs.down(), x,
+                WeightRows.of(w.gateUp()), WeightRows.of(w.down()), routing);
+        try (DeviceBuffer dx = DeviceBuffer.allocate(DType.BF16, x.length);
+             DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
+             DeviceBuffer dw = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
+             DeviceBuffer dinter = DeviceBuffer.allocate(DType.BF16, ref.inter().stored().length);
+             DeviceBuffer dy = DeviceBuffer.allocate(DType.BF16, ref.y().stored().length)) {
+            dx.copyFrom(x);
+            dids.copyFrom(routing.ids());
+            dw.copyFrom(routing.weights());
+            dinter.fillBytes16(Bf16.NAN);
+            dy.fillBytes16(Bf16.NAN);
+            layer.enqueue(stream, tokens, dx, w.deviceGateUp(), w.deviceDown(), dids, dw, dinter, dy);
+            stream.synchronize();
+            short[] gotInter = download(dinter);
+            short[] gotY = download(dy);
+            String where = c + " seed=" + seed + " weight seed=" + w.seed();
+            ErrorStats ei = ErrorStats.of(ref.inter().exact(), gotInter);
+            ErrorStats ey = ErrorStats.of(ref.y().exact(), gotY);
+            System.out.println(where + ": gate_up " + ei + "; y " + ey);
+            assertTrue(ei.within(TOLERANCE), () -> "gate_up " + where + ": " + ei);
+            assertTrue(ey.within(TOLERANCE), () -> "down " + where + ": " + ey);
+
+            dinter.fillBytes16(Bf16.NAN);
+            dy.fillBytes16(Bf16.NAN);
+            try (CudaGraph graph = CudaGraph.capture(stream,
+                    () -> layer.enqueue(stream, tokens, dx, w.deviceGateUp(), w.deviceDown(), dids, dw, dinter, dy))) {
+                graph.launch(stream);
+                stream.synchronize();
+            }
+            assertArrayEquals(gotInter, download(dinter), () -> "graph replay of gate_up differs: " + where);
+            assertArrayEquals(gotY, download(dy), () -> "graph replay of down differs: " + where);
+        }
+    }
+
+    private static short[] download(DeviceBuffer b) {
+        short[] out = new short[(int) b.elements()];
+        b.copyTo(out);
+        return out;
+    }
+}
