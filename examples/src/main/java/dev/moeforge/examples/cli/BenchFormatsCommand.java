@@ -24,6 +24,9 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.Callable;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
@@ -81,9 +84,22 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             GpuTimer.Timing read = kernels.timeRead(stream, readBytes, 5, 50);
             double readBw = readBytes / (read.medianMicros() * 1e-6);
             System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s%n", readBw / 1e9);
+            // every workload's kernels compiled in parallel up front; the runtime's cache serves them below
+            ExecutorService pool = Executors.newFixedThreadPool(Math.max(2, Runtime.getRuntime().availableProcessors()));
+            Map<Workload, Future<List<ExpertLayerBenchmark.Variant>>> loaded = new LinkedHashMap<>();
+            try {
+                for (Workload w : workloads) {
+                    loaded.put(w, pool.submit(() -> variants(runtime, w, maxTokens)));
+                }
+                for (Future<?> f : loaded.values()) {
+                    f.get();
+                }
+            } finally {
+                pool.shutdown();
+            }
             List<Map<String, Object>> sections = new ArrayList<>();
             for (Workload w : workloads) {
-                List<ExpertLayerBenchmark.Variant> variants = variants(runtime, w, maxTokens);
+                List<ExpertLayerBenchmark.Variant> variants = loaded.get(w).get();
                 long t0 = System.nanoTime();
                 EncodedWeights gateUp = EncodedWeights.encode(w.format(), RowSource.normal(seed, 2 * w.shape().intermediate(),
                         1.0 / Math.sqrt(w.shape().hidden())), w.shape().experts(), 2 * w.shape().intermediate(), w.shape().hidden(),
@@ -149,7 +165,7 @@ public final class BenchFormatsCommand implements Callable<Integer> {
     }
 
     /** Single-token schedules with 2 and 4 loads in flight, and 8-token tiles, both halves in the workload's format. */
-    private static List<ExpertLayerBenchmark.Variant> variants(KernelRuntime runtime, Workload w, int maxTokens) {
+    private static List<ExpertLayerBenchmark.Variant> variants(KernelRuntime runtime, Workload w, int maxTokens) throws Exception {
         List<ExpertLayerBenchmark.Variant> v = new ArrayList<>();
         for (int t : maxTokens > 1 ? new int[] {1, 8} : new int[] {1}) {
             for (int u : new int[] {2, 4}) {
