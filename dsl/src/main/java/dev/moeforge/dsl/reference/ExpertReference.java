@@ -45,15 +45,20 @@ public final class ExpertReference {
      * with {@code e = ids[m][j]}; {@code x} is {@code [M][H]} bf16.
      */
     public static Result gateUp(KernelSpec spec, short[] x, WeightRows w, Routing routing) {
+        return gateUp(spec, widen(x, 0, x.length), w, routing);
+    }
+
+    /** gate_up on activations given as exact values (e.g. activations quantised to a weight format). */
+    public static Result gateUp(KernelSpec spec, double[] x, WeightRows w, Routing routing) {
         Problem.ExpertGateUp p = (Problem.ExpertGateUp) spec.problem();
         ExpertShape s = p.shape();
         checkInputs(s, routing, w, 2 * s.intermediate(), s.hidden());
-        requireLength("x", x, (long) routing.tokens() * s.hidden());
+        requireLength("x", x.length, (long) routing.tokens() * s.hidden());
         int k = s.topk();
         int n = s.intermediate();
         double[] exact = new double[routing.tokens() * k * n];
         IntStream.range(0, routing.tokens()).parallel().forEach(m -> {
-            double[] xm = widen(x, m * s.hidden(), s.hidden());
+            double[] xm = java.util.Arrays.copyOfRange(x, m * s.hidden(), (m + 1) * s.hidden());
             double[] gateRow = new double[s.hidden()];
             double[] upRow = new double[s.hidden()];
             for (int j = 0; j < k; j++) {
@@ -75,16 +80,21 @@ public final class ExpertReference {
      * {@code sum_j weights[m][j] * acc_j}; {@code inter} is {@code [M][k][I]} bf16.
      */
     public static Result down(KernelSpec spec, short[] inter, WeightRows w, Routing routing) {
+        return down(spec, widen(inter, 0, inter.length), w, routing);
+    }
+
+    /** down on an intermediate given as exact values. */
+    public static Result down(KernelSpec spec, double[] inter, WeightRows w, Routing routing) {
         ExpertShape s = ((Problem.ExpertProblem) spec.problem()).shape();
         checkInputs(s, routing, w, s.hidden(), s.intermediate());
         int k = s.topk();
         int in = s.intermediate();
-        requireLength("inter", inter, (long) routing.tokens() * k * in);
+        requireLength("inter", inter.length, (long) routing.tokens() * k * in);
         double[] exact = new double[routing.tokens() * s.hidden()];
         IntStream.range(0, routing.tokens()).parallel().forEach(m -> {
             double[][] a = new double[k][];
             for (int j = 0; j < k; j++) {
-                a[j] = widen(inter, (m * k + j) * in, in);
+                a[j] = java.util.Arrays.copyOfRange(inter, (m * k + j) * in, (m * k + j + 1) * in);
             }
             double[] row = new double[in];
             double[] acc = new double[k];
@@ -167,9 +177,9 @@ public final class ExpertReference {
         }
     }
 
-    private static void requireLength(String name, short[] a, long expected) {
-        if (a.length != expected) {
-            throw new IllegalArgumentException(name + " has " + a.length + " elements, expected " + expected);
+    private static void requireLength(String name, int length, long expected) {
+        if (length != expected) {
+            throw new IllegalArgumentException(name + " has " + length + " elements, expected " + expected);
         }
     }
 

@@ -2,6 +2,7 @@ package dev.moeforge.dsl.reference;
 
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.format.EncodedWeights;
+import dev.moeforge.dsl.format.RowSource;
 
 /**
  * Expert weights as the reference sees them: row {@code row} of expert {@code expert}, decoded to
@@ -69,6 +70,35 @@ public interface WeightRows {
             @Override
             public void decode(int expert, int row, double[] out) {
                 w.decodeRow(expert, row, out);
+            }
+        };
+    }
+
+    /** FP32 weights produced row by row (e.g. the original weights before quantisation). */
+    static WeightRows of(RowSource source, int experts, int rows, int rowLength) {
+        return new WeightRows() {
+            @Override
+            public int experts() {
+                return experts;
+            }
+
+            @Override
+            public int rows() {
+                return rows;
+            }
+
+            @Override
+            public int rowLength() {
+                return rowLength;
+            }
+
+            @Override
+            public void decode(int expert, int row, double[] out) {
+                float[] f = new float[rowLength];
+                source.row(expert, row, f);
+                for (int i = 0; i < rowLength; i++) {
+                    out[i] = f[i];
+                }
             }
         };
     }

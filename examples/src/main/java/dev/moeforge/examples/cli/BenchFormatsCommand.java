@@ -9,6 +9,8 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.reference.FormatAccuracy;
+import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.runtime.bench.BenchKernels;
 import dev.moeforge.runtime.bench.ExpertLayerBenchmark;
 import dev.moeforge.runtime.bench.GpuTimer;
@@ -101,15 +103,14 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             for (Workload w : workloads) {
                 List<ExpertLayerBenchmark.Variant> variants = loaded.get(w).get();
                 long t0 = System.nanoTime();
-                EncodedWeights gateUp = EncodedWeights.encode(w.format(), RowSource.normal(seed, 2 * w.shape().intermediate(),
-                        1.0 / Math.sqrt(w.shape().hidden())), w.shape().experts(), 2 * w.shape().intermediate(), w.shape().hidden(),
-                        Projections.STACKED_GATE_UP, "gate_up");
-                EncodedWeights down = EncodedWeights.encode(w.format(), RowSource.normal(seed + 1, w.shape().hidden(),
-                        1.0 / Math.sqrt(w.shape().intermediate())), w.shape().experts(), w.shape().hidden(), w.shape().intermediate(),
-                        Projections.ONE, "down");
+                EncodedWeights gateUp = EncodedWeights.encode(w.format(), gateUpSource(w), w.shape().experts(),
+                        2 * w.shape().intermediate(), w.shape().hidden(), Projections.STACKED_GATE_UP, "gate_up");
+                EncodedWeights down = EncodedWeights.encode(w.format(), downSource(w), w.shape().experts(), w.shape().hidden(),
+                        w.shape().intermediate(), Projections.ONE, "down");
                 System.out.printf(Locale.ROOT, "%s %s: quantised one layer in %.1f s%n", w.model(), w.format().text(),
                         (System.nanoTime() - t0) / 1e9);
                 List<ExpertLayerBenchmark.Result> results = new ArrayList<>();
+                FormatAccuracy.Errors errors;
                 try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(stream, w.shape(), layers, maxTokens, seed, gateUp, down)) {
                     System.out.printf(Locale.ROOT, "  %d layers = %.1f GB of weights (%.0f bytes per expert)%n", layers,
                             bench.weightBytes() / 1e9, (double) gateUp.bytesPerExpert() + down.bytesPerExpert());
@@ -117,6 +118,18 @@ public final class BenchFormatsCommand implements Callable<Integer> {
                         results.addAll(bench.run(stream, variants, m, seed, options.warmup, options.reps, readBw,
                                 msg -> System.out.println("  timing " + w.format().text() + " " + msg)));
                     }
+                    // accuracy on the last run's layer 0: the kernel's y against the FP64 references
+                    ExpertLayer first = variants.getFirst().layer();
+                    short[] y = bench.firstLayerOutput(stream, first);
+                    Routing routing = bench.firstLayerRouting();
+                    FormatAccuracy.References refs = FormatAccuracy.references(
+                            new ExpertLayerSpecs(first.gateUp().spec(), first.down().spec()), bench.activations(routing.tokens()),
+                            gateUpSource(w), downSource(w), gateUp, down, routing);
+                    errors = FormatAccuracy.errors(refs, y);
+                    System.out.printf(Locale.ROOT, "  accuracy at M=%d (relative L2 of y): kernel %.2e, format %.2e, "
+                                    + "BF16-activation path %.2e, %s-activation path %.2e: ratio %.2f%n", routing.tokens(),
+                            errors.kernel(), errors.format(), errors.bf16ActivationPath(), w.format().text(),
+                            errors.quantisedActivationPath(), errors.ratio());
                 }
                 BenchCommand.printTable(results);
                 Map<String, Object> section = new LinkedHashMap<>();
@@ -125,6 +138,9 @@ public final class BenchFormatsCommand implements Callable<Integer> {
                 section.put("shape", Map.of("hidden", w.shape().hidden(), "intermediate", w.shape().intermediate(),
                         "experts", w.shape().experts(), "topk", w.shape().topk()));
                 section.put("bytes_per_expert", gateUp.bytesPerExpert() + down.bytesPerExpert());
+                section.put("accuracy", Map.of("tokens", maxTokens, "kernel", errors.kernel(), "format", errors.format(),
+                        "bf16_activation_path", errors.bf16ActivationPath(), "quantised_activation_path",
+                        errors.quantisedActivationPath(), "ratio", errors.ratio(), "variant", variants.getFirst().name()));
                 section.put("variants", BenchCommand.variantRows(variants));
                 section.put("results", BenchCommand.resultRows(results, readBw));
                 sections.add(section);
@@ -133,7 +149,11 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "timing",
                     "CUDA events around each replay of one graph running all layers; per-layer = replay / layers; median",
                     "bytes", "distinct routed experts' codes and scales (gate_up and down) per layer", "seed", seed,
-                    "weights", "one layer quantised on the host from N(0, 1/K) with the reference quantiser, copied to every layer"));
+                    "weights", "one layer quantised on the host from N(0, 1/K) with the reference quantiser, copied to every layer",
+                    "accuracy", "relative L2 of y at the largest token count on layer 0, first variant: kernel = against FP64 on the "
+                            + "dequantised weights; format = FP64 dequantised against FP64 original; bf16_activation_path = kernel "
+                            + "against FP64 original; quantised_activation_path = FP64 with x and the intermediate quantised to the "
+                            + "format, against FP64 original; ratio = quantised / bf16 path"));
             doc.put("read_bandwidth", Map.of("bytes_per_second", readBw, "probe_bytes", readBytes,
                     "median_us", read.medianMicros()));
             doc.put("workloads", sections);
@@ -141,6 +161,15 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             System.out.println("wrote " + file);
         }
         return 0;
+    }
+
+    /** The original FP32 weights: N(0, 1/K), the same rows every time they are asked for. */
+    private RowSource gateUpSource(Workload w) {
+        return RowSource.normal(seed, 2 * w.shape().intermediate(), 1.0 / Math.sqrt(w.shape().hidden()));
+    }
+
+    private RowSource downSource(Workload w) {
+        return RowSource.normal(seed + 1, w.shape().hidden(), 1.0 / Math.sqrt(w.shape().intermediate()));
     }
 
     private List<Workload> workloads() {

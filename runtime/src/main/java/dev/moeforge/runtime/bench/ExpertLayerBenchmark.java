@@ -47,6 +47,8 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
     private final double bytesPerExpert;
     private final List<DeviceBuffer> ids = new ArrayList<>();
     private final List<DeviceBuffer> weights = new ArrayList<>();
+    private final short[] hostX;
+    private final List<Routing> routings = new ArrayList<>();
     private final DeviceBuffer x;
     private final DeviceBuffer inter;
     private final DeviceBuffer y;
@@ -88,7 +90,8 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
             weights.add(DeviceBuffer.allocate(DType.FP32, (long) maxTokens * k));
         }
         x = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * shape.hidden());
-        x.copyFrom(RandomInputs.bf16Normal(seed ^ 0x5eed, maxTokens * shape.hidden(), 1.0));
+        hostX = RandomInputs.bf16Normal(seed ^ 0x5eed, maxTokens * shape.hidden(), 1.0);
+        x.copyFrom(hostX);
         inter = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * k * shape.intermediate());
         y = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * shape.hidden());
         stream.synchronize();
@@ -110,8 +113,10 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
             throw new IllegalArgumentException("tokens = " + tokens + ", this benchmark was sized for 1.." + maxTokens);
         }
         long distinct = 0;
+        routings.clear();
         for (int l = 0; l < layers; l++) {
             Routing r = RandomInputs.uniformRouting(seed + 7919L * l + tokens, tokens, shape.experts(), shape.topk());
+            routings.add(r);
             ids.get(l).copyFrom(r.ids());
             weights.get(l).copyFrom(r.weights());
             distinct += r.distinctExperts();
@@ -168,6 +173,30 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
         double seconds = whole.medianMicros() * 1e-6;
         return new LayerResult(name, tokens, whole, routerOnly, expertsPerLayer, bytesPerLayer, bytesPerLayer / seconds / 1e9,
                 bytesPerLayer / seconds / readBytesPerSecond);
+    }
+
+    /** The activations of the last {@link #run}'s first {@code tokens} tokens (bf16 bits). */
+    public short[] activations(int tokens) {
+        return java.util.Arrays.copyOf(hostX, tokens * shape.hidden());
+    }
+
+    /** The routing of layer 0 in the last {@link #run}. */
+    public Routing firstLayerRouting() {
+        if (routings.isEmpty()) {
+            throw new IllegalStateException("no run yet: the routing is drawn by run()");
+        }
+        return routings.getFirst();
+    }
+
+    /** Runs {@code layer} once on layer 0's weights and routing of the last {@link #run} and returns its y (bf16 bits). */
+    public short[] firstLayerOutput(CudaStream stream, ExpertLayer layer) {
+        int tokens = firstLayerRouting().tokens();
+        y.fillBytes16(Bf16.NAN);
+        layer.enqueue(stream, tokens, x, gateUpWeights.getFirst(), downWeights.getFirst(), ids.getFirst(), weights.getFirst(), inter, y);
+        stream.synchronize();
+        short[] out = new short[tokens * shape.hidden()];
+        y.copyTo(out);
+        return out;
     }
 
     private interface LayerEnqueue {
