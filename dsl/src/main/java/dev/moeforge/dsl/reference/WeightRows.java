@@ -23,83 +23,41 @@ public interface WeightRows {
             throw new IllegalArgumentException("bf16 weights of shape [" + experts + ", " + rows + ", " + rowLength
                     + "] need " + (long) experts * rows * rowLength + " elements, got " + data.length);
         }
-        return new WeightRows() {
-            @Override
-            public int experts() {
-                return experts;
+        return new Decoded(experts, rows, rowLength, (expert, row, out) -> {
+            int base = (expert * rows + row) * rowLength;
+            for (int i = 0; i < rowLength; i++) {
+                out[i] = Bf16.toFloat(data[base + i]);
             }
-
-            @Override
-            public int rows() {
-                return rows;
-            }
-
-            @Override
-            public int rowLength() {
-                return rowLength;
-            }
-
-            @Override
-            public void decode(int expert, int row, double[] out) {
-                int base = (expert * rows + row) * rowLength;
-                for (int i = 0; i < rowLength; i++) {
-                    out[i] = Bf16.toFloat(data[base + i]);
-                }
-            }
-        };
+        });
     }
 
     /** Weights in any format, dequantised exactly by the format's reference decoder. */
     static WeightRows of(EncodedWeights w) {
-        return new WeightRows() {
-            @Override
-            public int experts() {
-                return w.experts();
-            }
-
-            @Override
-            public int rows() {
-                return w.rows();
-            }
-
-            @Override
-            public int rowLength() {
-                return w.cols();
-            }
-
-            @Override
-            public void decode(int expert, int row, double[] out) {
-                w.decodeRow(expert, row, out);
-            }
-        };
+        return new Decoded(w.experts(), w.rows(), w.cols(), w::decodeRow);
     }
 
     /** FP32 weights produced row by row (e.g. the original weights before quantisation). */
     static WeightRows of(RowSource source, int experts, int rows, int rowLength) {
-        return new WeightRows() {
-            @Override
-            public int experts() {
-                return experts;
+        return new Decoded(experts, rows, rowLength, (expert, row, out) -> {
+            float[] f = new float[rowLength];
+            source.row(expert, row, f);
+            for (int i = 0; i < rowLength; i++) {
+                out[i] = f[i];
             }
+        });
+    }
 
-            @Override
-            public int rows() {
-                return rows;
-            }
+    /** How one row is decoded. */
+    @FunctionalInterface
+    interface RowDecoder {
+        void decode(int expert, int row, double[] out);
+    }
 
-            @Override
-            public int rowLength() {
-                return rowLength;
-            }
-
-            @Override
-            public void decode(int expert, int row, double[] out) {
-                float[] f = new float[rowLength];
-                source.row(expert, row, f);
-                for (int i = 0; i < rowLength; i++) {
-                    out[i] = f[i];
-                }
-            }
-        };
+    /** The sizes plus a row decoder. */
+    record Decoded(int experts, int rows, int rowLength, RowDecoder decoder) implements WeightRows {
+        @Override
+        public void decode(int expert, int row, double[] out) {
+            decoder.decode(expert, row, out);
+        }
     }
 }

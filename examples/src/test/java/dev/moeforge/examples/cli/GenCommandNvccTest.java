@@ -53,7 +53,8 @@ class GenCommandNvccTest {
             assertTrue(List.of("output_centric_gate_up", "output_centric_down", "router_gemv", "router_cluster",
                             "router_tiled").contains(k.get("family").asText()),
                     "family of " + where + ": " + k.get("family").asText());
-            assertEquals("bf16", k.get("format").asText());
+            assertEquals(Catalogue.named(k.get("name").asText()).problem().weights().text(), k.get("format").asText(),
+                    "format of " + where);
         }
         assertTrue(Files.exists(out.resolve("moeforge_device.cuh")), "the device header is written beside the sources");
 

@@ -9,6 +9,7 @@ import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
@@ -19,9 +20,6 @@ import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -119,23 +117,14 @@ class ExpertLayerGpuTest extends GpuSession {
 
     @BeforeAll
     static void compileSuite() throws Exception {
-        // compile every spec of the suite in parallel up front; the cache serves the tests
-        ExecutorService pool = Executors.newFixedThreadPool(Math.max(2, Runtime.getRuntime().availableProcessors()));
-        try {
-            List<Future<?>> jobs = new ArrayList<>();
-            for (Geometry g : GEOMETRIES) {
-                for (Schedules s : SCHEDULES) {
-                    ExpertLayerSpecs specs = specs(g, s);
-                    jobs.add(pool.submit(() -> runtime.load(specs.gateUp())));
-                    jobs.add(pool.submit(() -> runtime.load(specs.down())));
-                }
+        List<KernelSpec> specs = new ArrayList<>();
+        for (Geometry g : GEOMETRIES) {
+            for (Schedules s : SCHEDULES) {
+                specs.add(specs(g, s).gateUp());
+                specs.add(specs(g, s).down());
             }
-            for (Future<?> f : jobs) {
-                f.get();
-            }
-        } finally {
-            pool.shutdown();
         }
+        compileAll(specs);
     }
 
     @AfterAll
@@ -247,11 +236,5 @@ class ExpertLayerGpuTest extends GpuSession {
         DeviceBuffer b = DeviceBuffer.allocate(DType.BF16, data.length);
         b.copyFrom(data);
         return b;
-    }
-
-    private static short[] download(DeviceBuffer b) {
-        short[] out = new short[(int) b.elements()];
-        b.copyTo(out);
-        return out;
     }
 }

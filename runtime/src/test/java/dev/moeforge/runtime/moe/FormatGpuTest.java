@@ -16,6 +16,7 @@ import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.ErrorStats;
@@ -31,9 +32,6 @@ import dev.moeforge.runtime.cuda.DeviceBuffer;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -91,46 +89,30 @@ class FormatGpuTest extends GpuSession {
              DeviceBuffer e4m3Scale = DeviceBuffer.allocate(DType.FP32, 256)) {
             module.function("decode_all").launch(1, 1, 1, 256, 1, 1, 0, stream, e4m3, int8, e2m1, int4, e8m0, e4m3Scale);
             stream.synchronize();
-            float[] got = new float[1024];
-            e4m3.copyTo(got);
-            for (int t = 0; t < 256; t++) {
-                for (int i = 0; i < 4; i++) {
-                    int code = (t + i) & 0xFF;
-                    assertSameFloat(Minifloat.E4M3.decode(code), got[4 * t + i], "E4M3 code " + code + " at byte " + i);
-                }
-            }
-            int8.copyTo(got);
-            for (int t = 0; t < 256; t++) {
-                for (int i = 0; i < 4; i++) {
-                    int code = (t + i) & 0xFF;
-                    assertSameFloat((byte) code, got[4 * t + i], "INT8 code " + code + " at byte " + i);
-                }
-            }
-            float[] got4 = new float[128];
-            e2m1.copyTo(got4);
-            for (int t = 0; t < 16; t++) {
-                for (int i = 0; i < 8; i++) {
-                    int code = (t + i) & 0xF;
-                    assertSameFloat(Minifloat.E2M1.decode(code), got4[8 * t + i], "E2M1 code " + code + " at nibble " + i);
-                }
-            }
-            int4.copyTo(got4);
-            for (int t = 0; t < 16; t++) {
-                for (int i = 0; i < 8; i++) {
-                    int code = (t + i) & 0xF;
-                    assertSameFloat((code ^ 8) - 8, got4[8 * t + i], "INT4 code " + code + " at nibble " + i);
-                }
-            }
-            float[] got8 = new float[256];
-            e8m0.copyTo(got8);
-            for (int b = 0; b < 256; b++) {
-                assertSameFloat(E8M0.decode(b), got8[b], "E8M0 byte " + b);
-            }
-            e4m3Scale.copyTo(got8);
-            for (int b = 0; b < 256; b++) {
-                assertSameFloat(Minifloat.E4M3.decode(b), got8[b], "E4M3 scale byte " + b);
+            checkCodes(e4m3, 256, 4, 0xFF, c -> Minifloat.E4M3.decode(c), "E4M3");
+            checkCodes(int8, 256, 4, 0xFF, c -> (byte) c, "INT8");
+            checkCodes(e2m1, 16, 8, 0xF, c -> Minifloat.E2M1.decode(c), "E2M1");
+            checkCodes(int4, 16, 8, 0xF, c -> (c ^ 8) - 8, "INT4");
+            checkCodes(e8m0, 256, 1, 0xFF, E8M0::decode, "E8M0 scale");
+            checkCodes(e4m3Scale, 256, 1, 0xFF, c -> Minifloat.E4M3.decode(c), "E4M3 scale");
+        }
+    }
+
+    /** Thread t wrote the decodes of codes (t + i) & mask at out[perThread * t + i]. */
+    private static void checkCodes(DeviceBuffer out, int threads, int perThread, int mask, IntToFloat decode, String name) {
+        float[] got = new float[threads * perThread];
+        out.copyTo(got);
+        for (int t = 0; t < threads; t++) {
+            for (int i = 0; i < perThread; i++) {
+                int code = (t + i) & mask;
+                assertSameFloat(decode.apply(code), got[perThread * t + i], name + " code " + code + " at position " + i);
             }
         }
+    }
+
+    @FunctionalInterface
+    interface IntToFloat {
+        float apply(int code);
     }
 
     private static void assertSameFloat(float expected, float actual, String what) {
@@ -232,21 +214,12 @@ class FormatGpuTest extends GpuSession {
 
     @BeforeAll
     static void compileSuite() throws Exception {
-        // every spec of the suite compiled in parallel up front; the cache serves the tests
-        ExecutorService pool = Executors.newFixedThreadPool(Math.max(2, Runtime.getRuntime().availableProcessors()));
-        try {
-            List<Future<?>> jobs = new ArrayList<>();
-            for (Case c : cases()) {
-                ExpertLayerSpecs specs = specs(c);
-                jobs.add(pool.submit(() -> runtime.load(specs.gateUp())));
-                jobs.add(pool.submit(() -> runtime.load(specs.down())));
-            }
-            for (Future<?> f : jobs) {
-                f.get();
-            }
-        } finally {
-            pool.shutdown();
+        List<KernelSpec> specs = new ArrayList<>();
+        for (Case c : cases()) {
+            specs.add(specs(c).gateUp());
+            specs.add(specs(c).down());
         }
+        compileAll(specs);
     }
 
     @AfterAll
@@ -306,11 +279,5 @@ class FormatGpuTest extends GpuSession {
             assertArrayEquals(gotInter, download(dinter), () -> "graph replay of gate_up differs: " + where);
             assertArrayEquals(gotY, download(dy), () -> "graph replay of down differs: " + where);
         }
-    }
-
-    private static short[] download(DeviceBuffer b) {
-        short[] out = new short[(int) b.elements()];
-        b.copyTo(out);
-        return out;
     }
 }
