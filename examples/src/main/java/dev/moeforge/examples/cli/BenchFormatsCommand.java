@@ -59,6 +59,10 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             + "bf16, fp8_e4m3_channel, fp8_e4m3_block128, mxfp8, nvfp4, mxfp4, int8_channel, int8_group128, int4_channel, int4_group128.")
     List<String> formats;
 
+    @Option(names = "--sweep", description = "Also time single-token pairs with more warps per down output (4) and "
+            + "3 loads in flight, and gate_up with 2 warps per output.")
+    boolean sweep;
+
     @Option(names = "--seed", defaultValue = "20261122", description = "Seed of weights and routing (default: ${DEFAULT-VALUE}).")
     long seed;
 
@@ -91,7 +95,7 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             Map<Workload, Future<List<ExpertLayerBenchmark.Variant>>> loaded = new LinkedHashMap<>();
             try {
                 for (Workload w : workloads) {
-                    loaded.put(w, pool.submit(() -> variants(runtime, w, maxTokens)));
+                    loaded.put(w, pool.submit(() -> variants(runtime, w, maxTokens, sweep)));
                 }
                 for (Future<?> f : loaded.values()) {
                     f.get();
@@ -193,20 +197,35 @@ public final class BenchFormatsCommand implements Callable<Integer> {
         return w;
     }
 
-    /** Single-token schedules with 2 and 4 loads in flight, and 8-token tiles, both halves in the workload's format. */
-    private static List<ExpertLayerBenchmark.Variant> variants(KernelRuntime runtime, Workload w, int maxTokens) throws Exception {
+    /** Single-token schedules with 2 and 4 loads in flight (and gate_up split over 2 warps), and 8-token tiles. */
+    private static List<ExpertLayerBenchmark.Variant> variants(KernelRuntime runtime, Workload w, int maxTokens, boolean sweep)
+            throws Exception {
         List<ExpertLayerBenchmark.Variant> v = new ArrayList<>();
         for (int t : maxTokens > 1 ? new int[] {1, 8} : new int[] {1}) {
             for (int u : new int[] {2, 4}) {
-                OutputCentric gateUp = OutputCentricBuilder.create().kUnroll(u).tokensPerCta(t).build();
-                OutputCentric down = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(u).tokensPerCta(t).build();
-                String name = "t" + t + "_u" + u;
-                ExpertLayerSpecs specs = ExpertLayerSpecs.of("fmt_" + w.model() + "_" + w.format().text() + "_" + name, w.shape(),
-                        GateUpLayout.STACKED, w.format(), gateUp, down, runtime.target());
-                v.add(new ExpertLayerBenchmark.Variant(w.format().text() + " " + name,
-                        new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()))));
+                v.add(variant(runtime, w, "t" + t + "_u" + u, OutputCentricBuilder.create().kUnroll(u).tokensPerCta(t).build(),
+                        OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(u).tokensPerCta(t).build()));
+            }
+        }
+        // two warps per gate_up output: won for four of the 8-bit formats in the sweep (bench/NOTES.md)
+        v.add(variant(runtime, w, "t1_u2_s2", OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).build(),
+                OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).build()));
+        if (sweep) {
+            for (int u : new int[] {2, 3}) {
+                v.add(variant(runtime, w, "t1_u" + u + "_down_s4", OutputCentricBuilder.create().kUnroll(u).build(),
+                        OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(4).kUnroll(u).build()));
+                v.add(variant(runtime, w, "t1_u" + u + "_s2_down_s4", OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2)
+                        .kUnroll(u).build(), OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(4).kUnroll(u).build()));
             }
         }
         return v;
+    }
+
+    private static ExpertLayerBenchmark.Variant variant(KernelRuntime runtime, Workload w, String name, OutputCentric gateUp,
+                                                        OutputCentric down) {
+        ExpertLayerSpecs specs = ExpertLayerSpecs.of("fmt_" + w.model() + "_" + w.format().text() + "_" + name, w.shape(),
+                GateUpLayout.STACKED, w.format(), gateUp, down, runtime.target());
+        return new ExpertLayerBenchmark.Variant(w.format().text() + " " + name,
+                new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down())));
     }
 }
