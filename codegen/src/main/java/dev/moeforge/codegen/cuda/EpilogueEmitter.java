@@ -55,6 +55,7 @@ public final class EpilogueEmitter {
                 String up = value(g.up());
                 String expr = switch (g.function()) {
                     case GateFunction.Silu _ -> "mf::silu(" + gate + ") * " + up;
+                    case GateFunction.ClampedSwiglu _ -> "mf::clamped_swiglu(" + gate + ", " + up + ")";
                 };
                 yield let(expr, EpilogueTypes.describe(g));
             }

@@ -131,6 +131,14 @@ __device__ __forceinline__ void store_bf16(__nv_bfloat16* p, float v) { *p = __f
 // silu(g) = g * sigmoid(g), IEEE division; expf(-g) overflowing to inf gives -0 for large negative g.
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
+// gpt-oss's clamped SwiGLU (alpha 1.702, limit 7; dsl GateFunction.ClampedSwiglu): the clamps
+// compare, so NaN stays NaN as in torch.clamp (fminf would drop it).
+__device__ __forceinline__ float clamped_swiglu(float gate, float up) {
+  const float g = gate > 7.0f ? 7.0f : gate;
+  const float u = up > 7.0f ? 7.0f : (up < -7.0f ? -7.0f : up);
+  return (u + 1.0f) * (g / (1.0f + expf(-1.702f * g)));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Weight formats (DESIGN.md section 5; layouts as in the checkpoints, research/models-formats.md
 // section 4). A row of K codes decodes to FP32 in registers; scales multiply partial sums, never

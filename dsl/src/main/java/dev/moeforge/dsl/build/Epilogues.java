@@ -28,6 +28,11 @@ public final class Epilogues {
         return GateFunction.SILU;
     }
 
+    /** gpt-oss's clamped SwiGLU, {@code (clamp(up, -7, 7) + 1) * g * sigmoid(1.702 g)} with {@code g = min(gate, 7)}. */
+    public static GateFunction clampedSwiglu() {
+        return GateFunction.CLAMPED_SWIGLU;
+    }
+
     public static GatedActivation gated(GateFunction function, EpilogueNode gate, EpilogueNode up) {
         return new GatedActivation(function, gate, up);
     }

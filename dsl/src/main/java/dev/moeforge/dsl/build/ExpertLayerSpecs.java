@@ -7,6 +7,7 @@ import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.GateFunction;
 
 /** The two kernels of a SiLU-gated expert layer, built and validated together. */
 public record ExpertLayerSpecs(KernelSpec gateUp, KernelSpec down) {
@@ -20,6 +21,13 @@ public record ExpertLayerSpecs(KernelSpec gateUp, KernelSpec down) {
     public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, Schedule gateUpSchedule,
                                       Schedule downSchedule, Target target) {
         return of(prefix, shape, layout, WeightFormat.BF16, gateUpSchedule, downSchedule, target);
+    }
+
+    /** The same pair with gate_up's gate function replaced (e.g. gpt-oss's clamped SwiGLU). */
+    public ExpertLayerSpecs withGate(GateFunction function) {
+        KernelSpec g = new KernelSpec(gateUp.name(), gateUp.problem(), gateUp.schedule(),
+                Epilogues.store(Epilogues.gated(function, Epilogues.gate(), Epilogues.up()), DType.BF16), gateUp.target());
+        return new ExpertLayerSpecs(g, down);
     }
 
     /** {@code <prefix>_gate_up} and {@code <prefix>_down} with both weights in {@code weights}, each half with its own schedule. */

@@ -42,6 +42,7 @@ public final class EpilogueEvaluator {
                 double up = evaluate(g.up(), accs, slot);
                 yield switch (g.function()) {
                     case GateFunction.Silu _ -> silu(gate) * up;
+                    case GateFunction.ClampedSwiglu _ -> clampedSwiglu(gate, up);
                 };
             }
             case Combine c -> {
@@ -63,6 +64,13 @@ public final class EpilogueEvaluator {
 
     static double silu(double g) {
         return g / (1.0 + Math.exp(-g));
+    }
+
+    static double clampedSwiglu(double gate, double up) {
+        double limit = GateFunction.ClampedSwiglu.LIMIT;
+        double g = gate > limit ? limit : gate;
+        double u = up > limit ? limit : up < -limit ? -limit : up;
+        return (u + 1) * g * sigmoid(GateFunction.ClampedSwiglu.ALPHA * g);
     }
 
     static double sigmoid(double x) {

@@ -36,7 +36,7 @@ final class FunctionRegistry {
 
     // Sealed interfaces without a value list: extend these with the format or function.
     static final Choices<WeightFormat> WEIGHT_FORMATS = Choices.of(WeightFormat.ALL, WeightFormat::text);
-    static final Choices<GateFunction> GATE_FUNCTIONS = Choices.of(List.of(GateFunction.SILU), GateFunction::text);
+    static final Choices<GateFunction> GATE_FUNCTIONS = Choices.of(List.of(GateFunction.SILU, GateFunction.CLAMPED_SWIGLU), GateFunction::text);
 
     static final Choices<DType> DTYPES = Choices.of(List.of(DType.values()), DType::text);
     static final Choices<GateUpLayout> LAYOUTS = Choices.of(List.of(GateUpLayout.values()), GateUpLayout::text);

@@ -1,7 +1,7 @@
 package dev.moeforge.dsl.ir.epilogue;
 
 /** The function a {@link GatedActivation} applies to its gate (and up) inputs. */
-public sealed interface GateFunction permits GateFunction.Silu {
+public sealed interface GateFunction permits GateFunction.Silu, GateFunction.ClampedSwiglu {
 
     String text();
 
@@ -13,5 +13,22 @@ public sealed interface GateFunction permits GateFunction.Silu {
         }
     }
 
+    /**
+     * gpt-oss's clamped SwiGLU: {@code g = min(gate, LIMIT)}, {@code u = clamp(up, -LIMIT, LIMIT)},
+     * {@code (u + 1) * g * sigmoid(ALPHA * g)}. NaN inputs stay NaN (the clamps compare, as
+     * {@code torch.clamp} does). The constants are hard-coded in transformers 5.17
+     * {@code models/gpt_oss} (research/models-formats.md 1.7).
+     */
+    record ClampedSwiglu() implements GateFunction {
+        public static final double ALPHA = 1.702;
+        public static final double LIMIT = 7.0;
+
+        @Override
+        public String text() {
+            return "clamped_swiglu";
+        }
+    }
+
     GateFunction SILU = new Silu();
+    GateFunction CLAMPED_SWIGLU = new ClampedSwiglu();
 }
