@@ -95,13 +95,48 @@ public sealed interface WeightFormat permits WeightFormat.Bf16, WeightFormat.Fp8
     }
 
     /** The name in the textual form. */
-    String text();
+    default String text() {
+        return switch (this) {
+            case Bf16 _ -> "bf16";
+            case Fp8 f -> "fp8_e4m3_" + f.scaling().scales().text();
+            case Mxfp8 _ -> "mxfp8";
+            case Nvfp4 _ -> "nvfp4";
+            case Mxfp4 _ -> "mxfp4";
+            case Int8 i -> "int8_" + i.scaling().scales().text();
+            case Int4 i -> "int4_" + i.scaling().scales().text();
+        };
+    }
 
-    Element element();
+    default Element element() {
+        return switch (this) {
+            case Bf16 _ -> Element.BF16;
+            case Fp8 _, Mxfp8 _ -> Element.E4M3;
+            case Nvfp4 _, Mxfp4 _ -> Element.E2M1;
+            case Int8 _ -> Element.INT8;
+            case Int4 _ -> Element.INT4;
+        };
+    }
 
-    BlockScale blockScale();
+    default BlockScale blockScale() {
+        return switch (this) {
+            case Bf16 _ -> BlockScale.NONE;
+            case Fp8 f -> f.scaling().scales().blockScale();
+            case Mxfp8 _, Mxfp4 _ -> BlockScale.E8M0_PER_32;
+            case Nvfp4 _ -> BlockScale.E4M3_PER_16;
+            case Int8 i -> i.scaling().scales().blockScale();
+            case Int4 i -> i.scaling().scales().blockScale();
+        };
+    }
 
-    RowScale rowScale();
+    default RowScale rowScale() {
+        return switch (this) {
+            case Bf16 _, Mxfp8 _, Mxfp4 _ -> RowScale.NONE;
+            case Fp8 f -> f.scaling().scales().rowScale();
+            case Nvfp4 _ -> RowScale.PER_TENSOR;
+            case Int8 i -> i.scaling().scales().rowScale();
+            case Int4 i -> i.scaling().scales().rowScale();
+        };
+    }
 
     /** Bytes of the codes of one row of {@code k} elements (scales not included). */
     default long rowBytes(int k) {
@@ -113,206 +148,64 @@ public sealed interface WeightFormat permits WeightFormat.Bf16, WeightFormat.Fp8
         return loadBytes * 8 / element().bits();
     }
 
-    /** Plain bfloat16: the upper half of an IEEE binary32, no scales. */
-    record Bf16() implements WeightFormat {
-        @Override
-        public String text() {
-            return "bf16";
-        }
-
-        @Override
-        public Element element() {
-            return Element.BF16;
-        }
-
-        @Override
-        public BlockScale blockScale() {
-            return BlockScale.NONE;
-        }
-
-        @Override
-        public RowScale rowScale() {
-            return RowScale.NONE;
-        }
+    /** A scaling choice of a format family: its name suffix and the scale tensors it brings. */
+    record Scales(String text, BlockScale blockScale, RowScale rowScale) {
+        /** One FP32 scale per output row. */
+        public static final Scales CHANNEL = new Scales("channel", BlockScale.NONE, RowScale.PER_ROW);
     }
 
-    /** How FP8 weights are scaled: per output channel, or per 128 x 128 block (DeepSeek-V3). */
+    /** Plain bfloat16: the upper half of an IEEE binary32, no scales. */
+    record Bf16() implements WeightFormat {}
+
+    /** How FP8 weights are scaled: one FP32 scale per output channel, or per 128 x 128 block (DeepSeek-V3). */
     enum Fp8Scaling {
-        CHANNEL, BLOCK_128X128
+        CHANNEL(Scales.CHANNEL),
+        BLOCK_128X128(new Scales("block128", BlockScale.F32_BLOCK_128X128, RowScale.NONE));
+
+        private final Scales scales;
+
+        Fp8Scaling(Scales scales) {
+            this.scales = scales;
+        }
+
+        public Scales scales() {
+            return scales;
+        }
     }
 
     /** FP8 E4M3 codes with FP32 scales per output channel or per 128 x 128 block. */
-    record Fp8(Fp8Scaling scaling) implements WeightFormat {
-        @Override
-        public String text() {
-            return switch (scaling) {
-                case CHANNEL -> "fp8_e4m3_channel";
-                case BLOCK_128X128 -> "fp8_e4m3_block128";
-            };
-        }
-
-        @Override
-        public Element element() {
-            return Element.E4M3;
-        }
-
-        @Override
-        public BlockScale blockScale() {
-            return switch (scaling) {
-                case CHANNEL -> BlockScale.NONE;
-                case BLOCK_128X128 -> BlockScale.F32_BLOCK_128X128;
-            };
-        }
-
-        @Override
-        public RowScale rowScale() {
-            return switch (scaling) {
-                case CHANNEL -> RowScale.PER_ROW;
-                case BLOCK_128X128 -> RowScale.NONE;
-            };
-        }
-    }
+    record Fp8(Fp8Scaling scaling) implements WeightFormat {}
 
     /** OCP MXFP8: E4M3 codes, one E8M0 scale per 32 along K. */
-    record Mxfp8() implements WeightFormat {
-        @Override
-        public String text() {
-            return "mxfp8";
-        }
-
-        @Override
-        public Element element() {
-            return Element.E4M3;
-        }
-
-        @Override
-        public BlockScale blockScale() {
-            return BlockScale.E8M0_PER_32;
-        }
-
-        @Override
-        public RowScale rowScale() {
-            return RowScale.NONE;
-        }
-    }
+    record Mxfp8() implements WeightFormat {}
 
     /** NVIDIA NVFP4 (ModelOpt): E2M1 codes, one E4M3 scale per 16 along K, one FP32 scale per tensor. */
-    record Nvfp4() implements WeightFormat {
-        @Override
-        public String text() {
-            return "nvfp4";
-        }
-
-        @Override
-        public Element element() {
-            return Element.E2M1;
-        }
-
-        @Override
-        public BlockScale blockScale() {
-            return BlockScale.E4M3_PER_16;
-        }
-
-        @Override
-        public RowScale rowScale() {
-            return RowScale.PER_TENSOR;
-        }
-    }
+    record Nvfp4() implements WeightFormat {}
 
     /** OCP MXFP4 (gpt-oss {@code _blocks}/{@code _scales}): E2M1 codes, one E8M0 scale per 32 along K. */
-    record Mxfp4() implements WeightFormat {
-        @Override
-        public String text() {
-            return "mxfp4";
-        }
+    record Mxfp4() implements WeightFormat {}
 
-        @Override
-        public Element element() {
-            return Element.E2M1;
-        }
-
-        @Override
-        public BlockScale blockScale() {
-            return BlockScale.E8M0_PER_32;
-        }
-
-        @Override
-        public RowScale rowScale() {
-            return RowScale.NONE;
-        }
-    }
-
-    /** How weight-only integers are scaled: per output channel or per group of 128 along K. */
+    /** How weight-only integers are scaled: one FP32 scale per output channel, or per group of 128 along K. */
     enum IntScaling {
-        CHANNEL, GROUP_128
+        CHANNEL(Scales.CHANNEL),
+        GROUP_128(new Scales("group128", BlockScale.F32_GROUP_128, RowScale.NONE));
+
+        private final Scales scales;
+
+        IntScaling(Scales scales) {
+            this.scales = scales;
+        }
+
+        public Scales scales() {
+            return scales;
+        }
     }
 
     /** Symmetric INT8 weight-only, FP32 scales per channel or per group of 128 along K. */
-    record Int8(IntScaling scaling) implements WeightFormat {
-        @Override
-        public String text() {
-            return "int8_" + intScalingText(scaling);
-        }
-
-        @Override
-        public Element element() {
-            return Element.INT8;
-        }
-
-        @Override
-        public BlockScale blockScale() {
-            return intBlockScale(scaling);
-        }
-
-        @Override
-        public RowScale rowScale() {
-            return intRowScale(scaling);
-        }
-    }
+    record Int8(IntScaling scaling) implements WeightFormat {}
 
     /** Symmetric INT4 weight-only (two per byte), FP32 scales per channel or per group of 128 along K. */
-    record Int4(IntScaling scaling) implements WeightFormat {
-        @Override
-        public String text() {
-            return "int4_" + intScalingText(scaling);
-        }
-
-        @Override
-        public Element element() {
-            return Element.INT4;
-        }
-
-        @Override
-        public BlockScale blockScale() {
-            return intBlockScale(scaling);
-        }
-
-        @Override
-        public RowScale rowScale() {
-            return intRowScale(scaling);
-        }
-    }
-
-    private static String intScalingText(IntScaling scaling) {
-        return switch (scaling) {
-            case CHANNEL -> "channel";
-            case GROUP_128 -> "group128";
-        };
-    }
-
-    private static BlockScale intBlockScale(IntScaling scaling) {
-        return switch (scaling) {
-            case CHANNEL -> BlockScale.NONE;
-            case GROUP_128 -> BlockScale.F32_GROUP_128;
-        };
-    }
-
-    private static RowScale intRowScale(IntScaling scaling) {
-        return switch (scaling) {
-            case CHANNEL -> RowScale.PER_ROW;
-            case GROUP_128 -> RowScale.NONE;
-        };
-    }
+    record Int4(IntScaling scaling) implements WeightFormat {}
 
     private static int ceilDiv(int a, int b) {
         return (a + b - 1) / b;

@@ -72,14 +72,9 @@ public final class BenchFormatsCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         options.require("bench formats");
+        LayerBenchOptions.require(layers, tokens);
         List<Workload> workloads = workloads();
-        if (layers < 1) {
-            throw new IllegalArgumentException("--layers " + layers + ": at least 1");
-        }
         int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElse(1);
-        if (tokens.stream().anyMatch(m -> m < 1)) {
-            throw new IllegalArgumentException("--tokens " + tokens + ": each token count at least 1");
-        }
         KernelCache cache = KernelCache.defaultCache();
         try (CudaContext ctx = CudaContext.create(0);
              CudaStream stream = CudaStream.create();

@@ -13,6 +13,11 @@ final class LayerBenchOptions {
 
     /** Refuses empty workloads, naming the option. */
     void require() {
+        require(layers, tokens);
+    }
+
+    /** The same rule for commands with other defaults ({@code bench formats}). */
+    static void require(int layers, List<Integer> tokens) {
         if (layers < 1) {
             throw new IllegalArgumentException("--layers " + layers + ": at least 1");
         }

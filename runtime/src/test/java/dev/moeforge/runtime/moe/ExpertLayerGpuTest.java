@@ -1,22 +1,18 @@
 package dev.moeforge.runtime.moe;
 
-import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
-import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
-import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
-import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import java.util.ArrayList;
 import java.util.List;
@@ -174,43 +170,9 @@ class ExpertLayerGpuTest extends GpuSession {
         ExpertReference.LayerResult ref = ExpertReference.layer(specs.gateUp(), specs.down(), x,
                 WeightRows.bf16(w.gateUp(), s.experts(), 2 * s.intermediate(), s.hidden()),
                 WeightRows.bf16(w.down(), s.experts(), s.hidden(), s.intermediate()), routing);
-        ExpertReference.Result inter = ref.inter();
-        ExpertReference.Result y = ref.y();
-        DeviceBuffer dgu = w.deviceGateUp();
-        DeviceBuffer ddn = w.deviceDown();
-
-        try (DeviceBuffer dx = upload(x);
-             DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
-             DeviceBuffer dw = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
-             DeviceBuffer dinter = DeviceBuffer.allocate(DType.BF16, inter.stored().length);
-             DeviceBuffer dy = DeviceBuffer.allocate(DType.BF16, y.stored().length)) {
-            dids.copyFrom(routing.ids());
-            dw.copyFrom(routing.weights());
-
-            dinter.fillBytes16(Bf16.NAN);
-            dy.fillBytes16(Bf16.NAN);
-            layer.enqueue(stream, tokens, dx, dgu, ddn, dids, dw, dinter, dy);
-            stream.synchronize();
-            short[] gotInter = download(dinter);
-            short[] gotY = download(dy);
-            String where = g + " " + SCHEDULES.get(scheduleIndex) + " M=" + tokens + " seed=" + seed + " weight seed=" + w.seed();
-            ErrorStats ei = ErrorStats.of(inter.exact(), gotInter);
-            ErrorStats ey = ErrorStats.of(y.exact(), gotY);
-            System.out.println(where + ": gate_up " + ei + "; y " + ey);
-            assertTrue(ei.within(TOLERANCE), () -> "gate_up " + where + ": " + ei);
-            assertTrue(ey.within(TOLERANCE), () -> "down " + where + ": " + ey);
-
-            // a graph replay computes the same bytes as the direct launch
-            dinter.fillBytes16(Bf16.NAN);
-            dy.fillBytes16(Bf16.NAN);
-            try (CudaGraph graph = CudaGraph.capture(stream,
-                    () -> layer.enqueue(stream, tokens, dx, dgu, ddn, dids, dw, dinter, dy))) {
-                graph.launch(stream);
-                stream.synchronize();
-            }
-            assertArrayEquals(gotInter, download(dinter), () -> "graph replay of gate_up differs: " + where);
-            assertArrayEquals(gotY, download(dy), () -> "graph replay of down differs: " + where);
-        }
+        String where = g + " " + SCHEDULES.get(scheduleIndex) + " M=" + tokens + " seed=" + seed + " weight seed=" + w.seed();
+        checkExpertLayer(where, layer, x, routing, DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
+                ref, TOLERANCE);
     }
 
     @Test

@@ -1,13 +1,11 @@
 package dev.moeforge.runtime.moe;
 
-import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.codegen.cuda.DeviceHeader;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
-import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.format.E8M0;
 import dev.moeforge.dsl.format.EncodedWeights;
 import dev.moeforge.dsl.format.Minifloat;
@@ -20,14 +18,12 @@ import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
-import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.runtime.compile.CudaSource;
 import dev.moeforge.runtime.compile.NvccCompiler;
-import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaModule;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import java.util.ArrayList;
@@ -252,36 +248,7 @@ class FormatGpuTest extends GpuSession {
         Routing routing = RandomInputs.uniformRouting(seed + 1, tokens, s.experts(), s.topk());
         ExpertReference.LayerResult ref = ExpertReference.layer(specs.gateUp(), specs.down(), x,
                 WeightRows.of(w.gateUp()), WeightRows.of(w.down()), routing);
-        try (DeviceBuffer dx = DeviceBuffer.allocate(DType.BF16, x.length);
-             DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
-             DeviceBuffer dw = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
-             DeviceBuffer dinter = DeviceBuffer.allocate(DType.BF16, ref.inter().stored().length);
-             DeviceBuffer dy = DeviceBuffer.allocate(DType.BF16, ref.y().stored().length)) {
-            dx.copyFrom(x);
-            dids.copyFrom(routing.ids());
-            dw.copyFrom(routing.weights());
-            dinter.fillBytes16(Bf16.NAN);
-            dy.fillBytes16(Bf16.NAN);
-            layer.enqueue(stream, tokens, dx, w.deviceGateUp(), w.deviceDown(), dids, dw, dinter, dy);
-            stream.synchronize();
-            short[] gotInter = download(dinter);
-            short[] gotY = download(dy);
-            String where = c + " seed=" + seed + " weight seed=" + w.seed();
-            ErrorStats ei = ErrorStats.of(ref.inter().exact(), gotInter);
-            ErrorStats ey = ErrorStats.of(ref.y().exact(), gotY);
-            System.out.println(where + ": gate_up " + ei + "; y " + ey);
-            assertTrue(ei.within(TOLERANCE), () -> "gate_up " + where + ": " + ei);
-            assertTrue(ey.within(TOLERANCE), () -> "down " + where + ": " + ey);
-
-            dinter.fillBytes16(Bf16.NAN);
-            dy.fillBytes16(Bf16.NAN);
-            try (CudaGraph graph = CudaGraph.capture(stream,
-                    () -> layer.enqueue(stream, tokens, dx, w.deviceGateUp(), w.deviceDown(), dids, dw, dinter, dy))) {
-                graph.launch(stream);
-                stream.synchronize();
-            }
-            assertArrayEquals(gotInter, download(dinter), () -> "graph replay of gate_up differs: " + where);
-            assertArrayEquals(gotY, download(dy), () -> "graph replay of down differs: " + where);
-        }
+        checkExpertLayer(c + " seed=" + seed + " weight seed=" + w.seed(), layer, x, routing, w.deviceGateUp(), w.deviceDown(),
+                ref, TOLERANCE);
     }
 }
