@@ -162,9 +162,13 @@ public final class CudaEmitter {
             constant(constants, "int", "kTokensPerCta", oc.tokensPerCta());
         }
         constant(constants, "int", "kWarpsPerOutput", oc.warpsPerOutput());
+        if (problem.bias()) {
+            constants.add(Map.of("type", "bool", "name", "kBias", "value", "true"));
+        }
 
         String shapeArgs = "Format, kHidden, kIntermediate, kExperts, kTopk";
-        String scheduleArgs = "kWarpsPerCta, kLoadBytes, kUnroll" + (tiled ? ", kTokensPerCta" : "") + ", kWarpsPerOutput";
+        String scheduleArgs = "kWarpsPerCta, kLoadBytes, kUnroll" + (tiled ? ", kTokensPerCta" : "") + ", kWarpsPerOutput"
+                + (problem.bias() ? ", kBias" : "");
         EpilogueNode root = spec.epilogue();
         String body;
         String templateArgs;
@@ -176,7 +180,7 @@ public final class CudaEmitter {
             case Problem.ExpertGateUp g -> {
                 body = tiled ? "gate_up_token_tile" : "gate_up_single_token";
                 templateArgs = shapeArgs + ", kLayout, " + scheduleArgs;
-                callArgs = "x, " + weightArgs("w_gate_up", problem.weights()) + ", topk_ids, inter, num_tokens";
+                callArgs = "x, " + weightArgs("w_gate_up", problem) + ", topk_ids, inter, num_tokens";
                 epilogueParams = "float gate, float up";
                 bound.put(Acc.GATE, "gate");
                 bound.put(Acc.UP, "up");
@@ -187,7 +191,7 @@ public final class CudaEmitter {
             case Problem.ExpertDown _ -> {
                 body = tiled ? "down_token_tile" : "down_single_token";
                 templateArgs = shapeArgs + ", " + scheduleArgs;
-                callArgs = "inter, " + weightArgs("w_down", problem.weights()) + ", topk_ids, topk_weights, y, num_tokens";
+                callArgs = "inter, " + weightArgs("w_down", problem) + ", topk_ids, topk_weights, y, num_tokens";
                 epilogueParams = "float combined";
                 if (root instanceof Store(Combine c, var _)) {
                     bound.put(c, "combined");
@@ -197,6 +201,10 @@ public final class CudaEmitter {
             }
         }
         notes.add(formatNote(problem.weights()));
+        if (problem.bias()) {
+            notes.add("Bias: an FP32 value per expert and row, added to the row's sum"
+                    + (problem instanceof Problem.ExpertDown ? " (weighted by the slot's routing weight in the combine)." : "."));
+        }
         notes.add("Each lane loads " + oc.loadBytes() + " bytes, " + oc.kUnroll() + " loads in flight per row; a row is "
                 + layout.chunksPerRow() + " loads in " + layout.blocksPerRow() + " pass(es).");
         if (oc.warpsPerOutput() > 1) {
@@ -276,11 +284,13 @@ public final class CudaEmitter {
                 + row + ".";
     }
 
-    /** {@code mf::WeightArgs{codes, block scales, row scales}}, null where the format has none. */
-    private static String weightArgs(String name, WeightFormat format) {
+    /** {@code mf::WeightArgs{codes, block scales, row scales[, bias]}}, null where the format has none. */
+    private static String weightArgs(String name, Problem.ExpertProblem problem) {
+        WeightFormat format = problem.weights();
         String blockScales = format.blockScale() == WeightFormat.BlockScale.NONE ? "nullptr" : KernelSignature.blockScalesName(name);
         String rowScales = format.rowScale() == WeightFormat.RowScale.NONE ? "nullptr" : KernelSignature.rowScalesName(name, format);
-        return "mf::WeightArgs{" + name + ", " + blockScales + ", " + rowScales + "}";
+        String bias = problem.bias() ? ", " + KernelSignature.biasName(name) : "";
+        return "mf::WeightArgs{" + name + ", " + blockScales + ", " + rowScales + bias + "}";
     }
 
     private static void constant(List<Map<String, String>> constants, String type, String name, int value) {

@@ -38,7 +38,7 @@ public record KernelSignature(List<KernelParam> params) {
         switch (p) {
             case Problem.ExpertGateUp g -> {
                 params.add(new KernelParam("x", Role.INPUT, act, List.of(m, s.hidden()), "activations"));
-                params.addAll(weights("w_gate_up", p.weights(), s.experts(), 2 * s.intermediate(), s.hidden(), 2,
+                params.addAll(weights("w_gate_up", p.weights(), s.experts(), 2 * s.intermediate(), s.hidden(), 2, p.bias(),
                         "gate and up rows of every expert"));
                 params.add(ids);
                 params.add(new KernelParam("inter", Role.OUTPUT, act, List.of(m, s.topk(), s.intermediate()),
@@ -47,7 +47,7 @@ public record KernelSignature(List<KernelParam> params) {
             case Problem.ExpertDown _ -> {
                 params.add(new KernelParam("inter", Role.INPUT, act, List.of(m, s.topk(), s.intermediate()),
                         "gate_up's output"));
-                params.addAll(weights("w_down", p.weights(), s.experts(), s.hidden(), s.intermediate(), 1,
+                params.addAll(weights("w_down", p.weights(), s.experts(), s.hidden(), s.intermediate(), 1, p.bias(),
                         "down rows of every expert"));
                 params.add(ids);
                 params.add(new KernelParam("topk_weights", Role.ROUTING, DType.FP32, List.of(m, s.topk()),
@@ -61,11 +61,11 @@ public record KernelSignature(List<KernelParam> params) {
 
     /**
      * An expert weight {@code [E][N][K]} in {@code format}: the codes, then its K-block scales and its
-     * row (or per-tensor) scales where the format has them. {@code projections}: per-tensor scales
-     * per expert (gate and up keep their own).
+     * row (or per-tensor) scales where the format has them, then the FP32 bias {@code [E][N]} if
+     * {@code bias}. {@code projections}: per-tensor scales per expert (gate and up keep their own).
      */
     public static List<KernelParam> weights(String name, WeightFormat format, int experts, int rows, int cols,
-                                            int projections, String description) {
+                                            int projections, boolean bias, String description) {
         List<KernelParam> params = new ArrayList<>();
         params.add(switch (format.element()) {
             case BF16 -> new KernelParam(name, Role.WEIGHTS, DType.BF16, List.of(experts, rows, cols), description);
@@ -92,12 +92,20 @@ public record KernelSignature(List<KernelParam> params) {
             case PER_TENSOR -> params.add(new KernelParam(rowScalesName(name, format), Role.WEIGHTS, DType.FP32,
                     List.of(experts, projections), projections == 2 ? "per-tensor scale of gate and of up" : "per-tensor scale"));
         }
+        if (bias) {
+            params.add(new KernelParam(biasName(name), Role.WEIGHTS, DType.FP32, List.of(experts, rows), "bias of each row"));
+        }
         return params;
     }
 
     /** The name of the K-block scale parameter of weight {@code name}. */
     public static String blockScalesName(String name) {
         return name + "_scales";
+    }
+
+    /** The name of the bias parameter of weight {@code name}. */
+    public static String biasName(String name) {
+        return name + "_bias";
     }
 
     /** The name of the row-scale parameter of weight {@code name}, for a format that has one. */

@@ -263,13 +263,24 @@ __device__ __forceinline__ float block_scale_value(uint32_t raw) {
   else return __uint_as_float(raw);
 }
 
-// A kernel's weight argument: the codes [E][N][K * bits / 8], the K-block scales and the FP32 row
-// or tensor scales (null where the format has none).
+// A kernel's weight argument: the codes [E][N][K * bits / 8], the K-block scales, the FP32 row
+// or tensor scales, and the FP32 bias [E][N] (null where the format or the projection has none).
 struct WeightArgs {
   const void* codes;
   const void* block_scales;
   const float* row_scales;
+  const float* bias;
 };
+
+// Row n of expert e's bias, or nothing without one (B false: no load, no add, -0 kept).
+template <bool B, int N>
+__device__ __forceinline__ float load_bias(const WeightArgs& w, int e, int n) {
+  if constexpr (B) return __ldg(w.bias + static_cast<size_t>(e) * N + n); else return 0.0f;
+}
+template <bool B>
+__device__ __forceinline__ float add_bias(float sum, float bias) {
+  if constexpr (B) return sum + bias; else return sum;
+}
 
 // Where row n of expert e starts: its codes, its K-block scales, and its FP32 factor. P: factors
 // per expert for kPerTensor (gate and up keep their own), `proj` this row's.
@@ -491,7 +502,7 @@ __device__ __forceinline__ int up_row_of(int neuron, int intermediate) {
   return L == GateUpLayout::kStacked ? intermediate + neuron : 2 * neuron + 1;
 }
 
-template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int S, class Epilogue>
+template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int S, bool BIAS = false, class Epilogue>
 __device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
                                                      const int* __restrict__ topk_ids,
                                                      __nv_bfloat16* __restrict__ inter, int num_tokens,
@@ -511,9 +522,11 @@ __device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __rest
   }
   const int token = slot / K;
   const int e = active ? __ldg(topk_ids + slot) : -1;
-  float acc_gate = 0.0f, acc_up = 0.0f;
+  float acc_gate = 0.0f, acc_up = 0.0f, gate_bias = 0.0f, up_bias = 0.0f;
   if (static_cast<unsigned>(e) < static_cast<unsigned>(E)) {
     const int gate_n = gate_row_of<L>(neuron, I), up_n = up_row_of<L>(neuron, I);
+    gate_bias = load_bias<BIAS, 2 * I>(w_gate_up, e, gate_n);
+    up_bias = load_bias<BIAS, 2 * I>(w_gate_up, e, up_n);
     const char* gate_row = row_codes<F, 2 * I, H>(w_gate_up, e, gate_n);
     const char* up_row = row_codes<F, 2 * I, H>(w_gate_up, e, up_n);
     const unsigned char* gate_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, gate_n);
@@ -554,13 +567,16 @@ __device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __rest
     extern __shared__ __align__(16) unsigned char smem[];
     if (!combine_warps<S, 2>(sums, reinterpret_cast<float*>(smem))) return;
   }
-  if (lane == 0 && active) store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(sums[0], sums[1]));
+  if (lane == 0 && active) {
+    store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(add_bias<BIAS>(sums[0], gate_bias), add_bias<BIAS>(sums[1], up_bias)));
+  }
 }
 
 // gate_up over a tile of T tokens: one block per (tile, distinct expert of the tile, neuron
 // group); each warp reads its neuron's two rows once and applies them to every token of the
 // tile routed to the expert. Grid: x = ceil(I / W), y = ceil(M / T) * min(T * k, E).
-template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int T, int S, class Epilogue>
+template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int T, int S, bool BIAS = false,
+          class Epilogue>
 __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
                                                    const int* __restrict__ topk_ids,
                                                    __nv_bfloat16* __restrict__ inter, int num_tokens,
@@ -597,6 +613,8 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
   const unsigned char* up_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, up_n);
   const float gate_factor = row_factor<F, 2 * I, 2>(w_gate_up, e, gate_n, 0);
   const float up_factor = row_factor<F, 2 * I, 2>(w_gate_up, e, up_n, 1);
+  const float gate_bias = load_bias<BIAS, 2 * I>(w_gate_up, e, gate_n);
+  const float up_bias = load_bias<BIAS, 2 * I>(w_gate_up, e, up_n);
   // Per-lane partial sums, needed only when a row takes several passes: [W][T][2][32].
   float* partial = reinterpret_cast<float*>(smem + Routing::kBytes) + warp * T * 64;
   if constexpr (kBlocks > 1) {
@@ -643,7 +661,8 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
         if (lane == 0) {
           const size_t slot = static_cast<size_t>(t0 + t) * K + slots[t];
           store_bf16(inter + slot * I + neuron,
-                     epi(apply_factor<F>(acc_gate, gate_factor), apply_factor<F>(acc_up, up_factor)));
+                     epi(add_bias<BIAS>(apply_factor<F>(acc_gate, gate_factor), gate_bias),
+                         add_bias<BIAS>(apply_factor<F>(acc_up, up_factor), up_bias)));
         }
       } else {
         partial[t * 64 + lane] += acc_gate;
@@ -659,7 +678,8 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
       if (lane == 0) {
         const size_t slot = static_cast<size_t>(t0 + t) * K + slots[t];
         store_bf16(inter + slot * I + neuron,
-                   epi(apply_factor<F>(acc_gate, gate_factor), apply_factor<F>(acc_up, up_factor)));
+                   epi(add_bias<BIAS>(apply_factor<F>(acc_gate, gate_factor), gate_bias),
+                         add_bias<BIAS>(apply_factor<F>(acc_up, up_factor), up_bias)));
       }
     }
   }
@@ -673,7 +693,7 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
 // per-expert outputs never exist. Grid: x = ceil(H / (W / S)), y = M. Block: 32 * W threads.
 // ---------------------------------------------------------------------------------------------
 
-template <class F, int H, int I, int E, int K, int W, int LB, int U, int S, class Epilogue>
+template <class F, int H, int I, int E, int K, int W, int LB, int U, int S, bool BIAS = false, class Epilogue>
 __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
                                                   const int* __restrict__ topk_ids,
                                                   const float* __restrict__ topk_weights,
@@ -696,10 +716,13 @@ __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restric
   // Lane j holds slot j's expert and weight (times its row factor); a load finds its slot's with one shuffle.
   const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
   const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
-  const float lane_weight = lane_routed
-      ? apply_factor<F>(__ldg(topk_weights + token * K + lane), row_factor<F, H, 1>(w_down, lane_expert, h, 0)) : 0.0f;
+  const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
+  const float lane_weight = lane_routed ? apply_factor<F>(routing_weight, row_factor<F, H, 1>(w_down, lane_expert, h, 0)) : 0.0f;
   const char* inter_rows = reinterpret_cast<const char*>(inter + static_cast<size_t>(token) * K * I);
   float acc = 0.0f;
+  if constexpr (BIAS) {  // slot j's w_j * b[e_j][h], once: on lane j of the output's first warp
+    if (lane_routed && part == 0) acc = routing_weight * load_bias<BIAS, H>(w_down, lane_expert, h);
+  }
 #pragma unroll 1
   for (int p0 = part * kStep; p0 < kStream; p0 += S * kStep) {
     Lane<LB> wv[U];
@@ -742,7 +765,7 @@ __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restric
 // row block is loaded while the current one is used. Per-lane, per-token accumulators live in
 // shared memory because a routed entry's token is only known at run time.
 // Grid: x = ceil(H / (W / S)), y = ceil(M / T).
-template <class F, int H, int I, int E, int K, int W, int LB, int U, int T, int S, class Epilogue>
+template <class F, int H, int I, int E, int K, int W, int LB, int U, int T, int S, bool BIAS = false, class Epilogue>
 __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
                                                 const int* __restrict__ topk_ids,
                                                 const float* __restrict__ topk_weights,
@@ -803,6 +826,8 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
     const int r = part + S * (b / kBlocks);
     const int c0 = (b % kBlocks) * kStep;
     const float factor = row_factor<F, H, 1>(w_down, routing.expert[r], h, 0);
+    // the bias enters once per (expert, token): on lane 0, with the expert's first row block
+    const float bias = BIAS && lane == 0 && b % kBlocks == 0 ? load_bias<BIAS, H>(w_down, routing.expert[r], h) : 0.0f;
     for (uint32_t m = routing.tokens[r]; m != 0u; m &= m - 1u) {
       const int t = __ffs(m) - 1;
       const int entry = (t0 + t) * K + routing.slot[r * T + t];
@@ -817,7 +842,10 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
         widen_bf16<C::kElems>(a.w, xf);
         part = chunk_dot<F, LB>(current[i], current_scales[i], xf, part);
       }
-      acc[t * 32 + lane] = fmaf(apply_factor<F>(__ldg(topk_weights + entry), factor), part, acc[t * 32 + lane]);
+      const float weight = __ldg(topk_weights + entry);
+      float sum = fmaf(apply_factor<F>(weight, factor), part, acc[t * 32 + lane]);
+      if constexpr (BIAS) sum = fmaf(weight, bias, sum);
+      acc[t * 32 + lane] = sum;
     }
 #pragma unroll
     for (int i = 0; i < U; ++i) {

@@ -3,7 +3,9 @@ package dev.moeforge.dsl.build;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
@@ -28,6 +30,17 @@ public record ExpertLayerSpecs(KernelSpec gateUp, KernelSpec down) {
         KernelSpec g = new KernelSpec(gateUp.name(), gateUp.problem(), gateUp.schedule(),
                 Epilogues.store(Epilogues.gated(function, Epilogues.gate(), Epilogues.up()), DType.BF16), gateUp.target());
         return new ExpertLayerSpecs(g, down);
+    }
+
+    /** The same pair with a bias on both projections (gpt-oss's {@code gate_up_proj_bias} and {@code down_proj_bias}). */
+    public ExpertLayerSpecs withBias() {
+        Problem.ExpertGateUp g = (Problem.ExpertGateUp) gateUp.problem();
+        Problem.ExpertDown d = (Problem.ExpertDown) down.problem();
+        return new ExpertLayerSpecs(
+                Validator.check(new KernelSpec(gateUp.name(), new Problem.ExpertGateUp(g.shape(), g.weights(), g.activations(), g.layout(), true),
+                        gateUp.schedule(), gateUp.epilogue(), gateUp.target())),
+                Validator.check(new KernelSpec(down.name(), new Problem.ExpertDown(d.shape(), d.weights(), d.activations(), true),
+                        down.schedule(), down.epilogue(), down.target())));
     }
 
     /** {@code <prefix>_gate_up} and {@code <prefix>_down} with both weights in {@code weights}, each half with its own schedule. */

@@ -34,6 +34,7 @@ public final class KernelBuilder {
     private WeightFormat weights = WeightFormat.BF16;
     private DType activations = DType.BF16;
     private GateUpLayout layout = GateUpLayout.STACKED;
+    private boolean bias;
     private Schedule schedule = OutputCentricBuilder.create().build();
     private EpilogueNode epilogue;
     private Target target = Target.SM_90A;
@@ -92,6 +93,12 @@ public final class KernelBuilder {
         return this;
     }
 
+    /** Whether the expert projection has a bias ({@link Problem.ExpertProblem#bias()}); default none. */
+    public KernelBuilder bias(boolean bias) {
+        this.bias = bias;
+        return this;
+    }
+
     public KernelBuilder schedule(Schedule schedule) {
         this.schedule = schedule;
         return this;
@@ -115,14 +122,17 @@ public final class KernelBuilder {
     /** The spec without validation, for tests of the validator itself. */
     public KernelSpec unchecked() {
         if (router != null) {
+            if (bias) {
+                throw new IllegalStateException("bias(true) applies to expert problems; a router's bias is row(name) in its routing rule");
+            }
             Objects.requireNonNull(epilogue, "a router needs its routing rule as the epilogue (see RoutingRules)");
             Problem.Router r = new Problem.Router(router.hidden(), router.experts(), weights, activations, expertCounts);
             return new KernelSpec(name, r, schedule, epilogue, target);
         }
         Objects.requireNonNull(shape, "call expertGateUp(shape), expertDown(shape) or router(hidden, experts) first");
         Problem problem = gateUp
-                ? new Problem.ExpertGateUp(shape, weights, activations, layout)
-                : new Problem.ExpertDown(shape, weights, activations);
+                ? new Problem.ExpertGateUp(shape, weights, activations, layout, bias)
+                : new Problem.ExpertDown(shape, weights, activations, bias);
         EpilogueNode e = epilogue != null ? epilogue
                 : gateUp ? Epilogues.siluGatedStore(activations) : Epilogues.combinedStore(activations);
         return new KernelSpec(name, problem, schedule, e, target);

@@ -14,6 +14,13 @@ public sealed interface Problem permits Problem.ExpertProblem, Problem.Router {
     /** One half of the expert MLP, with routing given. */
     sealed interface ExpertProblem extends Problem permits ExpertGateUp, ExpertDown {
         ExpertShape shape();
+
+        /**
+         * Whether the projection has a bias (gpt-oss): an FP32 vector per expert and weight row,
+         * {@code [E][N]} in the weights' row order, added to each row's dot product before the
+         * epilogue sees it. Written {@code bias=true}; absent means false.
+         */
+        boolean bias();
     }
 
     /**
@@ -21,17 +28,31 @@ public sealed interface Problem permits Problem.ExpertProblem, Problem.Router {
      * {@code e = topk_ids[m][j]}, and every neuron {@code i < I}:
      * {@code gate = W_gu[e][gateRow(i)] . x[m]}, {@code up = W_gu[e][upRow(i)] . x[m]} (FP32
      * accumulation), then the epilogue (e.g. {@code silu(gate) * up}) is stored to
-     * {@code inter[m][j][i]}.
+     * {@code inter[m][j][i]}. With a bias, {@code gate} and {@code up} include
+     * {@code b[e][gateRow(i)]} and {@code b[e][upRow(i)]}.
      */
-    record ExpertGateUp(ExpertShape shape, WeightFormat weights, DType activations, GateUpLayout layout)
-            implements ExpertProblem {}
+    record ExpertGateUp(ExpertShape shape, WeightFormat weights, DType activations, GateUpLayout layout, boolean bias)
+            implements ExpertProblem {
+
+        /** Without a bias. */
+        public ExpertGateUp(ExpertShape shape, WeightFormat weights, DType activations, GateUpLayout layout) {
+            this(shape, weights, activations, layout, false);
+        }
+    }
 
     /**
      * The second half. For token {@code m} and every hidden output {@code h < H}:
      * {@code acc_j = W_down[topk_ids[m][j]][h] . inter[m][j]} for each routed slot {@code j}; the
      * epilogue (a routing-weighted {@code combine}) folds them into one value stored to {@code y[m][h]}.
+     * With a bias, {@code acc_j} includes {@code b[e_j][h]}, so the combine weights it too.
      */
-    record ExpertDown(ExpertShape shape, WeightFormat weights, DType activations) implements ExpertProblem {}
+    record ExpertDown(ExpertShape shape, WeightFormat weights, DType activations, boolean bias) implements ExpertProblem {
+
+        /** Without a bias. */
+        public ExpertDown(ExpertShape shape, WeightFormat weights, DType activations) {
+            this(shape, weights, activations, false);
+        }
+    }
 
     /**
      * The router: for token {@code m}, the row of {@code experts} scores

@@ -52,7 +52,7 @@ public final class ExpertReference {
     public static Result gateUp(KernelSpec spec, double[] x, WeightRows w, Routing routing) {
         Problem.ExpertGateUp p = (Problem.ExpertGateUp) spec.problem();
         ExpertShape s = p.shape();
-        checkInputs(s, routing, w, 2 * s.intermediate(), s.hidden());
+        checkInputs(s, p, routing, w, 2 * s.intermediate(), s.hidden());
         requireLength("x", x.length, (long) routing.tokens() * s.hidden());
         int k = s.topk();
         int n = s.intermediate();
@@ -64,10 +64,12 @@ public final class ExpertReference {
             for (int j = 0; j < k; j++) {
                 int e = routing.id(m, j);
                 for (int i = 0; i < n; i++) {
-                    w.decode(e, p.layout().gateRow(i, n), gateRow);
-                    w.decode(e, p.layout().upRow(i, n), upRow);
-                    double gate = dot(gateRow, xm);
-                    double up = dot(upRow, xm);
+                    int g = p.layout().gateRow(i, n);
+                    int u = p.layout().upRow(i, n);
+                    w.decode(e, g, gateRow);
+                    w.decode(e, u, upRow);
+                    double gate = dot(gateRow, xm) + w.bias(e, g);
+                    double up = dot(upRow, xm) + w.bias(e, u);
                     exact[(m * k + j) * n + i] = EpilogueEvaluator.evaluate(spec.epilogue(), perSlot(gate, up), 0);
                 }
             }
@@ -85,8 +87,9 @@ public final class ExpertReference {
 
     /** down on an intermediate given as exact values. */
     public static Result down(KernelSpec spec, double[] inter, WeightRows w, Routing routing) {
-        ExpertShape s = ((Problem.ExpertProblem) spec.problem()).shape();
-        checkInputs(s, routing, w, s.hidden(), s.intermediate());
+        Problem.ExpertProblem p = (Problem.ExpertProblem) spec.problem();
+        ExpertShape s = p.shape();
+        checkInputs(s, p, routing, w, s.hidden(), s.intermediate());
         int k = s.topk();
         int in = s.intermediate();
         requireLength("inter", inter.length, (long) routing.tokens() * k * in);
@@ -100,8 +103,9 @@ public final class ExpertReference {
             double[] acc = new double[k];
             for (int h = 0; h < s.hidden(); h++) {
                 for (int j = 0; j < k; j++) {
-                    w.decode(routing.id(m, j), h, row);
-                    acc[j] = dot(row, a[j]);
+                    int e = routing.id(m, j);
+                    w.decode(e, h, row);
+                    acc[j] = dot(row, a[j]) + w.bias(e, h);
                 }
                 exact[m * s.hidden() + h] = EpilogueEvaluator.evaluate(spec.epilogue(), perToken(acc, routing, m), 0);
             }
@@ -166,7 +170,12 @@ public final class ExpertReference {
         return out;
     }
 
-    private static void checkInputs(ExpertShape s, Routing routing, WeightRows w, int rows, int rowLength) {
+    private static void checkInputs(ExpertShape s, Problem.ExpertProblem p, Routing routing, WeightRows w, int rows,
+                                    int rowLength) {
+        if (p.bias() != w.hasBias()) {
+            throw new IllegalArgumentException(p.bias() ? "the spec has bias=true but the weights carry no bias (WeightRows.withBias)"
+                    : "the weights carry a bias but the spec has none (bias=true)");
+        }
         if (routing.topk() != s.topk()) {
             throw new IllegalArgumentException("routing has top-" + routing.topk() + ", the spec top-" + s.topk());
         }

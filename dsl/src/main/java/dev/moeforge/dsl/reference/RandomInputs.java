@@ -31,6 +31,16 @@ public final class RandomInputs {
         return out;
     }
 
+    /** {@code n} FP32 values drawn from N(0, std^2) (e.g. an expert bias). */
+    public static float[] floatNormal(long seed, int n, double std) {
+        SplittableRandom r = new SplittableRandom(seed);
+        float[] out = new float[n];
+        for (int i = 0; i < n; i++) {
+            out[i] = (float) (r.nextGaussian() * std);
+        }
+        return out;
+    }
+
     /**
      * Each token routes to {@code topk} distinct experts drawn uniformly; its weights are a softmax
      * of Gaussian logits over the chosen experts (positive, summing to 1, as after renormalisation).

@@ -17,6 +17,25 @@ public interface WeightRows {
 
     void decode(int expert, int row, double[] out);
 
+    /** Whether the rows carry a bias (see {@link #withBias}). */
+    default boolean hasBias() {
+        return false;
+    }
+
+    /** The bias of row {@code row} of expert {@code expert}; 0 when there is none. */
+    default double bias(int expert, int row) {
+        return 0;
+    }
+
+    /** These rows with a bias {@code [experts][rows]} (FP32, as the kernels take it). */
+    default WeightRows withBias(float[] bias) {
+        if ((long) experts() * rows() != bias.length) {
+            throw new IllegalArgumentException("a bias for [" + experts() + ", " + rows() + ", " + rowLength() + "] weights needs "
+                    + (long) experts() * rows() + " values [experts][rows], got " + bias.length);
+        }
+        return new Biased(this, bias.clone());
+    }
+
     /** Row-major {@code [experts][rows][rowLength]} bf16 bits. */
     static WeightRows bf16(short[] data, int experts, int rows, int rowLength) {
         if ((long) experts * rows * rowLength != data.length) {
@@ -51,6 +70,39 @@ public interface WeightRows {
     @FunctionalInterface
     interface RowDecoder {
         void decode(int expert, int row, double[] out);
+    }
+
+    /** Rows plus their bias {@code [experts][rows]}. */
+    record Biased(WeightRows weights, float[] values) implements WeightRows {
+        @Override
+        public int experts() {
+            return weights.experts();
+        }
+
+        @Override
+        public int rows() {
+            return weights.rows();
+        }
+
+        @Override
+        public int rowLength() {
+            return weights.rowLength();
+        }
+
+        @Override
+        public void decode(int expert, int row, double[] out) {
+            weights.decode(expert, row, out);
+        }
+
+        @Override
+        public boolean hasBias() {
+            return true;
+        }
+
+        @Override
+        public double bias(int expert, int row) {
+            return values[expert * weights.rows() + row];
+        }
     }
 
     /** The sizes plus a row decoder. */

@@ -123,6 +123,11 @@ final class Args {
         };
     }
 
+    /** A named value, or {@code fallback} when the argument is absent (an optional parameter). */
+    <T> T choice(String param, Choices<T> choices, T fallback) {
+        return has(param) ? choice(param, choices) : fallback;
+    }
+
     <T> T function(String param, FunctionTable<T> table) {
         Expr e = required(param);
         return e == null ? null : table.resolve(e, path(param), errors);

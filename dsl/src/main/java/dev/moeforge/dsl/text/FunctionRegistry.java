@@ -46,19 +46,21 @@ final class FunctionRegistry {
 
     static final FunctionTable<Problem> PROBLEMS = FunctionTable.sections(List.of(
             new Entry<>("expert_gate_up",
-                    List.of("hidden", "intermediate", "experts", "topk", "weights", "activations", "layout"), a -> {
+                    List.of("hidden", "intermediate", "experts", "topk", "weights", "activations", "layout", "bias"), a -> {
                         ExpertShape shape = shape(a);
                         WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
                         DType activations = a.choice("activations", DTYPES);
                         GateUpLayout layout = a.choice("layout", LAYOUTS);
-                        return a.ok() ? new Problem.ExpertGateUp(shape, weights, activations, layout) : null;
+                        Boolean bias = a.choice("bias", BOOLEANS, Boolean.FALSE);
+                        return a.ok() ? new Problem.ExpertGateUp(shape, weights, activations, layout, bias) : null;
                     }),
             new Entry<>("expert_down",
-                    List.of("hidden", "intermediate", "experts", "topk", "weights", "activations"), a -> {
+                    List.of("hidden", "intermediate", "experts", "topk", "weights", "activations", "bias"), a -> {
                         ExpertShape shape = shape(a);
                         WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
                         DType activations = a.choice("activations", DTYPES);
-                        return a.ok() ? new Problem.ExpertDown(shape, weights, activations) : null;
+                        Boolean bias = a.choice("bias", BOOLEANS, Boolean.FALSE);
+                        return a.ok() ? new Problem.ExpertDown(shape, weights, activations, bias) : null;
                     }),
             new Entry<>("router", List.of("hidden", "experts", "weights", "activations", "expert_counts"), a -> {
                 Integer hidden = a.integer("hidden");

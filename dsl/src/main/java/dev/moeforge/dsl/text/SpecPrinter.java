@@ -71,12 +71,17 @@ public final class SpecPrinter {
         // ints concatenate through Integer.toString, which ignores the locale
         String formats = "weights=" + problem.weights().text() + ", activations=" + problem.activations().text();
         return switch (problem) {
+            // bias is printed only when there is one (its default is none), so biasless specs keep their text
             case Problem.ExpertGateUp g -> "expert_gate_up(" + expertShape(g.shape()) + ", " + formats
-                    + ", layout=" + g.layout().text() + ")";
-            case Problem.ExpertDown d -> "expert_down(" + expertShape(d.shape()) + ", " + formats + ")";
+                    + ", layout=" + g.layout().text() + bias(g) + ")";
+            case Problem.ExpertDown d -> "expert_down(" + expertShape(d.shape()) + ", " + formats + bias(d) + ")";
             case Problem.Router r -> "router(hidden=" + r.hidden() + ", experts=" + r.experts() + ", " + formats
                     + ", expert_counts=" + r.expertCounts() + ")";
         };
+    }
+
+    private static String bias(Problem.ExpertProblem p) {
+        return p.bias() ? ", bias=true" : "";
     }
 
     private static String expertShape(ExpertShape s) {

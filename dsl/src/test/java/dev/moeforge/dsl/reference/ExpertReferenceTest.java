@@ -171,6 +171,63 @@ class ExpertReferenceTest {
     }
 
     // ---------------------------------------------------------------------------------------
+    // biases (gpt-oss) by hand
+    // ---------------------------------------------------------------------------------------
+
+    /**
+     * The interleaved top-1 case above with a bias on expert 1's rows (gate0, up0, gate1, up1) =
+     * (0.5, 1, -3, 0.25): gate0 = 1 + 0.5, up0 = -1 + 1, gate1 = 2 - 3, up1 = 2 + 0.25. Expert 0's
+     * bias is large, so reading the wrong expert's bias shows.
+     */
+    @Test
+    void gateUpAddsTheRoutedExpertsBiasOfEachRowBeforeTheEpilogue() {
+        short[] w = ExactBf16.of(concat(EXPERT0_ROWS, GATE0, UP0, GATE1, UP1));
+        float[] bias = {100, 100, 100, 100, 0.5f, 1, -3, 0.25f};
+        ExpertReference.Result r = ExpertReference.gateUp(layer(4, 2, 2, 1, GateUpLayout.INTERLEAVED).withBias().gateUp(),
+                ExactBf16.of(X_TOP1), WeightRows.bf16(w, 2, 4, 4).withBias(bias), routing(1, 1, new int[] {1}, new float[] {1f}));
+        assertArrayEquals(new double[] {silu(1.5) * 0.0, silu(-1.0) * 2.25}, r.exact(), 1e-15);
+        assertStoredIsRoundedExact(r);
+    }
+
+    /** The down case above with a bias per (expert, h): each slot's bias is weighted like its dot product. */
+    @Test
+    void downWeightsEachSlotsBiasWithItsRoutingWeight() {
+        short[] w = ExactBf16.of(
+                1, 1, 0, 2,          // expert 0: rows h=0, h=1
+                1, 2, 0.5, -1,       // expert 1
+                2, 0, 1, -1);        // expert 2
+        short[] inter = ExactBf16.of(1, 2, 3, -1, 1, 1, 2, 0);
+        Routing routing = routing(2, 2, new int[] {2, 0, 1, 0}, new float[] {0.25f, 0.75f, 0.5f, 0.5f});
+        float[] bias = {1, -2, 4, 8, 0.5f, 0};  // [e][h]
+        ExpertReference.Result r = ExpertReference.down(layer(2, 2, 3, 2, GateUpLayout.STACKED).withBias().down(), inter,
+                WeightRows.bf16(w, 3, 2, 2).withBias(bias), routing);
+        // the unbiased y was {2, -1.75, 2.5, -0.25}; token 0 adds 0.25 b[2] + 0.75 b[0], token 1 0.5 b[1] + 0.5 b[0]
+        double[] expected = {
+            2 + 0.25 * 0.5 + 0.75 * 1,
+            -1.75 + 0.25 * 0 + 0.75 * -2,
+            2.5 + 0.5 * 4 + 0.5 * 1,
+            -0.25 + 0.5 * 8 + 0.5 * -2,
+        };
+        assertArrayEquals(expected, r.exact(), 0);
+    }
+
+    @Test
+    void biasOnOneSideOnlyIsRefused() {
+        short[] w = ExactBf16.of(concat(EXPERT0_ROWS, GATE0, UP0, GATE1, UP1));
+        Routing top1 = routing(1, 1, new int[] {1}, new float[] {1f});
+        IllegalArgumentException noBias = assertThrows(IllegalArgumentException.class, () -> ExpertReference.gateUp(
+                layer(4, 2, 2, 1, GateUpLayout.INTERLEAVED).withBias().gateUp(), ExactBf16.of(X_TOP1), WeightRows.bf16(w, 2, 4, 4), top1));
+        assertTrue(noBias.getMessage().contains("bias=true"), noBias.getMessage());
+        IllegalArgumentException extra = assertThrows(IllegalArgumentException.class, () -> ExpertReference.gateUp(
+                layer(4, 2, 2, 1, GateUpLayout.INTERLEAVED).gateUp(), ExactBf16.of(X_TOP1),
+                WeightRows.bf16(w, 2, 4, 4).withBias(new float[8]), top1));
+        assertTrue(extra.getMessage().contains("the spec has none"), extra.getMessage());
+        IllegalArgumentException size = assertThrows(IllegalArgumentException.class,
+                () -> WeightRows.bf16(w, 2, 4, 4).withBias(new float[7]));
+        assertTrue(size.getMessage().contains("needs 8 values"), size.getMessage());
+    }
+
+    // ---------------------------------------------------------------------------------------
     // metamorphic relations on random inputs
     // ---------------------------------------------------------------------------------------
 

@@ -152,10 +152,11 @@ class SpecRoundTripTest {
         ExpertShape shape = new ExpertShape(8 * (1 + r.nextInt(1024)), 8 * (1 + r.nextInt(1024)), experts,
                 1 + r.nextInt(Math.min(experts, 32)));
         boolean gateUp = r.nextBoolean();
+        boolean bias = r.nextBoolean();
         Problem problem = gateUp
                 ? new Problem.ExpertGateUp(shape, WeightFormat.BF16, DType.BF16,
-                        GateUpLayout.values()[r.nextInt(GateUpLayout.values().length)])
-                : new Problem.ExpertDown(shape, WeightFormat.BF16, DType.BF16);
+                        GateUpLayout.values()[r.nextInt(GateUpLayout.values().length)], bias)
+                : new Problem.ExpertDown(shape, WeightFormat.BF16, DType.BF16, bias);
         int warps = 1 + r.nextInt(8);
         int tokens = 1 + r.nextInt(8);
         // warps_per_output: a divisor of warps_per_cta (any for down; 1 for a token-tiled gate_up)

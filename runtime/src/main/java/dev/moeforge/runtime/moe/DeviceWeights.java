@@ -9,7 +9,8 @@ import java.util.List;
 
 /**
  * An expert weight on the device as a kernel takes it: the codes, then the format's K-block
- * scales and row scales where it has them (the order of the kernel's weight parameters).
+ * scales and row scales where it has them, then the FP32 bias if the projection has one (the
+ * order of the kernel's weight parameters).
  */
 public record DeviceWeights(WeightFormat format, List<DeviceBuffer> buffers) implements AutoCloseable {
 
@@ -24,6 +25,18 @@ public record DeviceWeights(WeightFormat format, List<DeviceBuffer> buffers) imp
 
     /** Copies {@code w} to the device. */
     public static DeviceWeights upload(EncodedWeights w) {
+        return upload(w, null);
+    }
+
+    /**
+     * Copies {@code w} and its bias {@code [E][N]} (FP32, in the weights' row order) to the device,
+     * for a kernel whose problem has {@code bias=true}; a null bias uploads none.
+     */
+    public static DeviceWeights upload(EncodedWeights w, float[] bias) {
+        if (bias != null && bias.length != (long) w.experts() * w.rows()) {
+            throw new IllegalArgumentException("a bias for [" + w.experts() + ", " + w.rows() + ", " + w.cols()
+                    + "] weights needs " + (long) w.experts() * w.rows() + " values, got " + bias.length);
+        }
         List<DeviceBuffer> buffers = new ArrayList<>();
         try {
             buffers.add(copy(w.format().element() == WeightFormat.Element.BF16 ? DType.BF16 : DType.U8, w.codes()));
@@ -34,17 +47,27 @@ public record DeviceWeights(WeightFormat format, List<DeviceBuffer> buffers) imp
             }
             switch (w.format().rowScale()) {
                 case NONE -> { }
-                case PER_ROW, PER_TENSOR -> {
-                    DeviceBuffer b = DeviceBuffer.allocate(DType.FP32, w.rowScales().length);
-                    buffers.add(b);
-                    b.copyFrom(w.rowScales());
-                }
+                case PER_ROW, PER_TENSOR -> buffers.add(copy(w.rowScales()));
+            }
+            if (bias != null) {
+                buffers.add(copy(bias));
             }
         } catch (RuntimeException e) {
             buffers.forEach(DeviceBuffer::close);
             throw e;
         }
         return new DeviceWeights(w.format(), buffers);
+    }
+
+    private static DeviceBuffer copy(float[] values) {
+        DeviceBuffer b = DeviceBuffer.allocate(DType.FP32, values.length);
+        try {
+            b.copyFrom(values);
+        } catch (RuntimeException e) {
+            b.close();
+            throw e;
+        }
+        return b;
     }
 
     private static DeviceBuffer copy(DType dtype, byte[] bytes) {

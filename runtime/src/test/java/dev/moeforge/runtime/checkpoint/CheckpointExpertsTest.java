@@ -5,7 +5,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.format.EncodedWeights;
 import dev.moeforge.dsl.format.Projections;
 import dev.moeforge.dsl.format.RowSource;
@@ -42,20 +41,11 @@ class CheckpointExpertsTest {
 
     /** Random weights, rounded to BF16 so that the file's values are exactly these. */
     static float[] weights(long seed, int n) {
-        SplittableRandom r = new SplittableRandom(seed);
-        float[] w = new float[n];
-        for (int i = 0; i < n; i++) {
-            w[i] = Bf16.toFloat(Bf16.fromFloat((float) (r.nextGaussian() * 0.05)));
-        }
-        return w;
+        return GptOssCheckpoint.normalBf16(seed, n, 0.05);
     }
 
     static byte[] bf16Bytes(float[] w) {
-        ByteBuffer b = ByteBuffer.allocate(2 * w.length).order(ByteOrder.LITTLE_ENDIAN);
-        for (float v : w) {
-            b.putShort(Bf16.fromFloat(v));
-        }
-        return b.array();
+        return GptOssCheckpoint.bf16Bytes(w);
     }
 
     /** Gate, up and down of every expert: gate_up [E][2I][H] (gate rows then up rows) and down [E][H][I]. */
@@ -153,34 +143,15 @@ class CheckpointExpertsTest {
     /** gpt-oss: fused {@code _blocks [E, 2I, H/32, 16]}, {@code _scales}, BF16 {@code _bias}, gate/up interleaved. */
     @Test
     void gptOssFusedMxfp4() {
-        int e = 2;
-        int h = 64;
-        int i = 32;
-        float[] gu = weights(1, e * 2 * i * h);
-        float[] dn = weights(2, e * h * i);
-        float[] guBias = weights(3, e * 2 * i);
-        float[] dnBias = weights(4, e * h);
-        EncodedWeights guEnc = EncodedWeights.encode(WeightFormat.MXFP4, RowSource.of(gu, 2 * i, h), e, 2 * i, h,
-                Projections.INTERLEAVED_GATE_UP, "gu");
-        EncodedWeights dnEnc = EncodedWeights.encode(WeightFormat.MXFP4, RowSource.of(dn, h, i), e, h, i, Projections.ONE, "dn");
-        String p = "model.layers.3.mlp.experts";
-        CheckpointWriter w = new CheckpointWriter();
-        w.add(p + ".gate_up_proj_blocks", SafetensorsDType.U8, List.of((long) e, 2L * i, h / 32L, 16L), guEnc.codes());
-        w.add(p + ".gate_up_proj_scales", SafetensorsDType.U8, List.of((long) e, 2L * i, h / 32L), guEnc.blockScales());
-        w.add(p + ".gate_up_proj_bias", SafetensorsDType.BF16, List.of((long) e, 2L * i), bf16Bytes(guBias));
-        w.add(p + ".down_proj_blocks", SafetensorsDType.U8, List.of((long) e, (long) h, i / 32L, 16L), dnEnc.codes());
-        w.add(p + ".down_proj_scales", SafetensorsDType.U8, List.of((long) e, (long) h, i / 32L), dnEnc.blockScales());
-        w.add(p + ".down_proj_bias", SafetensorsDType.BF16, List.of((long) e, (long) h), bf16Bytes(dnBias));
-        w.add("model.layers.3.mlp.router.weight", SafetensorsDType.BF16, List.of((long) e, (long) h), bf16Bytes(weights(5, e * h)));
-        w.write(dir);
+        GptOssCheckpoint written = GptOssCheckpoint.write(dir, "model.layers.3.mlp", 2, 64, 32, 1, 1.0);
         try (Checkpoint ckpt = Checkpoint.open(dir)) {
             CheckpointExperts.LayerWeights lw = CheckpointExperts.load(ckpt, "model.layers.3.mlp");
             assertEquals(GateUpLayout.INTERLEAVED, lw.layout());
-            assertEquals(e, lw.experts());
-            assertEncodedEquals(guEnc, lw.gateUp());
-            assertEncodedEquals(dnEnc, lw.down());
-            assertArrayEquals(guBias, lw.gateUpBias().orElseThrow());
-            assertArrayEquals(dnBias, lw.downBias().orElseThrow());
+            assertEquals(2, lw.experts());
+            assertEncodedEquals(written.gateUp(), lw.gateUp());
+            assertEncodedEquals(written.down(), lw.down());
+            assertArrayEquals(written.gateUpBias(), lw.gateUpBias().orElseThrow());
+            assertArrayEquals(written.downBias(), lw.downBias().orElseThrow());
         }
     }
 

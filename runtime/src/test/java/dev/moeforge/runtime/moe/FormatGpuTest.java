@@ -22,10 +22,14 @@ import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
+import dev.moeforge.runtime.checkpoint.Checkpoint;
+import dev.moeforge.runtime.checkpoint.CheckpointExperts;
+import dev.moeforge.runtime.checkpoint.GptOssCheckpoint;
 import dev.moeforge.runtime.compile.CudaSource;
 import dev.moeforge.runtime.compile.NvccCompiler;
 import dev.moeforge.runtime.cuda.CudaModule;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -34,6 +38,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -121,7 +126,12 @@ class FormatGpuTest extends GpuSession {
         }
     }
 
-    record Geometry(String name, ExpertShape shape, GateUpLayout layout) {
+    /** bias: both projections carry a bias (gpt-oss), drawn once per geometry. */
+    record Geometry(String name, ExpertShape shape, GateUpLayout layout, boolean bias) {
+        Geometry(String name, ExpertShape shape, GateUpLayout layout) {
+            this(name, shape, layout, false);
+        }
+
         @Override
         public String toString() {
             return name;
@@ -133,7 +143,9 @@ class FormatGpuTest extends GpuSession {
             GateUpLayout.INTERLEAVED);
     static final Geometry RAGGED_BLOCKS = new Geometry("ragged_328x256_e5_k2", new ExpertShape(328, 256, 5, 2), GateUpLayout.STACKED);
     static final Geometry QWEN3_30B = new Geometry("qwen3_30b_a3b", new ExpertShape(2048, 768, 128, 8), GateUpLayout.STACKED);
-    static final Geometry GPT_OSS_20B = new Geometry("gpt_oss_20b", new ExpertShape(2880, 2880, 32, 4), GateUpLayout.INTERLEAVED);
+    static final Geometry GPT_OSS_20B = new Geometry("gpt_oss_20b", new ExpertShape(2880, 2880, 32, 4), GateUpLayout.INTERLEAVED, true);
+    static final Geometry SMALL_BIASED = new Geometry("small_384x256_e5_k2_interleaved_bias", new ExpertShape(384, 256, 5, 2),
+            GateUpLayout.INTERLEAVED, true);
     static final Geometry QWEN3_NEXT = new Geometry("qwen3_next_80b", new ExpertShape(2048, 512, 512, 10), GateUpLayout.STACKED);
 
     static final OutputCentric SINGLE = OutputCentricBuilder.create().build();
@@ -169,6 +181,12 @@ class FormatGpuTest extends GpuSession {
             cases.add(new Case(WeightFormat.FP8_BLOCK128, RAGGED_BLOCKS, SINGLE_NARROW, SINGLE_NARROW, m));
             cases.add(new Case(WeightFormat.FP8_BLOCK128, RAGGED_BLOCKS, TILED_NARROW, TILED_SPLIT, m));
         }
+        for (WeightFormat f : List.of(WeightFormat.BF16, WeightFormat.MXFP4, WeightFormat.NVFP4, WeightFormat.FP8_CHANNEL)) {
+            for (int m : new int[] {1, 5}) {
+                cases.add(new Case(f, SMALL_BIASED, SINGLE_NARROW, SINGLE_NARROW, m));
+                cases.add(new Case(f, SMALL_BIASED, TILED, TILED_SPLIT, m));
+            }
+        }
         cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, SINGLE, SINGLE, 1));
         cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, TILED, TILED, 8));
         cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, SINGLE, SINGLE, 1));
@@ -181,7 +199,7 @@ class FormatGpuTest extends GpuSession {
     }
 
     /** One geometry's and format's quantised weights, host and device; cases come grouped so one is kept at a time. */
-    record Weights(WeightFormat format, Geometry geometry, long seed, EncodedWeights gateUp, EncodedWeights down,
+    record Weights(WeightFormat format, Geometry geometry, long seed, WeightRows gateUp, WeightRows down,
                    DeviceWeights deviceGateUp, DeviceWeights deviceDown) implements AutoCloseable {
         @Override
         public void close() {
@@ -204,14 +222,31 @@ class FormatGpuTest extends GpuSession {
                     s.experts(), 2 * s.intermediate(), s.hidden(), Projections.of(g.layout()), "gate_up");
             EncodedWeights dn = EncodedWeights.encode(f, RowSource.normal(seed + 1, s.hidden(), 1.0 / Math.sqrt(s.intermediate())),
                     s.experts(), s.hidden(), s.intermediate(), Projections.ONE, "down");
-            weights = new Weights(f, g, seed, gu, dn, DeviceWeights.upload(gu), DeviceWeights.upload(dn));
+            if (g.bias()) {
+                // biases of the size of a row's typical sum, so that they move the clamps' and the combine's inputs
+                float[] guBias = RandomInputs.floatNormal(seed + 2, s.experts() * 2 * s.intermediate(), 0.5);
+                float[] dnBias = RandomInputs.floatNormal(seed + 3, s.experts() * s.hidden(), 0.5);
+                weights = new Weights(f, g, seed, WeightRows.of(gu).withBias(guBias), WeightRows.of(dn).withBias(dnBias),
+                        DeviceWeights.upload(gu, guBias), DeviceWeights.upload(dn, dnBias));
+            } else {
+                weights = new Weights(f, g, seed, WeightRows.of(gu), WeightRows.of(dn), DeviceWeights.upload(gu), DeviceWeights.upload(dn));
+            }
         }
         return weights;
     }
 
+    /** gpt-oss's layer at a small geometry, as a checkpoint under its real names. */
+    static final Geometry GPT_OSS_CHECKPOINT = new Geometry("gpt_oss_checkpoint_256x128_e8_k4", new ExpertShape(256, 128, 8, 4),
+            GateUpLayout.INTERLEAVED, true);
+
+    static ExpertLayerSpecs checkpointSpecs() {
+        return ExpertLayerSpecs.of("f_gpt_oss_checkpoint", GPT_OSS_CHECKPOINT.shape(), GateUpLayout.INTERLEAVED, WeightFormat.MXFP4,
+                SINGLE_NARROW, SINGLE_NARROW, runtime.target()).withGate(GateFunction.CLAMPED_SWIGLU).withBias();
+    }
+
     @BeforeAll
     static void compileSuite() throws Exception {
-        List<KernelSpec> specs = new ArrayList<>();
+        List<KernelSpec> specs = new ArrayList<>(List.of(checkpointSpecs().gateUp(), checkpointSpecs().down()));
         for (Case c : cases()) {
             specs.add(specs(c).gateUp());
             specs.add(specs(c).down());
@@ -227,11 +262,43 @@ class FormatGpuTest extends GpuSession {
         }
     }
 
-    /** gpt-oss's geometry runs its own activation, the clamped SwiGLU. */
+    /** gpt-oss's geometry runs its own activation, the clamped SwiGLU; biased geometries add bias=true. */
     static ExpertLayerSpecs specs(Case c) {
         ExpertLayerSpecs specs = ExpertLayerSpecs.of("f_" + c.format().text() + "_" + c.geometry().name() + "_" + tag(c.gateUp())
                 + "_" + tag(c.down()), c.geometry().shape(), c.geometry().layout(), c.format(), c.gateUp(), c.down(), runtime.target());
-        return c.geometry() == GPT_OSS_20B ? specs.withGate(GateFunction.CLAMPED_SWIGLU) : specs;
+        if (c.geometry() == GPT_OSS_20B) {
+            specs = specs.withGate(GateFunction.CLAMPED_SWIGLU);
+        }
+        return c.geometry().bias() ? specs.withBias() : specs;
+    }
+
+    /**
+     * From a safetensors file to the GPU: a gpt-oss layer written under its real names is loaded by
+     * CheckpointExperts (codes, scales, biases), uploaded, and run; the reference runs on the
+     * weights as written.
+     */
+    @Test
+    void gptOssCheckpointLayerRunsAsWritten(@TempDir Path dir) {
+        ExpertShape s = GPT_OSS_CHECKPOINT.shape();
+        long seed = System.nanoTime();
+        GptOssCheckpoint written = GptOssCheckpoint.write(dir, "model.layers.0.mlp", s.experts(), s.hidden(), s.intermediate(),
+                seed, 10.0);
+        ExpertLayerSpecs specs = checkpointSpecs();
+        ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()));
+        try (Checkpoint ckpt = Checkpoint.open(dir)) {
+            CheckpointExperts.LayerWeights lw = CheckpointExperts.load(ckpt, written.prefix());
+            try (DeviceWeights gu = DeviceWeights.upload(lw.gateUp(), lw.gateUpBias().orElseThrow());
+                 DeviceWeights dn = DeviceWeights.upload(lw.down(), lw.downBias().orElseThrow())) {
+                for (int tokens : new int[] {1, 6}) {
+                    short[] x = RandomInputs.bf16Normal(seed + tokens, tokens * s.hidden(), 8.0);
+                    Routing routing = RandomInputs.uniformRouting(seed + 2 * tokens, tokens, s.experts(), s.topk());
+                    ExpertReference.LayerResult ref = ExpertReference.layer(specs.gateUp(), specs.down(), x,
+                            WeightRows.of(written.gateUp()).withBias(written.gateUpBias()),
+                            WeightRows.of(written.down()).withBias(written.downBias()), routing);
+                    checkExpertLayer("gpt-oss checkpoint M=" + tokens + " seed=" + seed, layer, x, routing, gu, dn, ref, TOLERANCE);
+                }
+            }
+        }
     }
 
     @ParameterizedTest(name = "{0}")
@@ -247,7 +314,7 @@ class FormatGpuTest extends GpuSession {
         short[] x = RandomInputs.bf16Normal(seed, tokens * s.hidden(), c.geometry() == GPT_OSS_20B ? 4.0 : 1.0);
         Routing routing = RandomInputs.uniformRouting(seed + 1, tokens, s.experts(), s.topk());
         ExpertReference.LayerResult ref = ExpertReference.layer(specs.gateUp(), specs.down(), x,
-                WeightRows.of(w.gateUp()), WeightRows.of(w.down()), routing);
+                w.gateUp(), w.down(), routing);
         checkExpertLayer(c + " seed=" + seed + " weight seed=" + w.seed(), layer, x, routing, w.deviceGateUp(), w.deviceDown(),
                 ref, TOLERANCE);
     }
