@@ -883,23 +883,22 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
 // warp 0 reads the token's E scores from L2 and evaluates the epilogue tree in registers.
 // ---------------------------------------------------------------------------------------------
 
-// One expert's score, W_r[e] . x[m] in fp32, by one warp: U loads in flight per lane, butterfly sum.
-template <int H, int LB, int U>
-__device__ __forceinline__ float router_score(const __nv_bfloat16* __restrict__ w_row, const char* x_row) {
-  constexpr int kElems = LB / 2;
-  constexpr int kChunks = H / kElems;
+// A warp's part of an expert's score: W_r[e] . x[m] over the load chunks [begin, end) of the row
+// (16-byte loads, U in flight per lane), butterfly-summed in fp32.
+template <int LB, int U>
+__device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restrict__ w_row, const char* x_row,
+                                                   int begin, int end) {
   constexpr int kStep = 32 * U;
-  constexpr bool kWhole = kChunks % kStep == 0;
   const int lane = threadIdx.x & 31;
   const char* row = reinterpret_cast<const char*>(w_row);
   float acc = 0.0f;
 #pragma unroll 1
-  for (int c0 = 0; c0 < kChunks; c0 += kStep) {
+  for (int c0 = begin; c0 < end; c0 += kStep) {
     Lane<LB> wv[U], av[U];
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = c0 + i * 32 + lane;
-      const bool in = kWhole || c < kChunks;
+      const bool in = c < end;
       wv[i] = in ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
       av[i] = in ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
     }
@@ -909,22 +908,56 @@ __device__ __forceinline__ float router_score(const __nv_bfloat16* __restrict__ 
   return warp_sum(acc);
 }
 
+// The scores of the block's experts [first, last) (at most N of them) by its W warps; store(e, v)
+// takes each. With at least twice as many warps as experts, each expert's row is split over
+// kSplit = W / N warps (contiguous spans of whole 32-load steps), so a row takes fewer dependent
+// load rounds; the parts meet in shared memory and are added in warp order (deterministic).
+// Every thread of the block must call it.
+template <int H, int N, int W, int LB, int U, class Store>
+__device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w_router, const char* x_row, int first,
+                                             int last, Store store) {
+  constexpr int kChunks = H / (LB / 2);
+  constexpr int kSplit = W >= 2 * N ? W / N : 1;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  if constexpr (kSplit == 1) {
+    for (int e = first + warp; e < last; e += W) {
+      const float score = router_score_span<LB, U>(w_router + static_cast<size_t>(e) * H, x_row, 0, kChunks);
+      if (lane == 0) store(e, score);
+    }
+  } else {
+    constexpr int kSpan = ceil_div(ceil_div(kChunks, kSplit), 32) * 32;
+    __shared__ float parts[W];
+    const int part = warp % kSplit;
+    const int e = first + warp / kSplit;
+    const int begin = part * kSpan;
+    const bool mine = warp / kSplit < N && e < last;
+    const float v = mine && begin < kChunks
+        ? router_score_span<LB, U>(w_router + static_cast<size_t>(e) * H, x_row, begin, min_int(kChunks, begin + kSpan))
+        : 0.0f;
+    if (lane == 0) parts[warp] = v;
+    __syncthreads();
+    if (mine && part == 0 && lane == 0) {
+      float total = 0.0f;
+#pragma unroll
+      for (int p = 0; p < kSplit; ++p) total += parts[warp + p];
+      store(e, total);
+    }
+  }
+}
+
 // Returns true in the token's last block (every thread of it); the ticket is reset for the next launch.
 template <int H, int E, int W, int LB, int U, int EPC>
 __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ x,
                                               const __nv_bfloat16* __restrict__ w_router,
                                               float* __restrict__ scores, int* __restrict__ counters, int num_tokens) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
   const int token = blockIdx.y;
   if (token >= num_tokens) return false;  // uniform over the block
   const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
   const int first = blockIdx.x * EPC;
-  const int last = min_int(E, first + EPC);
-  for (int e = first + warp; e < last; e += W) {
-    const float score = router_score<H, LB, U>(w_router + static_cast<size_t>(e) * H, x_row);
-    if (lane == 0) scores[static_cast<size_t>(token) * E + e] = score;
-  }
+  float* token_scores = scores + static_cast<size_t>(token) * E;
+  block_scores<H, EPC, W, LB, U>(w_router, x_row, first, min_int(E, first + EPC),
+                                 [&](int e, float v) { token_scores[e] = v; });
   __threadfence();  // this block's scores are visible device-wide before its ticket is
   __syncthreads();
   __shared__ int is_last;
@@ -952,16 +985,11 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
   const int rank = static_cast<int>(cluster.block_rank());
   const int token = blockIdx.y;
   if (token >= num_tokens) return nullptr;  // uniform over the cluster: it shares blockIdx.y
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
   float* first_block = cluster.map_shared_rank(scores, 0);
   const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
   const int first = rank * kPerBlock;
-  const int last = min_int(E, first + kPerBlock);
-  for (int e = first + warp; e < last; e += W) {
-    const float score = router_score<H, LB, U>(w_router + static_cast<size_t>(e) * H, x_row);
-    if (lane == 0) first_block[e] = score;
-  }
+  block_scores<H, kPerBlock, W, LB, U>(w_router, x_row, first, min_int(E, first + kPerBlock),
+                                       [&](int e, float v) { first_block[e] = v; });
   cluster.sync();
   return rank == 0 ? scores : nullptr;
 }

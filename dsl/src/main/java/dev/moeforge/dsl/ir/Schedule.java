@@ -43,9 +43,12 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Router
      * ({@code W_r[e] . x[m]}, 16-byte loads, FP32); the last block of a token to finish (an atomic
      * ticket) reads the token's E scores back from L2 and one warp evaluates the whole epilogue
      * tree (softmax, top-k, biases, renormalisation) in registers before storing the routing table.
-     * One launch per router call, no host synchronisation.
+     * One launch per router call, no host synchronisation. With at least twice as many warps as
+     * experts per block, each score's row is split over {@code warpsPerCta / expertsPerCta} warps
+     * (fewer dependent load rounds for long rows), their parts added in shared memory in warp order.
      *
      * @param warpsPerCta   warps per thread block, each computing every warpsPerCta-th expert of the block
+     *                      (or a part of one expert's score, see above)
      * @param loadBytes     bytes each lane loads per load of a router row (16 = LDG.128)
      * @param kUnroll       loads per lane issued before the first is used
      * @param expertsPerCta experts of one token per thread block: fewer means more blocks in flight
@@ -57,7 +60,9 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Router
      * {@code clusterSize} blocks each compute a slice of the expert scores (one warp per score)
      * and write them straight into block 0's shared memory (distributed shared memory); after
      * {@code cluster.sync()} one warp of block 0 evaluates the epilogue tree. The scores never
-     * reach global memory and no fence or atomic ticket is needed.
+     * reach global memory and no fence or atomic ticket is needed. As in {@link RouterGemv}, a block
+     * with at least twice as many warps as its {@code ceil(E / clusterSize)} experts splits each score
+     * over its warps.
      *
      * @param clusterSize blocks per token, 1..8 (the portable cluster size)
      * @param warpsPerCta warps per block

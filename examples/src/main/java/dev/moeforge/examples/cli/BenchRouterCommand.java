@@ -138,13 +138,14 @@ public final class BenchRouterCommand implements Callable<Integer> {
                 }
                 continue;
             }
-            for (int[] w : new int[][] {{1, 1}, {2, 2}, {4, 8}}) {
+            // warps x experts per block; with at least twice as many warps as experts, each score is split over warps
+            for (int[] w : new int[][] {{1, 1}, {2, 2}, {4, 8}, {8, 2}, {8, 4}, {16, 4}, {16, 8}, {32, 8}}) {
                 Schedule.RouterGemv g = new Schedule.RouterGemv(w[0], 16, 8, w[1]);
                 String name = s.name() + "_" + scheduleTag(g);
                 all.add(new Shape(name, s.tokens(), s.spec().withSchedule(g).withName("sweep_" + name), s.torchRule()));
             }
             // thread-block clusters: cluster size x warps per block
-            for (int[] cw : new int[][] {{8, 16}, {8, 32}, {4, 32}, {8, 8}}) {
+            for (int[] cw : new int[][] {{8, 16}, {8, 32}, {4, 32}, {8, 8}, {4, 16}, {2, 32}}) {
                 Schedule.RouterCluster c = new Schedule.RouterCluster(cw[0], cw[1], 16, 8);
                 String name = s.name() + "_" + scheduleTag(c);
                 all.add(new Shape(name, s.tokens(), s.spec().withSchedule(c).withName("sweep_" + name), s.torchRule()));

@@ -83,6 +83,8 @@ class RouterGpuTest extends GpuSession {
     static final List<Schedule> SCHEDULES = List.of(
             new Schedule.RouterGemv(4, 16, 8, 4),
             new Schedule.RouterGemv(8, 8, 2, 16),
+            // 16 warps on 4 experts: each score split over 4 warps, 4-byte loads so that the spans are ragged
+            new Schedule.RouterGemv(16, 4, 1, 4),
             new Schedule.RouterCluster(8, 16, 16, 8),
             new Schedule.RouterCluster(3, 4, 8, 2),
             new Schedule.RouterTiled(16, 4, 64, 3),
