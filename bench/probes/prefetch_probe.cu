@@ -120,6 +120,19 @@ void launch(KernelT kernel, dim3 grid, dim3 block, cudaStream_t s, Args... args)
   CK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
+// Per-layer times of `reps` replays after 10 warm-ups (us, sorted).
+std::vector<float> per_layer_us(cudaGraphExec_t ge, cudaStream_t s, cudaEvent_t a, cudaEvent_t z, int reps) {
+  std::vector<float> t;
+  for (int r = 0; r < reps + 10; ++r) {
+    CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(z, s));
+    CK(cudaEventSynchronize(z));
+    float ms; CK(cudaEventElapsedTime(&ms, a, z));
+    if (r >= 10) t.push_back(ms * 1000.0f / kLayers);
+  }
+  std::sort(t.begin(), t.end());
+  return t;
+}
+
 struct LayerBufs {
   void* gu_codes; void* gu_scales; float* gu_row;
   void* dn_codes; void* dn_scales; float* dn_row;
@@ -184,14 +197,7 @@ void run_format(const char* name, std::mt19937& rng, int reps) {
     }
     CK(cudaStreamEndCapture(s, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
-    std::vector<float> t;
-    for (int r = 0; r < reps + 10; ++r) {
-      CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(z, s));
-      CK(cudaEventSynchronize(z));
-      float ms; CK(cudaEventElapsedTime(&ms, a, z));
-      if (r >= 10) t.push_back(ms * 1000.0f / kLayers);
-    }
-    std::sort(t.begin(), t.end());
+    const std::vector<float> t = per_layer_us(ge, s, a, z, reps);
     const double bytes = (double)(guc + gus + dnc + dns) / kE * kK;
     std::printf("%-14s %-9s layer %7.2f us  p10 %7.2f p90 %7.2f  %.1f MB  %.0f GB/s\n", name, modes[mode],
                 t[t.size() / 2], t[t.size() / 10], t[t.size() * 9 / 10], bytes / 1e6, bytes / (t[t.size() / 2] * 1e3));
@@ -212,14 +218,7 @@ void run_format(const char* name, std::mt19937& rng, int reps) {
     }
     CK(cudaStreamEndCapture(s, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
-    std::vector<float> t;
-    for (int r = 0; r < reps + 10; ++r) {
-      CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(z, s));
-      CK(cudaEventSynchronize(z));
-      float ms; CK(cudaEventElapsedTime(&ms, a, z));
-      if (r >= 10) t.push_back(ms * 1000.0f / kLayers);
-    }
-    std::sort(t.begin(), t.end());
+    const std::vector<float> t = per_layer_us(ge, s, a, z, reps);
     const char* parts[] = {"gate_up dram", "gate_up l2", "down dram", "down l2", "empty"};
     std::printf("%-14s %-13s %7.2f us\n", name, parts[part], t[t.size() / 2]);
     CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
