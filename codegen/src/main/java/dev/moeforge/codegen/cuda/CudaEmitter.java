@@ -64,9 +64,11 @@ public final class CudaEmitter {
         constant(constants, "int", "kLoadBytes", g.loadBytes());
         constant(constants, "int", "kUnroll", g.kUnroll());
         constant(constants, "int", "kExpertsPerCta", g.expertsPerCta());
+        int split = LaunchGeometry.routerWarpsPerScore(spec);
+        constant(constants, "int", "kWarpsPerScore", split);
         return routerModel(spec, specText, constants, g.warpsPerCta(), List.of(
-                "router: " + LaunchGeometry.routerBlocksPerToken(spec) + " blocks per token, one warp per expert score; "
-                        + "the token's last block evaluates the epilogue in warp 0.",
+                "router: " + LaunchGeometry.routerBlocksPerToken(spec) + " blocks per token, " + scoreWarps(split)
+                        + "; the token's last block evaluates the epilogue in warp 0.",
                 "Each lane loads " + g.loadBytes() + " bytes, " + g.kUnroll() + " loads in flight per row.",
                 "Ties go to the lower expert id; NaN ranks below every number.",
                 "Workspace: scores [M][E] fp32, counters [M] int32 (zero before the first launch; left zero)."),
@@ -80,8 +82,10 @@ public final class CudaEmitter {
         constant(constants, "int", "kWarpsPerCta", c.warpsPerCta());
         constant(constants, "int", "kLoadBytes", c.loadBytes());
         constant(constants, "int", "kUnroll", c.kUnroll());
+        int split = LaunchGeometry.routerWarpsPerScore(spec);
+        constant(constants, "int", "kWarpsPerScore", split);
         Map<String, Object> model = routerModel(spec, specText, constants, c.warpsPerCta(), List.of(
-                "router: one cluster of " + c.clusterSize() + " blocks per token, one warp per expert score, the scores "
+                "router: one cluster of " + c.clusterSize() + " blocks per token, " + scoreWarps(split) + ", the scores "
                         + "written into block 0's shared memory; block 0's warp 0 evaluates the epilogue after cluster.sync().",
                 "Each lane loads " + c.loadBytes() + " bytes, " + c.kUnroll() + " loads in flight per row.",
                 "Ties go to the lower expert id; NaN ranks below every number."),
@@ -119,6 +123,12 @@ public final class CudaEmitter {
         constant(constants, "int", "kHidden", r.hidden());
         constant(constants, "int", "kExperts", r.experts());
         return constants;
+    }
+
+    /** How a decode router's warps share the scores (LaunchGeometry.routerWarpsPerScore). */
+    private static String scoreWarps(int split) {
+        return split == 1 ? "one warp per expert score"
+                : "each expert score split over " + split + " warps (parts added in warp order)";
     }
 
     /** The model all router templates share; {@code scores} loads the token's row of scores. */

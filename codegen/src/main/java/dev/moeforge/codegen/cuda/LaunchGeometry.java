@@ -53,6 +53,26 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
         return ceilDiv(((Problem.Router) spec.problem()).experts(), g.expertsPerCta());
     }
 
+    /**
+     * Warps that share one expert score in a decode router block: with at least twice as many
+     * warps as the block's experts, each row is split over {@code warps / experts} warps (fewer
+     * dependent load rounds for long rows); otherwise one warp per score. The kernel takes this
+     * as {@code kWarpsPerScore}.
+     */
+    public static int routerWarpsPerScore(KernelSpec spec) {
+        int experts = ((Problem.Router) spec.problem()).experts();
+        return switch (spec.schedule()) {
+            case Schedule.RouterGemv g -> warpsPerScore(g.warpsPerCta(), g.expertsPerCta());
+            case Schedule.RouterCluster c -> warpsPerScore(c.warpsPerCta(), ceilDiv(experts, c.clusterSize()));
+            case Schedule.RouterTiled _, OutputCentric _ ->
+                    throw new IllegalArgumentException("only router_gemv and router_cluster score with warps: " + spec.name());
+        };
+    }
+
+    private static int warpsPerScore(int warps, int expertsPerBlock) {
+        return warps >= 2 * expertsPerBlock ? warps / expertsPerBlock : 1;
+    }
+
     /** The largest token count one launch takes (gridDim.y bound). */
     public static int maxTokens(KernelSpec spec) {
         return switch (spec.schedule()) {

@@ -878,7 +878,7 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
 
 // ---------------------------------------------------------------------------------------------
 // Router (schedule router_gemv). Phase 1, every block: the scores of its slice of experts for one
-// token, one warp per expert (W_r[e] . x[m], fp32), written to the scores workspace. Phase 2, the
+// token, one warp per expert or SPLIT warps per expert (W_r[e] . x[m], fp32; see block_scores), written to the scores workspace. Phase 2, the
 // last block of the token to finish (an atomic ticket; __threadfence orders the scores first):
 // warp 0 reads the token's E scores from L2 and evaluates the epilogue tree in registers.
 // ---------------------------------------------------------------------------------------------
@@ -909,15 +909,16 @@ __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restri
 }
 
 // The scores of the block's experts [first, last) (at most N of them) by its W warps; store(e, v)
-// takes each. With at least twice as many warps as experts, each expert's row is split over
-// kSplit = W / N warps (contiguous spans of whole 32-load steps), so a row takes fewer dependent
-// load rounds; the parts meet in shared memory and are added in warp order (deterministic).
-// Every thread of the block must call it.
-template <int H, int N, int W, int LB, int U, class Store>
+// takes each. With SPLIT > 1 (the generator's choice, LaunchGeometry.routerWarpsPerScore) each
+// expert's row is split over SPLIT warps (contiguous spans of whole 32-load steps), so a row takes
+// fewer dependent load rounds; the parts meet in shared memory and are added in warp order
+// (deterministic). Every thread of the block must call it.
+template <int H, int N, int W, int LB, int U, int SPLIT, class Store>
 __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w_router, const char* x_row, int first,
                                              int last, Store store) {
   constexpr int kChunks = H / (LB / 2);
-  constexpr int kSplit = W >= 2 * N ? W / N : 1;
+  constexpr int kSplit = SPLIT;
+  static_assert(kSplit >= 1 && (kSplit == 1 || kSplit * N <= W), "a split needs SPLIT warps for each of the N experts");
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   if constexpr (kSplit == 1) {
@@ -947,7 +948,7 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
 }
 
 // Returns true in the token's last block (every thread of it); the ticket is reset for the next launch.
-template <int H, int E, int W, int LB, int U, int EPC>
+template <int H, int E, int W, int LB, int U, int EPC, int SPLIT>
 __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ x,
                                               const __nv_bfloat16* __restrict__ w_router,
                                               float* __restrict__ scores, int* __restrict__ counters, int num_tokens) {
@@ -956,7 +957,7 @@ __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ 
   const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
   const int first = blockIdx.x * EPC;
   float* token_scores = scores + static_cast<size_t>(token) * E;
-  block_scores<H, EPC, W, LB, U>(w_router, x_row, first, min_int(E, first + EPC),
+  block_scores<H, EPC, W, LB, U, SPLIT>(w_router, x_row, first, min_int(E, first + EPC),
                                  [&](int e, float v) { token_scores[e] = v; });
   __threadfence();  // this block's scores are visible device-wide before its ticket is
   __syncthreads();
@@ -972,10 +973,10 @@ __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ 
 }
 
 // The cluster form (schedule router_cluster): the C blocks of a token's cluster each score every
-// C-th slice of E / C experts, one warp per expert, and store straight into block 0's shared memory
+// C-th slice of E / C experts (one warp or SPLIT warps per expert), and store straight into block 0's shared memory
 // (distributed shared memory); cluster.sync() orders those stores before block 0 reads them.
 // Returns block 0's scores (to every thread of block 0) and nullptr in the other blocks.
-template <int H, int E, int W, int LB, int U, int C>
+template <int H, int E, int W, int LB, int U, int C, int SPLIT>
 __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat16* __restrict__ x,
                                                               const __nv_bfloat16* __restrict__ w_router, int num_tokens) {
   namespace cg = cooperative_groups;
@@ -988,7 +989,7 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
   float* first_block = cluster.map_shared_rank(scores, 0);
   const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
   const int first = rank * kPerBlock;
-  block_scores<H, kPerBlock, W, LB, U>(w_router, x_row, first, min_int(E, first + kPerBlock),
+  block_scores<H, kPerBlock, W, LB, U, SPLIT>(w_router, x_row, first, min_int(E, first + kPerBlock),
                                        [&](int e, float v) { first_block[e] = v; });
   cluster.sync();
   return rank == 0 ? scores : nullptr;

@@ -25,7 +25,7 @@ extern "C" __global__ void __cluster_dims__(${clusterSize}, 1, 1) __launch_bound
 </#list>
 ) {
   mf::begin_after_previous_kernel();
-  const float* scores = mf::router_scores_cluster<kHidden, kExperts, kWarpsPerCta, kLoadBytes, kUnroll, kClusterSize>(
+  const float* scores = mf::router_scores_cluster<kHidden, kExperts, kWarpsPerCta, kLoadBytes, kUnroll, kClusterSize, kWarpsPerScore>(
       x, w_router, num_tokens);
   if (scores == nullptr || threadIdx.x >= 32) return;  // warp 0 of the cluster's block 0 evaluates the epilogue
   const int token = blockIdx.y;

@@ -25,7 +25,7 @@ extern "C" __global__ void __launch_bounds__(${launchBounds}) ${name}(
 </#list>
 ) {
   mf::begin_after_previous_kernel();
-  if (!mf::router_scores<kHidden, kExperts, kWarpsPerCta, kLoadBytes, kUnroll, kExpertsPerCta>(
+  if (!mf::router_scores<kHidden, kExperts, kWarpsPerCta, kLoadBytes, kUnroll, kExpertsPerCta, kWarpsPerScore>(
           x, w_router, scores, counters, num_tokens)) {
     return;
   }

@@ -105,6 +105,26 @@ class LaunchGeometryTest {
         assertEquals((Integer.MAX_VALUE - 1) / 48 + 1, LaunchGeometry.of(spec, Integer.MAX_VALUE).gridX());
     }
 
+    /** The catalogue's decode routers: a split needs at least twice as many warps as a block's experts. */
+    @Test
+    void routerWarpsPerScore() {
+        var rule = dev.moeforge.dsl.build.RoutingRules.softmaxTopKRenormalized(4, dev.moeforge.dsl.ir.DType.FP32);
+        java.util.function.BiFunction<Integer, dev.moeforge.dsl.ir.Schedule, Integer> split = (experts, schedule) ->
+                LaunchGeometry.routerWarpsPerScore(KernelBuilder.named("r").router(2880, experts).schedule(schedule).epilogue(rule).build());
+        // gpt-oss: E = 32 over a cluster of 8 -> 4 experts per block; 16 warps -> 4 per score, 32 -> 8
+        assertEquals(4, split.apply(32, new dev.moeforge.dsl.ir.Schedule.RouterCluster(8, 16, 16, 8)));
+        assertEquals(8, split.apply(32, new dev.moeforge.dsl.ir.Schedule.RouterCluster(8, 32, 16, 8)));
+        // Qwen3-30B-A3B: E = 128 over 8 -> 16 per block, 16 warps: one warp per score
+        assertEquals(1, split.apply(128, new dev.moeforge.dsl.ir.Schedule.RouterCluster(8, 16, 16, 8)));
+        // E = 60 over 8 -> 8 per block (ceil); 15 warps < 16: no split
+        assertEquals(1, split.apply(60, new dev.moeforge.dsl.ir.Schedule.RouterCluster(8, 15, 16, 8)));
+        // gemv: 8 warps x 2 experts -> 4; 8 x 4 -> 2; 4 x 4 -> 1; 16 x 5 -> 3 (floor, 15 of 16 warps work)
+        assertEquals(4, split.apply(256, new dev.moeforge.dsl.ir.Schedule.RouterGemv(8, 16, 8, 2)));
+        assertEquals(2, split.apply(512, new dev.moeforge.dsl.ir.Schedule.RouterGemv(8, 16, 8, 4)));
+        assertEquals(1, split.apply(512, new dev.moeforge.dsl.ir.Schedule.RouterGemv(4, 16, 8, 4)));
+        assertEquals(3, split.apply(512, new dev.moeforge.dsl.ir.Schedule.RouterGemv(16, 16, 8, 5)));
+    }
+
     @Test
     void maxTokens() {
         assertEquals(65_535 / 8, LaunchGeometry.maxTokens(gateUp(QWEN3, 4, 1)), "gate_up single token: M*k <= 65535");

@@ -39,8 +39,8 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Router
 
     /**
      * The decode router (seed 000's warp GEMV, seed 002's fused epilogue): the experts of a token
-     * are spread over {@code ceil(E / expertsPerCta)} thread blocks, one warp per expert score
-     * ({@code W_r[e] . x[m]}, 16-byte loads, FP32); the last block of a token to finish (an atomic
+     * are spread over {@code ceil(E / expertsPerCta)} thread blocks, one warp per expert score (or
+     * several, see below; {@code W_r[e] . x[m]}, 16-byte loads, FP32); the last block of a token to finish (an atomic
      * ticket) reads the token's E scores back from L2 and one warp evaluates the whole epilogue
      * tree (softmax, top-k, biases, renormalisation) in registers before storing the routing table.
      * One launch per router call, no host synchronisation. With at least twice as many warps as
@@ -57,8 +57,8 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Router
 
     /**
      * The decode router on a thread-block cluster (sm_90 and later): a token's
-     * {@code clusterSize} blocks each compute a slice of the expert scores (one warp per score)
-     * and write them straight into block 0's shared memory (distributed shared memory); after
+     * {@code clusterSize} blocks each compute a slice of the expert scores (one warp per score, or
+     * several, see below) and write them straight into block 0's shared memory (distributed shared memory); after
      * {@code cluster.sync()} one warp of block 0 evaluates the epilogue tree. The scores never
      * reach global memory and no fence or atomic ticket is needed. As in {@link RouterGemv}, a block
      * with at least twice as many warps as its {@code ceil(E / clusterSize)} experts splits each score
