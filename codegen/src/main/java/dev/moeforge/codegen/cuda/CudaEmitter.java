@@ -3,6 +3,7 @@ package dev.moeforge.codegen.cuda;
 import dev.moeforge.dsl.check.EpilogueTypes;
 import dev.moeforge.dsl.check.OutputCentricLayout;
 import dev.moeforge.dsl.check.RouterTileLayout;
+import dev.moeforge.dsl.check.TensorCoreTileLayout;
 import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
@@ -44,6 +45,7 @@ public final class CudaEmitter {
         String specText = SpecPrinter.print(spec);
         String source = switch (spec.schedule()) {
             case OutputCentric oc -> render("output_centric.cu.ftl", outputCentricModel(spec, oc, specText));
+            case Schedule.OutputTensorCore tc -> render("output_centric.cu.ftl", outputTensorCoreModel(spec, tc, specText));
             case Schedule.RouterGemv g -> render("router_gemv.cu.ftl", routerModel(spec, g, specText));
             case Schedule.RouterCluster c -> render("router_cluster.cu.ftl", routerClusterModel(spec, c, specText));
             case Schedule.RouterTiled t -> render("router_tiled.cu.ftl", routerTiledModel(spec, t, specText));
@@ -149,11 +151,67 @@ public final class CudaEmitter {
         return model;
     }
 
+    /**
+     * What a schedule of an expert kernel contributes to the generated source: its constants and
+     * template arguments, the device bodies it calls, the unit a warp owns, its notes, its shared
+     * memory and its launch bounds. The rest (shape, format, epilogue, signature) is the problem's.
+     */
+    private record ExpertLowering(boolean tensorCores, List<Map<String, String>> constants, String templateArgs, String gateUpBody,
+                                  String downBody, String gateUpUnit, String downUnit, List<String> notes,
+                                  long sharedBytes, int warpsPerCta, int minBlocksPerSm) {}
+
     private static Map<String, Object> outputCentricModel(KernelSpec spec, OutputCentric oc, String specText) {
         Problem.ExpertProblem problem = (Problem.ExpertProblem) spec.problem();  // validated pairing
-        var shape = problem.shape();
         OutputCentricLayout layout = OutputCentricLayout.of(problem, oc);
         boolean tiled = oc.tokensPerCta() > 1;
+        List<Map<String, String>> constants = new ArrayList<>();
+        constant(constants, "int", "kWarpsPerCta", oc.warpsPerCta());
+        constant(constants, "int", "kLoadBytes", oc.loadBytes());
+        constant(constants, "int", "kUnroll", oc.kUnroll());
+        if (tiled) {
+            constant(constants, "int", "kTokensPerCta", oc.tokensPerCta());
+        }
+        constant(constants, "int", "kWarpsPerOutput", oc.warpsPerOutput());
+        List<String> notes = new ArrayList<>();
+        notes.add("Each lane loads " + oc.loadBytes() + " bytes, " + oc.kUnroll() + " loads in flight per row; a row is "
+                + layout.chunksPerRow() + " loads in " + layout.blocksPerRow() + " pass(es).");
+        if (oc.warpsPerOutput() > 1) {
+            notes.add(oc.warpsPerOutput() + " warps share each output; their partial sums are added in shared memory in warp order.");
+        }
+        return expertModel(spec, specText, new ExpertLowering(false, constants,
+                "kWarpsPerCta, kLoadBytes, kUnroll" + (tiled ? ", kTokensPerCta" : "") + ", kWarpsPerOutput",
+                tiled ? "gate_up_token_tile" : "gate_up_single_token", tiled ? "down_token_tile" : "down_single_token",
+                "one warp per (" + (tiled ? "tile of " + oc.tokensPerCta() + " tokens, distinct expert" : "token, routed slot")
+                        + ", neuron)",
+                "one warp per (" + (tiled ? "tile of " + oc.tokensPerCta() + " tokens" : "token") + ", hidden output)",
+                notes, layout.sharedBytes(), oc.warpsPerCta(), oc.minBlocksPerSm()));
+    }
+
+    private static Map<String, Object> outputTensorCoreModel(KernelSpec spec, Schedule.OutputTensorCore tc, String specText) {
+        Problem.ExpertProblem problem = (Problem.ExpertProblem) spec.problem();  // validated pairing
+        TensorCoreTileLayout layout = TensorCoreTileLayout.of(problem, tc);
+        List<Map<String, String>> constants = new ArrayList<>();
+        constant(constants, "int", "kWarpsPerCta", tc.warpsPerCta());
+        constant(constants, "int", "kUnroll", tc.kUnroll());
+        constant(constants, "int", "kWarpsPerTile", tc.warpsPerTile());
+        List<String> notes = new ArrayList<>();
+        notes.add("Codes decode to bf16 in registers and meet the activations, staged in shared memory, in mma.sync "
+                + "m16n8k16 with FP32 accumulation.");
+        notes.add("A row is " + layout.chunksPerRow() + " chunks of 32 codes in " + layout.stepsPerRow() + " steps of 4 (one chunk "
+                + "per lane of a row group); " + tc.kUnroll() + " steps in flight per lane.");
+        if (tc.warpsPerTile() > 1) {
+            notes.add(tc.warpsPerTile() + " warps share each tile; their partial sums are added in shared memory in warp order.");
+        }
+        return expertModel(spec, specText, new ExpertLowering(true, constants, "kWarpsPerCta, kUnroll, kWarpsPerTile",
+                "gate_up_tensor_core", "down_tensor_core",
+                "one warp per (token, routed slot, tile of 8 neurons: their gate and up rows)",
+                "one warp per (token, tile of 16 hidden outputs)",
+                notes, layout.sharedBytes(), tc.warpsPerCta(), tc.minBlocksPerSm()));
+    }
+
+    private static Map<String, Object> expertModel(KernelSpec spec, String specText, ExpertLowering lowering) {
+        Problem.ExpertProblem problem = (Problem.ExpertProblem) spec.problem();  // validated pairing
+        var shape = problem.shape();
         List<Map<String, String>> constants = new ArrayList<>();
         constant(constants, "int", "kHidden", shape.hidden());
         constant(constants, "int", "kIntermediate", shape.intermediate());
@@ -165,20 +223,13 @@ public final class CudaEmitter {
                 case INTERLEAVED -> "mf::GateUpLayout::kInterleaved";
             }));
         }
-        constant(constants, "int", "kWarpsPerCta", oc.warpsPerCta());
-        constant(constants, "int", "kLoadBytes", oc.loadBytes());
-        constant(constants, "int", "kUnroll", oc.kUnroll());
-        if (tiled) {
-            constant(constants, "int", "kTokensPerCta", oc.tokensPerCta());
-        }
-        constant(constants, "int", "kWarpsPerOutput", oc.warpsPerOutput());
+        constants.addAll(lowering.constants());
         if (problem.bias()) {
             constants.add(Map.of("type", "bool", "name", "kBias", "value", "true"));
         }
 
         String shapeArgs = "Format, kHidden, kIntermediate, kExperts, kTopk";
-        String scheduleArgs = "kWarpsPerCta, kLoadBytes, kUnroll" + (tiled ? ", kTokensPerCta" : "") + ", kWarpsPerOutput"
-                + (problem.bias() ? ", kBias" : "");
+        String scheduleArgs = lowering.templateArgs() + (problem.bias() ? ", kBias" : "");
         EpilogueNode root = spec.epilogue();
         String body;
         String templateArgs;
@@ -188,40 +239,34 @@ public final class CudaEmitter {
         List<String> notes = new ArrayList<>();
         switch (problem) {
             case Problem.ExpertGateUp g -> {
-                body = tiled ? "gate_up_token_tile" : "gate_up_single_token";
+                body = lowering.gateUpBody();
                 templateArgs = shapeArgs + ", kLayout, " + scheduleArgs;
                 callArgs = "x, " + weightArgs("w_gate_up", problem) + ", topk_ids, inter, num_tokens";
                 epilogueParams = "float gate, float up";
                 bound.put(Acc.GATE, "gate");
                 bound.put(Acc.UP, "up");
-                notes.add("gate_up: one warp per (" + (tiled ? "tile of " + oc.tokensPerCta() + " tokens, distinct expert"
-                        : "token, routed slot") + ", neuron); gate and up rows "
+                notes.add("gate_up: " + lowering.gateUpUnit() + "; gate and up rows "
                         + (g.layout() == GateUpLayout.STACKED ? "stacked ([gate; up])" : "interleaved (2i, 2i+1)") + ".");
             }
             case Problem.ExpertDown _ -> {
-                body = tiled ? "down_token_tile" : "down_single_token";
+                body = lowering.downBody();
                 templateArgs = shapeArgs + ", " + scheduleArgs;
                 callArgs = "inter, " + weightArgs("w_down", problem) + ", topk_ids, topk_weights, y, num_tokens";
                 epilogueParams = "float combined";
                 if (root instanceof Store(Combine c, var _)) {
                     bound.put(c, "combined");
                 }
-                notes.add("down: one warp per (" + (tiled ? "tile of " + oc.tokensPerCta() + " tokens" : "token")
-                        + ", hidden output); routing weights folded into one FP32 accumulator.");
+                notes.add("down: " + lowering.downUnit() + "; routing weights folded into one FP32 accumulator.");
             }
         }
-        notes.add(formatNote(problem.weights()));
+        notes.add(formatNote(problem.weights(), lowering.tensorCores()));
         if (problem.bias()) {
             notes.add("Bias: an FP32 value per expert and row, added to the row's sum"
                     + (problem instanceof Problem.ExpertDown ? " (weighted by the slot's routing weight in the combine)." : "."));
         }
-        notes.add("Each lane loads " + oc.loadBytes() + " bytes, " + oc.kUnroll() + " loads in flight per row; a row is "
-                + layout.chunksPerRow() + " loads in " + layout.blocksPerRow() + " pass(es).");
-        if (oc.warpsPerOutput() > 1) {
-            notes.add(oc.warpsPerOutput() + " warps share each output; their partial sums are added in shared memory in warp order.");
-        }
-        if (layout.sharedBytes() > 0) {
-            notes.add("Dynamic shared memory: " + layout.sharedBytes() + " bytes.");
+        notes.addAll(lowering.notes());
+        if (lowering.sharedBytes() > 0) {
+            notes.add("Dynamic shared memory: " + lowering.sharedBytes() + " bytes.");
         }
         notes.add("Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.");
 
@@ -235,9 +280,9 @@ public final class CudaEmitter {
         model.put("epilogueText", EpilogueTypes.describe(root));
         model.put("epilogueParams", epilogueParams);
         model.put("epilogueLines", EpilogueEmitter.emit(root, bound));
-        model.put("launchBounds", oc.minBlocksPerSm() == 0
-                ? Integer.toString(32 * oc.warpsPerCta())
-                : 32 * oc.warpsPerCta() + ", " + oc.minBlocksPerSm());
+        model.put("launchBounds", lowering.minBlocksPerSm() == 0
+                ? Integer.toString(32 * lowering.warpsPerCta())
+                : 32 * lowering.warpsPerCta() + ", " + lowering.minBlocksPerSm());
         model.put("name", spec.name());
         model.put("params", signature.params().stream().map(KernelParam::cudaDeclaration).toList());
         model.put("body", body);
@@ -269,13 +314,16 @@ public final class CudaEmitter {
     }
 
     /** One line on how the kernel reads the weights: codes, scales and where each scale is applied. */
-    static String formatNote(WeightFormat format) {
+    /** How a kernel decodes format's codes and applies its scales; tensorCores: the output_tensor_core bodies. */
+    static String formatNote(WeightFormat format, boolean tensorCores) {
         String element = switch (format.element()) {
             case BF16 -> "plain bf16 rows, no scales";
             case E4M3 -> "E4M3 codes (hardware fp8x2 conversion)";
-            case E2M1 -> "E2M1 codes, two per byte with element 2j low (decoded arithmetically, 8 per word)";
+            case E2M1 -> "E2M1 codes, two per byte with element 2j low (decoded arithmetically"
+                    + (tensorCores ? " to bf16x2, a shift and two masks per pair)" : ", 8 per word)");
             case INT8 -> "INT8 codes (seed 003's fp16 magic-number conversion)";
-            case INT4 -> "INT4 codes, two per byte with element 2j low (seed 003's fp16 magic-number conversion)";
+            case INT4 -> "INT4 codes, two per byte with element 2j low (seed 003's "
+                    + (tensorCores ? "magic-number conversion, in bf16)" : "fp16 magic-number conversion)");
         };
         String block = switch (format.blockScale()) {
             case NONE -> "";
@@ -284,14 +332,21 @@ public final class CudaEmitter {
             case E4M3_PER_16 -> "; an E4M3 scale per 16 along K";
             case E8M0_PER_32 -> "; an E8M0 scale per 32 along K";
         };
+        String use = switch (format.blockScale()) {
+            case NONE -> "";
+            case E4M3_PER_16, E8M0_PER_32 -> tensorCores
+                    ? " (folded into the block's bf16 codes: exact, the products have at most 6 significant bits)"
+                    : " (applied once to each load's partial sum of its block)";
+            case F32_BLOCK_128X128, F32_GROUP_128 -> tensorCores
+                    ? " (applied once to each step's FP32 sum: a step is one block)"
+                    : " (applied once to each load's partial sum of its block)";
+        };
         String row = switch (format.rowScale()) {
             case NONE -> "";
             case PER_ROW -> "; an FP32 scale per row, applied to the row's sum";
             case PER_TENSOR -> "; an FP32 scale per tensor (gate and up each their own), applied to the row's sum";
         };
-        return "Weights " + format.text() + ": " + element + block
-                + (format.blockScale() == WeightFormat.BlockScale.NONE ? "" : " (applied once to each load's partial sum of its block)")
-                + row + ".";
+        return "Weights " + format.text() + ": " + element + block + use + row + ".";
     }
 
     /** {@code mf::WeightArgs{codes, block scales, row scales[, bias]}}, null where the format has none. */

@@ -2,6 +2,7 @@ package dev.moeforge.codegen.cuda;
 
 import dev.moeforge.dsl.check.OutputCentricLayout;
 import dev.moeforge.dsl.check.RouterTileLayout;
+import dev.moeforge.dsl.check.TensorCoreTileLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Schedule;
@@ -37,6 +38,17 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
                             ceilDiv(p.shape().hidden(), w), tiles, 32 * oc.warpsPerCta(), (int) layout.sharedBytes());
                 };
             }
+            case Schedule.OutputTensorCore tc -> {
+                Problem.ExpertProblem problem = (Problem.ExpertProblem) spec.problem();  // validated pairing
+                TensorCoreTileLayout layout = TensorCoreTileLayout.of(problem, tc);
+                int outputs = switch (problem) {
+                    case Problem.ExpertGateUp p -> p.shape().intermediate();
+                    case Problem.ExpertDown p -> p.shape().hidden();
+                };
+                int gridY = problem instanceof Problem.ExpertGateUp ? tokens * problem.shape().topk() : tokens;
+                yield new LaunchGeometry(ceilDiv(outputs, layout.outputsPerTile() * tc.tilesPerCta()), gridY,
+                        32 * tc.warpsPerCta(), Math.toIntExact(layout.sharedBytes()));
+            }
             // one block per (slice of experts, token); the last block of a token runs the epilogue
             case Schedule.RouterGemv g -> new LaunchGeometry(routerBlocksPerToken(spec), tokens, 32 * g.warpsPerCta(), 0);
             // one cluster of clusterSize blocks per token
@@ -64,7 +76,7 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
         return switch (spec.schedule()) {
             case Schedule.RouterGemv g -> warpsPerScore(g.warpsPerCta(), g.expertsPerCta());
             case Schedule.RouterCluster c -> warpsPerScore(c.warpsPerCta(), ceilDiv(experts, c.clusterSize()));
-            case Schedule.RouterTiled _, OutputCentric _ ->
+            case Schedule.RouterTiled _, OutputCentric _, Schedule.OutputTensorCore _ ->
                     throw new IllegalArgumentException("only router_gemv and router_cluster score with warps: " + spec.name());
         };
     }
@@ -87,6 +99,8 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
                     case Problem.ExpertDown _ -> t == 1 ? MAX_GRID_Y : MAX_GRID_Y * t;
                 };
             }
+            case Schedule.OutputTensorCore _ -> spec.problem() instanceof Problem.ExpertGateUp g
+                    ? MAX_GRID_Y / g.shape().topk() : MAX_GRID_Y;
             case Schedule.RouterGemv _, Schedule.RouterCluster _ -> MAX_GRID_Y;
             case Schedule.RouterTiled _ -> Integer.MAX_VALUE;  // gridDim.x takes 2^31 - 1 tiles
         };

@@ -877,6 +877,366 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
 }
 
 // ---------------------------------------------------------------------------------------------
+// Tensor-core decode of 4-bit weights (schedule output_mma). On Hopper the 4-bit kernels above are
+// bound by instruction issue, not DRAM (bench/NOTES.md, "Where the 4-bit time goes": about 13
+// instructions per code byte, most of them widening codes and activations to FP32 for FFMA). Here
+// the codes become bf16 in registers and mma.sync m16n8k16 does the multiply-adds in FP32.
+//
+// A warp owns a tile of 16 weight rows for one token. Step s covers 128 codes of every row: lane
+// (g = lane / 4, t = lane % 4) loads the 16-byte chunk 4s + t of rows g and g + 8, and the 32
+// activations that chunk meets. All eight columns of the mma's B are that token, so every lane of
+// group g ends with row g's sum in d[0] and row g + 8's in d[2].
+// The order of K inside an mma is free as long as A and B agree: nibbles j and j + 4 of a code
+// word form one bf16x2 (a shift and two masks), and the activations are paired alike (one
+// byte_perm). The chunk's K-block scales fold into the bf16 codes where the product is exact
+// (E4M3 and E8M0 scales of E2M1 codes: at most 6 significant bits); FP32 scales of 128-blocks
+// multiply each step's FP32 sums instead.
+// ---------------------------------------------------------------------------------------------
+
+// d += a (16x16, row) * b (16x8, col), BF16 in, FP32 accumulate.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t*>(&v); }
+__device__ __forceinline__ __nv_bfloat162 as_bf16x2(uint32_t w) { return *reinterpret_cast<const __nv_bfloat162*>(&w); }
+// Exact whenever the product is a bf16 (subnormals included: the bf16 multiply does not flush).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) { return bf16x2_bits(__hmul2(as_bf16x2(a), as_bf16x2(b))); }
+
+// Nibbles j and j + 4 of a word of E2M1 codes as the bf16x2 bit patterns of value * 2^-126: the
+// sign to bit 15, e1 e0 m to bits 8..6, which is exactly the bf16 encoding (e = 0 lands on bf16
+// subnormals).
+template <int J>
+__device__ __forceinline__ uint32_t e2m1_pair_bf16(uint32_t w) {
+  return (shift_left<12 - 4 * J>(w) & 0x80008000u) | (shift_left<6 - 4 * J>(w) & 0x01c001c0u);
+}
+
+// Nibbles j and j + 4 of INT4 codes (offset by 8) in the mantissas of the bf16 128, minus 136.
+template <int J>
+__device__ __forceinline__ uint32_t int4_pair_bf16(uint32_t biased) {
+  const uint32_t h = ((biased >> (4 * J)) & 0x000f000fu) | 0x43004300u;
+  return bf16x2_bits(__hsub2(as_bf16x2(h), as_bf16x2(0x43084308u)));
+}
+
+// The activations of a tile live in shared memory, staged once per block in the order the mma
+// reads them: word q of chunk c holds x[32c + 8q + j] and x[32c + 8q + j + 4] in its pair j, and
+// sits at [q][c] (16-byte units), so the four lanes of a row group read 16 consecutive bytes each
+// (no bank conflict) and the eight groups the same ones (a broadcast).
+__device__ __forceinline__ uint4 pair_activation_word(uint4 v) {  // (x0..x7) -> (x0,x4) (x1,x5) (x2,x6) (x3,x7)
+  return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
+                    __byte_perm(v.y, v.w, 0x7632));
+}
+
+// Chunks of 32 codes per row of length L, padded to whole steps of 4 chunks.
+template <int L>
+struct TileRow {
+  static_assert(L % 32 == 0, "a row is whole 16-byte chunks of 32 codes");
+  static constexpr int kChunks = L / 32;
+  static constexpr int kSteps = ceil_div(kChunks, 4);
+  static constexpr int kPadded = 4 * kSteps;
+};
+
+// Stages R activation rows of length L (row stride L) as [4][R * padded chunks] 16-byte words;
+// the padding past a row's end is zeros. Every thread of the block must call it.
+template <int R, int L>
+__device__ __forceinline__ void stage_tile_activations(const __nv_bfloat16* __restrict__ src, uint4* dst) {
+  using Row = TileRow<L>;
+  constexpr int kWords = 4 * R * Row::kPadded;
+  for (int p = threadIdx.x; p < kWords; p += blockDim.x) {
+    const int q = p % 4, c = (p / 4) % Row::kPadded, r = p / (4 * Row::kPadded);
+    const uint4 v = c < Row::kChunks ? pair_activation_word(__ldg(reinterpret_cast<const uint4*>(src + static_cast<size_t>(r) * L + 32 * c) + q))
+                                     : make_uint4(0u, 0u, 0u, 0u);
+    dst[q * (R * Row::kPadded) + r * Row::kPadded + c] = v;
+  }
+  __syncthreads();
+}
+
+// How format F's 4-bit codes reach the tensor cores: whether K-block scales fold into the bf16
+// codes (kFold) or multiply each step's FP32 sums (kStepScale), and the power of two left in.
+template <class F>
+struct TileDecode {
+  static_assert(F::kCodeBits == 4, "tensor-core decode takes 4-bit codes");
+  static constexpr bool kFold = F::kBlockScale == BlockScale::kE4M3 || F::kBlockScale == BlockScale::kE8M0;
+  static constexpr bool kStepScale = F::kBlockScale == BlockScale::kF32;
+  static_assert(!kStepScale || F::kBlock == 128, "FP32 K-block scales are per 128 codes, one step");
+  // E4M3 scales fold in times 2^117 (at most 448 * 2^117 < 2^126, a finite bf16), the E2M1 codes
+  // carry 2^-126: 2^-9 is left, taken back with the row factor.
+  static constexpr float kUnscale = F::kBlockScale == BlockScale::kE4M3 ? 512.0f : 1.0f;
+};
+
+// The raw K-block scales of chunk c of a row (NVFP4: two E4M3 bytes, MXFP4: one E8M0 byte, INT4
+// per group of 128: the FP32 of step c / 4).
+template <class F>
+__device__ __forceinline__ uint32_t load_tile_scales(const unsigned char* block_scales, int c) {
+  if constexpr (F::kBlockScale == BlockScale::kNone) return 0u;
+  else if constexpr (F::kBlockScale == BlockScale::kF32) return __float_as_uint(__ldg(reinterpret_cast<const float*>(block_scales) + c / 4));
+  else if constexpr (F::kBlock == 16) return __ldg(reinterpret_cast<const unsigned short*>(block_scales) + c);
+  else return __ldg(block_scales + c);
+}
+
+// A row's chunk of 32 codes as 16 bf16x2 (pair j of word q at 4q + j), folded scales applied.
+template <class F>
+__device__ __forceinline__ void decode_tile_chunk(const Lane<16>& codes, uint32_t raw_scales, uint32_t (&p)[16]) {
+  if constexpr (F::kElement == Element::kE2M1) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      p[4 * q] = e2m1_pair_bf16<0>(codes.w[q]); p[4 * q + 1] = e2m1_pair_bf16<1>(codes.w[q]);
+      p[4 * q + 2] = e2m1_pair_bf16<2>(codes.w[q]); p[4 * q + 3] = e2m1_pair_bf16<3>(codes.w[q]);
+    }
+    if constexpr (F::kBlockScale == BlockScale::kE4M3) {  // words 0-1: block 0, words 2-3: block 1
+      const uint32_t s2 = e4m3x2_to_half2(raw_scales);
+      const uint32_t s0 = bf16x2_bits(__float2bfloat162_rn(half_lo(s2) * 0x1p117f));
+      const uint32_t s1 = bf16x2_bits(__float2bfloat162_rn(half_hi(s2) * 0x1p117f));
+#pragma unroll
+      for (int i = 0; i < 16; ++i) p[i] = bf16x2_mul(p[i], i < 8 ? s0 : s1);
+    } else {
+      static_assert(F::kBlockScale == BlockScale::kE8M0, "E2M1 takes E4M3 or E8M0 block scales");
+      // 2^126 first (exact: the result is the code's value), then 2^(b - 127) as a bf16 (same
+      // exponent range as E8M0; 0 is the subnormal 2^-127, 0xFF NaN)
+      const uint32_t b = raw_scales & 0xffu;
+      const uint32_t s = b == 0xffu ? 0x7fc0u : b == 0u ? 0x0040u : b << 7;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) p[i] = bf16x2_mul(bf16x2_mul(p[i], 0x7e807e80u), s | (s << 16));
+    }
+  } else {
+    static_assert(F::kElement == Element::kInt4, "tensor-core decode takes E2M1 or INT4 codes");
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t b = codes.w[q] ^ 0x88888888u;
+      p[4 * q] = int4_pair_bf16<0>(b); p[4 * q + 1] = int4_pair_bf16<1>(b);
+      p[4 * q + 2] = int4_pair_bf16<2>(b); p[4 * q + 3] = int4_pair_bf16<3>(b);
+    }
+  }
+}
+
+// One step of a tile: d0 + d1 += (rows g, g + 8) x activations over the chunk's 32 codes, as four
+// mma pairs (two accumulators halve the chain of dependent mmas). x: the chunk's word 0 in the
+// staged activations, `stride` 16-byte units to the next word.
+__device__ __forceinline__ void tile_step(float (&d0)[4], float (&d1)[4], const uint32_t (&lo)[16], const uint32_t (&hi)[16],
+                                          const uint4* x, int stride) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint4 b = x[q * stride];
+    const uint32_t a0[4] = {lo[4 * q], hi[4 * q], lo[4 * q + 1], hi[4 * q + 1]};
+    const uint32_t a1[4] = {lo[4 * q + 2], hi[4 * q + 2], lo[4 * q + 3], hi[4 * q + 3]};
+    mma_bf16_16816(d0, a0, b.x, b.y);
+    mma_bf16_16816(d1, a1, b.z, b.w);
+  }
+}
+
+// Row g's and row g + 8's sums of one step.
+struct StepSums {
+  float lo, hi;
+};
+
+// The weights of one step of a tile: chunk c of rows `lo_row` and `hi_row` (null: a row outside
+// the tile's range, or a chunk past the row's end, read as zeros) and their K-block scales.
+template <class F>
+struct TileStep {
+  Lane<16> lo, hi;
+  uint32_t lo_scales, hi_scales;
+
+  __device__ __forceinline__ void load(const char* lo_row, const char* hi_row, const unsigned char* lo_block_scales,
+                                       const unsigned char* hi_block_scales, int c) {
+    lo = lo_row ? load_weights<16>(lo_row + c * 16) : zero_lane<16>();
+    hi = hi_row ? load_weights<16>(hi_row + c * 16) : zero_lane<16>();
+    lo_scales = lo_row ? load_tile_scales<F>(lo_block_scales, c) : 0u;
+    hi_scales = hi_row ? load_tile_scales<F>(hi_block_scales, c) : 0u;
+  }
+
+  __device__ __forceinline__ StepSums reduce(const uint4* x, int stride) const {
+    uint32_t a_lo[16], a_hi[16];
+    decode_tile_chunk<F>(lo, lo_scales, a_lo);
+    decode_tile_chunk<F>(hi, hi_scales, a_hi);
+    float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    tile_step(d0, d1, a_lo, a_hi, x, stride);
+    StepSums s{d0[0] + d1[0], d0[2] + d1[2]};
+    if constexpr (TileDecode<F>::kStepScale) {
+      s.lo *= __uint_as_float(lo_scales);
+      s.hi *= __uint_as_float(hi_scales);
+    }
+    return s;
+  }
+};
+
+// Adds the 16 row sums of the S warps sharing a tile (lane 4g holds rows g and g + 8) in warp
+// order; `partial` is [W][16] floats of shared memory. Every thread of the block must call it.
+// Returns true in the tile's first warp, whose lanes then hold the totals.
+template <int S>
+__device__ __forceinline__ bool combine_tile_warps(float& lo, float& hi, float* partial) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if ((lane & 3) == 0) {
+    partial[warp * 16 + lane / 4] = lo;
+    partial[warp * 16 + 8 + lane / 4] = hi;
+  }
+  __syncthreads();
+  if (warp % S != 0) return false;
+  lo = 0.0f;
+  hi = 0.0f;
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    lo += partial[(warp + s) * 16 + lane / 4];
+    hi += partial[(warp + s) * 16 + 8 + lane / 4];
+  }
+  return true;
+}
+
+// gate_up on the tensor cores: a tile is 8 neurons of one (token, routed slot), their gate rows as
+// rows 0-7 and their up rows as rows 8-15, so lane 4g holds neuron g's gate and up sums and
+// applies the epilogue itself. S warps per tile take every S-th group of U steps. Shared memory:
+// the token's staged x, then [W][16] FP32 partial sums (S > 1).
+// Grid: x = ceil(I / (8 * W / S)), y = M * k slots. Block: 32 * W threads.
+template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int U, int S, bool BIAS = false, class Epilogue>
+__device__ __forceinline__ void gate_up_tensor_core(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
+                                                    const int* __restrict__ topk_ids,
+                                                    __nv_bfloat16* __restrict__ inter, int num_tokens, Epilogue epi) {
+  using Row = TileRow<H>;
+  static_assert(W % S == 0, "warps_per_tile divides warps_per_cta");
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int slot = blockIdx.y;
+  if (slot >= num_tokens * K) return;  // uniform over the block
+  uint4* xs = reinterpret_cast<uint4*>(smem);
+  stage_tile_activations<1, H>(x + static_cast<size_t>(slot / K) * H, xs);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, part = warp % S;
+  const int neuron0 = (blockIdx.x * (W / S) + warp / S) * 8;
+  const int neuron = neuron0 + g;
+  const bool active = neuron0 < I;  // uniform over the warp
+  if constexpr (S == 1) {
+    if (!active) return;
+  }
+  const int e = active ? __ldg(topk_ids + slot) : -1;
+  const bool routed = static_cast<unsigned>(e) < static_cast<unsigned>(E);
+  const bool mine = routed && neuron < I;
+  const int gate_n = gate_row_of<L>(mine ? neuron : neuron0, I), up_n = up_row_of<L>(mine ? neuron : neuron0, I);
+  float gate = 0.0f, up = 0.0f;
+  if (routed) {  // uniform over the warp
+    const char* gate_row = row_codes<F, 2 * I, H>(w_gate_up, e, gate_n);
+    const char* up_row = row_codes<F, 2 * I, H>(w_gate_up, e, up_n);
+    const unsigned char* gate_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, gate_n);
+    const unsigned char* up_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, up_n);
+#pragma unroll 1
+    for (int s0 = part * U; s0 < Row::kSteps; s0 += S * U) {
+      TileStep<F> step[U];
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = (s0 + i) * 4 + t;
+        const bool in_row = mine && c < Row::kChunks;
+        step[i].load(in_row ? gate_row : nullptr, in_row ? up_row : nullptr, gate_scales, up_scales, c);
+      }
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        if (s0 + i < Row::kSteps) {  // uniform over the warp; the staged x ends there
+          const StepSums sums = step[i].reduce(xs + (s0 + i) * 4 + t, Row::kPadded);
+          gate += sums.lo;
+          up += sums.hi;
+        }
+      }
+    }
+  }
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(gate, up, reinterpret_cast<float*>(smem + 64 * Row::kPadded))) return;
+  }
+  if (t == 0 && mine) {
+    constexpr float kUnscale = TileDecode<F>::kUnscale;
+    gate = apply_factor<F>(gate, row_factor<F, 2 * I, 2>(w_gate_up, e, gate_n, 0)) * kUnscale;
+    up = apply_factor<F>(up, row_factor<F, 2 * I, 2>(w_gate_up, e, up_n, 1)) * kUnscale;
+    const float gate_bias = load_bias<BIAS, 2 * I>(w_gate_up, e, gate_n);
+    const float up_bias = load_bias<BIAS, 2 * I>(w_gate_up, e, up_n);
+    store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(add_bias<BIAS>(gate, gate_bias), add_bias<BIAS>(up, up_bias)));
+  }
+}
+
+// down on the tensor cores: a tile is 16 hidden outputs of one token; its reduction runs over the
+// k routed slots' rows, I / 128 steps per slot, and each step's sums are weighted by the slot's
+// routing weight (times its row factor) in FP32. S warps per tile take every S-th group of U steps.
+// Shared memory: the token's k staged rows of inter, then [W][16] FP32 partial sums (S > 1).
+// Grid: x = ceil(H / (16 * W / S)), y = M. Block: 32 * W threads.
+template <class F, int H, int I, int E, int K, int W, int U, int S, bool BIAS = false, class Epilogue>
+__device__ __forceinline__ void down_tensor_core(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
+                                                 const int* __restrict__ topk_ids,
+                                                 const float* __restrict__ topk_weights,
+                                                 __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi) {
+  using Row = TileRow<I>;
+  static_assert(K <= 32, "one lane per routed slot");
+  static_assert(W % S == 0, "warps_per_tile divides warps_per_cta");
+  constexpr int kSteps = K * Row::kSteps;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int token = blockIdx.y;
+  if (token >= num_tokens) return;  // uniform over the block
+  uint4* xs = reinterpret_cast<uint4*>(smem);
+  stage_tile_activations<K, I>(inter + static_cast<size_t>(token) * K * I, xs);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, part = warp % S;
+  const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
+  const bool active = h0 < H;  // uniform over the warp
+  if constexpr (S == 1) {
+    if (!active) return;
+  }
+  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
+  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
+  const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
+  const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  float lo = 0.0f, hi = 0.0f;
+#pragma unroll 1
+  for (int s0 = part * U; s0 < kSteps; s0 += S * U) {
+    TileStep<F> step[U];
+    float w_lo[U], w_hi[U];
+    bool live[U];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int s = s0 + i;
+      const int j = min_int(s / Row::kSteps, K - 1);
+      const int c = (s - j * Row::kSteps) * 4 + t;
+      const int e = __shfl_sync(kFullMask, lane_expert, j);
+      const float weight = __shfl_sync(kFullMask, routing_weight, j);
+      live[i] = s < kSteps && static_cast<unsigned>(e) < static_cast<unsigned>(E);  // uniform over the warp
+      const bool in_lo = live[i] && h_lo < H && c < Row::kChunks, in_hi = live[i] && h_hi < H && c < Row::kChunks;
+      const int e_safe = live[i] ? e : 0;
+      step[i].load(in_lo ? row_codes<F, H, I>(w_down, e_safe, h_lo) : nullptr,
+                   in_hi ? row_codes<F, H, I>(w_down, e_safe, h_hi) : nullptr,
+                   row_block_scales<F, H, I>(w_down, e_safe, in_lo ? h_lo : 0),
+                   row_block_scales<F, H, I>(w_down, e_safe, in_hi ? h_hi : 0), c);
+      w_lo[i] = in_lo ? apply_factor<F>(weight, row_factor<F, H, 1>(w_down, e_safe, h_lo, 0)) : 0.0f;
+      w_hi[i] = in_hi ? apply_factor<F>(weight, row_factor<F, H, 1>(w_down, e_safe, h_hi, 0)) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      if (live[i]) {  // an unrouted slot's staged rows are unspecified (maybe NaN): never multiplied
+        const int s = s0 + i, j = s / Row::kSteps;
+        const StepSums sums = step[i].reduce(xs + j * Row::kPadded + (s - j * Row::kSteps) * 4 + t, K * Row::kPadded);
+        lo = fmaf(w_lo[i], sums.lo, lo);
+        hi = fmaf(w_hi[i], sums.hi, hi);
+      }
+    }
+  }
+  if constexpr (BIAS) {  // slot j's w_j * b[e_j][h], once: in the tile's first warp
+    if (part == 0) {
+#pragma unroll 1
+      for (int j = 0; j < K; ++j) {
+        const int e = __shfl_sync(kFullMask, lane_expert, j);
+        const float weight = __shfl_sync(kFullMask, routing_weight, j) / TileDecode<F>::kUnscale;  // unscaled below
+        if (static_cast<unsigned>(e) < static_cast<unsigned>(E) && t == 0) {
+          if (h_lo < H) lo = fmaf(weight, load_bias<BIAS, H>(w_down, e, h_lo), lo);
+          if (h_hi < H) hi = fmaf(weight, load_bias<BIAS, H>(w_down, e, h_hi), hi);
+        }
+      }
+    }
+  }
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * Row::kPadded))) return;
+  }
+  if (t == 0 && active) {
+    constexpr float kUnscale = TileDecode<F>::kUnscale;
+    if (h_lo < H) store_bf16(y + static_cast<size_t>(token) * H + h_lo, epi(lo * kUnscale));
+    if (h_hi < H) store_bf16(y + static_cast<size_t>(token) * H + h_hi, epi(hi * kUnscale));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Router (schedule router_gemv). Phase 1, every block: the scores of its slice of experts for one
 // token, one warp per expert or SPLIT warps per expert (W_r[e] . x[m], fp32; see block_scores), written to the scores workspace. Phase 2, the
 // last block of the token to finish (an atomic ticket; __threadfence orders the scores first):
@@ -1040,14 +1400,6 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-// d += a (16x16, row) * b (16x8, col), BF16 in, FP32 accumulate.
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Copies slice [k0, k0 + BK) of the tile's x rows and of every W_r row into one stage; tokens past

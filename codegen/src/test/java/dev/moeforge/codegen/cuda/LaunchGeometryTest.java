@@ -6,9 +6,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.KernelBuilder;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.build.OutputTensorCoreBuilder;
 import dev.moeforge.dsl.check.OutputCentricLayout;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -52,6 +54,23 @@ class LaunchGeometryTest {
         assertTrue(g.sharedBytes() > 0);
         // T = 32: min(32 * 8, 128) = 128 (capped by E); M = 33 -> 2 tiles
         assertEquals(2 * 128, LaunchGeometry.of(gateUp(QWEN3, 4, 32), 33).gridY());
+    }
+
+    @Test
+    void tensorCoreGridsAndSharedMemory() {
+        KernelSpec gu = KernelBuilder.named("gu_tc").expertGateUp(QWEN3).weights(WeightFormat.NVFP4)
+                .schedule(OutputTensorCoreBuilder.create().warpsPerCta(8).warpsPerTile(4).build()).build();
+        // tiles of 8 neurons, 2 per block: x = ceil(768 / 16) = 48; y = M * k; x staged as 64 chunks of 64 bytes,
+        // then 8 warps x 16 partial sums
+        assertEquals(new LaunchGeometry(48, 3 * 8, 256, 64 * 64 + 8 * 64), LaunchGeometry.of(gu, 3));
+        KernelSpec dn = KernelBuilder.named("dn_tc").expertDown(QWEN3).weights(WeightFormat.INT4_CHANNEL)
+                .schedule(OutputTensorCoreBuilder.create().warpsPerCta(16).warpsPerTile(16).kUnroll(3).build()).build();
+        // tiles of 16 hidden outputs, 1 per block: x = 2048 / 16 = 128; y = M; k = 8 rows of 24 chunks staged
+        assertEquals(new LaunchGeometry(128, 5, 512, 64 * 8 * 24 + 16 * 64), LaunchGeometry.of(dn, 5));
+        // a ragged row: 2880 = 90 chunks, padded to 23 steps of 4 (92)
+        KernelSpec gptOss = KernelBuilder.named("dn_tc").expertDown(new ExpertShape(2880, 2880, 32, 4)).weights(WeightFormat.MXFP4)
+                .schedule(OutputTensorCoreBuilder.create().warpsPerCta(4).warpsPerTile(1).build()).build();
+        assertEquals(new LaunchGeometry(45, 1, 128, 64 * 4 * 92), LaunchGeometry.of(gptOss, 1));
     }
 
     @Test

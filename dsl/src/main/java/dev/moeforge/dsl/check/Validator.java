@@ -167,6 +167,7 @@ public final class Validator {
                     }
                 }
             }
+            case Schedule.OutputTensorCore tc -> checkOutputTensorCore(spec, tc, target, maxWarps, errors);
             case Schedule.RouterGemv g -> {
                 if (!(spec.problem() instanceof Problem.Router r)) {
                     errors.add(new SpecError("schedule", "router_gemv", "router_gemv lowers a router problem; expert "
@@ -252,17 +253,58 @@ public final class Validator {
     }
 
     private static void checkEpilogueAgainstSchedule(KernelSpec spec, List<SpecError> errors) {
-        switch (spec.schedule()) {
-            case OutputCentric _ -> {
-                if (spec.problem() instanceof Problem.ExpertDown
-                        && spec.epilogue() instanceof Store(Combine(EpilogueNode in), _)
-                        && !(in instanceof Acc)) {
-                    errors.add(new SpecError("epilogue.store.input.combine.input", EpilogueTypes.describe(in),
-                            "output_centric folds each routing weight into the FP32 accumulator, which needs "
-                                    + "combine(acc) with the accumulator itself as input"));
-                }
+        String name = switch (spec.schedule()) {
+            case OutputCentric _ -> "output_centric";
+            case Schedule.OutputTensorCore _ -> "output_tensor_core";
+            case Schedule.RouterGemv _, Schedule.RouterCluster _, Schedule.RouterTiled _ -> null;
+        };
+        if (name != null && spec.problem() instanceof Problem.ExpertDown
+                && spec.epilogue() instanceof Store(Combine(EpilogueNode in), _)
+                && !(in instanceof Acc)) {
+            errors.add(new SpecError("epilogue.store.input.combine.input", EpilogueTypes.describe(in),
+                    name + " folds each routing weight into the FP32 accumulator, which needs "
+                            + "combine(acc) with the accumulator itself as input"));
+        }
+    }
+
+    private static void checkOutputTensorCore(KernelSpec spec, Schedule.OutputTensorCore tc, Target target, int maxWarps,
+                                              List<SpecError> errors) {
+        if (!(spec.problem() instanceof Problem.ExpertProblem p)) {
+            errors.add(new SpecError("schedule", "output_tensor_core", "output_tensor_core lowers expert_gate_up and "
+                    + "expert_down; a router takes router_gemv, router_cluster or router_tiled"));
+            return;
+        }
+        if (p.weights().element().bits() != 4) {
+            errors.add(new SpecError("problem.weights", p.weights().text(), "a 4-bit format (nvfp4, mxfp4, int4_channel, "
+                    + "int4_group128) under output_tensor_core; other formats take output_centric"));
+        }
+        range(errors, "schedule.warps_per_cta", tc.warpsPerCta(), 1, maxWarps);
+        range(errors, "schedule.k_unroll", tc.kUnroll(), 1, 8);
+        if (tc.warpsPerCta() >= 1 && (tc.warpsPerTile() < 1 || tc.warpsPerCta() % tc.warpsPerTile() != 0)) {
+            errors.add(new SpecError("schedule.warps_per_tile", Integer.toString(tc.warpsPerTile()),
+                    "a divisor of warps_per_cta (" + tc.warpsPerCta() + ")"));
+        }
+        if (tc.warpsPerCta() >= 1 && tc.warpsPerCta() <= maxWarps) {
+            range(errors, "schedule.min_blocks_per_sm", tc.minBlocksPerSm(), 0, target.maxWarpsPerSm() / tc.warpsPerCta());
+        }
+        if (!dimensionsInRange(p.shape())) {
+            return;
+        }
+        String field = p instanceof Problem.ExpertGateUp ? "problem.hidden" : "problem.intermediate";
+        int reduce = p instanceof Problem.ExpertGateUp ? p.shape().hidden() : p.shape().intermediate();
+        if (reduce % TensorCoreTileLayout.CODES_PER_CHUNK != 0) {
+            errors.add(new SpecError(field, Integer.toString(reduce), "a multiple of "
+                    + TensorCoreTileLayout.CODES_PER_CHUNK + " under output_tensor_core: each lane reads whole 16-byte "
+                    + "chunks of 32 codes"));
+            return;
+        }
+        if (tc.warpsPerCta() >= 1 && tc.warpsPerTile() >= 1) {
+            long shared = TensorCoreTileLayout.of(p, tc).sharedBytes();
+            if (shared > target.maxSharedBytesPerBlock()) {
+                errors.add(new SpecError("schedule", shared + " bytes of shared memory",
+                        "at most " + target.maxSharedBytesPerBlock() + " bytes per thread block on " + target.text()
+                                + " (the staged activations grow with the reduction and, for down, with topk)"));
             }
-            case Schedule.RouterGemv _, Schedule.RouterCluster _, Schedule.RouterTiled _ -> { }
         }
     }
 

@@ -1,7 +1,7 @@
 package dev.moeforge.dsl.ir;
 
 /** How a {@link Problem} is mapped onto the GPU. One problem can be lowered with several schedules. */
-public sealed interface Schedule permits Schedule.OutputCentric, Schedule.RouterGemv, Schedule.RouterCluster, Schedule.RouterTiled {
+public sealed interface Schedule permits Schedule.OutputCentric, Schedule.OutputTensorCore, Schedule.RouterGemv, Schedule.RouterCluster, Schedule.RouterTiled {
 
     /**
      * Warp decode (seeds 000 and 004): one warp owns one output scalar and streams the weight rows
@@ -34,6 +34,31 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Router
         /** Outputs (neurons or hidden units) one thread block computes. */
         public int outputsPerCta() {
             return warpsPerCta / warpsPerOutput;
+        }
+    }
+
+    /**
+     * Warp decode of 4-bit weights on the tensor cores. On Hopper, decoding 4-bit codes to FP32 for
+     * FMA costs more instruction issue than the bytes cost DRAM time (bench/NOTES.md, "Where the
+     * 4-bit time goes"); here a warp owns a tile of 16 weight rows for one token (gate_up: the gate
+     * and up rows of 8 neurons; down: 16 hidden outputs), decodes the codes to BF16 in registers with
+     * the K-block scales folded in where that is exact, and sums them against the token's activations
+     * with {@code mma.sync} m16n8k16 (FP32 accumulate). A step is 128 codes of each of the tile's rows
+     * (16 bytes per lane and row); the token's activations (down: its k rows of inter) are staged in
+     * shared memory once per block.
+     *
+     * @param warpsPerCta    warps per thread block
+     * @param kUnroll        steps whose loads each lane issues before the first is used
+     * @param warpsPerTile   S warps of a block share a tile, each taking every S-th group of kUnroll
+     *                       steps; their partial sums are added in shared memory in warp order
+     *                       (deterministic). Divides warpsPerCta.
+     * @param minBlocksPerSm the occupancy promise given to ptxas, as in {@link OutputCentric}
+     */
+    record OutputTensorCore(int warpsPerCta, int kUnroll, int warpsPerTile, int minBlocksPerSm) implements Schedule {
+
+        /** Tiles one thread block computes. */
+        public int tilesPerCta() {
+            return warpsPerCta / warpsPerTile;
         }
     }
 

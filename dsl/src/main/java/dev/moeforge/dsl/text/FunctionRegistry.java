@@ -83,6 +83,13 @@ final class FunctionRegistry {
                         Integer minBlocks = a.integer("min_blocks_per_sm");
                         return a.ok() ? new Schedule.OutputCentric(warps, loadBytes, kUnroll, tokens, perOutput, minBlocks) : null;
                     }),
+            new Entry<>("output_tensor_core", List.of("warps_per_cta", "k_unroll", "warps_per_tile", "min_blocks_per_sm"), a -> {
+                Integer warps = a.integer("warps_per_cta");
+                Integer kUnroll = a.integer("k_unroll");
+                Integer perTile = a.integer("warps_per_tile");
+                Integer minBlocks = a.integer("min_blocks_per_sm");
+                return a.ok() ? new Schedule.OutputTensorCore(warps, kUnroll, perTile, minBlocks) : null;
+            }),
             new Entry<>("router_gemv", List.of("warps_per_cta", "load_bytes", "k_unroll", "experts_per_cta"), a -> {
                 Integer warps = a.integer("warps_per_cta");
                 Integer loadBytes = a.integer("load_bytes");

@@ -94,6 +94,8 @@ public final class SpecPrinter {
                     + ", load_bytes=" + oc.loadBytes() + ", k_unroll=" + oc.kUnroll()
                     + ", tokens_per_cta=" + oc.tokensPerCta() + ", warps_per_output=" + oc.warpsPerOutput()
                     + ", min_blocks_per_sm=" + oc.minBlocksPerSm() + ")";
+            case Schedule.OutputTensorCore tc -> "output_tensor_core(warps_per_cta=" + tc.warpsPerCta() + ", k_unroll="
+                    + tc.kUnroll() + ", warps_per_tile=" + tc.warpsPerTile() + ", min_blocks_per_sm=" + tc.minBlocksPerSm() + ")";
             case Schedule.RouterGemv g -> "router_gemv(warps_per_cta=" + g.warpsPerCta() + ", load_bytes=" + g.loadBytes()
                     + ", k_unroll=" + g.kUnroll() + ", experts_per_cta=" + g.expertsPerCta() + ")";
             case Schedule.RouterCluster c -> "router_cluster(cluster_size=" + c.clusterSize() + ", warps_per_cta="

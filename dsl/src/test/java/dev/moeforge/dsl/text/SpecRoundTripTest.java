@@ -80,6 +80,7 @@ class SpecRoundTripTest {
         List<KernelSpec> specs = Stream.generate(() -> randomValidSpec(random, 0)).limit(200).toList();
         assertTrue(specs.stream().anyMatch(s -> s.problem() instanceof Problem.ExpertDown));
         assertTrue(specs.stream().anyMatch(s -> s.problem() instanceof Problem.ExpertGateUp));
+        assertTrue(specs.stream().anyMatch(s -> s.schedule() instanceof Schedule.OutputTensorCore));
         for (Target t : Target.values()) {
             assertTrue(specs.stream().anyMatch(s -> s.target() == t), t.text());
         }
@@ -153,17 +154,24 @@ class SpecRoundTripTest {
                 1 + r.nextInt(Math.min(experts, 32)));
         boolean gateUp = r.nextBoolean();
         boolean bias = r.nextBoolean();
+        // one spec in four on the tensor cores, which take 4-bit weights (the Validator redraws ragged shapes)
+        boolean tensorCores = r.nextInt(4) == 0;
+        WeightFormat weights = tensorCores ? List.of(WeightFormat.NVFP4, WeightFormat.MXFP4, WeightFormat.INT4_CHANNEL).get(r.nextInt(3))
+                : WeightFormat.BF16;
         Problem problem = gateUp
-                ? new Problem.ExpertGateUp(shape, WeightFormat.BF16, DType.BF16,
+                ? new Problem.ExpertGateUp(shape, weights, DType.BF16,
                         GateUpLayout.values()[r.nextInt(GateUpLayout.values().length)], bias)
-                : new Problem.ExpertDown(shape, WeightFormat.BF16, DType.BF16, bias);
+                : new Problem.ExpertDown(shape, weights, DType.BF16, bias);
         int warps = 1 + r.nextInt(8);
         int tokens = 1 + r.nextInt(8);
         // warps_per_output: a divisor of warps_per_cta (any for down; 1 for a token-tiled gate_up)
         int perOutput = gateUp && tokens > 1 ? 1 : List.of(1, 2, 4, 8).stream().filter(d -> warps % d == 0).toList()
                 .get(r.nextInt((int) List.of(1, 2, 4, 8).stream().filter(d -> warps % d == 0).count()));
-        Schedule schedule = new Schedule.OutputCentric(warps, List.of(4, 8, 16).get(r.nextInt(3)),
-                1 + r.nextInt(8), tokens, perOutput, r.nextInt(3));
+        Schedule schedule = tensorCores
+                ? new Schedule.OutputTensorCore(warps, 1 + r.nextInt(8), List.of(1, 2, 4, 8).stream().filter(d -> warps % d == 0)
+                        .toList().getLast(), r.nextInt(2))
+                : new Schedule.OutputCentric(warps, List.of(4, 8, 16).get(r.nextInt(3)), 1 + r.nextInt(8), tokens, perOutput,
+                        r.nextInt(3));
         EpilogueNode epilogue = new Store(gateUp ? randomGateUpValue(r, 3) : new Combine(Acc.MAIN), DType.BF16);
         // names include the grammar's keywords, which are ordinary names outside their own place
         String name = List.of("k", "kernel", "target", "moe_", "problem").get(r.nextInt(5)) + (index % 3 == 0 ? "" : "_" + index);

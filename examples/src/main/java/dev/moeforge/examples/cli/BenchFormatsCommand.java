@@ -2,12 +2,13 @@ package dev.moeforge.examples.cli;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.build.OutputTensorCoreBuilder;
 import dev.moeforge.dsl.format.EncodedWeights;
 import dev.moeforge.dsl.format.Projections;
 import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
-import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.FormatAccuracy;
 import dev.moeforge.dsl.reference.Routing;
@@ -205,6 +206,27 @@ public final class BenchFormatsCommand implements Callable<Integer> {
         // two warps per gate_up output: won for four of the 8-bit formats in the sweep (bench/NOTES.md)
         v.add(variant(runtime, w, "t1_u2_s2", OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).build(),
                 OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).build()));
+        if (w.format().element().bits() == 4) {
+            // tensor-core decode (bench/probes/tensor_core_probe.cu picked gate_up 8 warps, 4 per tile, 2 steps in
+            // flight; down 16 warps on one tile, 3 steps), and each half of it beside the warp decode
+            Schedule tcGateUp = OutputTensorCoreBuilder.create().build();
+            Schedule tcDown = OutputTensorCoreBuilder.create().warpsPerCta(16).warpsPerTile(16).kUnroll(3).build();
+            Schedule gateUp = OutputCentricBuilder.create().kUnroll(2).build();
+            Schedule down = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).build();
+            v.add(variant(runtime, w, "tc", tcGateUp, tcDown));
+            v.add(variant(runtime, w, "tc_gate_up", tcGateUp, down));
+            v.add(variant(runtime, w, "tc_down", gateUp, tcDown));
+            if (sweep) {
+                for (int[] g : new int[][] {{8, 1, 8}, {8, 2, 8}, {8, 2, 2}, {4, 2, 4}}) {
+                    v.add(variant(runtime, w, "tc_gw" + g[0] + "u" + g[1] + "s" + g[2], OutputTensorCoreBuilder.create()
+                            .warpsPerCta(g[0]).kUnroll(g[1]).warpsPerTile(g[2]).build(), tcDown));
+                }
+                for (int[] d : new int[][] {{16, 2, 16}, {8, 3, 8}, {16, 3, 8}, {16, 4, 16}}) {
+                    v.add(variant(runtime, w, "tc_dw" + d[0] + "u" + d[1] + "s" + d[2], tcGateUp, OutputTensorCoreBuilder.create()
+                            .warpsPerCta(d[0]).kUnroll(d[1]).warpsPerTile(d[2]).build()));
+                }
+            }
+        }
         if (sweep) {
             for (int u : new int[] {2, 3}) {
                 v.add(variant(runtime, w, "t1_u" + u + "_down_s4", OutputCentricBuilder.create().kUnroll(u).build(),
@@ -216,8 +238,8 @@ public final class BenchFormatsCommand implements Callable<Integer> {
         return v;
     }
 
-    private static ExpertLayerBenchmark.Variant variant(KernelRuntime runtime, Workload w, String name, OutputCentric gateUp,
-                                                        OutputCentric down) {
+    private static ExpertLayerBenchmark.Variant variant(KernelRuntime runtime, Workload w, String name, Schedule gateUp,
+                                                        Schedule down) {
         ExpertLayerSpecs specs = ExpertLayerSpecs.of("fmt_" + w.model() + "_" + w.format().text() + "_" + name, w.shape(),
                 GateUpLayout.STACKED, w.format(), gateUp, down, runtime.target());
         return new ExpertLayerBenchmark.Variant(w.format().text() + " " + name,

@@ -159,7 +159,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
             case Schedule.RouterGemv g -> "gemv_w" + g.warpsPerCta() + "e" + g.expertsPerCta();
             case Schedule.RouterCluster c -> "cluster_c" + c.clusterSize() + "w" + c.warpsPerCta();
             case Schedule.RouterTiled t -> "tiled_m" + t.tokensPerCta() + "w" + t.warpsPerCta() + "k" + t.kTile() + "s" + t.stages();
-            case Schedule.OutputCentric _ -> throw new IllegalArgumentException("not a router schedule");
+            case Schedule.OutputCentric _, Schedule.OutputTensorCore _ -> throw new IllegalArgumentException("not a router schedule");
         };
     }
 

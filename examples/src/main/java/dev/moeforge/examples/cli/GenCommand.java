@@ -120,6 +120,7 @@ public final class GenCommand implements Callable<Integer> {
         PtxasReport.FunctionResources f = r.report().function(spec.name());
         String family = switch (spec.schedule()) {
             case Schedule.OutputCentric _ -> "output_centric";
+            case Schedule.OutputTensorCore _ -> "output_tensor_core";
             case Schedule.RouterGemv _ -> "router_gemv";
             case Schedule.RouterCluster _ -> "router_cluster";
             case Schedule.RouterTiled _ -> "router_tiled";

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.moeforge.codegen.cuda.DeviceHeader;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.build.OutputTensorCoreBuilder;
 import dev.moeforge.dsl.format.E8M0;
 import dev.moeforge.dsl.format.EncodedWeights;
 import dev.moeforge.dsl.format.Minifloat;
@@ -15,7 +16,9 @@ import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.ir.Schedule.OutputTensorCore;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.reference.ExpertReference;
@@ -154,15 +157,31 @@ class FormatGpuTest extends GpuSession {
     static final OutputCentric TILED_NARROW = OutputCentricBuilder.create().tokensPerCta(8).kUnroll(2).loadBytes(8).build();
     static final OutputCentric TILED_SPLIT = OutputCentricBuilder.create().tokensPerCta(5).warpsPerCta(4).warpsPerOutput(2).kUnroll(1).loadBytes(4).build();
 
-    record Case(WeightFormat format, Geometry geometry, OutputCentric gateUp, OutputCentric down, int tokens) {
+    // tensor-core decode (4-bit formats): several warps per tile, one warp per tile, 16 warps on one tile
+    static final OutputTensorCore TC = OutputTensorCoreBuilder.create().build();
+    static final OutputTensorCore TC_ONE_WARP = OutputTensorCoreBuilder.create().warpsPerCta(4).warpsPerTile(1).kUnroll(1).minBlocksPerSm(0).build();
+    static final OutputTensorCore TC_SPLIT = OutputTensorCoreBuilder.create().warpsPerCta(4).warpsPerTile(2).kUnroll(3).build();
+    static final OutputTensorCore TC_DOWN = OutputTensorCoreBuilder.create().warpsPerCta(16).warpsPerTile(16).kUnroll(3).build();
+    /** Rows of 7 and 3 chunks of 32 codes: the last step of every row is ragged. */
+    static final Geometry RAGGED_STEPS = new Geometry("ragged_steps_224x96_e7_k3", new ExpertShape(224, 96, 7, 3), GateUpLayout.STACKED);
+    static final List<WeightFormat> FOUR_BIT = List.of(WeightFormat.NVFP4, WeightFormat.MXFP4, WeightFormat.INT4_CHANNEL,
+            WeightFormat.INT4_GROUP128);
+
+    record Case(WeightFormat format, Geometry geometry, Schedule gateUp, Schedule down, int tokens) {
         @Override
         public String toString() {
             return format.text() + " " + geometry + " " + tag(gateUp) + "/" + tag(down) + " M=" + tokens;
         }
     }
 
-    static String tag(OutputCentric s) {
-        return "w" + s.warpsPerCta() + "b" + s.loadBytes() + "u" + s.kUnroll() + "t" + s.tokensPerCta() + "s" + s.warpsPerOutput();
+    static String tag(Schedule s) {
+        return switch (s) {
+            case OutputCentric oc -> "w" + oc.warpsPerCta() + "b" + oc.loadBytes() + "u" + oc.kUnroll() + "t" + oc.tokensPerCta()
+                    + "s" + oc.warpsPerOutput();
+            case OutputTensorCore tc -> "tc_w" + tc.warpsPerCta() + "u" + tc.kUnroll() + "s" + tc.warpsPerTile();
+            case Schedule.RouterGemv _, Schedule.RouterCluster _, Schedule.RouterTiled _ ->
+                    throw new IllegalArgumentException("not an expert schedule");
+        };
     }
 
     static List<Case> cases() {
@@ -176,6 +195,23 @@ class FormatGpuTest extends GpuSession {
             }
             cases.add(new Case(f, QWEN3_30B, SINGLE, SINGLE, 1));
             cases.add(new Case(f, QWEN3_30B, TILED, TILED, 8));
+            if (FOUR_BIT.contains(f)) {
+                cases.add(new Case(f, QWEN3_30B, TC, TC_DOWN, 1));
+                cases.add(new Case(f, QWEN3_30B, TC_SPLIT, TC, 6));
+                for (int m : new int[] {1, 3, 8}) {
+                    cases.add(new Case(f, SMALL, TC, TC_DOWN, m));
+                    cases.add(new Case(f, SMALL, TC_ONE_WARP, TC_SPLIT, m));
+                }
+                for (int m : new int[] {1, 5}) {
+                    cases.add(new Case(f, SMALL_INTERLEAVED, TC_SPLIT, TC_ONE_WARP, m));
+                }
+                if (f != WeightFormat.INT4_GROUP128) {  // groups of 128 need rows of whole groups
+                    for (int m : new int[] {1, 4}) {
+                        cases.add(new Case(f, RAGGED_STEPS, TC, TC_SPLIT, m));
+                        cases.add(new Case(f, RAGGED_STEPS, TC_ONE_WARP, TC_DOWN, m));
+                    }
+                }
+            }
         }
         for (int m : new int[] {1, 4}) {
             cases.add(new Case(WeightFormat.FP8_BLOCK128, RAGGED_BLOCKS, SINGLE_NARROW, SINGLE_NARROW, m));
@@ -187,10 +223,19 @@ class FormatGpuTest extends GpuSession {
                 cases.add(new Case(f, SMALL_BIASED, TILED, TILED_SPLIT, m));
             }
         }
+        for (WeightFormat f : List.of(WeightFormat.MXFP4, WeightFormat.NVFP4)) {
+            for (int m : new int[] {1, 5}) {
+                cases.add(new Case(f, SMALL_BIASED, TC, TC_SPLIT, m));
+            }
+        }
         cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, SINGLE, SINGLE, 1));
         cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, TILED, TILED, 8));
+        cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, TC, TC_DOWN, 1));
+        cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, TC_SPLIT, TC, 4));
         cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, SINGLE, SINGLE, 1));
         cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, TILED, TILED, 8));
+        cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, TC, TC_DOWN, 1));
+        cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, TC, TC_DOWN, 8));
         return cases;
     }
 

@@ -1,0 +1,238 @@
+// Probe (not part of the toolkit): the tensor-core decode of 4-bit weights (gate_up_tensor_core,
+// down_tensor_core) against the FP32 warp decode (gate_up_single_token, down_single_token) on the
+// same random layer: largest difference of their outputs, relative to the largest output, and
+// the time of each kernel and of the layer over 16 layers of weights rotated in one graph with
+// programmatic dependent launch (as `moeforge bench formats` does).
+// Build: nvcc -std=c++17 -O3 -arch=sm_90a -I<dir of moeforge_device.cuh> tensor_core_probe.cu
+#include "moeforge_device.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); std::exit(1); } } while (0)
+
+namespace {
+constexpr int kLayers = 16;
+
+struct Silu {
+  __device__ float operator()(float g, float u) const { return mf::silu(g) * u; }
+};
+struct Combine {
+  __device__ float operator()(float c) const { return c; }
+};
+
+template <class F>
+size_t scale_bytes(size_t rows, int k) {
+  if constexpr (F::kBlockScale == mf::BlockScale::kNone) return 0;
+  else return rows * (k / F::kBlock) * (F::kBlockScale == mf::BlockScale::kF32 ? 4 : 1);
+}
+
+// Old kernels: the catalogue's warp decode (gate_up W=4 U=2 S=1, down W=8 U=2 S=2, 16-byte loads).
+template <class F, int H, int I, int E, int K, mf::GateUpLayout L>
+__global__ void __launch_bounds__(128) old_gate_up(const __nv_bfloat16* x, mf::WeightArgs w, const int* ids, __nv_bfloat16* inter, int m) {
+  mf::begin_after_previous_kernel();
+  mf::gate_up_single_token<F, H, I, E, K, L, 4, 16, 2, 1>(x, w, ids, inter, m, Silu{});
+}
+template <class F, int H, int I, int E, int K>
+__global__ void __launch_bounds__(256) old_down(const __nv_bfloat16* inter, mf::WeightArgs w, const int* ids, const float* tw, __nv_bfloat16* y, int m) {
+  mf::begin_after_previous_kernel();
+  mf::down_single_token<F, H, I, E, K, 8, 16, 2, 2>(inter, w, ids, tw, y, m, Combine{});
+}
+template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int W, int U, int S>
+__global__ void __launch_bounds__(32 * W, 1) tc_gate_up(const __nv_bfloat16* x, mf::WeightArgs w, const int* ids, __nv_bfloat16* inter, int m) {
+  mf::begin_after_previous_kernel();
+  mf::gate_up_tensor_core<F, H, I, E, K, L, W, U, S>(x, w, ids, inter, m, Silu{});
+}
+template <class F, int H, int I, int E, int K, int W, int U, int S>
+__global__ void __launch_bounds__(32 * W, 1) tc_down(const __nv_bfloat16* inter, mf::WeightArgs w, const int* ids, const float* tw, __nv_bfloat16* y, int m) {
+  mf::begin_after_previous_kernel();
+  mf::down_tensor_core<F, H, I, E, K, W, U, S>(inter, w, ids, tw, y, m, Combine{});
+}
+__global__ void empty_kernel(int) { mf::begin_after_previous_kernel(); }
+
+__global__ void fill(uint32_t* p, size_t words, uint32_t seed, uint32_t mask, uint32_t orv) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t v = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    v ^= v >> 15; v *= 2246822519u; v ^= v >> 13; v *= 3266489917u; v ^= v >> 16;
+    p[i] = (v & mask) | orv;
+  }
+}
+void fill_dev(void* p, size_t bytes, uint32_t seed, uint32_t mask = 0xffffffffu, uint32_t orv = 0u) {
+  fill<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed, mask, orv);
+  CK(cudaGetLastError());
+}
+
+template <class KernelT, class... Args>
+void launch(KernelT kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = smem; cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr; cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+template <class Capture>
+float graph_us(cudaStream_t s, int reps, Capture capture) {
+  cudaGraph_t g; cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  capture();
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t a, z; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&z));
+  std::vector<float> t;
+  for (int r = 0; r < reps + 10; ++r) {
+    CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(z, s));
+    CK(cudaEventSynchronize(z));
+    float ms; CK(cudaEventElapsedTime(&ms, a, z));
+    if (r >= 10) t.push_back(ms * 1000.0f / kLayers);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
+  cudaEventDestroy(a); cudaEventDestroy(z);
+  return t[t.size() / 2];
+}
+
+struct Layer {
+  void* gu_codes; void* gu_scales; float* gu_row;
+  void* dn_codes; void* dn_scales; float* dn_row;
+  int* ids; float* tw;
+};
+
+float bf16_to_float(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+uint16_t float_to_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+
+// max |a - b| / max |b|
+double rel_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double d = 0, m = 0;
+  size_t nan_a = 0, nan_b = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    nan_a += std::isnan(bf16_to_float(a[i]));
+    nan_b += std::isnan(bf16_to_float(b[i]));
+  }
+  if (nan_a || nan_b) {
+    std::printf("  [NaN: new %zu, old %zu of %zu]", nan_a, nan_b, a.size());
+    return INFINITY;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
+    d = std::max(d, std::fabs(x - y)); m = std::max(m, std::fabs(y));
+  }
+  return d / m;
+}
+
+template <class F>
+uint32_t scale_mask(uint32_t& orv) {
+  if constexpr (F::kBlockScale == mf::BlockScale::kE4M3) { orv = 0x20202020u; return 0x2f2f2f2fu; }   // E4M3 2^-4 .. ~2^4
+  else if constexpr (F::kBlockScale == mf::BlockScale::kE8M0) { orv = 0x78787878u; return 0x0f0f0f0fu; } // 2^-7 .. 2^8 (past 2^1)
+  else { orv = 0x3c000000u; return 0x007fffffu; }                                                         // FP32 2^-7 .. 2^-6
+}
+
+// Old and new kernels on one random layer: differences, then times.
+template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int GW, int GU, int GS, int DW, int DU, int DS>
+void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
+  std::vector<Layer> layers(kLayers);
+  const size_t guc = (size_t)E * 2 * I * H / 2, gus = scale_bytes<F>((size_t)E * 2 * I, H);
+  const size_t dnc = (size_t)E * H * I / 2, dns = scale_bytes<F>((size_t)E * H, I);
+  uint32_t orv = 0; const uint32_t smask = scale_mask<F>(orv);
+  for (int l = 0; l < kLayers; ++l) {
+    Layer& b = layers[l];
+    CK(cudaMalloc(&b.gu_codes, guc)); fill_dev(b.gu_codes, guc, 11 + l);
+    CK(cudaMalloc(&b.dn_codes, dnc)); fill_dev(b.dn_codes, dnc, 101 + l);
+    b.gu_scales = b.dn_scales = nullptr;
+    if (gus) { CK(cudaMalloc(&b.gu_scales, gus)); fill_dev(b.gu_scales, gus, 5 + l, smask, orv); }
+    if (dns) { CK(cudaMalloc(&b.dn_scales, dns)); fill_dev(b.dn_scales, dns, 55 + l, smask, orv); }
+    CK(cudaMalloc(&b.gu_row, E * 2 * I * 4)); fill_dev(b.gu_row, E * 2 * I * 4, 7 + l, 0x007fffffu, 0x3c000000u);
+    CK(cudaMalloc(&b.dn_row, E * H * 4)); fill_dev(b.dn_row, E * H * 4, 77 + l, 0x007fffffu, 0x3c000000u);
+    std::vector<int> ids(m * K);
+    std::vector<float> tw(m * K);
+    for (int t = 0; t < m; ++t) {
+      std::vector<int> perm(E);
+      for (int i = 0; i < E; ++i) perm[i] = i;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int j = 0; j < K; ++j) { ids[t * K + j] = perm[j]; tw[t * K + j] = std::uniform_real_distribution<float>(0.05f, 0.3f)(rng); }
+    }
+    CK(cudaMalloc(&b.ids, m * K * 4)); CK(cudaMemcpy(b.ids, ids.data(), m * K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&b.tw, m * K * 4)); CK(cudaMemcpy(b.tw, tw.data(), m * K * 4, cudaMemcpyHostToDevice));
+  }
+  std::vector<uint16_t> xh((size_t)(kLayers + 1) * m * H);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : xh) v = float_to_bf16(nd(rng));
+  __nv_bfloat16 *x, *inter_old, *inter_new, *y_old, *y_new;
+  CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&inter_old, (size_t)m * K * I * 2)); CK(cudaMalloc(&inter_new, (size_t)m * K * I * 2));
+  CK(cudaMalloc(&y_old, (size_t)m * H * 2)); CK(cudaMalloc(&y_new, (size_t)m * H * 2));
+  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  const dim3 og(mf::ceil_div(I, 4), m * K), od(mf::ceil_div(H, 4), m);
+  const dim3 ng(mf::ceil_div(I, 8 * (GW / GS)), m * K), nd2(mf::ceil_div(H, 16 * (DW / DS)), m);
+  const size_t ngs = 64 * mf::TileRow<H>::kPadded + (GS > 1 ? GW * 64 : 0);
+  const size_t nds = 64 * K * mf::TileRow<I>::kPadded + (DS > 1 ? DW * 64 : 0);
+  auto old_gu = [&](int l, __nv_bfloat16* out) { const Layer& b = layers[l]; launch(old_gate_up<F, H, I, E, K, L>, og, dim3(128), 0, s, (const __nv_bfloat16*)(x + (size_t)l * m * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, (const int*)b.ids, out, m); };
+  auto new_gu = [&](int l, __nv_bfloat16* out) { const Layer& b = layers[l]; launch(tc_gate_up<F, H, I, E, K, L, GW, GU, GS>, ng, dim3(32 * GW), ngs, s, (const __nv_bfloat16*)(x + (size_t)l * m * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, (const int*)b.ids, out, m); };
+  auto old_dn = [&](int l, const __nv_bfloat16* in, __nv_bfloat16* out) { const Layer& b = layers[l]; launch(old_down<F, H, I, E, K>, od, dim3(256), 256 * 4, s, in, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, out, m); };
+  auto new_dn = [&](int l, const __nv_bfloat16* in, __nv_bfloat16* out) { const Layer& b = layers[l]; launch(tc_down<F, H, I, E, K, DW, DU, DS>, nd2, dim3(32 * DW), nds, s, in, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, out, m); };
+
+  CK(cudaMemset(inter_old, 0, (size_t)m * K * I * 2)); CK(cudaMemset(inter_new, 0, (size_t)m * K * I * 2));
+  CK(cudaMemset(y_old, 0, (size_t)m * H * 2)); CK(cudaMemset(y_new, 0, (size_t)m * H * 2));
+  CK(cudaDeviceSynchronize());
+  old_gu(0, inter_old); new_gu(0, inter_new);
+  old_dn(0, inter_old, y_old); new_dn(0, inter_old, y_new);  // both downs on the same inter
+  CK(cudaStreamSynchronize(s));
+  std::vector<uint16_t> a((size_t)m * K * I), b2((size_t)m * K * I), ya((size_t)m * H), yb((size_t)m * H);
+  CK(cudaMemcpy(a.data(), inter_old, a.size() * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(b2.data(), inter_new, b2.size() * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(ya.data(), y_old, ya.size() * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(yb.data(), y_new, yb.size() * 2, cudaMemcpyDeviceToHost));
+  std::printf("%-14s M=%-2d gu(W%d U%d S%d) dn(W%d U%d S%d): gate_up diff %.2e  down diff %.2e\n", name, m, GW, GU, GS, DW, DU, DS,
+              rel_diff(b2, a), rel_diff(yb, ya));
+  if (time) {
+    const float t_old_gu = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) old_gu(l, inter_old); });
+    const float t_new_gu = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) new_gu(l, inter_new); });
+    const float t_old_dn = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) old_dn(l, inter_old, y_old); });
+    const float t_new_dn = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) new_dn(l, inter_new, y_new); });
+    const float t_old = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) { old_gu(l, inter_old); old_dn(l, inter_old, x + (size_t)(l + 1) * m * H); } });
+    const float t_new = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) { new_gu(l, inter_new); new_dn(l, inter_new, x + (size_t)(l + 1) * m * H); } });
+    const double bytes = (double)(guc + gus + dnc + dns) / E * std::min(E, m * K);  // distinct experts at M=1
+    std::printf("   old: gate_up %6.2f down %6.2f layer %6.2f us | new: gate_up %6.2f down %6.2f layer %6.2f us (%.1f MB, %.0f GB/s)\n",
+                t_old_gu, t_old_dn, t_old, t_new_gu, t_new_dn, t_new, bytes / 1e6, bytes / (t_new * 1e3));
+  }
+  for (auto& b : layers) {
+    cudaFree(b.gu_codes); cudaFree(b.dn_codes); cudaFree(b.gu_scales); cudaFree(b.dn_scales);
+    cudaFree(b.gu_row); cudaFree(b.dn_row); cudaFree(b.ids); cudaFree(b.tw);
+  }
+  cudaFree(x); cudaFree(inter_old); cudaFree(inter_new); cudaFree(y_old); cudaFree(y_new);
+  cudaStreamDestroy(s);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 60;
+  std::mt19937 rng(20261123);
+  using St = mf::GateUpLayout;
+  // correctness on a ragged geometry (gpt-oss: H = I = 2880, 22.5 steps per row, interleaved)
+  compare<mf::Mxfp4Weights, 2880, 2880, 32, 4, St::kInterleaved, 8, 2, 4, 8, 2, 8>("mxfp4 gpt-oss", 3, rng, reps, false);
+  compare<mf::Nvfp4Weights, 2880, 2880, 32, 4, St::kInterleaved, 4, 3, 2, 4, 3, 4>("nvfp4 gpt-oss", 5, rng, reps, false);
+  compare<mf::Int4ChannelWeights, 1056, 96, 9, 3, St::kStacked, 4, 1, 1, 4, 1, 1>("int4ch odd", 4, rng, reps, false);
+  compare<mf::Int4Group128Weights, 1024, 256, 9, 3, St::kStacked, 8, 2, 8, 8, 2, 4>("int4g odd", 4, rng, reps, false);
+  // Qwen3-30B-A3B, M = 1: schedules
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 8, 2, 4, 8, 2, 8>("nvfp4", 1, rng, reps, true);
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 8, 1, 8, 16, 3, 16>("nvfp4", 1, rng, reps, true);
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 8, 2, 8, 8, 1, 8>("nvfp4", 1, rng, reps, true);
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 4, 2, 2, 16, 2, 16>("nvfp4", 1, rng, reps, true);
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 8, 1, 4, 4, 2, 4>("nvfp4", 1, rng, reps, true);
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 4, 4, 4, 8, 3, 8>("nvfp4", 1, rng, reps, true);
+  compare<mf::Mxfp4Weights, 2048, 768, 128, 8, St::kStacked, 8, 2, 4, 8, 2, 8>("mxfp4", 1, rng, reps, true);
+  compare<mf::Int4ChannelWeights, 2048, 768, 128, 8, St::kStacked, 8, 2, 4, 8, 2, 8>("int4_channel", 1, rng, reps, true);
+  compare<mf::Int4Group128Weights, 2048, 768, 128, 8, St::kStacked, 8, 2, 4, 8, 2, 8>("int4_group128", 1, rng, reps, true);
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 8, 2, 4, 8, 2, 8>("nvfp4", 8, rng, reps, true);
+  // Qwen3-Next-80B-A3B in NVFP4 (H 2048, I 512, E 512, top-10)
+  compare<mf::Nvfp4Weights, 2048, 512, 512, 10, St::kStacked, 8, 2, 4, 8, 2, 8>("nvfp4 q3next", 1, rng, reps, true);
+  return 0;
+}
