@@ -1213,26 +1213,26 @@ __device__ __forceinline__ void down_tensor_core(const __nv_bfloat16* __restrict
       }
     }
   }
-  if constexpr (BIAS) {  // slot j's w_j * b[e_j][h], once: in the tile's first warp
-    if (part == 0) {
-#pragma unroll 1
-      for (int j = 0; j < K; ++j) {
-        const int e = __shfl_sync(kFullMask, lane_expert, j);
-        const float weight = __shfl_sync(kFullMask, routing_weight, j) / TileDecode<F>::kUnscale;  // unscaled below
-        if (static_cast<unsigned>(e) < static_cast<unsigned>(E) && t == 0) {
-          if (h_lo < H) lo = fmaf(weight, load_bias<BIAS, H>(w_down, e, h_lo), lo);
-          if (h_hi < H) hi = fmaf(weight, load_bias<BIAS, H>(w_down, e, h_hi), hi);
-        }
-      }
-    }
-  }
   if constexpr (S > 1) {
     if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * Row::kPadded))) return;
   }
+  constexpr float kUnscale = TileDecode<F>::kUnscale;
+  lo *= kUnscale;
+  hi *= kUnscale;
+  if constexpr (BIAS) {  // slot j's w_j * b[e_j][h], once per output: in the tile's first warp, after the combine
+#pragma unroll 1
+    for (int j = 0; j < K; ++j) {
+      const int e = __shfl_sync(kFullMask, lane_expert, j);
+      const float weight = __shfl_sync(kFullMask, routing_weight, j);
+      if (static_cast<unsigned>(e) < static_cast<unsigned>(E) && t == 0) {
+        if (h_lo < H) lo = fmaf(weight, load_bias<BIAS, H>(w_down, e, h_lo), lo);
+        if (h_hi < H) hi = fmaf(weight, load_bias<BIAS, H>(w_down, e, h_hi), hi);
+      }
+    }
+  }
   if (t == 0 && active) {
-    constexpr float kUnscale = TileDecode<F>::kUnscale;
-    if (h_lo < H) store_bf16(y + static_cast<size_t>(token) * H + h_lo, epi(lo * kUnscale));
-    if (h_hi < H) store_bf16(y + static_cast<size_t>(token) * H + h_hi, epi(hi * kUnscale));
+    if (h_lo < H) store_bf16(y + static_cast<size_t>(token) * H + h_lo, epi(lo));
+    if (h_hi < H) store_bf16(y + static_cast<size_t>(token) * H + h_hi, epi(hi));
   }
 }
 

@@ -137,14 +137,8 @@ public final class Validator {
                 }
                 range(errors, "schedule.k_unroll", oc.kUnroll(), 1, 16);
                 range(errors, "schedule.tokens_per_cta", oc.tokensPerCta(), 1, MAX_TOKENS_PER_CTA);
-                if (oc.warpsPerCta() >= 1 && (oc.warpsPerOutput() < 1 || oc.warpsPerCta() % oc.warpsPerOutput() != 0)) {
-                    errors.add(new SpecError("schedule.warps_per_output", Integer.toString(oc.warpsPerOutput()),
-                            "a divisor of warps_per_cta (" + oc.warpsPerCta() + ")"));
-                }
-                if (oc.warpsPerCta() >= 1 && oc.warpsPerCta() <= maxWarps) {
-                    int maxBlocks = target.maxWarpsPerSm() / oc.warpsPerCta();
-                    range(errors, "schedule.min_blocks_per_sm", oc.minBlocksPerSm(), 0, maxBlocks);
-                }
+                checkWarpSplit(errors, "schedule.warps_per_output", oc.warpsPerCta(), oc.warpsPerOutput(),
+                        oc.minBlocksPerSm(), target, maxWarps);
                 if (oc.warpsPerOutput() > 1 && oc.tokensPerCta() > 1 && p instanceof Problem.ExpertGateUp) {
                     errors.add(new SpecError("schedule.warps_per_output", Integer.toString(oc.warpsPerOutput()),
                             "1 for a token-tiled gate_up (tokens_per_cta > 1): each warp keeps its whole rows in "
@@ -280,13 +274,8 @@ public final class Validator {
         }
         range(errors, "schedule.warps_per_cta", tc.warpsPerCta(), 1, maxWarps);
         range(errors, "schedule.k_unroll", tc.kUnroll(), 1, 8);
-        if (tc.warpsPerCta() >= 1 && (tc.warpsPerTile() < 1 || tc.warpsPerCta() % tc.warpsPerTile() != 0)) {
-            errors.add(new SpecError("schedule.warps_per_tile", Integer.toString(tc.warpsPerTile()),
-                    "a divisor of warps_per_cta (" + tc.warpsPerCta() + ")"));
-        }
-        if (tc.warpsPerCta() >= 1 && tc.warpsPerCta() <= maxWarps) {
-            range(errors, "schedule.min_blocks_per_sm", tc.minBlocksPerSm(), 0, target.maxWarpsPerSm() / tc.warpsPerCta());
-        }
+        checkWarpSplit(errors, "schedule.warps_per_tile", tc.warpsPerCta(), tc.warpsPerTile(), tc.minBlocksPerSm(), target,
+                maxWarps);
         if (!dimensionsInRange(p.shape())) {
             return;
         }
@@ -305,6 +294,20 @@ public final class Validator {
                         "at most " + target.maxSharedBytesPerBlock() + " bytes per thread block on " + target.text()
                                 + " (the staged activations grow with the reduction and, for down, with topk)"));
             }
+        }
+    }
+
+    /**
+     * The warps of an output-producing block: the S warps sharing one output (or tile) divide the
+     * block's warps, and the occupancy promise fits the SM's warps.
+     */
+    private static void checkWarpSplit(List<SpecError> errors, String splitField, int warps, int split, int minBlocks,
+                                       Target target, int maxWarps) {
+        if (warps >= 1 && (split < 1 || warps % split != 0)) {
+            errors.add(new SpecError(splitField, Integer.toString(split), "a divisor of warps_per_cta (" + warps + ")"));
+        }
+        if (warps >= 1 && warps <= maxWarps) {
+            range(errors, "schedule.min_blocks_per_sm", minBlocks, 0, target.maxWarpsPerSm() / warps);
         }
     }
 
