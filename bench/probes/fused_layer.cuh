@@ -11,24 +11,9 @@ namespace mf {
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
-// stage_tile_activations for rows other blocks of this kernel wrote: read through L2, not .nc.
-template <int R, int L>
-__device__ __forceinline__ void stage_written_rows(const __nv_bfloat16* src, uint4* dst) {
-  using Row = TileRow<L>;
-  constexpr int kWords = 4 * R * Row::kPadded;
-  for (int p = threadIdx.x; p < kWords; p += blockDim.x) {
-    const int q = p % 4, c = (p / 4) % Row::kPadded, r = p / (4 * Row::kPadded);
-    const uint4 v = c < Row::kChunks ? pair_activation_word(__ldcg(reinterpret_cast<const uint4*>(src + static_cast<size_t>(r) * L + 32 * c) + q))
-                                     : make_uint4(0u, 0u, 0u, 0u);
-    dst[q * (R * Row::kPadded) + r * Row::kPadded + c] = v;
-  }
-  __syncthreads();
-}
-
 // ---------------------------------------------------------------------------------------------
-// The expert MLP of a token in one kernel: gate_up on the tensor
-// cores, one grid-wide barrier, down on the tensor cores. Two dependent kernels cost about 2.4 us
-// each before a byte moves (bench/NOTES.md, "Where the 4-bit time goes"), and warps that load
+// The expert MLP of a token in one kernel: gate_up on the tensor cores, one grid-wide barrier,
+// down on the tensor cores. Two dependent kernels cost about 2.4 us each before a byte moves (bench/NOTES.md, "Where the 4-bit time goes"), and warps that load
 // their own weights keep too few bytes in flight to stream one wave at full bandwidth (the same
 // notes, "One kernel per layer"). Here one wave of blocks (every block resident) asks the copy
 // engine (cp.async.bulk) for all its weights at once: first its gate_up tiles, then its share of
@@ -128,28 +113,27 @@ __device__ __forceinline__ uint32_t shared_tile_scales(const unsigned char* row,
   else return row[c];
 }
 
-// One step of a tile from shared memory: chunk c of rows `lo` and `hi` (null: zeros) and their
-// K-block scales.
+// Chunk c of one row in shared memory (null: zeros) and its K-block scales.
+template <class F>
+__device__ __forceinline__ void shared_chunk(const unsigned char* row, const unsigned char* scales, int c, Lane<16>& codes,
+                                             uint32_t& raw_scales) {
+  if (row) {
+    const uint4 v = *reinterpret_cast<const uint4*>(row + 16 * c);
+    codes = Lane<16>{{v.x, v.y, v.z, v.w}};
+    raw_scales = shared_tile_scales<F>(scales, c);
+  } else {
+    codes = zero_lane<16>();
+    raw_scales = 0u;
+  }
+}
+
+// One step of a tile from shared memory: chunk c of rows `lo` and `hi` and their K-block scales.
 template <class F>
 __device__ __forceinline__ TileStep<F> shared_step(const unsigned char* lo, const unsigned char* hi, const unsigned char* lo_scales,
                                                    const unsigned char* hi_scales, int c) {
   TileStep<F> st;
-  if (lo) {
-    const uint4 v = *reinterpret_cast<const uint4*>(lo + 16 * c);
-    st.lo = Lane<16>{{v.x, v.y, v.z, v.w}};
-    st.lo_scales = shared_tile_scales<F>(lo_scales, c);
-  } else {
-    st.lo = zero_lane<16>();
-    st.lo_scales = 0u;
-  }
-  if (hi) {
-    const uint4 v = *reinterpret_cast<const uint4*>(hi + 16 * c);
-    st.hi = Lane<16>{{v.x, v.y, v.z, v.w}};
-    st.hi_scales = shared_tile_scales<F>(hi_scales, c);
-  } else {
-    st.hi = zero_lane<16>();
-    st.hi_scales = 0u;
-  }
+  shared_chunk<F>(lo, lo_scales, c, st.lo, st.lo_scales);
+  shared_chunk<F>(hi, hi_scales, c, st.hi, st.hi_scales);
   return st;
 }
 
@@ -371,7 +355,7 @@ struct FusedMlpBlock {
   __device__ __forceinline__ void down_tiles(const __nv_bfloat16* inter, const WeightArgs& w, __nv_bfloat16* __restrict__ y, int m,
                                              Epilogue epi) {
     constexpr int kScales = Mlp::kDownScaleBytes;
-    stage_written_rows<K, I>(inter + static_cast<size_t>(m) * K * I, staged);  // ends in __syncthreads
+    stage_tile_activations<K, I, true>(inter + static_cast<size_t>(m) * K * I, staged);  // ends in __syncthreads
     const float lane_factor = F::kRowFactor == RowFactor::kPerTensor && routed(lane_expert) ? row_factor<F, H, 1>(w, lane_expert, 0, 0) : 1.0f;
     if (down_count > 0) mbarrier_wait(down_barrier(), parity);
 #pragma unroll 1

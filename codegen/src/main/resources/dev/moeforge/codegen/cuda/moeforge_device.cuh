@@ -940,15 +940,17 @@ struct TileRow {
 };
 
 // Stages R activation rows of length L (row stride L) as [4][R * padded chunks] 16-byte words;
-// the padding past a row's end is zeros. Every thread of the block must call it.
-template <int R, int L>
+// the padding past a row's end is zeros. Every thread of the block must call it. WRITTEN_HERE:
+// other blocks of the same kernel wrote the rows, so they are read through L2, not the .nc path
+// (bench/probes/fused_layer.cuh).
+template <int R, int L, bool WRITTEN_HERE = false>
 __device__ __forceinline__ void stage_tile_activations(const __nv_bfloat16* __restrict__ src, uint4* dst) {
   using Row = TileRow<L>;
   constexpr int kWords = 4 * R * Row::kPadded;
   for (int p = threadIdx.x; p < kWords; p += blockDim.x) {
     const int q = p % 4, c = (p / 4) % Row::kPadded, r = p / (4 * Row::kPadded);
-    const uint4 v = c < Row::kChunks ? pair_activation_word(__ldg(reinterpret_cast<const uint4*>(src + static_cast<size_t>(r) * L + 32 * c) + q))
-                                     : make_uint4(0u, 0u, 0u, 0u);
+    const uint4* word = reinterpret_cast<const uint4*>(src + static_cast<size_t>(r) * L + 32 * c) + q;
+    const uint4 v = c < Row::kChunks ? pair_activation_word(WRITTEN_HERE ? __ldcg(word) : __ldg(word)) : make_uint4(0u, 0u, 0u, 0u);
     dst[q * (R * Row::kPadded) + r * Row::kPadded + c] = v;
   }
   __syncthreads();
