@@ -13,13 +13,14 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) { return stati
 
 // ---------------------------------------------------------------------------------------------
 // The expert MLP of a token in one kernel: gate_up on the tensor cores, one grid-wide barrier,
-// down on the tensor cores. Two dependent kernels cost about 2.4 us each before a byte moves (bench/NOTES.md, "Where the 4-bit time goes"), and warps that load
-// their own weights keep too few bytes in flight to stream one wave at full bandwidth (the same
-// notes, "One kernel per layer"). Here one wave of blocks (every block resident) asks the copy
-// engine (cp.async.bulk) for all its weights at once: first its gate_up tiles, then its share of
-// down's rows, into shared memory. Each gate_up tile completes its own mbarrier, so the warps
-// start on the first tiles while the rest stream in; after the grid-wide barrier down reads its
-// weights from shared memory and only the token's k rows of inter from L2.
+// down on the tensor cores. Two dependent kernels cost about 2.4 us each before a byte moves
+// (bench/NOTES.md, "Where the 4-bit time goes"), and warps that load their own weights keep too
+// few bytes in flight to stream one wave at full bandwidth (the same notes, "One kernel per
+// layer"). Here one wave of blocks (every block resident) asks the copy engine (cp.async.bulk) for
+// all its weights at once: first its gate_up tiles, then its share of down's rows, into shared
+// memory. Each gate_up tile completes its own mbarrier, so a warp may start on a tile as soon as
+// its bytes are in (measured: a block's tiles arrive together). After the grid-wide barrier down
+// reads its weights from shared memory and only the token's k rows of inter from L2.
 //
 // Work split, per token: gate_up's k * I / 8 tiles go to the blocks in contiguous runs, and a
 // block's steps (its tiles times ceil(H / 128)) to its warps in contiguous runs, so every warp
@@ -87,11 +88,6 @@ struct FusedMlp {
   static constexpr int kGateRowBytes = H / 2, kDownRowBytes = I / 2;  // 4-bit codes
   static constexpr int kGateTileBytes = 16 * kGateRowBytes + 16 * kGateScaleBytes;
   static constexpr int kDownSlotBytes = 16 * kDownRowBytes + 16 * kDownScaleBytes + (kRowFactors ? 64 : 0);
-  // where gate row i and up row i of a tile sit among its 16 rows in memory order
-  template <GateUpLayout L>
-  __host__ __device__ static constexpr int gate_row(int i) { return L == GateUpLayout::kStacked ? i : 2 * i; }
-  template <GateUpLayout L>
-  __host__ __device__ static constexpr int up_row(int i) { return L == GateUpLayout::kStacked ? 8 + i : 2 * i + 1; }
 
   int gate_tiles, down_tiles;  // the most tiles one block has
 
@@ -181,10 +177,11 @@ struct FusedMlpBlock {
 
   uint4* staged;
   float* partials;
-  unsigned char* gate_codes;   // [tile][16][pitch]
+  unsigned char* gate_codes;   // [tile][16][H / 2]
   unsigned char* gate_scales;  // [tile][16][scale bytes]
   unsigned char* down;         // [tile][k][slot bytes]
-  uint64_t* barriers;          // [gate tile], then down's
+  uint64_t* barriers;          // one per gate tile
+  uint64_t* down_barrier;
   int gate0, gate_count, down0, down_count, steps, n0, n1;
   int lane, g, t, warp;
   int lane_expert;  // lane j < K: the current token's slot j
@@ -199,6 +196,7 @@ struct FusedMlpBlock {
     gate_scales = gate_codes + mlp.gate_tiles * 16 * Mlp::kGateRowBytes;
     down = smem + mlp.down_offset();
     barriers = reinterpret_cast<uint64_t*>(smem + mlp.barriers_offset());
+    down_barrier = barriers + mlp.gate_tiles;
     lane = threadIdx.x & 31; g = lane >> 2; t = lane & 3; warp = threadIdx.x >> 5;
     gate0 = run_begin(blockIdx.x, Mlp::kGateTiles, gridDim.x);
     gate_count = run_begin(blockIdx.x + 1, Mlp::kGateTiles, gridDim.x) - gate0;
@@ -208,13 +206,13 @@ struct FusedMlpBlock {
     n0 = warp == 0 ? 0 : run_begin(warp - 1, steps, kReducers);
     n1 = warp == 0 ? 0 : run_begin(warp, steps, kReducers);
     parity = 0u;
-    for (int i = threadIdx.x; i <= gate_count; i += blockDim.x) mbarrier_init(barriers + (i < gate_count ? i : mlp.gate_tiles), i < gate_count ? 1 : K);
+    for (int i = threadIdx.x; i < gate_count; i += blockDim.x) mbarrier_init(barriers + i, 1);  // the lane copying the tile
+    if (threadIdx.x == 0) mbarrier_init(down_barrier, K);                                       // lanes j < K, slot j each
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     __syncthreads();
   }
 
   __device__ __forceinline__ static bool routed(int e) { return static_cast<unsigned>(e) < static_cast<unsigned>(E); }
-  __device__ __forceinline__ uint64_t* down_barrier() const { return barriers + Mlp(gridDim.x).gate_tiles; }
   __device__ __forceinline__ unsigned char* down_slot(int d, int j) const { return down + (d * K + j) * Mlp::kDownSlotBytes; }
 
   // Token m's routing, one slot per lane; every thread of the block must call it, after the
@@ -226,9 +224,9 @@ struct FusedMlpBlock {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   }
 
-  // Warp 0 asks for every weight byte of the token: gate_up tile by tile (so that the first tiles
-  // complete first; lane 0 sets each mbarrier's expected bytes before any copy of it is issued),
-  // then down's rows. Stacked gate_up takes four copies per tile (gate and up codes, gate and up
+  // Warp 0 asks for every weight byte of the token: gate_up's tiles (lane i tiles i, i + 32, ...;
+  // a lane sets its tile's expected bytes before issuing the tile's copies), then down's rows
+  // (lane j slot j). Stacked gate_up takes four copies per tile (gate and up codes, gate and up
   // scales), interleaved two; down two or three per routed slot.
   __device__ __forceinline__ void copy_weights(const WeightArgs& w_gate_up, const WeightArgs& w_down) const {
     if (warp != 0) return;
@@ -247,8 +245,8 @@ struct FusedMlpBlock {
           unsigned char* codes = gate_codes + tile * 16 * kRow;
           unsigned char* scales = gate_scales + tile * 16 * kScales;
 #pragma unroll
-          for (int r = 0; r < kRuns; ++r) {  // stacked: rows n.. and I + n..; interleaved: rows 2n..
-            const int first = L == GateUpLayout::kStacked ? r * I + n : 2 * n;
+          for (int r = 0; r < kRuns; ++r) {  // stacked: gate rows n.., up rows I + n..; interleaved: rows 2n..
+            const int first = r == 0 ? gate_row_of<L>(n, I) : up_row_of<L>(n, I);
             bulk_copy(codes + r * 8 * kRow, row_codes<F, 2 * I, H>(w_gate_up, e, first), 16 / kRuns * kRow, bar);
             if constexpr (kScales > 0) {
               bulk_copy(scales + r * 8 * kScales, row_block_scales<F, 2 * I, H>(w_gate_up, e, first), 16 / kRuns * kScales, bar);
@@ -259,7 +257,7 @@ struct FusedMlpBlock {
     }
     if (lane < K) {
       constexpr int kDownRow = Mlp::kDownRowBytes, kDownScales = Mlp::kDownScaleBytes;
-      uint64_t* bar = down_barrier();
+      uint64_t* bar = down_barrier;
       const int e = lane_expert;
       mbarrier_arrive_expect(bar, routed(e) ? down_count * 16 * (kDownRow + kDownScales + (Mlp::kRowFactors ? 4 : 0)) : 0u);
       if (routed(e)) {
@@ -304,7 +302,7 @@ struct FusedMlpBlock {
         const bool in_row = c < HRow::kChunks;
         const unsigned char* codes = gate_codes + tile * 16 * Mlp::kGateRowBytes;
         const unsigned char* scales = gate_scales + tile * 16 * kScales;
-        const int gate_row = Mlp::template gate_row<L>(g), up_row = Mlp::template up_row<L>(g);
+        const int gate_row = gate_row_of<L>(g, 8), up_row = up_row_of<L>(g, 8);  // a tile's rows, in memory order
         const TileStep<F> st = shared_step<F>(in_row ? codes + gate_row * Mlp::kGateRowBytes : nullptr,
                                               in_row ? codes + up_row * Mlp::kGateRowBytes : nullptr,
                                               scales + gate_row * kScales, scales + up_row * kScales, c);
@@ -357,7 +355,7 @@ struct FusedMlpBlock {
     constexpr int kScales = Mlp::kDownScaleBytes;
     stage_tile_activations<K, I, true>(inter + static_cast<size_t>(m) * K * I, staged);  // ends in __syncthreads
     const float lane_factor = F::kRowFactor == RowFactor::kPerTensor && routed(lane_expert) ? row_factor<F, H, 1>(w, lane_expert, 0, 0) : 1.0f;
-    if (down_count > 0) mbarrier_wait(down_barrier(), parity);
+    if (down_count > 0) mbarrier_wait(down_barrier, parity);
 #pragma unroll 1
     for (int d = 0; d < down_count; ++d) {
       const int h_lo = (down0 + d) * 16 + g, h_hi = h_lo + 8;

@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(32 * W, 1) fused_parts(const __nv_bfloat16* x,
       barrier.sync();
     }
   }
-  if (block.down_count > 0) mf::mbarrier_wait(block.down_barrier(), 0);
+  if (block.down_count > 0) mf::mbarrier_wait(block.down_barrier, 0);
 }
 // The full fused kernel with %globaltimer stamps per block: start, after routing, copies issued,
 // every gate_up tile arrived, gate_up done, barrier passed, down's weights arrived, end.
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(32 * W, 1) fused_traced(const __nv_bfloat16* x
   __threadfence();
   mf::CooperativeBarrier{}.sync();
   if (threadIdx.x == 0) mine[5] = now_ns();
-  if (threadIdx.x == 0 && block.down_count > 0) mf::mbarrier_wait(block.down_barrier(), 0);
+  if (threadIdx.x == 0 && block.down_count > 0) mf::mbarrier_wait(block.down_barrier, 0);
   if (threadIdx.x == 0) mine[6] = now_ns();
   block.down_tiles(inter, dn, y, 0, Combine{});
   __syncthreads();
@@ -249,12 +249,17 @@ void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
   int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t fs = mf::FusedMlp<F, H, I, K, FW>(sms).bytes();
   int optin = 0; CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-  const bool fits = fs <= (size_t)optin;
+  int per_sm = 0;
+  if (fs <= (size_t)optin) {
+    CK(cudaFuncSetAttribute(fused_mlp<F, H, I, E, K, L, FW, mf::CountingBarrier>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fs));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fused_mlp<F, H, I, E, K, L, FW, mf::CountingBarrier>, 32 * FW, fs));
+  }
+  const bool fits = per_sm >= 1;  // every block resident: the counting barrier's condition
   if (fits) {
     CK(cudaFuncSetAttribute(fused_mlp<F, H, I, E, K, L, FW, mf::CooperativeBarrier>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fs));
     CK(cudaFuncSetAttribute(fused_mlp<F, H, I, E, K, L, FW, mf::CountingBarrier>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fs));
   } else {
-    std::printf("   fused: %zu bytes of shared memory do not fit (%d)\n", fs, optin);
+    std::printf("   fused: %zu bytes of shared memory do not fit (%d) or no block fits an SM\n", fs, optin);
   }
   unsigned* barrier_state; CK(cudaMalloc(&barrier_state, 8)); CK(cudaMemset(barrier_state, 0, 8));
   __nv_bfloat16* inter_fused; CK(cudaMalloc(&inter_fused, (size_t)m * K * I * 2));
@@ -311,7 +316,7 @@ void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
         for (int tokens = 0; tokens < 2; ++tokens)
           t[2 * mode + tokens] = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) fused_as(l, x + (size_t)(l + 1) * m * H, mode, tokens == 0 ? 0 : m); });
       std::printf("   fused: cooperative empty %6.2f full %6.2f | counting barrier empty %6.2f full %6.2f us\n", t[0], t[1], t[2], t[3]);
-      float part[5];
+      float part[4];
       auto parts = [&](auto kernel, int p) {
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fs));
         part[p] = graph_us(s, reps, [&] {
