@@ -8,6 +8,7 @@
 // Build: nvcc -std=c++17 -O3 -arch=sm_90a -I<dir of moeforge_device.cuh> tensor_core_probe.cu
 #include "fused_layer.cuh"
 #include "moeforge_device.cuh"
+#include "probe_harness.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -17,7 +18,6 @@
 #include <random>
 #include <vector>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); std::exit(1); } } while (0)
 
 namespace {
 constexpr int kLayers = 16;
@@ -86,84 +86,34 @@ __global__ void __launch_bounds__(32 * W, 1) fused_parts(const __nv_bfloat16* x,
 }
 // The full fused kernel with %globaltimer stamps per block: start, after routing, copies issued,
 // every gate_up tile arrived, gate_up done, barrier passed, down's weights arrived, end.
-__device__ __forceinline__ unsigned long long now_ns() { unsigned long long t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
 template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int W>
 __global__ void __launch_bounds__(32 * W, 1) fused_traced(const __nv_bfloat16* x, mf::WeightArgs gu, mf::WeightArgs dn, const int* ids,
                                                           const float* tw, __nv_bfloat16* inter, __nv_bfloat16* y, unsigned long long* stamps) {
   unsigned long long* mine = stamps + blockIdx.x * 8;
   mf::begin_after_previous_kernel();
-  if (threadIdx.x == 0) mine[0] = now_ns();
+  if (threadIdx.x == 0) mine[0] = probe::now_ns();
   extern __shared__ __align__(16) unsigned char smem[];
   mf::FusedMlpBlock<F, H, I, E, K, L, W, false> block(smem);
   block.route(ids, tw, 0);
   block.stage_x(x, 0);
-  if (threadIdx.x == 0) mine[1] = now_ns();
+  if (threadIdx.x == 0) mine[1] = probe::now_ns();
   block.copy_weights(gu, dn);
-  if (threadIdx.x == 0) mine[2] = now_ns();
+  if (threadIdx.x == 0) mine[2] = probe::now_ns();
   if (threadIdx.x == 32) {
     mf::mbarrier_wait(block.barriers, 0);
-    mine[3] = now_ns();
+    mine[3] = probe::now_ns();
   }
   block.gate_up(gu, inter, 0, Silu{});
-  if (threadIdx.x == 32) mine[4] = now_ns();
+  if (threadIdx.x == 32) mine[4] = probe::now_ns();
   __syncthreads();
   __threadfence();
   mf::CooperativeBarrier{}.sync();
-  if (threadIdx.x == 0) mine[5] = now_ns();
+  if (threadIdx.x == 0) mine[5] = probe::now_ns();
   if (threadIdx.x == 0 && block.down_count > 0) mf::mbarrier_wait(block.down_barrier, 0);
-  if (threadIdx.x == 0) mine[6] = now_ns();
+  if (threadIdx.x == 0) mine[6] = probe::now_ns();
   block.down_tiles(inter, dn, y, 0, Combine{});
   __syncthreads();
-  if (threadIdx.x == 0) mine[7] = now_ns();
-}
-
-__global__ void fill(uint32_t* p, size_t words, uint32_t seed, uint32_t mask, uint32_t orv) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t v = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    v ^= v >> 15; v *= 2246822519u; v ^= v >> 13; v *= 3266489917u; v ^= v >> 16;
-    p[i] = (v & mask) | orv;
-  }
-}
-void fill_dev(void* p, size_t bytes, uint32_t seed, uint32_t mask = 0xffffffffu, uint32_t orv = 0u) {
-  fill<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed, mask, orv);
-  CK(cudaGetLastError());
-}
-
-bool g_cooperative = false;  // the next launch is cooperative too
-
-template <class KernelT, class... Args>
-void launch(KernelT kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = smem; cfg.stream = s;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeCooperative;
-  attr[1].val.cooperative = 1;
-  cfg.attrs = attr; cfg.numAttrs = g_cooperative ? 2 : 1;
-  g_cooperative = false;
-  CK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
-template <class Capture>
-float graph_us(cudaStream_t s, int reps, Capture capture) {
-  cudaGraph_t g; cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  capture();
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, z; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&z));
-  std::vector<float> t;
-  for (int r = 0; r < reps + 10; ++r) {
-    CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(z, s));
-    CK(cudaEventSynchronize(z));
-    float ms; CK(cudaEventElapsedTime(&ms, a, z));
-    if (r >= 10) t.push_back(ms * 1000.0f / kLayers);
-  }
-  std::sort(t.begin(), t.end());
-  CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
-  cudaEventDestroy(a); cudaEventDestroy(z);
-  return t[t.size() / 2];
+  if (threadIdx.x == 0) mine[7] = probe::now_ns();
 }
 
 struct Layer {
@@ -210,13 +160,13 @@ void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
   uint32_t orv = 0; const uint32_t smask = scale_mask<F>(orv);
   for (int l = 0; l < kLayers; ++l) {
     Layer& b = layers[l];
-    CK(cudaMalloc(&b.gu_codes, guc)); fill_dev(b.gu_codes, guc, 11 + l);
-    CK(cudaMalloc(&b.dn_codes, dnc)); fill_dev(b.dn_codes, dnc, 101 + l);
+    CK(cudaMalloc(&b.gu_codes, guc)); probe::fill_dev(b.gu_codes, guc, 11 + l);
+    CK(cudaMalloc(&b.dn_codes, dnc)); probe::fill_dev(b.dn_codes, dnc, 101 + l);
     b.gu_scales = b.dn_scales = nullptr;
-    if (gus) { CK(cudaMalloc(&b.gu_scales, gus)); fill_dev(b.gu_scales, gus, 5 + l, smask, orv); }
-    if (dns) { CK(cudaMalloc(&b.dn_scales, dns)); fill_dev(b.dn_scales, dns, 55 + l, smask, orv); }
-    CK(cudaMalloc(&b.gu_row, E * 2 * I * 4)); fill_dev(b.gu_row, E * 2 * I * 4, 7 + l, 0x007fffffu, 0x3c000000u);
-    CK(cudaMalloc(&b.dn_row, E * H * 4)); fill_dev(b.dn_row, E * H * 4, 77 + l, 0x007fffffu, 0x3c000000u);
+    if (gus) { CK(cudaMalloc(&b.gu_scales, gus)); probe::fill_dev(b.gu_scales, gus, 5 + l, smask, orv); }
+    if (dns) { CK(cudaMalloc(&b.dn_scales, dns)); probe::fill_dev(b.dn_scales, dns, 55 + l, smask, orv); }
+    CK(cudaMalloc(&b.gu_row, E * 2 * I * 4)); probe::fill_dev(b.gu_row, E * 2 * I * 4, 7 + l, 0x007fffffu, 0x3c000000u);
+    CK(cudaMalloc(&b.dn_row, E * H * 4)); probe::fill_dev(b.dn_row, E * H * 4, 77 + l, 0x007fffffu, 0x3c000000u);
     std::vector<int> ids(m * K);
     std::vector<float> tw(m * K);
     for (int t = 0; t < m; ++t) {
@@ -241,10 +191,10 @@ void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
   const dim3 ng(mf::ceil_div(I, 8 * (GW / GS)), m * K), nd2(mf::ceil_div(H, 16 * (DW / DS)), m);
   const size_t ngs = 64 * mf::TileRow<H>::kPadded + (GS > 1 ? GW * 64 : 0);
   const size_t nds = 64 * K * mf::TileRow<I>::kPadded + (DS > 1 ? DW * 64 : 0);
-  auto old_gu = [&](int l, __nv_bfloat16* out) { const Layer& b = layers[l]; launch(old_gate_up<F, H, I, E, K, L>, og, dim3(128), 0, s, (const __nv_bfloat16*)(x + (size_t)l * m * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, (const int*)b.ids, out, m); };
-  auto new_gu = [&](int l, __nv_bfloat16* out) { const Layer& b = layers[l]; launch(tc_gate_up<F, H, I, E, K, L, GW, GU, GS>, ng, dim3(32 * GW), ngs, s, (const __nv_bfloat16*)(x + (size_t)l * m * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, (const int*)b.ids, out, m); };
-  auto old_dn = [&](int l, const __nv_bfloat16* in, __nv_bfloat16* out) { const Layer& b = layers[l]; launch(old_down<F, H, I, E, K>, od, dim3(256), 256 * 4, s, in, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, out, m); };
-  auto new_dn = [&](int l, const __nv_bfloat16* in, __nv_bfloat16* out) { const Layer& b = layers[l]; launch(tc_down<F, H, I, E, K, DW, DU, DS>, nd2, dim3(32 * DW), nds, s, in, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, out, m); };
+  auto old_gu = [&](int l, __nv_bfloat16* out) { const Layer& b = layers[l]; probe::launch(false, old_gate_up<F, H, I, E, K, L>, og, dim3(128), 0, s, (const __nv_bfloat16*)(x + (size_t)l * m * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, (const int*)b.ids, out, m); };
+  auto new_gu = [&](int l, __nv_bfloat16* out) { const Layer& b = layers[l]; probe::launch(false, tc_gate_up<F, H, I, E, K, L, GW, GU, GS>, ng, dim3(32 * GW), ngs, s, (const __nv_bfloat16*)(x + (size_t)l * m * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, (const int*)b.ids, out, m); };
+  auto old_dn = [&](int l, const __nv_bfloat16* in, __nv_bfloat16* out) { const Layer& b = layers[l]; probe::launch(false, old_down<F, H, I, E, K>, od, dim3(256), 256 * 4, s, in, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, out, m); };
+  auto new_dn = [&](int l, const __nv_bfloat16* in, __nv_bfloat16* out) { const Layer& b = layers[l]; probe::launch(false, tc_down<F, H, I, E, K, DW, DU, DS>, nd2, dim3(32 * DW), nds, s, in, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, out, m); };
 
   int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t fs = mf::FusedMlp<F, H, I, K, FW>(sms).bytes();
@@ -268,8 +218,8 @@ void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
     const Layer& b = layers[l];
     const mf::WeightArgs gu{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, dn{b.dn_codes, b.dn_scales, b.dn_row, nullptr};
     const __nv_bfloat16* xin = x + (size_t)l * m * H;
-    if (mode == 0) { g_cooperative = true; launch(fused_mlp<F, H, I, E, K, L, FW, mf::CooperativeBarrier>, dim3(sms), dim3(32 * FW), fs, s, xin, gu, dn, (const int*)b.ids, (const float*)b.tw, inter_fused, out, tokens, mf::CooperativeBarrier{}); }
-    else launch(fused_mlp<F, H, I, E, K, L, FW, mf::CountingBarrier>, dim3(sms), dim3(32 * FW), fs, s, xin, gu, dn, (const int*)b.ids, (const float*)b.tw, inter_fused, out, tokens, mf::CountingBarrier{barrier_state});
+    if (mode == 0) { probe::launch(true, fused_mlp<F, H, I, E, K, L, FW, mf::CooperativeBarrier>, dim3(sms), dim3(32 * FW), fs, s, xin, gu, dn, (const int*)b.ids, (const float*)b.tw, inter_fused, out, tokens, mf::CooperativeBarrier{}); }
+    else probe::launch(false, fused_mlp<F, H, I, E, K, L, FW, mf::CountingBarrier>, dim3(sms), dim3(32 * FW), fs, s, xin, gu, dn, (const int*)b.ids, (const float*)b.tw, inter_fused, out, tokens, mf::CountingBarrier{barrier_state});
   };
   auto fused = [&](int l, __nv_bfloat16* out) { fused_as(l, out, 0, m); };
   CK(cudaMemset(inter_old, 0, (size_t)m * K * I * 2)); CK(cudaMemset(inter_new, 0, (size_t)m * K * I * 2));
@@ -303,27 +253,26 @@ void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
   if (fits) std::printf("   fused(W%d, %d blocks, %zu B shared): inter diff %.2e  y diff %.2e (against the warp decode)\n", FW, sms, fs,
               rel_diff(inf, a), rel_diff(yf, ya));
   if (time) {
-    const float t_old_gu = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) old_gu(l, inter_old); });
-    const float t_new_gu = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) new_gu(l, inter_new); });
-    const float t_old_dn = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) old_dn(l, inter_old, y_old); });
-    const float t_new_dn = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) new_dn(l, inter_new, y_new); });
-    const float t_old = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) { old_gu(l, inter_old); old_dn(l, inter_old, x + (size_t)(l + 1) * m * H); } });
-    const float t_new = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) { new_gu(l, inter_new); new_dn(l, inter_new, x + (size_t)(l + 1) * m * H); } });
-    const float t_fused = fits ? graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) fused(l, x + (size_t)(l + 1) * m * H); }) : NAN;
+    const float t_old_gu = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) old_gu(l, inter_old); });
+    const float t_new_gu = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) new_gu(l, inter_new); });
+    const float t_old_dn = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) old_dn(l, inter_old, y_old); });
+    const float t_new_dn = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) new_dn(l, inter_new, y_new); });
+    const float t_old = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) { old_gu(l, inter_old); old_dn(l, inter_old, x + (size_t)(l + 1) * m * H); } });
+    const float t_new = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) { new_gu(l, inter_new); new_dn(l, inter_new, x + (size_t)(l + 1) * m * H); } });
+    const float t_fused = fits ? probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) fused(l, x + (size_t)(l + 1) * m * H); }) : NAN;
     if (fits) {
       float t[4];
       for (int mode = 0; mode < 2; ++mode)
         for (int tokens = 0; tokens < 2; ++tokens)
-          t[2 * mode + tokens] = graph_us(s, reps, [&] { for (int l = 0; l < kLayers; ++l) fused_as(l, x + (size_t)(l + 1) * m * H, mode, tokens == 0 ? 0 : m); });
+          t[2 * mode + tokens] = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) fused_as(l, x + (size_t)(l + 1) * m * H, mode, tokens == 0 ? 0 : m); });
       std::printf("   fused: cooperative empty %6.2f full %6.2f | counting barrier empty %6.2f full %6.2f us\n", t[0], t[1], t[2], t[3]);
       float part[4];
       auto parts = [&](auto kernel, int p) {
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fs));
-        part[p] = graph_us(s, reps, [&] {
+        part[p] = probe::graph_us(s, reps, kLayers, [&] {
           for (int l = 0; l < kLayers; ++l) {
             const Layer& b = layers[l];
-            g_cooperative = true;
-            launch(kernel, dim3(sms), dim3(32 * FW), fs, s, (const __nv_bfloat16*)(x + (size_t)l * m * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr},
+            probe::launch(true, kernel, dim3(sms), dim3(32 * FW), fs, s, (const __nv_bfloat16*)(x + (size_t)l * m * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr},
                    mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, inter_fused, y_fused, m, mf::CooperativeBarrier{});
           }
         });
@@ -337,8 +286,7 @@ void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
         unsigned long long* stamps; CK(cudaMalloc(&stamps, sms * 64));
         for (int rep = 0; rep < 3; ++rep) {
           const Layer& b = layers[rep + 1];
-          g_cooperative = true;
-          launch(kernel, dim3(sms), dim3(32 * FW), fs, s, (const __nv_bfloat16*)(x + (size_t)(rep + 1) * m * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr},
+          probe::launch(true, kernel, dim3(sms), dim3(32 * FW), fs, s, (const __nv_bfloat16*)(x + (size_t)(rep + 1) * m * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr},
                  mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, inter_fused, y_fused, stamps);
           CK(cudaStreamSynchronize(s));
         }

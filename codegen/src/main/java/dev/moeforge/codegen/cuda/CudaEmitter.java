@@ -74,7 +74,7 @@ public final class CudaEmitter {
                 "Each lane loads " + g.loadBytes() + " bytes, " + g.kUnroll() + " loads in flight per row.",
                 "Ties go to the lower expert id; NaN ranks below every number.",
                 "Workspace: scores [M][E] fp32, counters [M] int32 (zero before the first launch; left zero)."),
-                "mf::load_scores<kExperts>(scores + static_cast<size_t>(token) * kExperts)");
+                "mf::load_scores<kExperts>(scores + static_cast<size_t>(token) * kExperts)", true);
     }
 
     private static Map<String, Object> routerClusterModel(KernelSpec spec, Schedule.RouterCluster c, String specText) {
@@ -91,7 +91,7 @@ public final class CudaEmitter {
                         + "written into block 0's shared memory; block 0's warp 0 evaluates the epilogue after cluster.sync().",
                 "Each lane loads " + c.loadBytes() + " bytes, " + c.kUnroll() + " loads in flight per row.",
                 "Ties go to the lower expert id; NaN ranks below every number."),
-                "mf::load_row_shared<kExperts>(scores)");
+                "mf::load_row_shared<kExperts>(scores)", true);
         model.put("clusterSize", c.clusterSize());
         return model;
     }
@@ -117,7 +117,7 @@ public final class CudaEmitter {
                         + t.tokensPerCta() / t.warpsPerCta() + " rows interleaved (independent chains of shuffles and reductions).",
                 "Ties go to the lower expert id; NaN ranks below every number.",
                 "Dynamic shared memory: " + layout.sharedBytes() + " bytes."),
-                "mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride)");
+                "mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride)", false);
     }
 
     private static List<Map<String, String>> routerConstants(Problem.Router r) {
@@ -135,7 +135,7 @@ public final class CudaEmitter {
 
     /** The model all router templates share; {@code scores} loads the token's row of scores. */
     private static Map<String, Object> routerModel(KernelSpec spec, String specText, List<Map<String, String>> constants,
-                                                   int warpsPerCta, List<String> notes, String scores) {
+                                                   int warpsPerCta, List<String> notes, String scores, boolean oneWarp) {
         Problem.Router r = (Problem.Router) spec.problem();
         Map<String, Object> model = new LinkedHashMap<>();
         model.put("specLines", specText.lines().toList());
@@ -145,7 +145,7 @@ public final class CudaEmitter {
         model.put("launchBounds", Integer.toString(32 * warpsPerCta));
         model.put("name", spec.name());
         model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
-        RouterEpilogueEmitter.Code code = RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(), scores);
+        RouterEpilogueEmitter.Code code = RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(), scores, oneWarp);
         model.put("valueLines", code.values());
         model.put("storeLines", code.stores());
         return model;

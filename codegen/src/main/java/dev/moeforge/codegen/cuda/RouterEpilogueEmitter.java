@@ -28,12 +28,14 @@ import java.util.OptionalInt;
  */
 public final class RouterEpilogueEmitter {
     private final String scores;
+    private final boolean oneWarp;
     private final List<String> lines = new ArrayList<>();
     private final Map<EpilogueNode, String> bound = new HashMap<>();
     private int next;
 
-    private RouterEpilogueEmitter(String scores) {
+    private RouterEpilogueEmitter(String scores, boolean oneWarp) {
         this.scores = scores;
+        this.oneWarp = oneWarp;
     }
 
     /**
@@ -47,9 +49,17 @@ public final class RouterEpilogueEmitter {
         }
     }
 
-    /** {@code scores}: the expression that loads the token's row of scores (global or shared memory). */
-    public static Code emit(Store root, boolean expertCounts, String scores) {
-        RouterEpilogueEmitter e = new RouterEpilogueEmitter(scores);
+    /**
+     * {@code scores}: the expression that loads the token's row of scores (global or shared memory).
+     * {@code oneWarp}: one warp of the block evaluates the tree (the decode routers), so its top-k
+     * selections may use a block-wide shared scratch ({@code mf::select_top}); otherwise every warp
+     * evaluates rows and they take {@code mf::select_top_rounds}.
+     */
+    public static Code emit(Store root, boolean expertCounts, String scores, boolean oneWarp) {
+        RouterEpilogueEmitter e = new RouterEpilogueEmitter(scores, oneWarp);
+        if (oneWarp && RouterTrees.hasTopK(root)) {
+            e.lines.add("__shared__ mf::TopKScratch topk_scratch;  // the top-k's candidates");
+        }
         String value = e.value(root.input());
         OptionalInt k = RouterTrees.storedTopK(root);
         List<String> stores = new ArrayList<>();
@@ -78,7 +88,8 @@ public final class RouterEpilogueEmitter {
             case TopK t -> {
                 String input = value(t.input());
                 String by = t.by().map(this::value).orElse(input);
-                yield "mf::topk<" + t.k() + ", " + t.groups() + ", " + t.topkGroups() + ">(" + by + ", " + input + ")";
+                yield "mf::topk<" + t.k() + ", " + t.groups() + ", " + t.topkGroups() + ">(" + by + ", " + input
+                        + (oneWarp ? ", &topk_scratch" : "") + ")";
             }
             case Renormalize r -> "mf::renormalize(" + value(r.input()) + ")";
             case Dense d -> "mf::dense<kExperts>(" + value(d.input()) + ")";

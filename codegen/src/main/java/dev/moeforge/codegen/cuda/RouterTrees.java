@@ -52,6 +52,23 @@ public final class RouterTrees {
         }
     }
 
+    /** Whether the tree selects anywhere (a top-k, possibly under a dense scatter). */
+    public static boolean hasTopK(EpilogueNode node) {
+        return switch (node) {
+            case TopK _ -> true;
+            case Acc _, RowParam _ -> false;
+            case Add a -> hasTopK(a.left()) || hasTopK(a.right());
+            case Scale s -> hasTopK(s.input());
+            case Sigmoid s -> hasTopK(s.input());
+            case Softmax s -> hasTopK(s.input());
+            case Renormalize r -> hasTopK(r.input());
+            case Dense d -> hasTopK(d.input());
+            case Store s -> hasTopK(s.input());
+            case GatedActivation _, Combine _ -> throw new IllegalStateException("not a router tree: "
+                    + dev.moeforge.dsl.check.EpilogueTypes.describe(node));
+        };
+    }
+
     /** The k of the stored top-k selection, or empty when the router stores a dense row. */
     public static OptionalInt storedTopK(Store store) {
         return topKOf(store.input());

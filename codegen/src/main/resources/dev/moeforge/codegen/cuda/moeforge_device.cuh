@@ -1321,10 +1321,13 @@ __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ 
   float* token_scores = scores + static_cast<size_t>(token) * E;
   block_scores<H, EPC, W, LB, U, SPLIT>(w_router, x_row, first, min_int(E, first + EPC),
                                  [&](int e, float v) { token_scores[e] = v; });
-  __threadfence();  // this block's scores are visible device-wide before its ticket is
+  // The block barrier orders every warp's scores before thread 0's fence, which is cumulative:
+  // they are visible device-wide before the ticket is (cooperative groups' grid sync does the
+  // same; one fence instead of one per thread saved 0.3-0.5 us per router call on the H100).
   __syncthreads();
   __shared__ int is_last;
   if (threadIdx.x == 0) {
+    __threadfence();
     const int ticket = atomicAdd(counters + token, 1);
     is_last = ticket == static_cast<int>(gridDim.x) - 1;
     if (is_last) counters[token] = 0;  // ready for the next launch (graph replays)
@@ -1597,10 +1600,12 @@ __device__ __forceinline__ Row<E> softmax(const Row<E>& a) {
     r.v[i] = row_index(i) < E ? expf(a.v[i] - m) : 0.0f;
     sum += r.v[i];
   }
-  sum = warp_sum(sum);
+  // one division, then products: sixteen IEEE divisions each take a branch, and their slow path
+  // (tiny quotients, as on peaked rows) cost 5 us per row on the H100 (bench/NOTES.md)
+  const float inv = 1.0f / warp_sum(sum);
   nan = __any_sync(kFullMask, nan);
 #pragma unroll
-  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = nan ? NAN : r.v[i] / sum;
+  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = nan ? NAN : r.v[i] * inv;
   return r;
 }
 
@@ -1630,11 +1635,19 @@ __device__ __forceinline__ unsigned rank_key(float score) {
   return isnan(score) ? 1u : ((u & 0x80000000u) ? ~u : (u | 0x80000000u));
 }
 
+// rank_key's inverse: the score a key came from (a NaN as the canonical NaN, key 0 as 0).
+__device__ __forceinline__ float key_value(unsigned key) {
+  if (key == 0u) return 0.0f;
+  if (key == 1u) return __uint_as_float(0x7fffffffu);
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
 // K rounds of "best remaining candidate" among the row positions whose bit is set in `allowed`
 // (bit i of lane l: expert l + 32 i). Each round: two warp reductions (the best key, then the
 // lowest id holding it) and one shuffle for the value. Returns the selection with `val`'s values.
+// select_top's fallback for rows with more than 32 candidates above its threshold.
 template <int K, int E>
-__device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& val, unsigned allowed) {
+__device__ __forceinline__ TopK<K> select_top_rounds(const Row<E>& sel, const Row<E>& val, unsigned allowed) {
   const int lane = threadIdx.x & 31;
   TopK<K> out{0.0f, -1};
 #pragma unroll 1
@@ -1666,48 +1679,188 @@ __device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& v
   return out;
 }
 
+// The largest of N keys as a tree (depth log2 N, not a chain of N compares).
+template <int N>
+__device__ __forceinline__ unsigned max_key(const unsigned* k) {
+  if constexpr (N == 1) return k[0];
+  else return max(max_key<N / 2>(k), max_key<N - N / 2>(k + N / 2));
+}
+
+// How many of lanes 0..n-1 rank above this lane: a larger key, or an equal key and a lower lane
+// (n uniform over the warp). Shuffles, one per lane: for the few lanes of group keys.
+__device__ __forceinline__ int lane_rank(unsigned key, int n) {
+  const int lane = threadIdx.x & 31;
+  int rank = 0;
+#pragma unroll 8
+  for (int j = 0; j < n; ++j) {
+    const unsigned kj = __shfl_sync(kFullMask, key, j);
+    rank += kj > key || (kj == key && j < lane) ? 1 : 0;
+  }
+  return rank;
+}
+
+// Shared memory for select_top, one per warp evaluating a row (the decode routers' warp 0).
+struct TopKScratch {
+  unsigned best[32];  // each lane's best key; later, slot of the candidate of each rank
+  unsigned key[32];   // the candidates, in lane-then-register order
+  int id[32];
+  float value[32];
+};
+
+// How many of the n keys in shared memory rank above (key, id): a larger key, or an equal key and
+// a lower id (ids[j], or j itself with LANE_IDS). Four per 16-byte broadcast read; n uniform over
+// the warp.
+template <bool LANE_IDS>
+__device__ __forceinline__ int shared_rank(const unsigned* keys, const int* ids, int n, unsigned key, int id) {
+  int rank = 0;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    if (4 * q < n) {
+      const uint4 k4 = reinterpret_cast<const uint4*>(keys)[q];
+      int4 i4 = make_int4(4 * q, 4 * q + 1, 4 * q + 2, 4 * q + 3);
+      if constexpr (!LANE_IDS) i4 = reinterpret_cast<const int4*>(ids)[q];
+      const unsigned kj[4] = {k4.x, k4.y, k4.z, k4.w};
+      const int ij[4] = {i4.x, i4.y, i4.z, i4.w};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) rank += 4 * q + c < n && (kj[c] > key || (kj[c] == key && ij[c] < id)) ? 1 : 0;
+    }
+  }
+  return rank;
+}
+
+// select_top_rounds' result in a fixed number of steps instead of K dependent rounds of warp
+// reductions (bench/NOTES.md has the cycles on the H100):
+//  1. a threshold t, the K-th best of the 32 lanes' best keys: at least K keys reach it, so the
+//     best K all do;
+//  2. the keys >= t (about K + 1 on random scores; more than 32 only on rows of mass ties, which
+//     take select_top_rounds) are written to shared memory, each lane's after the lanes below it;
+//  3. each candidate counts the candidates ranked above it, and lane r takes the one of rank r.
+template <int K, int E>
+__device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& val, unsigned allowed, TopKScratch& s) {
+  constexpr int P = Row<E>::kPer;
+  const int lane = threadIdx.x & 31;
+  unsigned key[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) key[i] = ((allowed >> i) & 1u) ? rank_key(sel.v[i]) : 0u;
+  const unsigned best = max_key<P>(key);
+  __syncwarp();  // the scratch's previous use is over
+  s.best[lane] = best;
+  if constexpr (P == 1) s.value[lane] = val.v[0];
+  __syncwarp();
+  const int lanes_above = shared_rank<true>(s.best, nullptr, 32, best, lane);
+  if constexpr (P == 1) {  // one value per lane: the lanes' ranks are the selection's
+    const int candidates = __popc(__ballot_sync(kFullMask, best != 0u));
+    if (best != 0u && lanes_above < K) s.id[lanes_above] = lane;
+    __syncwarp();
+    TopK<K> out{0.0f, -1};
+    if (lane < K && lane < candidates) {
+      out.id = s.id[lane];
+      out.value = s.value[out.id];
+    }
+    return out;
+  }
+  const unsigned t = max(1u, __reduce_min_sync(kFullMask, lanes_above < K ? best : ~0u));
+  unsigned mine = 0u;
+#pragma unroll
+  for (int i = 0; i < P; ++i) mine |= (key[i] >= t ? 1u : 0u) << i;
+  const int count = __popc(mine);
+  const int total = static_cast<int>(__reduce_add_sync(kFullMask, static_cast<unsigned>(count)));
+  if (total > 32) return select_top_rounds<K, E>(sel, val, allowed);
+  // this lane's candidates start after the lower lanes': the exclusive prefix sum, bit by bit
+  constexpr int kCountBits = P >= 32 ? 6 : P >= 16 ? 5 : P >= 8 ? 4 : P >= 4 ? 3 : P >= 2 ? 2 : 1;
+  const unsigned below = (1u << lane) - 1u;
+  int offset = 0;
+#pragma unroll
+  for (int b = 0; b < kCountBits; ++b) offset += __popc(__ballot_sync(kFullMask, (count >> b) & 1) & below) << b;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if ((mine >> i) & 1u) {
+      const int at = offset + __popc(mine & ((1u << i) - 1u));
+      s.key[at] = key[i];
+      s.id[at] = lane + 32 * i;
+      s.value[at] = val.v[i];
+    }
+  }
+  __syncwarp();
+  const bool has = lane < total;
+  const int rank = has ? shared_rank<false>(s.key, s.id, total, s.key[lane], s.id[lane]) : 32;
+  __syncwarp();  // every lane has read s.best
+  if (has && rank < K) s.best[rank] = static_cast<unsigned>(lane);
+  __syncwarp();
+  TopK<K> out{0.0f, -1};
+  if (lane < K && lane < total) {
+    const int slot = static_cast<int>(s.best[lane]);
+    out.value = s.value[slot];
+    out.id = s.id[slot];
+  }
+  return out;
+}
+
 // Top-K of a row, selecting on `sel` and keeping `val`'s values. With G > 1 groups (of E / G
 // consecutive experts), each group scores the sum of its two best `sel` values and only the
 // experts of the TG best groups compete (DeepSeek-V3's group-limited routing).
+// With a scratch (one warp of the block evaluates the row) selections take select_top; without
+// (the tiled router: every warp evaluates rows, interleaved) select_top_rounds.
+template <int K, int E>
+__device__ __forceinline__ TopK<K> select_best(const Row<E>& sel, const Row<E>& val, unsigned allowed, TopKScratch* scratch) {
+  return scratch != nullptr ? select_top<K, E>(sel, val, allowed, *scratch) : select_top_rounds<K, E>(sel, val, allowed);
+}
+
 template <int K, int G, int TG, int E>
-__device__ __forceinline__ TopK<K> topk(const Row<E>& sel, const Row<E>& val) {
+__device__ __forceinline__ TopK<K> topk(const Row<E>& sel, const Row<E>& val, TopKScratch* scratch = nullptr) {
   static_assert(Row<E>::kPer <= 32, "a row is at most 32 values per lane");
+  static_assert(G <= 32, "one lane per group");
+  constexpr int P = Row<E>::kPer;
+  const int lane = threadIdx.x & 31;
   unsigned valid = 0u;
 #pragma unroll
-  for (int i = 0; i < Row<E>::kPer; ++i) valid |= (row_index(i) < E ? 1u : 0u) << i;
+  for (int i = 0; i < P; ++i) valid |= (row_index(i) < E ? 1u : 0u) << i;
   if constexpr (G == 1) {
-    return select_top<K, E>(sel, val, valid);
+    return select_best<K, E>(sel, val, valid, scratch);
   } else {
     static_assert(E % G == 0, "groups divide the experts");
     constexpr int kSize = E / G;
     float group_score = 0.0f;  // lane g < G holds group g's score
-#pragma unroll 1
-    for (int g = 0; g < G; ++g) {
-      unsigned in_group = 0u;
+    if constexpr (kSize % 32 == 0) {
+      // group g is registers [g R, (g + 1) R) of every lane: all groups at once, the two best of
+      // each by two warp reductions (one when the best key is held twice)
+      constexpr int R = kSize / 32;
 #pragma unroll
-      for (int i = 0; i < Row<E>::kPer; ++i) in_group |= (row_index(i) / kSize == g ? 1u : 0u) << i;
-      const TopK<2> two = select_top<2, E>(sel, sel, valid & in_group);
-      const float best2 = __shfl_sync(kFullMask, two.value, 0) + __shfl_sync(kFullMask, two.value, 1);
-      if ((threadIdx.x & 31) == g) group_score = best2;
+      for (int g = 0; g < G; ++g) {
+        unsigned first = 0u, second = 0u;
+#pragma unroll
+        for (int i = g * R; i < (g + 1) * R; ++i) {
+          const unsigned k = rank_key(sel.v[i]);
+          second = max(second, min(first, k));
+          first = max(first, k);
+        }
+        const unsigned a = __reduce_max_sync(kFullMask, first);
+        const bool twice = __popc(__ballot_sync(kFullMask, first == a)) > 1;
+        const unsigned b = twice ? a : __reduce_max_sync(kFullMask, first == a ? second : first);
+        if (lane == g) group_score = key_value(a) + key_value(b);
+      }
+    } else {
+#pragma unroll 1
+      for (int g = 0; g < G; ++g) {
+        unsigned in_group = 0u;
+#pragma unroll
+        for (int i = 0; i < P; ++i) in_group |= (row_index(i) / kSize == g ? 1u : 0u) << i;
+        const TopK<2> two = select_best<2, E>(sel, sel, valid & in_group, scratch);
+        const float best2 = __shfl_sync(kFullMask, two.value, 0) + __shfl_sync(kFullMask, two.value, 1);
+        if (lane == g) group_score = best2;
+      }
     }
     // the TG best groups, ranked like experts (lane g is candidate g; ties to the lower group)
-    unsigned kept_groups = 0u;
-    unsigned group_key = (threadIdx.x & 31) < G ? rank_key(group_score) : 0u;
-#pragma unroll 1
-    for (int r = 0; r < TG; ++r) {
-      const unsigned top = __reduce_max_sync(kFullMask, group_key);
-      const unsigned code = __reduce_max_sync(kFullMask, group_key == top ? ~(threadIdx.x & 31) : 0u);
-      const unsigned g = ~code;
-      kept_groups |= 1u << g;
-      if ((threadIdx.x & 31) == g) group_key = 0u;
-    }
+    const unsigned group_key = lane < G ? rank_key(group_score) : 0u;
+    const int group_rank = lane_rank(group_key, G);  // every lane: it shuffles
+    const unsigned kept_groups = __ballot_sync(kFullMask, lane < G && group_rank < TG);
     unsigned allowed = 0u;
 #pragma unroll
-    for (int i = 0; i < Row<E>::kPer; ++i) {
+    for (int i = 0; i < P; ++i) {
       const int e = row_index(i);
       allowed |= (e < E && ((kept_groups >> (e / kSize)) & 1u) ? 1u : 0u) << i;
     }
-    return select_top<K, E>(sel, val, allowed);
+    return select_best<K, E>(sel, val, allowed, scratch);
   }
 }
 

@@ -1,0 +1,85 @@
+// Probe harness (not part of the toolkit): error check, device fill, PDL launches into a captured
+// graph and its median replay time, %globaltimer stamps. Shared by the probes in this folder.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); std::exit(1); } } while (0)
+
+namespace probe {
+
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Deterministic pseudo-random words: (hash(i) & mask) | orv.
+__global__ void fill(uint32_t* p, size_t words, uint32_t seed, uint32_t mask, uint32_t orv) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t v = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    v ^= v >> 15; v *= 2246822519u; v ^= v >> 13; v *= 3266489917u; v ^= v >> 16;
+    p[i] = (v & mask) | orv;
+  }
+}
+inline void fill_dev(void* p, size_t bytes, uint32_t seed, uint32_t mask = 0xffffffffu, uint32_t orv = 0u) {
+  fill<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed, mask, orv);
+  CK(cudaGetLastError());
+}
+
+// One launch with programmatic stream serialization (as the runtime launches); cooperative, or in
+// clusters of `cluster` blocks along x (sizes above 8 allowed), if asked.
+template <class KernelT, class... Args>
+void launch_as(bool cooperative, int cluster, KernelT kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = smem; cfg.stream = s;
+  cudaLaunchAttribute attr[3];
+  int n = 0;
+  attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  if (cooperative) {
+    attr[n].id = cudaLaunchAttributeCooperative;
+    attr[n++].val.cooperative = 1;
+  }
+  if (cluster > 1) {
+    if (cluster > 8) CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster; attr[n].val.clusterDim.y = 1; attr[n++].val.clusterDim.z = 1;
+  }
+  cfg.attrs = attr; cfg.numAttrs = n;
+  CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+template <class KernelT, class... Args>
+void launch(bool cooperative, KernelT kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+  launch_as(cooperative, 1, kernel, grid, block, smem, s, args...);
+}
+
+// Captures capture() into a graph and returns the median of `reps` replays (after 10 warm-ups)
+// divided by `per` (the calls in one replay), in us.
+template <class Capture>
+float graph_us(cudaStream_t s, int reps, int per, Capture capture) {
+  cudaGraph_t g; cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  capture();
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t a, z; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&z));
+  std::vector<float> t;
+  for (int r = 0; r < reps + 10; ++r) {
+    CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(z, s));
+    CK(cudaEventSynchronize(z));
+    float ms; CK(cudaEventElapsedTime(&ms, a, z));
+    if (r >= 10) t.push_back(ms * 1000.0f / per);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
+  cudaEventDestroy(a); cudaEventDestroy(z);
+  return t[t.size() / 2];
+}
+
+}  // namespace probe
