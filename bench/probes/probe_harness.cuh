@@ -32,16 +32,27 @@ inline void fill_dev(void* p, size_t bytes, uint32_t seed, uint32_t mask = 0xfff
   CK(cudaGetLastError());
 }
 
-// One launch with programmatic stream serialization (as the runtime launches); cooperative, or in
-// clusters of `cluster` blocks along x (sizes above 8 allowed), if asked.
+// How a launch is made: with programmatic stream serialization (PDL, as the runtime launches the
+// layer's kernels) or plainly after its predecessor (as `bench router` launches); cooperative; in
+// clusters of `cluster` blocks along x (sizes above 8 allowed).
+struct LaunchAs {
+  bool programmatic = true;
+  bool cooperative = false;
+  int cluster = 1;
+};
+
 template <class KernelT, class... Args>
-void launch_as(bool cooperative, int cluster, KernelT kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+void launch_as(LaunchAs how, KernelT kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+  const bool cooperative = how.cooperative;
+  const int cluster = how.cluster;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = smem; cfg.stream = s;
   cudaLaunchAttribute attr[3];
   int n = 0;
-  attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  if (how.programmatic) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
   if (cooperative) {
     attr[n].id = cudaLaunchAttributeCooperative;
     attr[n++].val.cooperative = 1;
@@ -56,7 +67,7 @@ void launch_as(bool cooperative, int cluster, KernelT kernel, dim3 grid, dim3 bl
 }
 template <class KernelT, class... Args>
 void launch(bool cooperative, KernelT kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
-  launch_as(cooperative, 1, kernel, grid, block, smem, s, args...);
+  launch_as(LaunchAs{true, cooperative, 1}, kernel, grid, block, smem, s, args...);
 }
 
 // Captures capture() into a graph and returns the median of `reps` replays (after 10 warm-ups)

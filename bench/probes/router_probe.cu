@@ -385,6 +385,85 @@ void check_topk(std::mt19937& rng) {
 
 uint16_t float_to_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 
+// The prefill router (router_tiled) on the seed's rule, softmax(topk(acc, 4)), split over a
+// cluster of C blocks along K (C = 1: as the catalogue's kernels).
+template <int H, int E, int BM, int W, int BK, int S, int C>
+__global__ void __launch_bounds__(32 * W) tiled(const __nv_bfloat16* x, const __nv_bfloat16* w, float* tw, int* ids, int num_tokens) {
+  mf::begin_after_previous_kernel();
+  using Tile = mf::RouterTile<H, E, BM, W, BK, S, C>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const float* scores = mf::router_tile_scores<H, E, BM, W, BK, S, C>(x, w, smem, num_tokens);
+#pragma unroll
+  for (int i = 0; i < Tile::kOwnRows / W; ++i) {
+    const int tile_row = (threadIdx.x >> 5) + i * W;
+    const int token = mf::router_tile_token<BM, C>(tile_row);
+    const Row<E> v0 = mf::load_row_shared<E>(scores + tile_row * Tile::kScoreStride);
+    const TopK<4> v1 = mf::softmax(mf::topk<4, 1, 1>(v0, v0));
+    if (token < num_tokens) mf::store_topk(v1, tw + static_cast<size_t>(token) * 4, ids + static_cast<size_t>(token) * 4);
+  }
+}
+
+struct SeedResult { std::vector<int> ids; std::vector<float> w; float us; };
+
+template <int H, int E, int BM, int W, int BK, int S, int C>
+SeedResult seed_run(const __nv_bfloat16* x, const __nv_bfloat16* w, int copies, int m, int reps, cudaStream_t s) {
+  using Tile = mf::RouterTile<H, E, BM, W, BK, S, C>;
+  auto kernel = tiled<H, E, BM, W, BK, S, C>;
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSharedBytes));
+  float* tw; int* ids;
+  CK(cudaMalloc(&tw, (size_t)m * 16)); CK(cudaMalloc(&ids, (size_t)m * 16));
+  CK(cudaMemset(tw, 0xff, (size_t)m * 16)); CK(cudaMemset(ids, 0xff, (size_t)m * 16));
+  const dim3 grid(mf::ceil_div(m, BM) * C), block(32 * W);
+  probe::launch_as(probe::LaunchAs{false, false, C}, kernel, grid, block, Tile::kSharedBytes, s, x, w, tw, ids, m);
+  CK(cudaStreamSynchronize(s));
+  SeedResult r{std::vector<int>((size_t)m * 4), std::vector<float>((size_t)m * 4), 0.0f};
+  CK(cudaMemcpy(r.ids.data(), ids, r.ids.size() * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(r.w.data(), tw, r.w.size() * 4, cudaMemcpyDeviceToHost));
+  if (reps > 0) {
+    r.us = probe::graph_us(s, reps, copies, [&] {
+      for (int c = 0; c < copies; ++c)
+        probe::launch_as(probe::LaunchAs{false, false, C}, kernel, grid, block, Tile::kSharedBytes, s, x, w + (size_t)c * E * H, tw, ids, m);
+    });
+  }
+  cudaFree(tw); cudaFree(ids);
+  return r;
+}
+
+// The seed's two largest shapes: the catalogue's router_tiled against splits over clusters, each
+// launched plainly after its predecessor as `bench router` does (with PDL the parked blocks of the
+// next launches hold these kernels' 70-96 KB of shared memory: 35 against 15.5 us).
+template <int E>
+void seed_shapes(int reps, std::mt19937& rng, const char* catalogue_name) {
+  constexpr int H = 2048, M = 4096;
+  const int copies = 256;
+  __nv_bfloat16* w; CK(cudaMalloc(&w, (size_t)E * H * 2 * copies));
+  probe::fill_dev(w, (size_t)E * H * 2 * copies, 31, 0x807f807fu, 0x3c803c80u);
+  std::vector<uint16_t> xh((size_t)M * H);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : xh) v = float_to_bf16(nd(rng));
+  __nv_bfloat16* x; CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const SeedResult base = E == 64 ? seed_run<H, E, 32, 8, 64, 4, 1>(x, w, copies, M, reps, s) : seed_run<H, E, 32, 16, 64, 3, 1>(x, w, copies, M, reps, s);
+  std::printf("seed (%d, %d, %d), k=4: catalogue router_tiled (%s) %.2f us\n", M, E, H, catalogue_name, base.us);
+  auto report = [&](const char* what, const SeedResult& r) {
+    size_t ids = 0; double dw = 0;
+    for (size_t i = 0; i < r.ids.size(); ++i) { ids += r.ids[i] != base.ids[i]; dw = std::max(dw, (double)std::fabs(r.w[i] - base.w[i])); }
+    std::printf("  split %s: %.2f us | ids differing from the catalogue kernel's %zu of %zu, largest weight difference %.3g\n", what, r.us, ids, r.ids.size(), dw);
+  };
+  report("(tokens 64, warps 16, k 64, stages 3, cluster 2)", seed_run<H, E, 64, 16, 64, 3, 2>(x, w, copies, M, reps, s));
+  report("(32, 8, 64, 4, 2)", seed_run<H, E, 32, 8, 64, 4, 2>(x, w, copies, M, reps, s));
+  report("(32, 16, 64, 4, 2)", seed_run<H, E, 32, 16, 64, 4, 2>(x, w, copies, M, reps, s));
+  report("(32, 16, 64, 3, 2)", seed_run<H, E, 32, 16, 64, 3, 2>(x, w, copies, M, reps, s));
+  report("(32, 8, 64, 4, 4)", seed_run<H, E, 32, 8, 64, 4, 4>(x, w, copies, M, reps, s));
+  report("(32, 16, 64, 3, 4)", seed_run<H, E, 32, 16, 64, 3, 4>(x, w, copies, M, reps, s));
+  report("(16, 4, 64, 4, 4)", seed_run<H, E, 16, 4, 64, 4, 4>(x, w, copies, M, reps, s));
+  report("(16, 8, 64, 4, 2)", seed_run<H, E, 16, 8, 64, 4, 2>(x, w, copies, M, reps, s));
+  report("(64, 16, 64, 4, 2)", seed_run<H, E, 64, 16, 64, 4, 2>(x, w, copies, M, reps, s));
+  report("(64, 16, 32, 4, 2)", seed_run<H, E, 64, 16, 32, 4, 2>(x, w, copies, M, reps, s));
+  cudaFree(w); cudaFree(x); cudaStreamDestroy(s);
+}
+
+
 template <template <bool> class Rule>
 void run(const char* name, int copies, int reps, std::mt19937& rng) {
   using R = Rule<false>;
@@ -457,7 +536,7 @@ void run(const char* name, int copies, int reps, std::mt19937& rng) {
   float t_cluster[3];
   {
     auto cl = [&](auto kernel, int c_size, int warps) {
-      return chain([&](int c) { probe::launch_as(false, c_size, kernel, dim3(c_size), dim3(32 * warps), 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, tw, ids); });
+      return chain([&](int c) { probe::launch_as(probe::LaunchAs{true, false, c_size}, kernel, dim3(c_size), dim3(32 * warps), 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, tw, ids); });
     };
     constexpr int kSplit16 = 32 / (R::kE / 16) > 0 ? 32 / (R::kE / 16) : 1;  // warps per score at 16 x 32 warps
     t_cluster[0] = cl(router_in_cluster<Rule<true>, 8, 16, (16 / (R::kE / 8) > 0 ? 16 / (R::kE / 8) : 1)>, 8, 16);
@@ -549,6 +628,11 @@ int main(int argc, char** argv) {
     std::printf("cycles (one warp): DeepSeek-V3 top-k rounds %lld, select_top %lld | K=8 of 128 rounds %lld, select_top %lld | "
                 "sigmoid of 256 %lld | lane_rank of 32 lanes %lld\n", o[8], o[9], o[10], o[11], o[12], o[13]);
     cudaFree(rd); cudaFree(sink); cudaFree(od);
+  }
+  if (argc > 2 && std::strcmp(argv[2], "seed") == 0) {
+    seed_shapes<64>(reps, rng, "32 tokens, 8 warps, k 64, 4 stages");
+    seed_shapes<128>(reps, rng, "32 tokens, 16 warps, k 64, 3 stages");
+    return 0;
   }
   check_topk<512, 10, 1, 1>(rng);
   check_topk<128, 8, 1, 1>(rng);

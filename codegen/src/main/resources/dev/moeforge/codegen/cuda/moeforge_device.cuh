@@ -1369,7 +1369,7 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
 // RouterTileLayout (Java) states the same sizes; the generated kernel static_asserts they agree.
 // ---------------------------------------------------------------------------------------------
 
-template <int H, int E, int BM, int W, int BK, int S>
+template <int H, int E, int BM, int W, int BK, int S, int C = 1>
 struct RouterTile {
   static_assert(BM % 16 == 0 && BM >= 16 && BM <= 128, "a tile is a whole number of 16-token mma rows");
   static_assert(BK == 32 || BK == 64, "a slice row is 4 or 8 16-byte pieces");
@@ -1382,10 +1382,20 @@ struct RouterTile {
   static constexpr int kPieces = BK / 8;  // 16-byte pieces per slice row
   static constexpr int kRows = BM + kPaddedExperts;  // x rows, then W_r rows
   static constexpr int kStageBytes = 2 * kRows * BK;
-  static constexpr int kScoreBytes = 4 * BM * kScoreStride;
-  static constexpr int kSharedBytes = kStageBytes * S > kScoreBytes ? kStageBytes * S : kScoreBytes;
   static constexpr int kSlices = ceil_div(H, BK);
+  // split over a cluster of C blocks along K: each sums kSlices / C slices, then owns BM / C rows
+  static_assert(C == 1 || C == 2 || C == 4 || C == 8, "a split is a portable cluster of 2, 4 or 8 blocks");
+  static_assert(kSlices % C == 0 && BM % C == 0, "the blocks of a split take equal slices and rows");
+  static constexpr int kOwnRows = BM / C;
+  static constexpr int kScoreBytes = 4 * BM * kScoreStride + (C > 1 ? 4 * kOwnRows * kScoreStride : 0);
+  static constexpr int kSharedBytes = kStageBytes * S > kScoreBytes ? kStageBytes * S : kScoreBytes;
 };
+
+// The token of row `row` of the rows a block evaluates (its tile's, or with a split its own part).
+template <int BM, int C>
+__device__ __forceinline__ int router_tile_token(int row) {
+  return static_cast<int>(blockIdx.x / C) * BM + static_cast<int>(blockIdx.x % C) * (BM / C) + row;
+}
 
 // Byte offset of 16-byte piece p of slice row r: rows of 4 pieces swizzle in pairs, rows of 8 alone,
 // so 8 consecutive rows at the same logical piece land in 8 distinct 16-byte bank groups.
@@ -1429,41 +1439,48 @@ __device__ __forceinline__ void router_tile_load(uint32_t stage, const __nv_bflo
 }
 
 // Every thread of the block: computes the tile's [BM][E] scores and returns them in shared memory,
-// row r (token blockIdx.x * BM + r) at scores + r * kScoreStride.
-template <int H, int E, int BM, int W, int BK, int S>
+// row r (token router_tile_token<BM, C>(r)) at scores + r * kScoreStride. With a split (C > 1, a
+// cluster of C consecutive blocks per tile) block q of the cluster sums slices [q n, (q + 1) n)
+// (n = kSlices / C) into partial scores; after cluster.sync() it adds the C partials of its own
+// BM / C rows in block order (deterministic) through distributed shared memory. Each block then
+// streams 1 / C of W_r instead of all of it.
+template <int H, int E, int BM, int W, int BK, int S, int C = 1>
 __device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* __restrict__ x,
                                                            const __nv_bfloat16* __restrict__ w_router, unsigned char* smem,
                                                            int num_tokens) {
-  using L = RouterTile<H, E, BM, W, BK, S>;
+  using L = RouterTile<H, E, BM, W, BK, S, C>;
   constexpr int P = L::kPieces;
   constexpr int NT = L::kColumnsPerWarp / 8;  // n8 tiles per warp
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int row0 = (warp % L::kWarpRows) * 16;
   const int col0 = (warp / L::kWarpRows) * L::kColumnsPerWarp;
-  const int m0 = blockIdx.x * BM;
+  const int tile = static_cast<int>(blockIdx.x / C);
+  const int part = static_cast<int>(blockIdx.x % C);
+  const int m0 = tile * BM;
+  constexpr int kMySlices = L::kSlices / C;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-  // Block b sums the slices in the order b, b + 1, ... (mod kSlices): blocks that all read the same
-  // W_r slice at once queue on the same L2 lines. The order is fixed per block, so results are too.
-  const int first = static_cast<int>(blockIdx.x % L::kSlices);
-  auto slice_k0 = [first](int s) { return ((first + s) % L::kSlices) * BK; };
+  // Tile t sums its slices in the order t, t + 1, ... (mod the slices): blocks that all read the
+  // same W_r slice at once queue on the same L2 lines. The order is fixed per block, so results are too.
+  const int first = tile % kMySlices;
+  auto slice_k0 = [first, part](int s) { return (part * kMySlices + (first + s) % kMySlices) * BK; };
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < L::kSlices) {
+    if (s < kMySlices) {
       router_tile_load<H, E, BM, W, BK, S>(base + s * L::kStageBytes, x, w_router, m0, num_tokens, slice_k0(s));
     }
     cp_async_commit();
   }
 #pragma unroll 1
-  for (int kt = 0; kt < L::kSlices; ++kt) {
+  for (int kt = 0; kt < kMySlices; ++kt) {
     cp_async_wait<S - 2>();
     __syncthreads();  // slice kt is in; every warp is done with slice kt - 1, whose stage is refilled next
     const int next = kt + S - 1;
-    if (next < L::kSlices) {
+    if (next < kMySlices) {
       router_tile_load<H, E, BM, W, BK, S>(base + (next % S) * L::kStageBytes, x, w_router, m0, num_tokens, slice_k0(next));
     }
     cp_async_commit();
@@ -1492,8 +1509,29 @@ __device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* 
     *reinterpret_cast<float2*>(scores + r * L::kScoreStride + c) = make_float2(acc[j][0], acc[j][1]);
     *reinterpret_cast<float2*>(scores + (r + 8) * L::kScoreStride + c) = make_float2(acc[j][2], acc[j][3]);
   }
-  __syncthreads();
-  return scores;
+  if constexpr (C == 1) {
+    __syncthreads();
+    return scores;
+  } else {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partials are written
+    float* own = scores + BM * L::kScoreStride;
+    constexpr int kQuads = L::kPaddedExperts / 4;
+    for (int i = threadIdx.x; i < L::kOwnRows * kQuads; i += 32 * W) {
+      const int row = i / kQuads;
+      const int at = (part * L::kOwnRows + row) * L::kScoreStride + 4 * (i % kQuads);
+      float4 sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(scores, 0) + at);
+#pragma unroll
+      for (int q = 1; q < C; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(scores, q) + at);
+        sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+      }
+      *reinterpret_cast<float4*>(own + row * L::kScoreStride + 4 * (i % kQuads)) = sum;
+    }
+    cluster.sync();  // the partials are read (a block's shared memory must outlive its readers), own rows written
+    return own;
+  }
 }
 
 // A row of E values held by one warp: lane l keeps experts l, l + 32, l + 64, ...
