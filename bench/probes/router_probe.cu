@@ -97,35 +97,12 @@ struct DeepSeekRule {
   }
 };
 
-// Phase 1 and the ticket as in the header's router_scores, or (LEAN) with one thread's fence after
-// the block barrier instead of every thread's before it (the pattern of cooperative groups' grid
-// sync: the fence is cumulative over the writes the barrier ordered before it). The header has
-// since adopted LEAN's pattern, so both forms now run the same code.
-template <class R, bool LEAN>
-__device__ __forceinline__ bool scores_and_ticket(const __nv_bfloat16* x, const __nv_bfloat16* w, float* scores, int* counters) {
-  if constexpr (!LEAN) return mf::router_scores<R::kH, R::kE, R::kW, 16, R::kU, R::kEpc, R::kSplit>(x, w, scores, counters, 1);
-  const int first = blockIdx.x * R::kEpc;
-  mf::block_scores<R::kH, R::kEpc, R::kW, 16, R::kU, R::kSplit>(w, reinterpret_cast<const char*>(x), first,
-                                                                 mf::min_int(R::kE, first + R::kEpc), [&](int e, float v) { scores[e] = v; });
-  __shared__ int is_last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const int ticket = atomicAdd(counters, 1);
-    is_last = ticket == static_cast<int>(gridDim.x) - 1;
-    if (is_last) counters[0] = 0;
-  }
-  __syncthreads();
-  if (is_last) __threadfence();
-  return is_last;
-}
-
 // The generated router_gemv kernel's body, the rule as a parameter.
-template <class R, bool LEAN = false>
+template <class R>
 __global__ void __launch_bounds__(256) router(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
                                               int* counters, float* tw, int* ids) {
   mf::begin_after_previous_kernel();
-  if (!scores_and_ticket<R, LEAN>(x, w, scores, counters)) return;
+  if (!mf::router_scores<R::kH, R::kE, R::kW, 16, R::kU, R::kEpc, R::kSplit>(x, w, scores, counters, 1)) return;
   if (threadIdx.x >= 32) return;
   mf::store_topk(R::apply(mf::load_scores<R::kE>(scores), bias), tw, ids);
 }
@@ -170,17 +147,7 @@ __global__ void __launch_bounds__(256) router_early(const __nv_bfloat16* x, cons
     for (int p = 0; p < R::kSplit; ++p) total += parts[warp + p];
     scores[e] = total;
   }
-  __shared__ int is_last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const int ticket = atomicAdd(counters, 1);
-    is_last = ticket == static_cast<int>(gridDim.x) - 1;
-    if (is_last) counters[0] = 0;
-  }
-  __syncthreads();
-  if (!is_last || threadIdx.x >= 32) return;
-  __threadfence();
+  if (!mf::last_block_of_token(counters) || threadIdx.x >= 32) return;
   mf::store_topk(R::apply(mf::load_scores<R::kE>(scores), bias), tw, ids);
 }
 
@@ -523,7 +490,6 @@ void run(const char* name, int copies, int reps, std::mt19937& rng) {
   auto chain = [&](auto kernel_launch) { return probe::graph_us(s, reps, copies, [&] { for (int c = 0; c < copies; ++c) kernel_launch(c); }); };
   const float t_router = chain([&](int c) { probe::launch(false, router<Rule<false>>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids); });
   const float t_fast = chain([&](int c) { probe::launch(false, router<Rule<true>>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids); });
-  const float t_lean = chain([&](int c) { probe::launch(false, router<Rule<true>, true>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids); });
   const float t_early = chain([&](int c) { probe::launch(false, router_early<Rule<true>>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids); });
   {  // the early router's routing equals the plain one's on the last copy
     std::vector<int> a(R::kK), b(R::kK);
@@ -548,8 +514,7 @@ void run(const char* name, int copies, int reps, std::mt19937& rng) {
   const float t_epi = chain([&](int) { probe::launch(false, epilogue_only<Rule<false>>, dim3(1), dim3(32), 0, s, (const float*)scores, (const float*)bias, tw, ids); });
   const float t_epi_fast = chain([&](int) { probe::launch(false, epilogue_only<Rule<true>>, dim3(1), dim3(32), 0, s, (const float*)scores, (const float*)bias, tw, ids); });
   const float t_empty1 = chain([&](int) { probe::launch(false, empty_kernel, dim3(1), dim3(32), 0, s); });
-  std::printf("%s: select_top + one-thread fence %.2f | cluster (select_top) 8x16 warps %.2f, 16x16 %.2f, 16x32 %.2f\n", name, t_lean,
-              t_cluster[0], t_cluster[1], t_cluster[2]);
+  std::printf("%s: cluster (select_top) 8x16 warps %.2f, 16x16 %.2f, 16x32 %.2f\n", name, t_cluster[0], t_cluster[1], t_cluster[2]);
   std::printf("%s (%d copies, us per call): router (rounds) %.2f | select_top %.2f | empty grid %.2f | scores+ticket %.2f | "
               "epilogue alone (rounds) %.2f, select_top %.2f | empty 1 warp %.2f\n",
               name, copies, t_router, t_fast, t_empty, t_scores, t_epi, t_epi_fast, t_empty1);

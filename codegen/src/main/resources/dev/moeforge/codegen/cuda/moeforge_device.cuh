@@ -1309,6 +1309,25 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
   }
 }
 
+// Every thread of the block, after its scores are stored: true in the token's last block to get
+// here (an atomic ticket on *counter, reset for the next launch by that block). The block barrier
+// orders every warp's scores before thread 0's fence, which is cumulative: they are visible
+// device-wide before the ticket is (cooperative groups' grid sync does the same; one fence instead
+// of one per thread saved 0.2-0.5 us per router call on the H100, bench/NOTES.md).
+__device__ __forceinline__ bool last_block_of_token(int* counter) {
+  __syncthreads();
+  __shared__ int is_last;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const int ticket = atomicAdd(counter, 1);
+    is_last = ticket == static_cast<int>(gridDim.x) - 1;
+    if (is_last) *counter = 0;  // ready for the next launch (graph replays)
+  }
+  __syncthreads();
+  if (is_last) __threadfence();  // the other blocks' scores are read after their tickets
+  return is_last;
+}
+
 // Returns true in the token's last block (every thread of it); the ticket is reset for the next launch.
 template <int H, int E, int W, int LB, int U, int EPC, int SPLIT>
 __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ x,
@@ -1321,20 +1340,7 @@ __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ 
   float* token_scores = scores + static_cast<size_t>(token) * E;
   block_scores<H, EPC, W, LB, U, SPLIT>(w_router, x_row, first, min_int(E, first + EPC),
                                  [&](int e, float v) { token_scores[e] = v; });
-  // The block barrier orders every warp's scores before thread 0's fence, which is cumulative:
-  // they are visible device-wide before the ticket is (cooperative groups' grid sync does the
-  // same; one fence instead of one per thread saved 0.3-0.5 us per router call on the H100).
-  __syncthreads();
-  __shared__ int is_last;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const int ticket = atomicAdd(counters + token, 1);
-    is_last = ticket == static_cast<int>(gridDim.x) - 1;
-    if (is_last) counters[token] = 0;  // ready for the next launch (graph replays)
-  }
-  __syncthreads();
-  if (is_last) __threadfence();  // the other blocks' scores are read after their tickets
-  return is_last;
+  return last_block_of_token(counters + token);
 }
 
 // The cluster form (schedule router_cluster): the C blocks of a token's cluster each score every
