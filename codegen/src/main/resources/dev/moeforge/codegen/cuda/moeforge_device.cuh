@@ -1802,42 +1802,43 @@ __device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& v
       out.value = s.value[out.id];
     }
     return out;
-  }
-  const unsigned t = max(1u, __reduce_min_sync(kFullMask, lanes_above < K ? best : ~0u));
-  unsigned mine = 0u;
+  } else {
+    const unsigned t = max(1u, __reduce_min_sync(kFullMask, lanes_above < K ? best : ~0u));
+    unsigned mine = 0u;
 #pragma unroll
-  for (int i = 0; i < P; ++i) mine |= (key[i] >= t ? 1u : 0u) << i;
-  const int count = __popc(mine);
-  const int total = static_cast<int>(__reduce_add_sync(kFullMask, static_cast<unsigned>(count)));
-  if (total > 32) return select_top_rounds<K, E>(sel, val, allowed);
-  // this lane's candidates start after the lower lanes': the exclusive prefix sum, bit by bit
-  constexpr int kCountBits = P >= 32 ? 6 : P >= 16 ? 5 : P >= 8 ? 4 : P >= 4 ? 3 : P >= 2 ? 2 : 1;
-  const unsigned below = (1u << lane) - 1u;
-  int offset = 0;
+    for (int i = 0; i < P; ++i) mine |= (key[i] >= t ? 1u : 0u) << i;
+    const int count = __popc(mine);
+    const int total = static_cast<int>(__reduce_add_sync(kFullMask, static_cast<unsigned>(count)));
+    if (total > 32) return select_top_rounds<K, E>(sel, val, allowed);
+    // this lane's candidates start after the lower lanes': the exclusive prefix sum, bit by bit
+    constexpr int kCountBits = P >= 32 ? 6 : P >= 16 ? 5 : P >= 8 ? 4 : P >= 4 ? 3 : P >= 2 ? 2 : 1;
+    const unsigned below = (1u << lane) - 1u;
+    int offset = 0;
 #pragma unroll
-  for (int b = 0; b < kCountBits; ++b) offset += __popc(__ballot_sync(kFullMask, (count >> b) & 1) & below) << b;
+    for (int b = 0; b < kCountBits; ++b) offset += __popc(__ballot_sync(kFullMask, (count >> b) & 1) & below) << b;
 #pragma unroll
-  for (int i = 0; i < P; ++i) {
-    if ((mine >> i) & 1u) {
-      const int at = offset + __popc(mine & ((1u << i) - 1u));
-      s.key[at] = key[i];
-      s.id[at] = lane + 32 * i;
-      s.value[at] = val.v[i];
+    for (int i = 0; i < P; ++i) {
+      if ((mine >> i) & 1u) {
+        const int at = offset + __popc(mine & ((1u << i) - 1u));
+        s.key[at] = key[i];
+        s.id[at] = lane + 32 * i;
+        s.value[at] = val.v[i];
+      }
     }
+    __syncwarp();
+    const bool has = lane < total;
+    const int rank = has ? shared_rank<false>(s.key, s.id, total, s.key[lane], s.id[lane]) : 32;
+    __syncwarp();  // every lane has read s.best
+    if (has && rank < K) s.best[rank] = static_cast<unsigned>(lane);
+    __syncwarp();
+    TopK<K> out{0.0f, -1};
+    if (lane < K && lane < total) {
+      const int slot = static_cast<int>(s.best[lane]);
+      out.value = s.value[slot];
+      out.id = s.id[slot];
+    }
+    return out;
   }
-  __syncwarp();
-  const bool has = lane < total;
-  const int rank = has ? shared_rank<false>(s.key, s.id, total, s.key[lane], s.id[lane]) : 32;
-  __syncwarp();  // every lane has read s.best
-  if (has && rank < K) s.best[rank] = static_cast<unsigned>(lane);
-  __syncwarp();
-  TopK<K> out{0.0f, -1};
-  if (lane < K && lane < total) {
-    const int slot = static_cast<int>(s.best[lane]);
-    out.value = s.value[slot];
-    out.id = s.id[slot];
-  }
-  return out;
 }
 
 // Top-K of a row, selecting on `sel` and keeping `val`'s values. With G > 1 groups (of E / G

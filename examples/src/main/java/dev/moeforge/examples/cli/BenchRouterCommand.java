@@ -139,7 +139,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
                 continue;
             }
             // warps x experts per block; with at least twice as many warps as experts, each score is split over warps
-            for (int[] w : new int[][] {{1, 1}, {2, 2}, {4, 8}, {8, 2}, {8, 4}, {16, 4}, {16, 8}, {32, 8}}) {
+            for (int[] w : new int[][] {{1, 1}, {2, 2}, {4, 4}, {4, 8}, {8, 1}, {8, 2}, {8, 4}, {16, 2}, {16, 4}, {16, 8}, {32, 8}}) {
                 Schedule.RouterGemv g = new Schedule.RouterGemv(w[0], 16, 8, w[1]);
                 String name = s.name() + "_" + scheduleTag(g);
                 all.add(new Shape(name, s.tokens(), s.spec().withSchedule(g).withName("sweep_" + name), s.torchRule()));
