@@ -228,65 +228,50 @@ __device__ __forceinline__ long long clk() { long long t; asm volatile("mov.u64 
 // Cycles of one warp: 64 dependent redux.sync / shfl / ballot, and the pieces of the Qwen3-Next
 // epilogue on one row (select_top_rounds and select_top at K 10 over 512, softmax as written and
 // with one reciprocal).
+// A value of each result kind for the timing below to wait on.
+template <int K>
+__device__ __forceinline__ float sample(const TopK<K>& t) { return t.value; }
+template <int E>
+__device__ __forceinline__ float sample(const Row<E>& r) { return r.v[0] + r.v[Row<E>::kPer - 1]; }
+__device__ __forceinline__ float sample(float v) { return v; }
+
 __global__ void latency(const float* row, long long* out, float* sink) {
   const int lane = threadIdx.x;
   __shared__ volatile float keep[32];
   __shared__ mf::TopKScratch scratch;
-  long long t0, t1;
-  unsigned v = lane;
-  t0 = clk();
-  for (int i = 0; i < 64; ++i) v = __reduce_max_sync(mf::kFullMask, v) + lane;
-  keep[lane] = v; t1 = clk(); if (lane == 0) out[0] = (t1 - t0) / 64;
-  float f = lane;
-  t0 = clk();
-  for (int i = 0; i < 64; ++i) f = __shfl_sync(mf::kFullMask, f, (lane + 1) & 31) + 1.0f;
-  keep[lane] = f; t1 = clk(); if (lane == 0) out[1] = (t1 - t0) / 64;
-  v = lane;
-  t0 = clk();
-  for (int i = 0; i < 64; ++i) v = __ballot_sync(mf::kFullMask, (v >> (lane & 7)) & 1u) + lane;
-  keep[lane] = v; t1 = clk(); if (lane == 0) out[2] = (t1 - t0) / 64;
+  // cycles of f() into out[slot], divided by `per` (its dependent steps); the result is stored
+  // before the clock is read again, so the clock waits for it
+  auto timed = [&](int slot, int per, auto f) {
+    const long long t0 = clk();
+    const auto v = f();
+    keep[lane] = sample(v);
+    const long long t1 = clk();
+    if (lane == 0) out[slot] = (t1 - t0) / per;
+    return v;
+  };
+  timed(0, 64, [&] { unsigned v = lane; for (int i = 0; i < 64; ++i) v = __reduce_max_sync(mf::kFullMask, v) + lane; return float(v); });
+  timed(1, 64, [&] { float f = lane; for (int i = 0; i < 64; ++i) f = __shfl_sync(mf::kFullMask, f, (lane + 1) & 31) + 1.0f; return f; });
+  timed(2, 64, [&] { unsigned v = lane; for (int i = 0; i < 64; ++i) v = __ballot_sync(mf::kFullMask, (v >> (lane & 7)) & 1u) + lane; return float(v); });
+  const unsigned all = 0xffffu;
   const Row<512> r = mf::load_row<512>(row);
-  unsigned all = 0xffffu;
-  keep[lane] = r.v[0] + r.v[15];
-  t0 = clk();
-  TopK<10> a = mf::select_top_rounds<10, 512>(r, r, all);
-  keep[lane] = a.value; t1 = clk(); if (lane == 0) out[3] = t1 - t0;
-  t0 = clk();
-  TopK<10> b = mf::select_top<10, 512>(r, r, all, scratch);
-  keep[lane] = b.value; t1 = clk(); if (lane == 0) out[4] = t1 - t0;
-  t0 = clk();
-  const Row<512> sm = mf::softmax(r);
-  keep[lane] = sm.v[3] + sm.v[11]; t1 = clk(); if (lane == 0) out[5] = t1 - t0;
-  t0 = clk();
-  TopK<1> c = mf::select_top_rounds<1, 512>(r, r, all);
-  keep[lane] = c.value; t1 = clk(); if (lane == 0) out[6] = t1 - t0;
-  t0 = clk();
-  TopK<1> d = mf::select_top<1, 512>(r, r, all, scratch);
-  keep[lane] = d.value; t1 = clk(); if (lane == 0) out[7] = t1 - t0;
-  // DeepSeek-V3's top-k (E 256, 8 groups, top 4 groups, K 8) and a plain K 8 of 128 and of 256
+  keep[lane] = sample(r);
+  const TopK<10> a = timed(3, 1, [&] { return mf::select_top_rounds<10, 512>(r, r, all); });
+  const TopK<10> b = timed(4, 1, [&] { return mf::select_top<10, 512>(r, r, all, scratch); });
+  const Row<512> sm = timed(5, 1, [&] { return mf::softmax(r); });
+  const TopK<1> c = timed(6, 1, [&] { return mf::select_top_rounds<1, 512>(r, r, all); });
+  const TopK<1> d = timed(7, 1, [&] { return mf::select_top<1, 512>(r, r, all, scratch); });
+  // DeepSeek-V3's top-k (E 256, 8 groups, top 4 groups, K 8) and a plain K 8 of 128
   const Row<256> r2 = mf::load_row<256>(row);
-  keep[lane] = r2.v[0] + r2.v[7];
-  t0 = clk();
-  TopK<8> g0 = reference::topk_rounds<8, 8, 4>(r2, r2);
-  keep[lane] = g0.value; t1 = clk(); if (lane == 0) out[8] = t1 - t0;
-  t0 = clk();
-  TopK<8> g1 = mf::topk<8, 8, 4>(r2, r2, &scratch);
-  keep[lane] = g1.value; t1 = clk(); if (lane == 0) out[9] = t1 - t0;
+  keep[lane] = sample(r2);
+  const TopK<8> g0 = timed(8, 1, [&] { return reference::topk_rounds<8, 8, 4>(r2, r2); });
+  const TopK<8> g1 = timed(9, 1, [&] { return mf::topk<8, 8, 4>(r2, r2, &scratch); });
   const Row<128> r3 = mf::load_row<128>(row);
-  keep[lane] = r3.v[0] + r3.v[3];
-  t0 = clk();
-  TopK<8> h0 = mf::select_top_rounds<8, 128>(r3, r3, 0xfu);
-  keep[lane] = h0.value; t1 = clk(); if (lane == 0) out[10] = t1 - t0;
-  t0 = clk();
-  TopK<8> h1 = mf::select_top<8, 128>(r3, r3, 0xfu, scratch);
-  keep[lane] = h1.value; t1 = clk(); if (lane == 0) out[11] = t1 - t0;
-  t0 = clk();
-  const Row<256> sg = mf::sigmoid(r2);
-  keep[lane] = sg.v[1] + sg.v[6]; t1 = clk(); if (lane == 0) out[12] = t1 - t0;
-  t0 = clk();
-  const int rk = mf::lane_rank(__float_as_uint(r.v[0]), 32);
-  keep[lane] = rk; t1 = clk(); if (lane == 0) out[13] = t1 - t0;
-  sink[lane] = keep[lane] + a.value + b.value + c.value + d.value + sm.v[0] + g0.value + g1.value + h0.value + h1.value + sg.v[2];
+  keep[lane] = sample(r3);
+  const TopK<8> h0 = timed(10, 1, [&] { return mf::select_top_rounds<8, 128>(r3, r3, 0xfu); });
+  const TopK<8> h1 = timed(11, 1, [&] { return mf::select_top<8, 128>(r3, r3, 0xfu, scratch); });
+  const Row<256> sg = timed(12, 1, [&] { return mf::sigmoid(r2); });
+  const float rk = timed(13, 1, [&] { return float(mf::lane_rank(__float_as_uint(r.v[0]), 32)); });
+  sink[lane] = keep[lane] + a.value + b.value + c.value + d.value + sm.v[0] + g0.value + g1.value + h0.value + h1.value + sg.v[2] + rk;
 }
 
 // Scores for the top-k checks, by row kind: normal; quarter steps and integers (ties); integers
