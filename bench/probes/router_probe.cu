@@ -7,9 +7,10 @@
 //   scores      phase 1 and the ticket only (no epilogue)
 //   epilogue    the epilogue alone, one warp on scores already in L2
 //   trace       one launch with %globaltimer stamps per block
-// and each epilogue with the header's top-k (select_top) against the K-round top-k it replaced
-// (reference::topk_rounds below), checked on random score rows with ties, NaNs, infinities and
-// rows of one value (ids equal, weights bit-equal), and timed.
+// and each epilogue's tail (the K-round top-k, reference::topk_rounds below; select_top; the
+// softmax_topk form; the block's block_topk) checked against the one before it on random score
+// rows with ties, NaNs, infinities and rows of one value, and timed alone (once to four times in a
+// launch) and in the router; the cycles of select_top's stages.
 // Build: nvcc -std=c++17 -O3 -arch=sm_90a -I<dir of moeforge_device.cuh> router_probe.cu
 #include "moeforge_device.cuh"
 #include "probe_harness.cuh"
@@ -69,33 +70,62 @@ namespace {
 using mf::Row;
 using mf::TopK;
 
-// The two routing rules, with the header's top-k (FAST false) or the probe's.
-template <bool FAST>
+// The two routing rules by the epilogue's form: kRounds the K-round top-k (reference::), kWarp
+// the header's select_top in one warp as the row's softmax is written, kRewrite one warp with
+// Qwen3-Next's softmax/top-k/renormalize as softmax_topk, kBlock the tail over the block's warps
+// (block_topk); the block form is called by every thread and returns in warp 0.
+enum Tail { kRounds, kWarp, kRewrite, kBlock };
+
+template <int MODE>
 struct Qwen3NextRule {
   static constexpr int kH = 2048, kE = 512, kK = 10, kW = 8, kU = 8, kEpc = 4, kSplit = 2;
-  __device__ static TopK<kK> apply(const Row<kE>& v0, const float*) {
-    const Row<kE> v1 = mf::softmax(v0);
-    TopK<kK> v2;
-    __shared__ mf::TopKScratch scratch;
-    if constexpr (FAST) v2 = mf::topk<kK, 1, 1>(v1, v1, &scratch);
-    else v2 = reference::topk_rounds<kK, 1, 1>(v1, v1);
-    return mf::renormalize(v2);
+  static constexpr bool kAllWarps = MODE == kBlock;
+  __device__ static TopK<kK> apply(const float* scores, const float*) {
+    if constexpr (MODE == kBlock) {
+      __shared__ mf::BlockTopKScratch<kK, kW> scratch;
+      constexpr int S = kE / kW;
+      return mf::block_softmax_topk<kK, S, kW>(mf::load_scores<S>(scores + (threadIdx.x >> 5) * S), scratch);
+    } else {
+      const Row<kE> v0 = mf::load_scores<kE>(scores);
+      __shared__ mf::TopKScratch scratch;
+      if constexpr (MODE == kRewrite) return mf::softmax_topk<kK>(v0, &scratch);
+      const Row<kE> v1 = mf::softmax(v0);
+      if constexpr (MODE == kWarp) return mf::renormalize(mf::topk<kK, 1, 1>(v1, v1, &scratch));
+      else return mf::renormalize(reference::topk_rounds<kK, 1, 1>(v1, v1));
+    }
   }
 };
-template <bool FAST>
+template <int MODE>
 struct DeepSeekRule {
   static constexpr int kH = 7168, kE = 256, kK = 8, kW = 8, kU = 8, kEpc = 2, kSplit = 4;
-  __device__ static TopK<kK> apply(const Row<kE>& v0, const float* bias) {
-    const Row<kE> v1 = mf::sigmoid(v0);
-    const Row<kE> v2 = mf::load_row<kE>(bias);
-    const Row<kE> v3 = mf::add(v1, v2);
+  static constexpr bool kAllWarps = MODE == kBlock;
+  __device__ static TopK<kK> apply(const float* scores, const float* bias) {
     TopK<kK> v4;
-    __shared__ mf::TopKScratch scratch;
-    if constexpr (FAST) v4 = mf::topk<kK, 8, 4>(v3, v1, &scratch);
-    else v4 = reference::topk_rounds<kK, 8, 4>(v3, v1);
+    if constexpr (MODE == kBlock) {
+      __shared__ mf::BlockTopKScratch<kK, kW> scratch;
+      constexpr int S = kE / kW;
+      const int first = (threadIdx.x >> 5) * S;
+      const Row<S> v1 = mf::sigmoid(mf::load_scores<S>(scores + first));
+      const Row<S> v3 = mf::add(v1, mf::load_row<S>(bias + first));
+      v4 = mf::block_topk<kK, 8, 4, S, kW>(v3, v1, scratch);
+    } else {
+      const Row<kE> v1 = mf::sigmoid(mf::load_scores<kE>(scores));
+      const Row<kE> v3 = mf::add(v1, mf::load_row<kE>(bias));
+      __shared__ mf::TopKScratch scratch;
+      if constexpr (MODE == kRounds) v4 = reference::topk_rounds<kK, 8, 4>(v3, v1);
+      else v4 = mf::topk<kK, 8, 4>(v3, v1, &scratch);
+    }
     return mf::scale(mf::renormalize(v4), 2.5f);
   }
 };
+
+// The rule's epilogue on a token's scores: by warp 0, or by every warp (kBlock); stored by warp 0.
+template <class R>
+__device__ __forceinline__ void tail(const float* scores, const float* bias, float* tw, int* ids) {
+  if (!R::kAllWarps && threadIdx.x >= 32) return;
+  const TopK<R::kK> t = R::apply(scores, bias);
+  if (threadIdx.x < 32) mf::store_topk(t, tw, ids);
+}
 
 // The generated router_gemv kernel's body, the rule as a parameter.
 template <class R>
@@ -103,8 +133,7 @@ __global__ void __launch_bounds__(256) router(const __nv_bfloat16* x, const __nv
                                               int* counters, float* tw, int* ids) {
   mf::begin_after_previous_kernel();
   if (!mf::router_scores<R::kH, R::kE, R::kW, 16, R::kU, R::kEpc, R::kSplit>(x, w, scores, counters, 1)) return;
-  if (threadIdx.x >= 32) return;
-  mf::store_topk(R::apply(mf::load_scores<R::kE>(scores), bias), tw, ids);
+  tail<R>(scores, bias, tw, ids);
 }
 
 // The router with its weight loads issued before the PDL wait (the weights are constants; x, the
@@ -147,17 +176,8 @@ __global__ void __launch_bounds__(256) router_early(const __nv_bfloat16* x, cons
     for (int p = 0; p < R::kSplit; ++p) total += parts[warp + p];
     scores[e] = total;
   }
-  if (!mf::last_block_of_token(counters) || threadIdx.x >= 32) return;
-  mf::store_topk(R::apply(mf::load_scores<R::kE>(scores), bias), tw, ids);
-}
-
-// router_cluster with C blocks of W warps (C may be 16: a non-portable cluster size).
-template <class R, int C, int W, int SPLIT>
-__global__ void __launch_bounds__(32 * W) router_in_cluster(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* tw, int* ids) {
-  mf::begin_after_previous_kernel();
-  const float* sc = mf::router_scores_cluster<R::kH, R::kE, W, 16, R::kU, C, SPLIT>(x, w, 1);
-  if (sc == nullptr || threadIdx.x >= 32) return;
-  mf::store_topk(R::apply(mf::load_row_shared<R::kE>(sc), bias), tw, ids);
+  if (!mf::last_block_of_token(counters)) return;
+  tail<R>(scores, bias, tw, ids);
 }
 
 template <class R>
@@ -184,11 +204,20 @@ __global__ void part_only(const float* scores, float* out) {
 
 __global__ void empty_kernel() { mf::begin_after_previous_kernel(); }
 
-// rows: one score row per block (epilogue-only timing and the comparison of the two top-ks)
+// rows: one score row per block (epilogue-only timing and the comparison of the tails)
 template <class R>
 __global__ void epilogue_only(const float* scores, const float* bias, float* tw, int* ids) {
   mf::begin_after_previous_kernel();
-  mf::store_topk(R::apply(mf::load_scores<R::kE>(scores + blockIdx.x * R::kE), bias), tw + blockIdx.x * R::kK, ids + blockIdx.x * R::kK);
+  tail<R>(scores + blockIdx.x * R::kE, bias, tw + blockIdx.x * R::kK, ids + blockIdx.x * R::kK);
+}
+
+// The tail REPS times in one launch over REPS rows, the same code each time (a loop): the second
+// pass runs from a warm instruction cache.
+template <class R, int REPS>
+__global__ void epilogue_repeated(const float* scores, const float* bias, float* tw, int* ids) {
+  mf::begin_after_previous_kernel();
+#pragma unroll 1
+  for (int r = 0; r < REPS; ++r) tail<R>(scores + r * R::kE, bias, tw + r * R::kK, ids + r * R::kK);
 }
 
 // The router with stamps: 0 start (after the wait), 1 scores stored (block), 2 ticket taken,
@@ -204,22 +233,15 @@ __global__ void __launch_bounds__(256) router_traced(const __nv_bfloat16* x, con
   const int first = blockIdx.x * R::kEpc;
   mf::block_scores<R::kH, R::kEpc, R::kW, 16, R::kU, R::kSplit>(w, x_row, first, mf::min_int(R::kE, first + R::kEpc),
                                                                  [&](int e, float v) { scores[e] = v; });
-  __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) mine[1] = probe::now_ns();
-  __shared__ int is_last;
   if (threadIdx.x == 0) {
-    const int ticket = atomicAdd(counters, 1);
-    is_last = ticket == static_cast<int>(gridDim.x) - 1;
-    if (is_last) counters[0] = 0;
-    mine[2] = probe::now_ns();
+    mine[1] = probe::now_ns();
     mine[3] = mine[4] = 0;
   }
-  __syncthreads();
-  if (!is_last || threadIdx.x >= 32) return;
-  __threadfence();
-  const TopK<R::kK> t = R::apply(mf::load_scores<R::kE>(scores), bias);
-  mf::store_topk(t, tw, ids);
+  const bool is_last = mf::last_block_of_token(counters);
+  if (threadIdx.x == 0) mine[2] = probe::now_ns();
+  if (!is_last) return;
+  tail<R>(scores, bias, tw, ids);
   if (threadIdx.x == 0) mine[4] = probe::now_ns();
 }
 
@@ -272,6 +294,77 @@ __global__ void latency(const float* row, long long* out, float* sink) {
   const Row<256> sg = timed(12, 1, [&] { return mf::sigmoid(r2); });
   const float rk = timed(13, 1, [&] { return float(mf::lane_rank(__float_as_uint(r.v[0]), 32)); });
   sink[lane] = keep[lane] + a.value + b.value + c.value + d.value + sm.v[0] + g0.value + g1.value + h0.value + h1.value + sg.v[2] + rk;
+}
+
+// select_top<10, 512> with a clock stamp after each stage (a copy of the header's, for timing
+// only; the stage's results are stored to shared memory before each stamp, so the clock waits for
+// them), run 4 times over 4 rows in one launch: stamps of the last run.
+__global__ void select_top_stages(const float* rows, long long* out, float* sink) {
+  constexpr int K = 10, E = 512, P = 16;
+  using mf::kFullMask;
+  __shared__ mf::TopKScratch s;
+  __shared__ volatile unsigned keep[32];
+  const int lane = threadIdx.x;
+  long long t[10];
+  float acc = 0.0f;
+#pragma unroll 1
+  for (int rep = 0; rep < 4; ++rep) {
+    const Row<E> sel = mf::load_row<E>(rows + rep * E);
+    keep[lane] = __float_as_uint(sel.v[0] + sel.v[15]);
+    t[0] = clk();
+    unsigned key[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) key[i] = mf::rank_key(sel.v[i]);
+    const unsigned best = mf::max_key<P>(key);
+    keep[lane] = best;
+    t[1] = clk();
+    __syncwarp();
+    s.best[lane] = best;
+    s.key[lane] = 0u;
+    __syncwarp();
+    const int lanes_above = mf::shared_count_above(s.best, best);
+    keep[lane] = lanes_above;
+    t[2] = clk();
+    const unsigned th = max(1u, __reduce_min_sync(kFullMask, lanes_above < K ? best : ~0u));
+    keep[lane] = th;
+    t[3] = clk();
+    const unsigned below = (1u << lane) - 1u;
+    int total = 0;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const unsigned in = __ballot_sync(kFullMask, key[i] >= th);
+      const int at = total + __popc(in & below);
+      if (key[i] >= th && at < 32) {
+        s.key[at] = key[i];
+        s.id[at] = lane + 32 * i;
+        s.value[at] = sel.v[i];
+      }
+      total += __popc(in);
+    }
+    keep[lane] = total;
+    t[4] = clk();
+    __syncwarp();
+    keep[lane] = s.key[lane];
+    t[5] = clk();
+    const bool has = lane < total;
+    const int rank = has ? mf::shared_rank<true>(s.key, nullptr, 32, s.key[lane], lane) : 32;
+    keep[lane] = rank;
+    t[6] = clk();
+    __syncwarp();
+    if (has && rank < K) s.best[rank] = static_cast<unsigned>(lane);
+    __syncwarp();
+    float v = 0.0f;
+    if (lane < K && lane < total) v = s.value[s.best[lane]];
+    keep[lane] = __float_as_uint(v);
+    t[7] = clk();
+    const TopK<K> sm = mf::softmax_best_first(TopK<K>{v, 0, 0u});
+    keep[lane] = __float_as_uint(sm.value);
+    t[8] = clk();
+    acc += sm.value;
+  }
+  if (lane == 0)
+    for (int i = 0; i < 8; ++i) out[i] = t[i + 1] - t[i];
+  sink[lane] = acc;
 }
 
 // Scores for the top-k checks, by row kind: normal; quarter steps and integers (ties); integers
@@ -416,9 +509,9 @@ void seed_shapes(int reps, std::mt19937& rng, const char* catalogue_name) {
 }
 
 
-template <template <bool> class Rule>
+template <template <int> class Rule>
 void run(const char* name, int copies, int reps, std::mt19937& rng) {
-  using R = Rule<false>;
+  using R = Rule<kRounds>;
   const size_t wbytes = (size_t)R::kE * R::kH * 2;
   __nv_bfloat16* w; CK(cudaMalloc(&w, wbytes * copies));
   probe::fill_dev(w, wbytes * copies, 17, 0x807f807fu, 0x3c803c80u);  // bf16 +-[2^-6, 2^-5): scores of about unit size
@@ -435,74 +528,109 @@ void run(const char* name, int copies, int reps, std::mt19937& rng) {
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const dim3 grid(R::kE / R::kEpc), block(32 * R::kW);
   auto wc = [&](int c) { return w + (size_t)c * R::kE * R::kH; };
+  auto threads = [](auto rule) { return dim3(decltype(rule)::kAllWarps ? 32 * R::kW : 32); };
 
-  // The two top-ks on 4096 random rows: scores from few distinct values (ties), some NaN, some inf.
+  // The tails on 4096 random rows of every kind (ties, NaN, inf): each against the one before it
+  // (the rewrite against select_top also on the normal rows alone: FP32 softmax ties apart).
   {
     const int rows = 4096;
     std::vector<float> sh((size_t)rows * R::kE);
     for (int r = 0; r < rows; ++r)
-      for (int e = 0; e < R::kE; ++e) {
-        sh[(size_t)r * R::kE + e] = test_score(r, rng);
-      }
+      for (int e = 0; e < R::kE; ++e) sh[(size_t)r * R::kE + e] = test_score(r, rng);
     float* sd; CK(cudaMalloc(&sd, sh.size() * 4)); CK(cudaMemcpy(sd, sh.data(), sh.size() * 4, cudaMemcpyHostToDevice));
-    float *tw2; int* ids2; CK(cudaMalloc(&tw2, rows * R::kK * 4)); CK(cudaMalloc(&ids2, rows * R::kK * 4));
-    epilogue_only<Rule<false>><<<rows, 32>>>(sd, bias, tw, ids);
-    epilogue_only<Rule<true>><<<rows, 32>>>(sd, bias, tw2, ids2);
-    CK(cudaDeviceSynchronize());
-    std::vector<uint32_t> a(rows * R::kK), b(rows * R::kK), ia(rows * R::kK), ib(rows * R::kK);
-    CK(cudaMemcpy(a.data(), tw, a.size() * 4, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(b.data(), tw2, b.size() * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(ia.data(), ids, ia.size() * 4, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(ib.data(), ids2, ib.size() * 4, cudaMemcpyDeviceToHost));
-    size_t id_diff = 0, w_diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      id_diff += ia[i] != ib[i];
-      const bool both_nan = (a[i] & 0x7fffffffu) > 0x7f800000u && (b[i] & 0x7fffffffu) > 0x7f800000u;
-      w_diff += a[i] != b[i] && !both_nan;
-    }
-    std::printf("%s: select_top vs the K-round top-k on %d rows: %zu ids differ, %zu weights differ\n", name, rows, id_diff, w_diff);
+    std::vector<uint32_t> wt[4], it[4];
+    float* tw2; int* ids2; CK(cudaMalloc(&tw2, rows * R::kK * 4)); CK(cudaMalloc(&ids2, rows * R::kK * 4));
+    auto fetch = [&](int m) {
+      CK(cudaDeviceSynchronize());
+      wt[m].resize(rows * R::kK); it[m].resize(rows * R::kK);
+      CK(cudaMemcpy(wt[m].data(), tw2, rows * R::kK * 4, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(it[m].data(), ids2, rows * R::kK * 4, cudaMemcpyDeviceToHost));
+    };
+    epilogue_only<Rule<kRounds>><<<rows, threads(Rule<kRounds>{})>>>(sd, bias, tw2, ids2); fetch(kRounds);
+    epilogue_only<Rule<kWarp>><<<rows, threads(Rule<kWarp>{})>>>(sd, bias, tw2, ids2); fetch(kWarp);
+    epilogue_only<Rule<kRewrite>><<<rows, threads(Rule<kRewrite>{})>>>(sd, bias, tw2, ids2); fetch(kRewrite);
+    epilogue_only<Rule<kBlock>><<<rows, threads(Rule<kBlock>{})>>>(sd, bias, tw2, ids2); fetch(kBlock);
+    auto compare = [&](int a, int b, const char* what, bool normal_only) {
+      size_t id_diff = 0, w_diff = 0, n = 0; double rel = 0;
+      for (size_t i = 0; i < wt[a].size(); ++i) {
+        if (normal_only && (i / R::kK) % 8 != 0) continue;
+        ++n;
+        id_diff += it[a][i] != it[b][i];
+        const uint32_t x = wt[a][i], y = wt[b][i];
+        const bool both_nan = (x & 0x7fffffffu) > 0x7f800000u && (y & 0x7fffffffu) > 0x7f800000u;
+        w_diff += x != y && !both_nan;
+        float fx, fy; std::memcpy(&fx, &x, 4); std::memcpy(&fy, &y, 4);
+        if (!both_nan && fx != fy) rel = std::max(rel, (double)std::fabs(fx - fy) / std::max(1e-30, (double)std::fabs(fx)));
+      }
+      std::printf("%s: %s: %zu of %zu ids differ, %zu weights differ (largest relative difference %.2g)\n", name, what, id_diff, n, w_diff, rel);
+    };
+    compare(kRounds, kWarp, "select_top vs the K rounds, every row kind", false);
+    compare(kWarp, kRewrite, "softmax_topk vs softmax then select_top, every row kind", false);
+    compare(kWarp, kRewrite, "softmax_topk vs softmax then select_top, normal rows", true);
+    compare(kRewrite, kBlock, "the block's tail vs one warp's, every row kind", false);
     if (reps == 0) return;  // checks only (under compute-sanitizer)
-    // the epilogue on 100 different rows of normal scores, one block per call (as in the chain)
-    const float t_rows = probe::graph_us(s, reps, 100, [&] { for (int c = 0; c < 100; ++c) probe::launch(false, epilogue_only<Rule<false>>, dim3(1), dim3(32), 0, s, (const float*)(sd + (size_t)4 * c * R::kE), (const float*)bias, tw, ids); });
-    const float t_rows_fast = probe::graph_us(s, reps, 100, [&] { for (int c = 0; c < 100; ++c) probe::launch(false, epilogue_only<Rule<true>>, dim3(1), dim3(32), 0, s, (const float*)(sd + (size_t)4 * c * R::kE), (const float*)bias, tw, ids); });
+    // each tail on 100 different rows of normal scores, one block per call (as in the chain)
+    auto rows_us = [&](auto rule) {
+      using Q = decltype(rule);
+      return probe::graph_us(s, reps, 100, [&] { for (int c = 0; c < 100; ++c) probe::launch(false, epilogue_only<Q>, dim3(1), threads(rule), 0, s, (const float*)(sd + (size_t)8 * c * R::kE), (const float*)bias, tw, ids); });
+    };
+    const float t_rows[4] = {rows_us(Rule<kRounds>{}), rows_us(Rule<kWarp>{}), rows_us(Rule<kRewrite>{}), rows_us(Rule<kBlock>{})};
     const float t_parts[3] = {
-      probe::graph_us(s, reps, 100, [&] { for (int c = 0; c < 100; ++c) probe::launch(false, part_only<R, 0>, dim3(1), dim3(32), 0, s, (const float*)(sd + (size_t)4 * c * R::kE), tw); }),
-      probe::graph_us(s, reps, 100, [&] { for (int c = 0; c < 100; ++c) probe::launch(false, part_only<R, 1>, dim3(1), dim3(32), 0, s, (const float*)(sd + (size_t)4 * c * R::kE), tw); }),
-      probe::graph_us(s, reps, 100, [&] { for (int c = 0; c < 100; ++c) probe::launch(false, part_only<R, 2>, dim3(1), dim3(32), 0, s, (const float*)(sd + (size_t)4 * c * R::kE), tw); })};
-    std::printf("%s: epilogue alone on normal random rows (rounds) %.2f, select_top %.2f | load+store %.2f, load+sigmoid/softmax+store %.2f, load+exp+store %.2f\n", name, t_rows, t_rows_fast,
-                t_parts[0], t_parts[1], t_parts[2]);
+      probe::graph_us(s, reps, 100, [&] { for (int c = 0; c < 100; ++c) probe::launch(false, part_only<R, 0>, dim3(1), dim3(32), 0, s, (const float*)(sd + (size_t)8 * c * R::kE), tw); }),
+      probe::graph_us(s, reps, 100, [&] { for (int c = 0; c < 100; ++c) probe::launch(false, part_only<R, 1>, dim3(1), dim3(32), 0, s, (const float*)(sd + (size_t)8 * c * R::kE), tw); }),
+      probe::graph_us(s, reps, 100, [&] { for (int c = 0; c < 100; ++c) probe::launch(false, part_only<R, 2>, dim3(1), dim3(32), 0, s, (const float*)(sd + (size_t)8 * c * R::kE), tw); })};
+    std::printf("%s: epilogue alone on normal random rows: rounds %.2f, select_top %.2f, softmax_topk %.2f, block tail %.2f | load+store %.2f, load+sigmoid/softmax+store %.2f, load+exp+store %.2f\n",
+                name, t_rows[0], t_rows[1], t_rows[2], t_rows[3], t_parts[0], t_parts[1], t_parts[2]);
     cudaFree(sd); cudaFree(tw2); cudaFree(ids2);
   }
 
   auto chain = [&](auto kernel_launch) { return probe::graph_us(s, reps, copies, [&] { for (int c = 0; c < copies; ++c) kernel_launch(c); }); };
-  const float t_router = chain([&](int c) { probe::launch(false, router<Rule<false>>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids); });
-  const float t_fast = chain([&](int c) { probe::launch(false, router<Rule<true>>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids); });
-  const float t_early = chain([&](int c) { probe::launch(false, router_early<Rule<true>>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids); });
-  {  // the early router's routing equals the plain one's on the last copy
-    std::vector<int> a(R::kK), b(R::kK);
-    probe::launch(false, router<Rule<true>>, grid, block, 0, s, (const __nv_bfloat16*)(x + 3 * R::kH), (const __nv_bfloat16*)wc(3), (const float*)bias, scores, counters, tw, ids);
-    CK(cudaStreamSynchronize(s)); CK(cudaMemcpy(a.data(), ids, R::kK * 4, cudaMemcpyDeviceToHost));
-    probe::launch(false, router_early<Rule<true>>, grid, block, 0, s, (const __nv_bfloat16*)(x + 3 * R::kH), (const __nv_bfloat16*)wc(3), (const float*)bias, scores, counters, tw, ids);
-    CK(cudaStreamSynchronize(s)); CK(cudaMemcpy(b.data(), ids, R::kK * 4, cudaMemcpyDeviceToHost));
-    std::printf("%s: weights loaded before the wait (select_top) %.2f us per call; ids %s the plain router's\n", name, t_early, a == b ? "equal" : "DIFFER from");
-  }
-  float t_cluster[3];
-  {
-    auto cl = [&](auto kernel, int c_size, int warps) {
-      return chain([&](int c) { probe::launch_as(probe::LaunchAs{true, false, c_size}, kernel, dim3(c_size), dim3(32 * warps), 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, tw, ids); });
+  auto router_us = [&](auto kernel) {
+    return chain([&](int c) { probe::launch(false, kernel, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids); });
+  };
+  const float t_router[4] = {router_us(router<Rule<kRounds>>), router_us(router<Rule<kWarp>>), router_us(router<Rule<kRewrite>>), router_us(router<Rule<kBlock>>)};
+  const float t_early = router_us(router_early<Rule<kBlock>>);
+  {  // the routing of each router form equals the rounds' on one copy
+    auto routing = [&](auto kernel) {
+      std::vector<int> a(R::kK);
+      probe::launch(false, kernel, grid, block, 0, s, (const __nv_bfloat16*)(x + 3 * R::kH), (const __nv_bfloat16*)wc(3), (const float*)bias, scores, counters, tw, ids);
+      CK(cudaStreamSynchronize(s)); CK(cudaMemcpy(a.data(), ids, R::kK * 4, cudaMemcpyDeviceToHost));
+      return a;
     };
-    constexpr int kSplit16 = 32 / (R::kE / 16) > 0 ? 32 / (R::kE / 16) : 1;  // warps per score at 16 x 32 warps
-    t_cluster[0] = cl(router_in_cluster<Rule<true>, 8, 16, (16 / (R::kE / 8) > 0 ? 16 / (R::kE / 8) : 1)>, 8, 16);
-    t_cluster[1] = cl(router_in_cluster<Rule<true>, 16, 16, (16 / (R::kE / 16) > 0 ? 16 / (R::kE / 16) : 1)>, 16, 16);
-    t_cluster[2] = cl(router_in_cluster<Rule<true>, 16, 32, kSplit16>, 16, 32);
+    const std::vector<int> base = routing(router<Rule<kRounds>>);
+    const bool same = routing(router<Rule<kWarp>>) == base && routing(router<Rule<kRewrite>>) == base &&
+                      routing(router<Rule<kBlock>>) == base && routing(router_early<Rule<kBlock>>) == base;
+    std::printf("%s: the routers' ids on one token %s\n", name, same ? "all equal" : "DIFFER");
   }
   const float t_empty = chain([&](int) { probe::launch(false, empty_kernel, grid, block, 0, s); });
   const float t_scores = chain([&](int c) { probe::launch(false, scores_only<R>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), scores, counters); });
-  const float t_epi = chain([&](int) { probe::launch(false, epilogue_only<Rule<false>>, dim3(1), dim3(32), 0, s, (const float*)scores, (const float*)bias, tw, ids); });
-  const float t_epi_fast = chain([&](int) { probe::launch(false, epilogue_only<Rule<true>>, dim3(1), dim3(32), 0, s, (const float*)scores, (const float*)bias, tw, ids); });
+  auto epi_us = [&](auto rule) {
+    using Q = decltype(rule);
+    return chain([&](int) { probe::launch(false, epilogue_only<Q>, dim3(1), threads(rule), 0, s, (const float*)scores, (const float*)bias, tw, ids); });
+  };
+  const float t_epi[4] = {epi_us(Rule<kRounds>{}), epi_us(Rule<kWarp>{}), epi_us(Rule<kRewrite>{}), epi_us(Rule<kBlock>{})};
   const float t_empty1 = chain([&](int) { probe::launch(false, empty_kernel, dim3(1), dim3(32), 0, s); });
-  std::printf("%s: cluster (select_top) 8x16 warps %.2f, 16x16 %.2f, 16x32 %.2f\n", name, t_cluster[0], t_cluster[1], t_cluster[2]);
-  std::printf("%s (%d copies, us per call): router (rounds) %.2f | select_top %.2f | empty grid %.2f | scores+ticket %.2f | "
-              "epilogue alone (rounds) %.2f, select_top %.2f | empty 1 warp %.2f\n",
-              name, copies, t_router, t_fast, t_empty, t_scores, t_epi, t_epi_fast, t_empty1);
+  {  // instruction fetch: the tail once and twice per launch (a loop), rows already in L2
+    std::vector<float> rh(4 * R::kE);
+    for (auto& v : rh) v = nd(rng);
+    float* rows4; CK(cudaMalloc(&rows4, rh.size() * 4)); CK(cudaMemcpy(rows4, rh.data(), rh.size() * 4, cudaMemcpyHostToDevice));
+    auto rep_us = [&](auto rule, auto reps_c) {
+      using Q = decltype(rule);
+      return chain([&](int) { probe::launch(false, epilogue_repeated<Q, decltype(reps_c)::value>, dim3(1), threads(rule), 0, s, (const float*)rows4, (const float*)bias, tw, ids); });
+    };
+    using One = std::integral_constant<int, 1>;
+    using Two = std::integral_constant<int, 2>;
+    using Four = std::integral_constant<int, 4>;
+    std::printf("%s: the tail 1 / 2 / 4 times per launch (us): select_top %.2f / %.2f / %.2f | softmax_topk %.2f / %.2f / %.2f | block tail %.2f / %.2f / %.2f\n", name,
+                rep_us(Rule<kWarp>{}, One{}), rep_us(Rule<kWarp>{}, Two{}), rep_us(Rule<kWarp>{}, Four{}),
+                rep_us(Rule<kRewrite>{}, One{}), rep_us(Rule<kRewrite>{}, Two{}), rep_us(Rule<kRewrite>{}, Four{}),
+                rep_us(Rule<kBlock>{}, One{}), rep_us(Rule<kBlock>{}, Two{}), rep_us(Rule<kBlock>{}, Four{}));
+    cudaFree(rows4);
+  }
+  std::printf("%s (%d copies, us per call): router: rounds %.2f | select_top %.2f | softmax_topk %.2f | block tail %.2f | block tail, weights before the wait %.2f\n",
+              name, copies, t_router[0], t_router[1], t_router[2], t_router[3], t_early);
+  std::printf("%s: empty grid %.2f | scores+ticket %.2f | epilogue alone: rounds %.2f, select_top %.2f, softmax_topk %.2f, block tail %.2f | empty 1 warp %.2f\n",
+              name, t_empty, t_scores, t_epi[0], t_epi[1], t_epi[2], t_epi[3], t_empty1);
 
   {
     std::vector<float> sc(R::kE);
@@ -511,32 +639,33 @@ void run(const char* name, int copies, int reps, std::mt19937& rng) {
     for (float v : sc) { if (std::isnan(v)) ++nan; else { lo = std::min(lo, v); hi = std::max(hi, v); } }
     std::printf("  router scores of the last call: min %g max %g, %d NaN\n", lo, hi, nan);
   }
-  // one traced launch after a warm-up chain, weights of a cold copy
+  // one traced launch per tail after a warm-up chain, weights of a cold copy
   unsigned long long* st; CK(cudaMalloc(&st, grid.x * 6 * 8)); CK(cudaMemset(st, 0, grid.x * 6 * 8));
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int c = 0; c < copies - 1; ++c) probe::launch(false, router<Rule<false>>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids);
-    if (pass == 0) probe::launch(false, router_traced<Rule<false>>, grid, block, 0, s, (const __nv_bfloat16*)(x), (const __nv_bfloat16*)wc(copies - 1), (const float*)bias, scores, counters, tw, ids, st);
-    else probe::launch(false, router_traced<Rule<true>>, grid, block, 0, s, (const __nv_bfloat16*)(x), (const __nv_bfloat16*)wc(copies - 1), (const float*)bias, scores, counters, tw, ids, st);
+  auto traced = [&](auto kernel, const char* what) {
+    for (int c = 0; c < copies - 1; ++c) probe::launch(false, router<Rule<kWarp>>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids);
+    probe::launch(false, kernel, grid, block, 0, s, (const __nv_bfloat16*)(x), (const __nv_bfloat16*)wc(copies - 1), (const float*)bias, scores, counters, tw, ids, st);
     CK(cudaStreamSynchronize(s));
     std::vector<unsigned long long> h(grid.x * 6);
     CK(cudaMemcpy(h.data(), st, h.size() * 8, cudaMemcpyDeviceToHost));
-    unsigned long long t0 = ~0ull, s1 = 0, s2 = 0, l3 = 0, l4 = 0, s0max = 0;
+    unsigned long long t0 = ~0ull, s1 = 0, s2 = 0, l4 = 0, s0max = 0;
     for (unsigned b = 0; b < grid.x; ++b) t0 = std::min(t0, h[b * 6]);
     for (unsigned b = 0; b < grid.x; ++b) {
       s0max = std::max(s0max, h[b * 6] - t0); s1 = std::max(s1, h[b * 6 + 1] - t0); s2 = std::max(s2, h[b * 6 + 2] - t0);
       if (h[b * 6 + 4]) l4 = h[b * 6 + 4] - t0;
     }
-    (void)l3;
-    std::printf("  trace (%s top-k), ns after the first block's start: last block start %llu, last scores stored %llu, "
-                "last ticket %llu, epilogue done %llu\n", pass ? "select_top" : "rounds", s0max, s1, s2, l4);
-  }
+    std::printf("  trace (%s), ns after the first block's start: last block start %llu, last scores stored %llu, "
+                "last ticket %llu, epilogue done %llu\n", what, s0max, s1, s2, l4);
+  };
+  traced(router_traced<Rule<kRounds>>, "K rounds");
+  traced(router_traced<Rule<kWarp>>, "select_top");
+  traced(router_traced<Rule<kBlock>>, "block tail");
   // two traced launches back to back: when the second's blocks begin and pass the wait, against
   // the first's last ticket and epilogue
   {
     unsigned long long* st2; CK(cudaMalloc(&st2, grid.x * 6 * 8 * 2)); CK(cudaMemset(st2, 0, grid.x * 6 * 8 * 2));
-    for (int c = 0; c < copies - 2; ++c) probe::launch(false, router<Rule<false>>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids);
+    for (int c = 0; c < copies - 2; ++c) probe::launch(false, router<Rule<kRounds>>, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw, ids);
     for (int k = 0; k < 2; ++k)
-      probe::launch(false, router_traced<Rule<false>>, grid, block, 0, s, (const __nv_bfloat16*)(x), (const __nv_bfloat16*)wc(copies - 2 + k), (const float*)bias, scores, counters, tw, ids, st2 + k * grid.x * 6);
+      probe::launch(false, router_traced<Rule<kRounds>>, grid, block, 0, s, (const __nv_bfloat16*)(x), (const __nv_bfloat16*)wc(copies - 2 + k), (const float*)bias, scores, counters, tw, ids, st2 + k * grid.x * 6);
     CK(cudaStreamSynchronize(s));
     std::vector<unsigned long long> h(grid.x * 12);
     CK(cudaMemcpy(h.data(), st2, h.size() * 8, cudaMemcpyDeviceToHost));
@@ -577,6 +706,16 @@ int main(int argc, char** argv) {
                 "K=1 %lld, select_top %lld | softmax of 512 %lld\n", o[0], o[1], o[2], o[3], o[4], o[6], o[7], o[5]);
     std::printf("cycles (one warp): DeepSeek-V3 top-k rounds %lld, select_top %lld | K=8 of 128 rounds %lld, select_top %lld | "
                 "sigmoid of 256 %lld | lane_rank of 32 lanes %lld\n", o[8], o[9], o[10], o[11], o[12], o[13]);
+    {
+      std::vector<float> rows4(4 * 512);
+      for (auto& v : rows4) v = nd(rng);
+      float* r4; CK(cudaMalloc(&r4, rows4.size() * 4)); CK(cudaMemcpy(r4, rows4.data(), rows4.size() * 4, cudaMemcpyHostToDevice));
+      select_top_stages<<<1, 32>>>(r4, od, sink);
+      CK(cudaMemcpy(o, od, 8 * 8, cudaMemcpyDeviceToHost));
+      std::printf("cycles of select_top<10, 512>'s stages (one warp, fourth of four rows): keys and best %lld | lanes' counts above %lld | threshold %lld | "
+                  "candidates stored %lld | syncwarp %lld | their ranks %lld | the selection read %lld | softmax of the 10 %lld\n", o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]);
+      cudaFree(r4);
+    }
     cudaFree(rd); cudaFree(sink); cudaFree(od);
   }
   if (argc > 2 && std::strcmp(argv[2], "seed") == 0) {

@@ -48,12 +48,10 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_next_80b_router_prefill(
     const int tile_row = (threadIdx.x >> 5) + i * kWarpsPerCta;
     const int token = blockIdx.x * kTokensPerCta + tile_row;
     const mf::Row<kExperts> v0 = mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride);
-    const mf::Row<kExperts> v1 = mf::softmax(v0);
-    const mf::TopK<10> v2 = mf::topk<10, 1, 1>(v1, v1);
-    const mf::TopK<10> v3 = mf::renormalize(v2);
+    const mf::TopK<10> v1 = mf::softmax_topk<10>(v0);
     if (token < num_tokens) {
-      mf::store_topk(v3, topk_weights + static_cast<size_t>(token) * 10, topk_ids + static_cast<size_t>(token) * 10);
-      mf::count_experts(v3, expert_counts);
+      mf::store_topk(v1, topk_weights + static_cast<size_t>(token) * 10, topk_ids + static_cast<size_t>(token) * 10);
+      mf::count_experts(v1, expert_counts);
     }
   }
 }

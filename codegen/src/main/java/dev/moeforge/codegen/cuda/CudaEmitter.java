@@ -68,13 +68,23 @@ public final class CudaEmitter {
         constant(constants, "int", "kExpertsPerCta", g.expertsPerCta());
         int split = LaunchGeometry.routerWarpsPerScore(spec);
         constant(constants, "int", "kWarpsPerScore", split);
-        return routerModel(spec, specText, constants, g.warpsPerCta(), List.of(
+        boolean block = RouterEpilogueEmitter.blockEligible((Store) spec.epilogue(), r.experts(), g.warpsPerCta());
+        if (block) {
+            constant(constants, "int", "kSlice", r.experts() / g.warpsPerCta());
+        }
+        Map<String, Object> model = routerModel(spec, specText, constants, g.warpsPerCta(), List.of(
                 "router: " + LaunchGeometry.routerBlocksPerToken(spec) + " blocks per token, " + scoreWarps(split)
-                        + "; the token's last block evaluates the epilogue in warp 0.",
+                        + (block ? "; the token's last block evaluates the epilogue, warp w on group w (its best k), "
+                                + "warp 0 on the kept groups' candidates and the rest of the tree."
+                                : "; the token's last block evaluates the epilogue in warp 0."),
                 "Each lane loads " + g.loadBytes() + " bytes, " + g.kUnroll() + " loads in flight per row.",
                 "Ties go to the lower expert id; NaN ranks below every number.",
                 "Workspace: scores [M][E] fp32, counters [M] int32 (zero before the first launch; left zero)."),
-                "mf::load_scores<kExperts>(scores + static_cast<size_t>(token) * kExperts)", true);
+                block ? "mf::load_scores<kSlice>(scores + static_cast<size_t>(token) * kExperts + slice)"
+                        : "mf::load_scores<kExperts>(scores + static_cast<size_t>(token) * kExperts)",
+                block ? RouterEpilogueEmitter.Evaluation.BLOCK_GROUPS : RouterEpilogueEmitter.Evaluation.ONE_WARP);
+        model.put("blockTail", block);
+        return model;
     }
 
     private static Map<String, Object> routerClusterModel(KernelSpec spec, Schedule.RouterCluster c, String specText) {
@@ -91,7 +101,7 @@ public final class CudaEmitter {
                         + "written into block 0's shared memory; block 0's warp 0 evaluates the epilogue after cluster.sync().",
                 "Each lane loads " + c.loadBytes() + " bytes, " + c.kUnroll() + " loads in flight per row.",
                 "Ties go to the lower expert id; NaN ranks below every number."),
-                "mf::load_row_shared<kExperts>(scores)", true);
+                "mf::load_row_shared<kExperts>(scores)", RouterEpilogueEmitter.Evaluation.ONE_WARP);
         model.put("clusterSize", c.clusterSize());
         return model;
     }
@@ -117,7 +127,7 @@ public final class CudaEmitter {
                         + t.tokensPerCta() / t.warpsPerCta() + " rows interleaved (independent chains of shuffles and reductions).",
                 "Ties go to the lower expert id; NaN ranks below every number.",
                 "Dynamic shared memory: " + layout.sharedBytes() + " bytes."),
-                "mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride)", false);
+                "mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride)", RouterEpilogueEmitter.Evaluation.WARP_PER_ROW);
     }
 
     private static List<Map<String, String>> routerConstants(Problem.Router r) {
@@ -135,7 +145,8 @@ public final class CudaEmitter {
 
     /** The model all router templates share; {@code scores} loads the token's row of scores. */
     private static Map<String, Object> routerModel(KernelSpec spec, String specText, List<Map<String, String>> constants,
-                                                   int warpsPerCta, List<String> notes, String scores, boolean oneWarp) {
+                                                   int warpsPerCta, List<String> notes, String scores,
+                                                   RouterEpilogueEmitter.Evaluation evaluation) {
         Problem.Router r = (Problem.Router) spec.problem();
         Map<String, Object> model = new LinkedHashMap<>();
         model.put("specLines", specText.lines().toList());
@@ -145,7 +156,7 @@ public final class CudaEmitter {
         model.put("launchBounds", Integer.toString(32 * warpsPerCta));
         model.put("name", spec.name());
         model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
-        RouterEpilogueEmitter.Code code = RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(), scores, oneWarp);
+        RouterEpilogueEmitter.Code code = RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(), scores, evaluation);
         model.put("valueLines", code.values());
         model.put("storeLines", code.stores());
         return model;

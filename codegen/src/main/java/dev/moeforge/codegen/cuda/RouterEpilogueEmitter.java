@@ -18,24 +18,76 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.OptionalInt;
 
 /**
- * Turns a router's epilogue tree into straight-line CUDA run by one warp over the token's row of
- * scores: one {@code const} temporary per distinct subtree ({@code mf::Row<kExperts>} or
- * {@code mf::TopK<k>}), named {@code v0, v1, ...} in post-order, ending in the store. Equal
- * subtrees share one temporary (DeepSeek-V3's {@code sigmoid(acc)} is computed once).
+ * Turns a router's epilogue tree into straight-line CUDA over the token's row of scores: one
+ * {@code const} temporary per distinct subtree ({@code mf::Row<kExperts>} or {@code mf::TopK<k>}),
+ * named {@code v0, v1, ...} in post-order, ending in the store. Equal subtrees share one temporary
+ * (DeepSeek-V3's {@code sigmoid(acc)} is computed once).
  */
 public final class RouterEpilogueEmitter {
+
+    /** Who evaluates a token's row. */
+    public enum Evaluation {
+        /** One warp of the block (the decode routers): selections use a shared scratch (mf::select_top). */
+        ONE_WARP,
+        /** Every warp its own rows (the tiled router): selections take mf::select_top_rounds. */
+        WARP_PER_ROW,
+        /**
+         * Every warp of the block, warp w the group of experts [w kSlice, (w + 1) kSlice) as a
+         * {@code mf::Row<kSlice>}; the top-k selects within the groups, then warp 0 among the kept
+         * groups' candidates (mf::block_topk) and finishes the tree. For {@link #blockEligible} trees.
+         */
+        BLOCK_GROUPS
+    }
+
     private final String scores;
-    private final boolean oneWarp;
+    private final Evaluation evaluation;
     private final List<String> lines = new ArrayList<>();
     private final Map<EpilogueNode, String> bound = new HashMap<>();
     private int next;
 
-    private RouterEpilogueEmitter(String scores, boolean oneWarp) {
+    private RouterEpilogueEmitter(String scores, Evaluation evaluation) {
         this.scores = scores;
-        this.oneWarp = oneWarp;
+        this.evaluation = evaluation;
+    }
+
+    /**
+     * Whether the block's warps can share a tree ({@link Evaluation#BLOCK_GROUPS}): it stores a
+     * top-k with one group per warp, each group whole lanes ({@code (E / G) % 32 == 0}), and the
+     * rows it selects on are elementwise in the scores (acc, row, add, scale, sigmoid), so each warp
+     * computes its group's alone. On the H100 this took 0.3 us off DeepSeek-V3's decode router
+     * (bench/NOTES.md, "The router's tail").
+     */
+    public static boolean blockEligible(Store root, int experts, int warps) {
+        Optional<TopK> top = selection(root.input());
+        return top.isPresent() && top.get().groups() == warps && warps > 1 && experts % warps == 0
+                && (experts / warps) % 32 == 0 && elementwise(top.get().input())
+                && top.get().by().map(RouterEpilogueEmitter::elementwise).orElse(true);
+    }
+
+    /** The top-k under a chain of selection-valued nodes, if the tree stores one. */
+    private static Optional<TopK> selection(EpilogueNode node) {
+        return switch (node) {
+            case TopK t -> Optional.of(t);
+            case Softmax s -> selection(s.input());
+            case Renormalize r -> selection(r.input());
+            case Scale s -> selection(s.input());
+            case Sigmoid s -> selection(s.input());
+            case Acc _, RowParam _, Add _, Dense _, Store _, GatedActivation _, Combine _ -> Optional.empty();
+        };
+    }
+
+    private static boolean elementwise(EpilogueNode node) {
+        return switch (node) {
+            case Acc _, RowParam _ -> true;
+            case Add a -> elementwise(a.left()) && elementwise(a.right());
+            case Scale s -> elementwise(s.input());
+            case Sigmoid s -> elementwise(s.input());
+            case Softmax _, TopK _, Renormalize _, Dense _, Store _, GatedActivation _, Combine _ -> false;
+        };
     }
 
     /**
@@ -50,15 +102,23 @@ public final class RouterEpilogueEmitter {
     }
 
     /**
-     * {@code scores}: the expression that loads the token's row of scores (global or shared memory).
-     * {@code oneWarp}: one warp of the block evaluates the tree (the decode routers), so its top-k
-     * selections may use a block-wide shared scratch ({@code mf::select_top}); otherwise every warp
-     * evaluates rows and they take {@code mf::select_top_rounds}.
+     * {@code scores}: the expression that loads the token's row of scores (global or shared memory;
+     * with {@link Evaluation#BLOCK_GROUPS} the warp's group from {@code slice} on).
      */
-    public static Code emit(Store root, boolean expertCounts, String scores, boolean oneWarp) {
-        RouterEpilogueEmitter e = new RouterEpilogueEmitter(scores, oneWarp);
-        if (oneWarp && RouterTrees.hasTopK(root)) {
-            e.lines.add("__shared__ mf::TopKScratch topk_scratch;  // the top-k's candidates");
+    public static Code emit(Store root, boolean expertCounts, String scores, Evaluation evaluation) {
+        RouterEpilogueEmitter e = new RouterEpilogueEmitter(scores, evaluation);
+        switch (evaluation) {
+            case ONE_WARP -> {
+                if (RouterTrees.hasTopK(root)) {
+                    e.lines.add("__shared__ mf::TopKScratch topk_scratch;  // the top-k's candidates");
+                }
+            }
+            case WARP_PER_ROW -> { }
+            case BLOCK_GROUPS -> {
+                e.lines.add("__shared__ mf::BlockTopKScratch<" + RouterTrees.storedTopK(root).getAsInt()
+                        + ", kWarpsPerCta> topk_scratch;  // the warps' candidates");
+                e.lines.add("const int slice = (threadIdx.x >> 5) * kSlice;  // this warp's group of experts");
+            }
         }
         String value = e.value(root.input());
         OptionalInt k = RouterTrees.storedTopK(root);
@@ -80,28 +140,56 @@ public final class RouterEpilogueEmitter {
         }
         String expr = switch (node) {
             case Acc _ -> scores;
-            case RowParam p -> "mf::load_row<kExperts>(" + p.name() + ")";
+            case RowParam p -> evaluation == Evaluation.BLOCK_GROUPS
+                    ? "mf::load_row<kSlice>(" + p.name() + " + slice)" : "mf::load_row<kExperts>(" + p.name() + ")";
             case Add a -> "mf::add(" + value(a.left()) + ", " + value(a.right()) + ")";
             case Scale s -> "mf::scale(" + value(s.input()) + ", " + floatLiteral(s.factor()) + ")";
             case Sigmoid s -> "mf::sigmoid(" + value(s.input()) + ")";
-            case Softmax s -> "mf::softmax(" + value(s.input()) + ")";
+            case Softmax s -> s.input() instanceof TopK t && t.by().isEmpty()
+                    // a selection of its own scores is best first: the maximum is lane 0's
+                    ? "mf::softmax_best_first(" + value(t) + ")"
+                    : "mf::softmax(" + value(s.input()) + ")";
             case TopK t -> {
                 String input = value(t.input());
                 String by = t.by().map(this::value).orElse(input);
-                yield "mf::topk<" + t.k() + ", " + t.groups() + ", " + t.topkGroups() + ">(" + by + ", " + input
-                        + (oneWarp ? ", &topk_scratch" : "") + ")";
+                yield evaluation == Evaluation.BLOCK_GROUPS
+                        ? "mf::block_topk<" + t.k() + ", " + t.groups() + ", " + t.topkGroups() + ", kSlice, kWarpsPerCta>("
+                                + by + ", " + input + ", topk_scratch)"
+                        : "mf::topk<" + t.k() + ", " + t.groups() + ", " + t.topkGroups() + ">(" + by + ", " + input
+                                + scratchArgument() + ")";
             }
-            case Renormalize r -> "mf::renormalize(" + value(r.input()) + ")";
+            // softmax is monotone and its normaliser cancels: the softmax of the best k
+            case Renormalize r -> softmaxThenTopK(r.input())
+                    .map(t -> "mf::softmax_topk<" + t.k() + ">(" + value(((Softmax) t.input()).input()) + scratchArgument() + ")")
+                    .orElseGet(() -> "mf::renormalize(" + value(r.input()) + ")");
             case Dense d -> "mf::dense<kExperts>(" + value(d.input()) + ")";
             case Store _, GatedActivation _, Combine _ -> throw new IllegalStateException(
                     EpilogueTypes.describe(node) + " cannot appear inside a router tree; the type checker rejects it");
         };
         String type = RouterTrees.topKOf(node).isPresent()
-                ? "mf::TopK<" + RouterTrees.topKOf(node).getAsInt() + ">" : "mf::Row<kExperts>";
+                ? "mf::TopK<" + RouterTrees.topKOf(node).getAsInt() + ">"
+                : evaluation == Evaluation.BLOCK_GROUPS ? "mf::Row<kSlice>" : "mf::Row<kExperts>";
         String name = "v" + next++;
         lines.add("const " + type + " " + name + " = " + expr + ";");
+        if (node instanceof TopK && evaluation == Evaluation.BLOCK_GROUPS) {
+            lines.add("if (threadIdx.x >= 32) return;  // warp 0 holds the selection and finishes the tree");
+        }
         bound.put(node, name);
         return name;
+    }
+
+    private String scratchArgument() {
+        return evaluation == Evaluation.ONE_WARP ? ", &topk_scratch" : "";
+    }
+
+    /**
+     * {@code topk(softmax(x), k)} without groups or {@code by=}, whose renormalisation
+     * {@code mf::softmax_topk} computes as the softmax of x's k best (the same selection and, up to
+     * rounding, the same weights; a row with a NaN or +inf gives NaN at experts 0..k-1 either way).
+     */
+    private static Optional<TopK> softmaxThenTopK(EpilogueNode node) {
+        return node instanceof TopK t && t.groups() == 1 && t.by().isEmpty() && t.input() instanceof Softmax
+                ? Optional.of(t) : Optional.empty();
     }
 
     /** The FP32 literal of a factor, e.g. {@code 2.5f}. */

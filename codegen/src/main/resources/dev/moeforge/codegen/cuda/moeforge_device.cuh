@@ -126,6 +126,19 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// warp_sum when only lanes 0..N-1 hold values (the others zero): the butterfly's levels above N
+// add zeros, so they are skipped (the same bits in lanes 0..N-1, fewer dependent shuffles).
+template <int N>
+__device__ __forceinline__ float warp_sum_first(float v) {
+  int top = 1;
+  while (top < N) top <<= 1;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < top) v += __shfl_xor_sync(kFullMask, v, offset);
+  }
+  return v;
+}
+
 __device__ __forceinline__ void store_bf16(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 // silu(g) = g * sigmoid(g), IEEE division; expf(-g) overflowing to inf gives -0 for large negative g.
@@ -1311,20 +1324,21 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
 
 // Every thread of the block, after its scores are stored: true in the token's last block to get
 // here (an atomic ticket on *counter, reset for the next launch by that block). The block barrier
-// orders every warp's scores before thread 0's fence, which is cumulative: they are visible
-// device-wide before the ticket is (cooperative groups' grid sync does the same; one fence instead
-// of one per thread saved 0.2-0.5 us per router call on the H100, bench/NOTES.md).
+// orders every warp's scores before thread 0's ticket, an acquire-release atomic at device scope:
+// its release is cumulative (they are visible device-wide before the ticket is), and its acquire,
+// followed by the barrier, orders the last block's reads of the other blocks' scores after their
+// tickets (as cooperative groups' grid sync does). Fences instead cost 0.2-0.5 us more per router
+// call on the H100 (bench/NOTES.md).
 __device__ __forceinline__ bool last_block_of_token(int* counter) {
   __syncthreads();
   __shared__ int is_last;
   if (threadIdx.x == 0) {
-    __threadfence();
-    const int ticket = atomicAdd(counter, 1);
+    int ticket;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(counter) : "memory");
     is_last = ticket == static_cast<int>(gridDim.x) - 1;
     if (is_last) *counter = 0;  // ready for the next launch (graph replays)
   }
   __syncthreads();
-  if (is_last) __threadfence();  // the other blocks' scores are read after their tickets
   return is_last;
 }
 
@@ -1547,11 +1561,13 @@ struct Row {
   float v[kPer];
 };
 
-// A top-k selection held by one warp: lane j < K keeps the j-th best (value, expert id).
+// A top-k selection held by one warp: lane j < K keeps the j-th best (value, expert id) and the
+// key it was selected on (rank_key of its selection score: block_topk merges warps' selections by it).
 template <int K>
 struct TopK {
   float value;
   int id;
+  unsigned key;
 };
 
 __device__ __forceinline__ int row_index(int i) { return (threadIdx.x & 31) + 32 * i; }
@@ -1659,15 +1675,26 @@ __device__ __forceinline__ TopK<K> softmax(TopK<K> a) {
   const float m = warp_max(mine ? a.value : -INFINITY);
   const bool nan = __any_sync(kFullMask, mine && isnan(a.value));
   const float e = mine ? expf(a.value - m) : 0.0f;
-  const float sum = warp_sum(e);
+  const float sum = warp_sum_first<K>(e);
   a.value = nan ? NAN : e / sum;
+  return a;
+}
+
+// softmax over a selection of its own scores (topk without by=), whose values are best first: the
+// maximum is lane 0's, one shuffle instead of a reduction. A NaN or +inf among them makes the sum
+// NaN, and so every value, as softmax over the selection gives. One reciprocal, then products.
+template <int K>
+__device__ __forceinline__ TopK<K> softmax_best_first(TopK<K> a) {
+  const float m = __shfl_sync(kFullMask, a.value, 0);
+  const float e = (threadIdx.x & 31) < K ? expf(a.value - m) : 0.0f;
+  a.value = e * (1.0f / warp_sum_first<K>(e));
   return a;
 }
 
 template <int K>
 __device__ __forceinline__ TopK<K> renormalize(TopK<K> a) {
-  const float sum = warp_sum((threadIdx.x & 31) < K ? a.value : 0.0f);
-  a.value /= sum;
+  const float sum = warp_sum_first<K>((threadIdx.x & 31) < K ? a.value : 0.0f);
+  a.value *= 1.0f / sum;
   return a;
 }
 
@@ -1693,7 +1720,7 @@ __device__ __forceinline__ float key_value(unsigned key) {
 template <int K, int E>
 __device__ __forceinline__ TopK<K> select_top_rounds(const Row<E>& sel, const Row<E>& val, unsigned allowed) {
   const int lane = threadIdx.x & 31;
-  TopK<K> out{0.0f, -1};
+  TopK<K> out{0.0f, -1, 0u};
 #pragma unroll 1
   for (int r = 0; r < K; ++r) {
     unsigned best = 0u;  // this lane's best key; ties keep the lower i, i.e. the lower expert id
@@ -1718,6 +1745,7 @@ __device__ __forceinline__ TopK<K> select_top_rounds(const Row<E>& sel, const Ro
     if (lane == r) {
       out.value = v;
       out.id = e;
+      out.key = top;
     }
   }
   return out;
@@ -1751,6 +1779,17 @@ struct TopKScratch {
   float value[32];
 };
 
+// How many of the 32 keys in shared memory are larger than key: four per 16-byte broadcast read.
+__device__ __forceinline__ int shared_count_above(const unsigned* keys, unsigned key) {
+  int above = 0;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const uint4 k4 = reinterpret_cast<const uint4*>(keys)[q];
+    above += (k4.x > key) + (k4.y > key) + (k4.z > key) + (k4.w > key);
+  }
+  return above;
+}
+
 // How many of the n keys in shared memory rank above (key, id): a larger key, or an equal key and
 // a lower id (ids[j], or j itself with LANE_IDS). Four per 16-byte broadcast read; n uniform over
 // the warp.
@@ -1774,11 +1813,13 @@ __device__ __forceinline__ int shared_rank(const unsigned* keys, const int* ids,
 
 // select_top_rounds' result in a fixed number of steps instead of K dependent rounds of warp
 // reductions (bench/NOTES.md, "A faster top-k": 1.0 us less per router call on the H100):
-//  1. a threshold t, the K-th best of the 32 lanes' best keys: at least K keys reach it, so the
-//     best K all do;
+//  1. a threshold t, the K-th best of the 32 lanes' best keys (the smallest best with fewer than K
+//     larger): at least K keys reach it, so the best K all do;
 //  2. the keys >= t (about K + 1 on random scores; more than 32 only on rows of mass ties, which
-//     take select_top_rounds) are written to shared memory, each lane's after the lanes below it;
-//  3. each candidate counts the candidates ranked above it, and lane r takes the one of rank r.
+//     take select_top_rounds) are written to shared memory in expert id order, over slots of key 0
+//     (ranked below every candidate, so step 3 reads all 32 unguarded);
+//  3. each candidate counts the candidates ranked above it (a larger key, or an equal key in a
+//     lower slot), and lane r takes the one of rank r.
 template <int K, int E>
 __device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& val, unsigned allowed, TopKScratch& s) {
   constexpr int P = Row<E>::kPer;
@@ -1790,55 +1831,71 @@ __device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& v
   __syncwarp();  // the scratch's previous use is over
   s.best[lane] = best;
   if constexpr (P == 1) s.value[lane] = val.v[0];
+  else s.key[lane] = 0u;
   __syncwarp();
-  const int lanes_above = shared_rank<true>(s.best, nullptr, 32, best, lane);
   if constexpr (P == 1) {  // one value per lane: the lanes' ranks are the selection's
+    const int lanes_above = shared_rank<true>(s.best, nullptr, 32, best, lane);
     const int candidates = __popc(__ballot_sync(kFullMask, best != 0u));
     if (best != 0u && lanes_above < K) s.id[lanes_above] = lane;
     __syncwarp();
-    TopK<K> out{0.0f, -1};
+    TopK<K> out{0.0f, -1, 0u};
     if (lane < K && lane < candidates) {
       out.id = s.id[lane];
       out.value = s.value[out.id];
+      out.key = s.best[out.id];
     }
     return out;
   } else {
-    const unsigned t = max(1u, __reduce_min_sync(kFullMask, lanes_above < K ? best : ~0u));
-    unsigned mine = 0u;
-#pragma unroll
-    for (int i = 0; i < P; ++i) mine |= (key[i] >= t ? 1u : 0u) << i;
-    const int count = __popc(mine);
-    const int total = static_cast<int>(__reduce_add_sync(kFullMask, static_cast<unsigned>(count)));
-    if (total > 32) return select_top_rounds<K, E>(sel, val, allowed);
-    // this lane's candidates start after the lower lanes': the exclusive prefix sum, bit by bit
-    constexpr int kCountBits = P >= 32 ? 6 : P >= 16 ? 5 : P >= 8 ? 4 : P >= 4 ? 3 : P >= 2 ? 2 : 1;
+    const unsigned t = max(1u, __reduce_min_sync(kFullMask, shared_count_above(s.best, best) < K ? best : ~0u));
+    // register i's candidates, lane by lane, after register i - 1's: slot order is expert id order
+    // (id = lane + 32 i), so equal keys rank by slot
     const unsigned below = (1u << lane) - 1u;
-    int offset = 0;
-#pragma unroll
-    for (int b = 0; b < kCountBits; ++b) offset += __popc(__ballot_sync(kFullMask, (count >> b) & 1) & below) << b;
+    int total = 0;
 #pragma unroll
     for (int i = 0; i < P; ++i) {
-      if ((mine >> i) & 1u) {
-        const int at = offset + __popc(mine & ((1u << i) - 1u));
+      const unsigned in = __ballot_sync(kFullMask, key[i] >= t);
+      const int at = total + __popc(in & below);
+      if (key[i] >= t && at < 32) {
         s.key[at] = key[i];
         s.id[at] = lane + 32 * i;
         s.value[at] = val.v[i];
       }
+      total += __popc(in);
     }
+    if (total > 32) return select_top_rounds<K, E>(sel, val, allowed);
     __syncwarp();
     const bool has = lane < total;
-    const int rank = has ? shared_rank<false>(s.key, s.id, total, s.key[lane], s.id[lane]) : 32;
+    const int rank = has ? shared_rank<true>(s.key, nullptr, 32, s.key[lane], lane) : 32;
     __syncwarp();  // every lane has read s.best
     if (has && rank < K) s.best[rank] = static_cast<unsigned>(lane);
     __syncwarp();
-    TopK<K> out{0.0f, -1};
+    TopK<K> out{0.0f, -1, 0u};
     if (lane < K && lane < total) {
       const int slot = static_cast<int>(s.best[lane]);
       out.value = s.value[slot];
       out.id = s.id[slot];
+      out.key = s.key[slot];
     }
     return out;
   }
+}
+
+// The sum of the two best of the warp's 32 R values v[0..R) per lane (a DeepSeek-V3 group score),
+// ranked as rank_key ranks (a NaN below every number): two warp reductions, one when the best key
+// is held twice.
+template <int R>
+__device__ __forceinline__ float warp_best_two_sum(const float* v) {
+  unsigned first = 0u, second = 0u;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const unsigned k = rank_key(v[i]);
+    second = max(second, min(first, k));
+    first = max(first, k);
+  }
+  const unsigned a = __reduce_max_sync(kFullMask, first);
+  const bool twice = __popc(__ballot_sync(kFullMask, first == a)) > 1;
+  const unsigned b = twice ? a : __reduce_max_sync(kFullMask, first == a ? second : first);
+  return key_value(a) + key_value(b);
 }
 
 // Top-K of a row, selecting on `sel` and keeping `val`'s values. With G > 1 groups (of E / G
@@ -1872,17 +1929,8 @@ __device__ __forceinline__ TopK<K> topk(const Row<E>& sel, const Row<E>& val, To
       constexpr int R = kSize / 32;
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        unsigned first = 0u, second = 0u;
-#pragma unroll
-        for (int i = g * R; i < (g + 1) * R; ++i) {
-          const unsigned k = rank_key(sel.v[i]);
-          second = max(second, min(first, k));
-          first = max(first, k);
-        }
-        const unsigned a = __reduce_max_sync(kFullMask, first);
-        const bool twice = __popc(__ballot_sync(kFullMask, first == a)) > 1;
-        const unsigned b = twice ? a : __reduce_max_sync(kFullMask, first == a ? second : first);
-        if (lane == g) group_score = key_value(a) + key_value(b);
+        const float score = warp_best_two_sum<R>(sel.v + g * R);
+        if (lane == g) group_score = score;
       }
     } else {
 #pragma unroll 1
@@ -1897,7 +1945,15 @@ __device__ __forceinline__ TopK<K> topk(const Row<E>& sel, const Row<E>& val, To
     }
     // the TG best groups, ranked like experts (lane g is candidate g; ties to the lower group)
     const unsigned group_key = lane < G ? rank_key(group_score) : 0u;
-    const int group_rank = lane_rank(group_key, G);  // every lane: it shuffles
+    int group_rank;
+    if (scratch != nullptr) {  // G keys by broadcast reads from the scratch
+      __syncwarp();
+      scratch->best[lane] = group_key;
+      __syncwarp();
+      group_rank = shared_rank<true>(scratch->best, nullptr, G, group_key, lane);
+    } else {
+      group_rank = lane_rank(group_key, G);  // G shuffles
+    }
     const unsigned kept_groups = __ballot_sync(kFullMask, lane < G && group_rank < TG);
     unsigned allowed = 0u;
 #pragma unroll
@@ -1907,6 +1963,111 @@ __device__ __forceinline__ TopK<K> topk(const Row<E>& sel, const Row<E>& val, To
     }
     return select_best<K, E>(sel, val, allowed, scratch);
   }
+}
+
+// Whether this lane holds a NaN or +inf among the first E of the row: a softmax over such a row is
+// NaN everywhere.
+template <int E>
+__device__ __forceinline__ bool poisons_softmax(const Row<E>& a) {
+  bool p = false;
+#pragma unroll
+  for (int i = 0; i < Row<E>::kPer; ++i) p |= row_index(i) < E && (isnan(a.v[i]) || a.v[i] == INFINITY);
+  return p;
+}
+
+// What renormalize(topk(softmax(row), K)) gives for a row the softmax turns into NaN: NaN weights
+// at experts 0..K-1 (every value ties; the lower ids win).
+template <int K>
+__device__ __forceinline__ TopK<K> poisoned_selection() {
+  const int lane = threadIdx.x & 31;
+  return TopK<K>{NAN, lane < K ? lane : -1, 1u};
+}
+
+// renormalize(topk(softmax(x), K)) as the softmax of x's K best: softmax is monotone and its
+// normaliser cancels in the renormalisation, so the row's exponentials and sums are skipped (on
+// the H100, bench/NOTES.md "The router's tail over the block"). The selection ranks the raw
+// scores, which softmax in FP32 would round into ties; the FP64 reference keeps them apart, as
+// this does. A row with a NaN or +inf gives what the full softmax gives: NaN at experts 0..K-1.
+template <int K, int E>
+__device__ __forceinline__ TopK<K> softmax_topk(const Row<E>& x, TopKScratch* scratch = nullptr) {
+  const bool poisoned = __any_sync(kFullMask, poisons_softmax(x));
+  const TopK<K> top = topk<K, 1, 1>(x, x, scratch);
+  return softmax_best_first(poisoned ? poisoned_selection<K>() : top);
+}
+
+// The decode routers' tail over the W warps of the token's last block (router_gemv): warp w holds
+// the S = E / W experts [w S, (w + 1) S) as a Row<S> and selects their K best; warp 0 then selects
+// the K best of the warps' W K candidates. Every selected key is among its warp's K best, and
+// equal keys keep the lower expert id at both levels (a warp's candidates are in rank order, the
+// warps' slices ascend), so the result is select_top's over the whole row, its selection steps
+// spread over the block. With G > 1 groups, G == W: warp w's slice is group w, which scores the
+// sum of its two best; warp 0 keeps the candidates of the TG best groups.
+template <int K, int W>
+struct BlockTopKScratch {
+  TopKScratch warp[W];
+  unsigned key[W * K];  // warp w's selection at [w K, (w + 1) K), best first
+  int id[W * K];
+  float value[W * K];
+  unsigned group_key[W];
+};
+
+// Called by every thread of the block; the selection is returned in warp 0 (empty elsewhere).
+// `flag`: a lane's bit of a block-wide OR, returned in *any_flag when given.
+template <int K, int G, int TG, int S, int W>
+__device__ __forceinline__ TopK<K> block_topk(const Row<S>& sel, const Row<S>& val, BlockTopKScratch<K, W>& s,
+                                              bool flag = false, bool* any_flag = nullptr) {
+  static_assert(G == 1 || (G == W && S % 32 == 0), "groups: one per warp, whole registers");
+  static_assert(TG <= G && K <= S, "the selection fits its slice");
+  constexpr int P = Row<S>::kPer;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  unsigned valid = 0u;
+#pragma unroll
+  for (int i = 0; i < P; ++i) valid |= (row_index(i) < S ? 1u : 0u) << i;
+  if constexpr (G > 1) {
+    const float score = warp_best_two_sum<P>(sel.v);
+    if (lane == 0) s.group_key[warp] = rank_key(score);
+  }
+  const TopK<K> mine = select_top<K, S>(sel, val, valid, s.warp[warp]);
+  if (lane < K) {
+    s.key[warp * K + lane] = mine.key;
+    s.id[warp * K + lane] = mine.id >= 0 ? warp * S + mine.id : -1;
+    s.value[warp * K + lane] = mine.value;
+  }
+  const bool any = __syncthreads_or(flag);
+  if (any_flag != nullptr) *any_flag = any;
+  if (warp != 0) return TopK<K>{0.0f, -1, 0u};
+  // candidate position p of warp 0's merge: slot p, or with groups the (p / K)-th kept group's
+  unsigned kept = (1u << W) - 1u;
+  if constexpr (G > 1) {
+    const unsigned group_key = lane < G ? s.group_key[lane] : 0u;
+    const int group_rank = shared_rank<true>(s.group_key, nullptr, G, group_key, lane);
+    kept = __ballot_sync(kFullMask, lane < G && group_rank < TG);
+  }
+  constexpr int N = (G > 1 ? TG : W) * K;
+  Row<N> csel, cval;
+  int slot[Row<N>::kPer];
+  unsigned cvalid = 0u;
+#pragma unroll
+  for (int i = 0; i < Row<N>::kPer; ++i) {
+    const int p = row_index(i);
+    slot[i] = G > 1 ? (__fns(kept, 0, p / K + 1) * K + p % K) : p;
+    const bool has = p < N && s.id[slot[i]] >= 0;
+    csel.v[i] = has ? key_value(s.key[slot[i]]) : 0.0f;
+    cval.v[i] = has ? s.value[slot[i]] : 0.0f;
+    cvalid |= (has ? 1u : 0u) << i;
+  }
+  TopK<K> top = select_top<K, N>(csel, cval, cvalid, s.warp[0]);
+  if (top.id >= 0) top.id = s.id[G > 1 ? __fns(kept, 0, top.id / K + 1) * K + top.id % K : top.id];
+  return top;
+}
+
+// softmax_topk over the block (block_topk's warps and slices); the result in warp 0.
+template <int K, int S, int W>
+__device__ __forceinline__ TopK<K> block_softmax_topk(const Row<S>& x, BlockTopKScratch<K, W>& s) {
+  bool poisoned = false;
+  const TopK<K> top = block_topk<K, 1, 1, S, W>(x, x, s, poisons_softmax(x), &poisoned);
+  return softmax_best_first(poisoned ? poisoned_selection<K>() : top);
 }
 
 // A selection scattered back into a row: its values at its experts, zero elsewhere.

@@ -29,7 +29,9 @@ extern "C" __global__ void __launch_bounds__(${launchBounds}) ${name}(
           x, w_router, scores, counters, num_tokens)) {
     return;
   }
+<#if !blockTail>
   if (threadIdx.x >= 32) return;  // warp 0 of the token's last block evaluates the epilogue
+</#if>
   const int token = blockIdx.y;
 <#list valueLines as line>
   ${line}
