@@ -1327,8 +1327,9 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
 // orders every warp's scores before thread 0's ticket, an acquire-release atomic at device scope:
 // its release is cumulative (they are visible device-wide before the ticket is), and its acquire,
 // followed by the barrier, orders the last block's reads of the other blocks' scores after their
-// tickets (as cooperative groups' grid sync does). Fences instead cost 0.2-0.5 us more per router
-// call on the H100 (bench/NOTES.md).
+// tickets (as cooperative groups' grid sync does). A fence before the ticket and one after it in
+// every thread of the last block cost 0.3 us more per router call on the H100 (bench/NOTES.md,
+// "The router's tail").
 __device__ __forceinline__ bool last_block_of_token(int* counter) {
   __syncthreads();
   __shared__ int is_last;
@@ -1984,10 +1985,11 @@ __device__ __forceinline__ TopK<K> poisoned_selection() {
 }
 
 // renormalize(topk(softmax(x), K)) as the softmax of x's K best: softmax is monotone and its
-// normaliser cancels in the renormalisation, so the row's exponentials and sums are skipped (on
-// the H100, bench/NOTES.md "The router's tail over the block"). The selection ranks the raw
-// scores, which softmax in FP32 would round into ties; the FP64 reference keeps them apart, as
-// this does. A row with a NaN or +inf gives what the full softmax gives: NaN at experts 0..K-1.
+// normaliser cancels in the renormalisation, so the row's exponentials and sums are skipped
+// (Qwen3-Next's tail alone 2.24 -> 1.88 us on the H100, bench/NOTES.md "The router's tail"). The
+// selection ranks the raw scores, which softmax in FP32 would round into ties; the FP64 reference
+// keeps them apart, as this does. A row with a NaN or +inf gives what the full softmax gives: NaN
+// at experts 0..K-1.
 template <int K, int E>
 __device__ __forceinline__ TopK<K> softmax_topk(const Row<E>& x, TopKScratch* scratch = nullptr) {
   const bool poisoned = __any_sync(kFullMask, poisons_softmax(x));
