@@ -76,6 +76,16 @@ using mf::TopK;
 // (block_topk); the block form is called by every thread and returns in warp 0.
 enum Tail { kRounds, kWarp, kRewrite, kBlock };
 
+// softmax_topk over the block (block_topk's warps and slices), the result in warp 0: tried for
+// Qwen3-Next (no groups), slower than one warp's; the generated kernels use block_topk for
+// grouped trees only.
+template <int K, int S, int W>
+__device__ __forceinline__ TopK<K> block_softmax_topk(const Row<S>& x, mf::BlockTopKScratch<K, W>& s) {
+  const bool poisoned = __syncthreads_or(mf::poisons_softmax(x));
+  const TopK<K> top = mf::block_topk<K, 1, 1, S, W>(x, x, s);
+  return mf::softmax_best_first(poisoned ? mf::poisoned_selection<K>() : top);
+}
+
 template <int MODE>
 struct Qwen3NextRule {
   static constexpr int kH = 2048, kE = 512, kK = 10, kW = 8, kU = 8, kEpc = 4, kSplit = 2;
@@ -84,7 +94,7 @@ struct Qwen3NextRule {
     if constexpr (MODE == kBlock) {
       __shared__ mf::BlockTopKScratch<kK, kW> scratch;
       constexpr int S = kE / kW;
-      return mf::block_softmax_topk<kK, S, kW>(mf::load_scores<S>(scores + (threadIdx.x >> 5) * S), scratch);
+      return block_softmax_topk<kK, S, kW>(mf::load_scores<S>(scores + (threadIdx.x >> 5) * S), scratch);
     } else {
       const Row<kE> v0 = mf::load_scores<kE>(scores);
       __shared__ mf::TopKScratch scratch;
@@ -347,7 +357,7 @@ __global__ void select_top_stages(const float* rows, long long* out, float* sink
     keep[lane] = s.key[lane];
     t[5] = clk();
     const bool has = lane < total;
-    const int rank = has ? mf::shared_rank<true>(s.key, nullptr, 32, s.key[lane], lane) : 32;
+    const int rank = has ? mf::shared_rank(s.key, 32, s.key[lane], lane) : 32;
     keep[lane] = rank;
     t[6] = clk();
     __syncwarp();

@@ -1791,22 +1791,17 @@ __device__ __forceinline__ int shared_count_above(const unsigned* keys, unsigned
   return above;
 }
 
-// How many of the n keys in shared memory rank above (key, id): a larger key, or an equal key and
-// a lower id (ids[j], or j itself with LANE_IDS). Four per 16-byte broadcast read; n uniform over
-// the warp.
-template <bool LANE_IDS>
-__device__ __forceinline__ int shared_rank(const unsigned* keys, const int* ids, int n, unsigned key, int id) {
+// How many of the n keys in shared memory rank above (key, slot): a larger key, or an equal key in
+// a lower slot. Four per 16-byte broadcast read; n uniform over the warp.
+__device__ __forceinline__ int shared_rank(const unsigned* keys, int n, unsigned key, int slot) {
   int rank = 0;
 #pragma unroll
   for (int q = 0; q < 8; ++q) {
     if (4 * q < n) {
       const uint4 k4 = reinterpret_cast<const uint4*>(keys)[q];
-      int4 i4 = make_int4(4 * q, 4 * q + 1, 4 * q + 2, 4 * q + 3);
-      if constexpr (!LANE_IDS) i4 = reinterpret_cast<const int4*>(ids)[q];
       const unsigned kj[4] = {k4.x, k4.y, k4.z, k4.w};
-      const int ij[4] = {i4.x, i4.y, i4.z, i4.w};
 #pragma unroll
-      for (int c = 0; c < 4; ++c) rank += 4 * q + c < n && (kj[c] > key || (kj[c] == key && ij[c] < id)) ? 1 : 0;
+      for (int c = 0; c < 4; ++c) rank += 4 * q + c < n && (kj[c] > key || (kj[c] == key && 4 * q + c < slot)) ? 1 : 0;
     }
   }
   return rank;
@@ -1835,7 +1830,7 @@ __device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& v
   else s.key[lane] = 0u;
   __syncwarp();
   if constexpr (P == 1) {  // one value per lane: the lanes' ranks are the selection's
-    const int lanes_above = shared_rank<true>(s.best, nullptr, 32, best, lane);
+    const int lanes_above = shared_rank(s.best, 32, best, lane);
     const int candidates = __popc(__ballot_sync(kFullMask, best != 0u));
     if (best != 0u && lanes_above < K) s.id[lanes_above] = lane;
     __syncwarp();
@@ -1866,7 +1861,7 @@ __device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& v
     if (total > 32) return select_top_rounds<K, E>(sel, val, allowed);
     __syncwarp();
     const bool has = lane < total;
-    const int rank = has ? shared_rank<true>(s.key, nullptr, 32, s.key[lane], lane) : 32;
+    const int rank = has ? shared_rank(s.key, 32, s.key[lane], lane) : 32;
     __syncwarp();  // every lane has read s.best
     if (has && rank < K) s.best[rank] = static_cast<unsigned>(lane);
     __syncwarp();
@@ -1951,7 +1946,7 @@ __device__ __forceinline__ TopK<K> topk(const Row<E>& sel, const Row<E>& val, To
       __syncwarp();
       scratch->best[lane] = group_key;
       __syncwarp();
-      group_rank = shared_rank<true>(scratch->best, nullptr, G, group_key, lane);
+      group_rank = shared_rank(scratch->best, G, group_key, lane);
     } else {
       group_rank = lane_rank(group_key, G);  // G shuffles
     }
@@ -1986,7 +1981,7 @@ __device__ __forceinline__ TopK<K> poisoned_selection() {
 
 // renormalize(topk(softmax(x), K)) as the softmax of x's K best: softmax is monotone and its
 // normaliser cancels in the renormalisation, so the row's exponentials and sums are skipped
-// (Qwen3-Next's tail alone 2.24 -> 1.88 us on the H100, bench/NOTES.md "The router's tail"). The
+// (Qwen3-Next's tail alone 2.08 -> 1.90 us on the H100, bench/NOTES.md "The router's tail"). The
 // selection ranks the raw scores, which softmax in FP32 would round into ties; the FP64 reference
 // keeps them apart, as this does. A row with a NaN or +inf gives what the full softmax gives: NaN
 // at experts 0..K-1.
@@ -2014,10 +2009,8 @@ struct BlockTopKScratch {
 };
 
 // Called by every thread of the block; the selection is returned in warp 0 (empty elsewhere).
-// `flag`: a lane's bit of a block-wide OR, returned in *any_flag when given.
 template <int K, int G, int TG, int S, int W>
-__device__ __forceinline__ TopK<K> block_topk(const Row<S>& sel, const Row<S>& val, BlockTopKScratch<K, W>& s,
-                                              bool flag = false, bool* any_flag = nullptr) {
+__device__ __forceinline__ TopK<K> block_topk(const Row<S>& sel, const Row<S>& val, BlockTopKScratch<K, W>& s) {
   static_assert(G == 1 || (G == W && S % 32 == 0), "groups: one per warp, whole registers");
   static_assert(TG <= G && K <= S, "the selection fits its slice");
   constexpr int P = Row<S>::kPer;
@@ -2036,14 +2029,13 @@ __device__ __forceinline__ TopK<K> block_topk(const Row<S>& sel, const Row<S>& v
     s.id[warp * K + lane] = mine.id >= 0 ? warp * S + mine.id : -1;
     s.value[warp * K + lane] = mine.value;
   }
-  const bool any = __syncthreads_or(flag);
-  if (any_flag != nullptr) *any_flag = any;
+  __syncthreads();
   if (warp != 0) return TopK<K>{0.0f, -1, 0u};
   // candidate position p of warp 0's merge: slot p, or with groups the (p / K)-th kept group's
   unsigned kept = (1u << W) - 1u;
   if constexpr (G > 1) {
     const unsigned group_key = lane < G ? s.group_key[lane] : 0u;
-    const int group_rank = shared_rank<true>(s.group_key, nullptr, G, group_key, lane);
+    const int group_rank = shared_rank(s.group_key, G, group_key, lane);
     kept = __ballot_sync(kFullMask, lane < G && group_rank < TG);
   }
   constexpr int N = (G > 1 ? TG : W) * K;
@@ -2062,14 +2054,6 @@ __device__ __forceinline__ TopK<K> block_topk(const Row<S>& sel, const Row<S>& v
   TopK<K> top = select_top<K, N>(csel, cval, cvalid, s.warp[0]);
   if (top.id >= 0) top.id = s.id[G > 1 ? __fns(kept, 0, top.id / K + 1) * K + top.id % K : top.id];
   return top;
-}
-
-// softmax_topk over the block (block_topk's warps and slices); the result in warp 0.
-template <int K, int S, int W>
-__device__ __forceinline__ TopK<K> block_softmax_topk(const Row<S>& x, BlockTopKScratch<K, W>& s) {
-  bool poisoned = false;
-  const TopK<K> top = block_topk<K, 1, 1, S, W>(x, x, s, poisons_softmax(x), &poisoned);
-  return softmax_best_first(poisoned ? poisoned_selection<K>() : top);
 }
 
 // A selection scattered back into a row: its values at its experts, zero elsewhere.
