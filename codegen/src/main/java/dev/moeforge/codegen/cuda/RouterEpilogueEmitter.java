@@ -62,32 +62,10 @@ public final class RouterEpilogueEmitter {
      * (bench/NOTES.md, "The router's tail").
      */
     public static boolean blockEligible(Store root, int experts, int warps) {
-        Optional<TopK> top = selection(root.input());
+        Optional<TopK> top = RouterTrees.selection(root);
         return top.isPresent() && top.get().groups() == warps && warps > 1 && experts % warps == 0
-                && (experts / warps) % 32 == 0 && elementwise(top.get().input())
-                && top.get().by().map(RouterEpilogueEmitter::elementwise).orElse(true);
-    }
-
-    /** The top-k under a chain of selection-valued nodes, if the tree stores one. */
-    private static Optional<TopK> selection(EpilogueNode node) {
-        return switch (node) {
-            case TopK t -> Optional.of(t);
-            case Softmax s -> selection(s.input());
-            case Renormalize r -> selection(r.input());
-            case Scale s -> selection(s.input());
-            case Sigmoid s -> selection(s.input());
-            case Acc _, RowParam _, Add _, Dense _, Store _, GatedActivation _, Combine _ -> Optional.empty();
-        };
-    }
-
-    private static boolean elementwise(EpilogueNode node) {
-        return switch (node) {
-            case Acc _, RowParam _ -> true;
-            case Add a -> elementwise(a.left()) && elementwise(a.right());
-            case Scale s -> elementwise(s.input());
-            case Sigmoid s -> elementwise(s.input());
-            case Softmax _, TopK _, Renormalize _, Dense _, Store _, GatedActivation _, Combine _ -> false;
-        };
+                && (experts / warps) % 32 == 0 && RouterTrees.elementwise(top.get().input())
+                && top.get().by().map(RouterTrees::elementwise).orElse(true);
     }
 
     /**

@@ -15,6 +15,7 @@ import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
 import java.util.LinkedHashSet;
 import java.util.List;
+import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.Set;
 
@@ -76,14 +77,30 @@ public final class RouterTrees {
 
     /** The k of a node's top-k value, or empty when the node is a row. */
     public static OptionalInt topKOf(EpilogueNode node) {
+        return selection(node).map(t -> OptionalInt.of(t.k())).orElse(OptionalInt.empty());
+    }
+
+    /** The top-k under a node's chain of selection-valued nodes, or empty when the node is a row. */
+    public static Optional<TopK> selection(EpilogueNode node) {
         return switch (node) {
-            case TopK t -> OptionalInt.of(t.k());
-            case Softmax s -> topKOf(s.input());
-            case Renormalize r -> topKOf(r.input());
-            case Scale s -> topKOf(s.input());
-            case Sigmoid s -> topKOf(s.input());
-            case Store s -> topKOf(s.input());
-            case Acc _, RowParam _, Add _, Dense _, GatedActivation _, Combine _ -> OptionalInt.empty();
+            case TopK t -> Optional.of(t);
+            case Softmax s -> selection(s.input());
+            case Renormalize r -> selection(r.input());
+            case Scale s -> selection(s.input());
+            case Sigmoid s -> selection(s.input());
+            case Store s -> selection(s.input());
+            case Acc _, RowParam _, Add _, Dense _, GatedActivation _, Combine _ -> Optional.empty();
+        };
+    }
+
+    /** Whether a row is elementwise in the scores (acc, row, add, scale, sigmoid): each expert's value alone. */
+    public static boolean elementwise(EpilogueNode node) {
+        return switch (node) {
+            case Acc _, RowParam _ -> true;
+            case Add a -> elementwise(a.left()) && elementwise(a.right());
+            case Scale s -> elementwise(s.input());
+            case Sigmoid s -> elementwise(s.input());
+            case Softmax _, TopK _, Renormalize _, Dense _, Store _, GatedActivation _, Combine _ -> false;
         };
     }
 }

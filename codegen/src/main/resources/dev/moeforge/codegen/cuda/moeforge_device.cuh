@@ -1775,7 +1775,7 @@ __device__ __forceinline__ int lane_rank(unsigned key, int n) {
 // Shared memory for select_top, one per warp evaluating a row (the decode routers' warp 0).
 struct TopKScratch {
   unsigned best[32];  // each lane's best key; later, slot of the candidate of each rank
-  unsigned key[32];   // the candidates, in lane-then-register order
+  unsigned key[32];   // the candidates, in expert id order (register by register, lane by lane)
   int id[32];
   float value[32];
 };
