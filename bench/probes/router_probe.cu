@@ -10,7 +10,9 @@
 // and each epilogue's tail (the K-round top-k, reference::topk_rounds below; select_top; the
 // softmax_topk form; the block's block_topk) checked against the one before it on random score
 // rows with ties, NaNs, infinities and rows of one value, and timed alone (once to four times in a
-// launch) and in the router; the cycles of select_top's stages.
+// launch) and in the router; the cycles of select_top's stages. `router_probe REPS seed` instead
+// times the seed's M=4096 router_tiled shapes under warp-tile, k-group and cluster-split variants
+// (each checked against the catalogue kernel's ids and weights).
 // Build: nvcc -std=c++17 -O3 -arch=sm_90a -I<dir of moeforge_device.cuh> router_probe.cu
 #include "moeforge_device.cuh"
 #include "probe_harness.cuh"
@@ -441,35 +443,59 @@ void check_topk(std::mt19937& rng) {
 uint16_t float_to_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 
 // The prefill router (router_tiled) on the seed's rule, softmax(topk(acc, 4)), split over a
-// cluster of C blocks along K (C = 1: as the catalogue's kernels).
-template <int H, int E, int BM, int W, int BK, int S, int C>
+// cluster of C blocks along K (C = 1: as the catalogue's kernels). Rule == false: the scores phase
+// alone (each row's first score is stored), to time the tail by difference.
+template <int H, int E, int BM, int TM, int W, int BK, int S, int KG, int C, bool Rule>
+__device__ __forceinline__ void tiled_body(const __nv_bfloat16* x, const __nv_bfloat16* w, float* tw, int* ids, int num_tokens) {
+  using Tile = mf::RouterTile<H, E, BM, TM, W, BK, S, KG, C>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const float* scores = mf::router_tile_scores<H, E, BM, TM, W, BK, S, KG, C>(x, w, smem, num_tokens);
+  if constexpr (!Rule) {
+    for (int r = threadIdx.x; r < Tile::kOwnRows; r += 32 * W) {
+      const int token = mf::router_tile_token<BM, C>(r);
+      if (token < num_tokens) tw[static_cast<size_t>(token) * 4] = scores[r * Tile::kScoreStride];
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < Tile::kOwnRows / W; ++i) {
+      const int tile_row = (threadIdx.x >> 5) + i * W;
+      const int token = mf::router_tile_token<BM, C>(tile_row);
+      const Row<E> v0 = mf::load_row_shared<E>(scores + tile_row * Tile::kScoreStride);
+      const TopK<4> v1 = mf::softmax(mf::topk<4, 1, 1>(v0, v0));
+      if (token < num_tokens) mf::store_topk(v1, tw + static_cast<size_t>(token) * 4, ids + static_cast<size_t>(token) * 4);
+    }
+  }
+}
+
+template <int H, int E, int BM, int TM, int W, int BK, int S, int KG, int C, bool Rule = true>
 __global__ void __launch_bounds__(32 * W) tiled(const __nv_bfloat16* x, const __nv_bfloat16* w, float* tw, int* ids, int num_tokens) {
   mf::begin_after_previous_kernel();
-  using Tile = mf::RouterTile<H, E, BM, W, BK, S, C>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const float* scores = mf::router_tile_scores<H, E, BM, W, BK, S, C>(x, w, smem, num_tokens);
-#pragma unroll
-  for (int i = 0; i < Tile::kOwnRows / W; ++i) {
-    const int tile_row = (threadIdx.x >> 5) + i * W;
-    const int token = mf::router_tile_token<BM, C>(tile_row);
-    const Row<E> v0 = mf::load_row_shared<E>(scores + tile_row * Tile::kScoreStride);
-    const TopK<4> v1 = mf::softmax(mf::topk<4, 1, 1>(v0, v0));
-    if (token < num_tokens) mf::store_topk(v1, tw + static_cast<size_t>(token) * 4, ids + static_cast<size_t>(token) * 4);
-  }
+  tiled_body<H, E, BM, TM, W, BK, S, KG, C, Rule>(x, w, tw, ids, num_tokens);
+}
+
+// The same with the cluster size compiled in (__cluster_dims__, as the generated kernels declare it).
+template <int H, int E, int BM, int TM, int W, int BK, int S, int KG, int C>
+__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(32 * W) tiled_static(const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                                                               float* tw, int* ids, int num_tokens) {
+  tiled_body<H, E, BM, TM, W, BK, S, KG, C, true>(x, w, tw, ids, num_tokens);
 }
 
 struct SeedResult { std::vector<int> ids; std::vector<float> w; float us; };
 
-template <int H, int E, int BM, int W, int BK, int S, int C>
+// Static: the kernel with __cluster_dims__, launched without a cluster attribute. Pad: bytes of
+// dynamic shared memory asked beyond the tile's (enough makes one block per multiprocessor).
+template <int H, int E, int BM, int TM, int W, int BK, int S, int KG, int C, bool Rule = true, bool Static = false, int Pad = 0>
 SeedResult seed_run(const __nv_bfloat16* x, const __nv_bfloat16* w, int copies, int m, int reps, cudaStream_t s) {
-  using Tile = mf::RouterTile<H, E, BM, W, BK, S, C>;
-  auto kernel = tiled<H, E, BM, W, BK, S, C>;
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSharedBytes));
+  using Tile = mf::RouterTile<H, E, BM, TM, W, BK, S, KG, C>;
+  auto kernel = Static ? tiled_static<H, E, BM, TM, W, BK, S, KG, C> : tiled<H, E, BM, TM, W, BK, S, KG, C, Rule>;
+  constexpr int kLaunchCluster = Static ? 1 : C;
+  constexpr size_t kSmem = Tile::kSharedBytes + Pad;
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
   float* tw; int* ids;
   CK(cudaMalloc(&tw, (size_t)m * 16)); CK(cudaMalloc(&ids, (size_t)m * 16));
   CK(cudaMemset(tw, 0xff, (size_t)m * 16)); CK(cudaMemset(ids, 0xff, (size_t)m * 16));
   const dim3 grid(mf::ceil_div(m, BM) * C), block(32 * W);
-  probe::launch_as(probe::LaunchAs{false, false, C}, kernel, grid, block, Tile::kSharedBytes, s, x, w, tw, ids, m);
+  probe::launch_as(probe::LaunchAs{false, false, kLaunchCluster}, kernel, grid, block, kSmem, s, x, w, tw, ids, m);
   CK(cudaStreamSynchronize(s));
   SeedResult r{std::vector<int>((size_t)m * 4), std::vector<float>((size_t)m * 4), 0.0f};
   CK(cudaMemcpy(r.ids.data(), ids, r.ids.size() * 4, cudaMemcpyDeviceToHost));
@@ -477,7 +503,7 @@ SeedResult seed_run(const __nv_bfloat16* x, const __nv_bfloat16* w, int copies, 
   if (reps > 0) {
     r.us = probe::graph_us(s, reps, copies, [&] {
       for (int c = 0; c < copies; ++c)
-        probe::launch_as(probe::LaunchAs{false, false, C}, kernel, grid, block, Tile::kSharedBytes, s, x, w + (size_t)c * E * H, tw, ids, m);
+        probe::launch_as(probe::LaunchAs{false, false, kLaunchCluster}, kernel, grid, block, kSmem, s, x, w + (size_t)c * E * H, tw, ids, m);
     });
   }
   cudaFree(tw); cudaFree(ids);
@@ -498,23 +524,33 @@ void seed_shapes(int reps, std::mt19937& rng, const char* catalogue_name) {
   for (auto& v : xh) v = float_to_bf16(nd(rng));
   __nv_bfloat16* x; CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  const SeedResult base = E == 64 ? seed_run<H, E, 32, 8, 64, 4, 1>(x, w, copies, M, reps, s) : seed_run<H, E, 32, 16, 64, 3, 1>(x, w, copies, M, reps, s);
+  const SeedResult base = E == 64 ? seed_run<H, E, 32, 16, 8, 64, 4, 1, 1>(x, w, copies, M, reps, s) : seed_run<H, E, 32, 16, 16, 64, 3, 1, 1>(x, w, copies, M, reps, s);
   std::printf("seed (%d, %d, %d), k=4: catalogue router_tiled (%s) %.2f us\n", M, E, H, catalogue_name, base.us);
   auto report = [&](const char* what, const SeedResult& r) {
     size_t ids = 0; double dw = 0;
     for (size_t i = 0; i < r.ids.size(); ++i) { ids += r.ids[i] != base.ids[i]; dw = std::max(dw, (double)std::fabs(r.w[i] - base.w[i])); }
-    std::printf("  split %s: %.2f us | ids differing from the catalogue kernel's %zu of %zu, largest weight difference %.3g\n", what, r.us, ids, r.ids.size(), dw);
+    std::printf("  %s: %.2f us | ids differing from the catalogue kernel's %zu of %zu, largest weight difference %.3g\n", what, r.us, ids, r.ids.size(), dw);
   };
-  report("(tokens 64, warps 16, k 64, stages 3, cluster 2)", seed_run<H, E, 64, 16, 64, 3, 2>(x, w, copies, M, reps, s));
-  report("(32, 8, 64, 4, 2)", seed_run<H, E, 32, 8, 64, 4, 2>(x, w, copies, M, reps, s));
-  report("(32, 16, 64, 4, 2)", seed_run<H, E, 32, 16, 64, 4, 2>(x, w, copies, M, reps, s));
-  report("(32, 16, 64, 3, 2)", seed_run<H, E, 32, 16, 64, 3, 2>(x, w, copies, M, reps, s));
-  report("(32, 8, 64, 4, 4)", seed_run<H, E, 32, 8, 64, 4, 4>(x, w, copies, M, reps, s));
-  report("(32, 16, 64, 3, 4)", seed_run<H, E, 32, 16, 64, 3, 4>(x, w, copies, M, reps, s));
-  report("(16, 4, 64, 4, 4)", seed_run<H, E, 16, 4, 64, 4, 4>(x, w, copies, M, reps, s));
-  report("(16, 8, 64, 4, 2)", seed_run<H, E, 16, 8, 64, 4, 2>(x, w, copies, M, reps, s));
-  report("(64, 16, 64, 4, 2)", seed_run<H, E, 64, 16, 64, 4, 2>(x, w, copies, M, reps, s));
-  report("(64, 16, 32, 4, 2)", seed_run<H, E, 64, 16, 32, 4, 2>(x, w, copies, M, reps, s));
+  // (tokens per block, tokens per warp, warps, k tile, stages, k groups, cluster split)
+#define V(BM, TM, W, BK, S, KG, C) report("(" #BM ", " #TM ", " #W ", " #BK ", " #S ", " #KG ", " #C ")", seed_run<H, E, BM, TM, W, BK, S, KG, C>(x, w, copies, M, reps, s))
+  V(64, 16, 16, 64, 4, 1, 2);
+  if constexpr (E == 64) {
+    V(64, 32, 16, 64, 4, 4, 2);
+    V(64, 32, 16, 64, 3, 4, 2);
+    V(128, 32, 16, 64, 4, 4, 4);
+    report("(64, 32, 16, 64, 4, 4, 2), __cluster_dims__", seed_run<H, E, 64, 32, 16, 64, 4, 4, 2, true, true>(x, w, copies, M, reps, s));
+    report("(64, 32, 16, 64, 4, 4, 2), __cluster_dims__, one block per SM",
+           seed_run<H, E, 64, 32, 16, 64, 4, 4, 2, true, true, 48 * 1024>(x, w, copies, M, reps, s));
+    report("(64, 32, 16, 64, 4, 4, 2), one block per SM", seed_run<H, E, 64, 32, 16, 64, 4, 4, 2, true, false, 48 * 1024>(x, w, copies, M, reps, s));
+  } else {
+    V(64, 32, 16, 64, 4, 2, 2);
+    V(64, 32, 16, 64, 3, 2, 2);
+    V(128, 32, 16, 64, 4, 2, 4);
+  }
+#undef V
+  std::printf("  scores alone (no rule): (64, 32, 16, 64, 4, %d, 2) %.2f us\n", E == 64 ? 4 : 2,
+              (E == 64 ? seed_run<H, E, 64, 32, 16, 64, 4, 4, 2, false>(x, w, copies, M, reps, s)
+                       : seed_run<H, E, 64, 32, 16, 64, 4, 2, 2, false>(x, w, copies, M, reps, s)).us);
   cudaFree(w); cudaFree(x); cudaStreamDestroy(s);
 }
 

@@ -2,14 +2,14 @@
 //
 // kernel qwen3_next_80b_router_prefill {
 //   problem router(hidden=2048, experts=512, weights=bf16, activations=bf16, expert_counts=true)
-//   schedule router_tiled(tokens_per_cta=32, warps_per_cta=8, k_tile=32, stages=2)
+//   schedule router_tiled(tokens_per_cta=32, tokens_per_warp=16, warps_per_cta=8, k_tile=32, stages=2, k_groups=1, cluster_split=1)
 //   epilogue store(renormalize(topk(softmax(acc), 10)), dtype=fp32)
 //   target sm_90a
 // }
 //
 // router: one block per tile of 32 tokens x all 512 experts (padded to 512); each warp computes 16 tokens x 128 experts with mma.sync m16n8k16 (BF16 in, FP32 accumulate).
-// x and W_r stream through a 2-stage cp.async pipeline of 32-element slices, block b starting at slice b mod 64 (the blocks do not all read the same W_r lines at once); the scores stay in shared memory.
-// Warp w evaluates the epilogue for rows w, w + 8, ... of the tile, its 4 rows interleaved (independent chains of shuffles and reductions).
+// x and W_r stream through a 2-stage cp.async pipeline of 32-element slices, each tile starting at slice (tile mod share) of its share (the blocks do not all read the same W_r lines at once); the scores stay in shared memory.
+// Warp w evaluates the epilogue for rows w, w + 8, ... of the block's 32, its 4 rows interleaved (independent chains of shuffles and reductions).
 // Ties go to the lower expert id; NaN ranks below every number.
 // Dynamic shared memory: 69632 bytes.
 #include "moeforge_device.cuh"
@@ -19,9 +19,12 @@ namespace {
 constexpr int kHidden = 2048;
 constexpr int kExperts = 512;
 constexpr int kTokensPerCta = 32;
+constexpr int kTokensPerWarp = 16;
 constexpr int kWarpsPerCta = 8;
 constexpr int kKTile = 32;
 constexpr int kStages = 2;
+constexpr int kKGroups = 1;
+constexpr int kClusterSplit = 1;
 constexpr int kSharedBytes = 69632;
 constexpr int kRowsPerWarp = 4;
 
@@ -36,17 +39,18 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_next_80b_router_prefill(
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  using Tile = mf::RouterTile<kHidden, kExperts, kTokensPerCta, kWarpsPerCta, kKTile, kStages>;
+  using Tile = mf::RouterTile<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile, kStages, kKGroups,
+                              kClusterSplit>;
   static_assert(Tile::kSharedBytes == kSharedBytes, "moeforge_device.cuh and RouterTileLayout disagree on shared memory");
   extern __shared__ __align__(128) unsigned char smem[];
-  const float* scores = mf::router_tile_scores<kHidden, kExperts, kTokensPerCta, kWarpsPerCta, kKTile, kStages>(
-      x, w_router, smem, num_tokens);
+  const float* scores = mf::router_tile_scores<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile,
+                                                kStages, kKGroups, kClusterSplit>(x, w_router, smem, num_tokens);
   // The rows are independent: unrolled, their shuffles and reductions interleave. Rows past
   // num_tokens hold zero scores (x was zero-filled); they are evaluated but never stored.
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int tile_row = (threadIdx.x >> 5) + i * kWarpsPerCta;
-    const int token = blockIdx.x * kTokensPerCta + tile_row;
+    const int token = mf::router_tile_token<kTokensPerCta, kClusterSplit>(tile_row);
     const mf::Row<kExperts> v0 = mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride);
     const mf::TopK<10> v1 = mf::softmax_topk<10>(v0);
     if (token < num_tokens) {

@@ -111,23 +111,39 @@ public final class CudaEmitter {
         RouterTileLayout layout = RouterTileLayout.of(r, t);
         List<Map<String, String>> constants = routerConstants(r);
         constant(constants, "int", "kTokensPerCta", t.tokensPerCta());
+        constant(constants, "int", "kTokensPerWarp", t.tokensPerWarp());
         constant(constants, "int", "kWarpsPerCta", t.warpsPerCta());
         constant(constants, "int", "kKTile", t.kTile());
         constant(constants, "int", "kStages", t.stages());
+        constant(constants, "int", "kKGroups", t.kGroups());
+        constant(constants, "int", "kClusterSplit", t.clusterSplit());
         constant(constants, "int", "kSharedBytes", Math.toIntExact(layout.sharedBytes()));
-        constant(constants, "int", "kRowsPerWarp", t.tokensPerCta() / t.warpsPerCta());
-        return routerModel(spec, specText, constants, t.warpsPerCta(), List.of(
-                "router: one block per tile of " + t.tokensPerCta() + " tokens x all " + r.experts() + " experts (padded to "
-                        + layout.paddedExperts() + "); each warp computes 16 tokens x " + layout.columnsPerWarp()
-                        + " experts with mma.sync m16n8k16 (BF16 in, FP32 accumulate).",
-                "x and W_r stream through a " + t.stages() + "-stage cp.async pipeline of " + t.kTile()
-                        + "-element slices, block b starting at slice b mod " + layout.slices() + " (the blocks do not all "
-                        + "read the same W_r lines at once); the scores stay in shared memory.",
-                "Warp w evaluates the epilogue for rows w, w + " + t.warpsPerCta() + ", ... of the tile, its "
-                        + t.tokensPerCta() / t.warpsPerCta() + " rows interleaved (independent chains of shuffles and reductions).",
-                "Ties go to the lower expert id; NaN ranks below every number.",
-                "Dynamic shared memory: " + layout.sharedBytes() + " bytes."),
+        constant(constants, "int", "kRowsPerWarp", layout.ownRows() / t.warpsPerCta());
+        List<String> notes = new ArrayList<>();
+        notes.add("router: one " + (t.clusterSplit() > 1 ? "cluster of " + t.clusterSplit() + " blocks" : "block")
+                + " per tile of " + t.tokensPerCta() + " tokens x all " + r.experts() + " experts (padded to "
+                + layout.paddedExperts() + "); each warp computes " + t.tokensPerWarp() + " tokens x "
+                + layout.columnsPerWarp() + " experts with mma.sync m16n8k16 (BF16 in, FP32 accumulate)"
+                + (t.kGroups() > 1 ? " in one of " + t.kGroups() + " k groups (a slice's 16-wide steps dealt round-robin, "
+                        + "the groups' partial sums added in group order)" : "")
+                + ".");
+        notes.add("x and W_r stream through a " + t.stages() + "-stage cp.async pipeline of " + t.kTile()
+                + "-element slices, each tile starting at slice (tile mod share) of its share (the blocks do not all "
+                + "read the same W_r lines at once); the scores stay in shared memory.");
+        if (t.clusterSplit() > 1) {
+            int share = (layout.slices() + t.clusterSplit() - 1) / t.clusterSplit();
+            notes.add("Block q of a cluster sums slices [" + share + " q, " + share + " (q + 1)) of the " + layout.slices()
+                    + ", sends the others their rows' partial sums through distributed shared memory, and after one "
+                    + "cluster barrier adds its own " + layout.ownRows() + " rows' partials in block order.");
+        }
+        notes.add("Warp w evaluates the epilogue for rows w, w + " + t.warpsPerCta() + ", ... of the block's " + layout.ownRows()
+                + ", its " + layout.ownRows() / t.warpsPerCta() + " rows interleaved (independent chains of shuffles and reductions).");
+        notes.add("Ties go to the lower expert id; NaN ranks below every number.");
+        notes.add("Dynamic shared memory: " + layout.sharedBytes() + " bytes.");
+        Map<String, Object> model = routerModel(spec, specText, constants, t.warpsPerCta(), notes,
                 "mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride)", RouterEpilogueEmitter.Evaluation.WARP_PER_ROW);
+        model.put("clusterSplit", t.clusterSplit());
+        return model;
     }
 
     private static List<Map<String, String>> routerConstants(Problem.Router r) {

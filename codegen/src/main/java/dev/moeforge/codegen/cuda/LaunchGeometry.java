@@ -53,9 +53,9 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
             case Schedule.RouterGemv g -> new LaunchGeometry(routerBlocksPerToken(spec), tokens, 32 * g.warpsPerCta(), 0);
             // one cluster of clusterSize blocks per token
             case Schedule.RouterCluster c -> new LaunchGeometry(c.clusterSize(), tokens, 32 * c.warpsPerCta(), 0);
-            // one block per tile of tokensPerCta tokens
-            case Schedule.RouterTiled t -> new LaunchGeometry(ceilDiv(tokens, t.tokensPerCta()), 1, 32 * t.warpsPerCta(),
-                    Math.toIntExact(RouterTileLayout.of((Problem.Router) spec.problem(), t).sharedBytes()));
+            // one block (or cluster of clusterSplit blocks, declared in the kernel) per tile of tokensPerCta tokens
+            case Schedule.RouterTiled t -> new LaunchGeometry(ceilDiv(tokens, t.tokensPerCta()) * t.clusterSplit(), 1,
+                    32 * t.warpsPerCta(), Math.toIntExact(RouterTileLayout.of((Problem.Router) spec.problem(), t).sharedBytes()));
         };
     }
 
@@ -102,7 +102,7 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
             case Schedule.OutputTensorCore _ -> spec.problem() instanceof Problem.ExpertGateUp g
                     ? MAX_GRID_Y / g.shape().topk() : MAX_GRID_Y;
             case Schedule.RouterGemv _, Schedule.RouterCluster _ -> MAX_GRID_Y;
-            case Schedule.RouterTiled _ -> Integer.MAX_VALUE;  // gridDim.x takes 2^31 - 1 tiles
+            case Schedule.RouterTiled _ -> Integer.MAX_VALUE;  // gridDim.x takes 2^31 - 1 blocks: 2^27 tiles of 16 split 8
         };
     }
 

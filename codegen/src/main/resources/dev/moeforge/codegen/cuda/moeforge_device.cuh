@@ -1384,19 +1384,27 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
 // ---------------------------------------------------------------------------------------------
 // Router (schedule router_tiled): the scores of a tile of BM tokens x every expert on the tensor
 // cores. Slices of BK elements of x and W_r stream through an S-stage cp.async pipeline in shared
-// memory (16-byte pieces, XOR-swizzled so that ldmatrix's 8 rows hit distinct banks); each warp
-// owns 16 tokens x kColumnsPerWarp experts as m16n8k16 BF16 mmas with FP32 accumulators. The
-// scores then go to shared memory (reusing the pipeline), where warps take whole rows.
-// RouterTileLayout (Java) states the same sizes; the generated kernel static_asserts they agree.
+// memory (16-byte pieces, XOR-swizzled so that ldmatrix's 8 rows hit distinct banks). Warps form
+// kWarpRows x kWarpColumns x KG groups: each owns TM tokens x kColumnsPerWarp experts as m16n8k16
+// BF16 mmas with FP32 accumulators, over every KG-th k16 step of each slice. Shared memory reads
+// bound this loop: a slice's x rows are read once per warp column and its W_r rows once per warp
+// row (bench/NOTES.md, "The seed's M=4096 shapes": the ldmatrix reads alone cost more than the
+// copies), so the k groups give the block more warps without more reads. The KG partial sums are
+// then added into a score table in shared memory (reusing the pipeline) in group order, where
+// warps take whole rows. RouterTileLayout (Java) states the same sizes; the generated kernel
+// static_asserts they agree.
 // ---------------------------------------------------------------------------------------------
 
-template <int H, int E, int BM, int W, int BK, int S, int C = 1>
+template <int H, int E, int BM, int TM, int W, int BK, int S, int KG = 1, int C = 1>
 struct RouterTile {
   static_assert(BM % 16 == 0 && BM >= 16 && BM <= 128, "a tile is a whole number of 16-token mma rows");
-  static_assert(BK == 32 || BK == 64, "a slice row is 4 or 8 16-byte pieces");
-  static constexpr int kWarpRows = BM / 16;
-  static_assert(W % kWarpRows == 0, "every warp owns 16 tokens of the tile");
-  static constexpr int kWarpColumns = W / kWarpRows;
+  static_assert(TM % 16 == 0 && BM % TM == 0, "a warp owns a whole number of 16-token mma rows of the tile");
+  static_assert(BK == 32 || BK == 64 || BK == 128, "a slice row is 4, 8 or 16 16-byte pieces");
+  static_assert((BK / 16) % KG == 0, "the k groups take equal shares of a slice's k16 steps");
+  static constexpr int kWarpRows = BM / TM;
+  static_assert(W % (kWarpRows * KG) == 0, "every warp owns TM tokens of the tile in one k group");
+  static constexpr int kWarpColumns = W / (kWarpRows * KG);
+  static constexpr int kThreads = 32 * W;
   static constexpr int kPaddedExperts = ceil_div(E, 16 * kWarpColumns) * 16 * kWarpColumns;
   static constexpr int kColumnsPerWarp = kPaddedExperts / kWarpColumns;
   static constexpr int kScoreStride = ceil_div(kPaddedExperts, 32) * 32 + 8;  // 8 mod 32: conflict-free float2 stores
@@ -1404,12 +1412,17 @@ struct RouterTile {
   static constexpr int kRows = BM + kPaddedExperts;  // x rows, then W_r rows
   static constexpr int kStageBytes = 2 * kRows * BK;
   static constexpr int kSlices = ceil_div(H, BK);
-  // split over a cluster of C blocks along K: each sums kSlices / C slices, then owns BM / C rows
+  // split over a cluster of C blocks along K: block q sums slices [q n, (q + 1) n) (n = kShare; the
+  // last share may be short or empty), then owns BM / C rows
   static_assert(C == 1 || C == 2 || C == 4 || C == 8, "a split is a portable cluster of 2, 4 or 8 blocks");
-  static_assert(kSlices % C == 0 && BM % C == 0, "the blocks of a split take equal slices and rows");
+  static_assert(BM % C == 0, "the blocks of a split own equal numbers of rows");
+  static constexpr int kShare = ceil_div(kSlices, C);
   static constexpr int kOwnRows = BM / C;
-  static constexpr int kScoreBytes = 4 * BM * kScoreStride + (C > 1 ? 4 * kOwnRows * kScoreStride : 0);
-  static constexpr int kSharedBytes = kStageBytes * S > kScoreBytes ? kStageBytes * S : kScoreBytes;
+  static constexpr int kScoreBytes = 4 * BM * kScoreStride;
+  // With a split, the other blocks' partial sums of this block's own rows arrive past the pipeline
+  // (which they may still be using when the first partials come in): C slots of kOwnRows rows.
+  static constexpr int kInboxOffset = kStageBytes * S > kScoreBytes ? kStageBytes * S : kScoreBytes;
+  static constexpr int kSharedBytes = kInboxOffset + (C > 1 ? 4 * C * kOwnRows * kScoreStride : 0);
 };
 
 // The token of row `row` of the rows a block evaluates (its tile's, or with a split its own part).
@@ -1418,11 +1431,13 @@ __device__ __forceinline__ int router_tile_token(int row) {
   return static_cast<int>(blockIdx.x / C) * BM + static_cast<int>(blockIdx.x % C) * (BM / C) + row;
 }
 
-// Byte offset of 16-byte piece p of slice row r: rows of 4 pieces swizzle in pairs, rows of 8 alone,
-// so 8 consecutive rows at the same logical piece land in 8 distinct 16-byte bank groups.
+// Byte offset of 16-byte piece p of slice row r: rows of 4 pieces swizzle in pairs, rows of 8 or 16
+// alone (the low 3 bits of the piece), so 8 consecutive rows at the same logical piece land in 8
+// distinct 16-byte bank groups.
 template <int P>
 __device__ __forceinline__ uint32_t swizzled(int row, int piece) {
-  return 16u * static_cast<uint32_t>(row * P + (piece ^ ((row / (8 / P)) % P)));
+  if constexpr (P >= 8) return 16u * static_cast<uint32_t>(row * P + (piece ^ (row % 8)));
+  else return 16u * static_cast<uint32_t>(row * P + (piece ^ ((row / (8 / P)) % P)));
 }
 
 // 16 bytes global -> shared without a register round trip; valid == false writes zeros.
@@ -1440,13 +1455,12 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
 
 // Copies slice [k0, k0 + BK) of the tile's x rows and of every W_r row into one stage; tokens past
 // num_tokens, padded experts and columns past H are zeros.
-template <int H, int E, int BM, int W, int BK, int S>
+template <int H, int E, int BM, int BK, class L>
 __device__ __forceinline__ void router_tile_load(uint32_t stage, const __nv_bfloat16* __restrict__ x,
                                                  const __nv_bfloat16* __restrict__ w_router, int m0, int num_tokens, int k0) {
-  using L = RouterTile<H, E, BM, W, BK, S>;
   constexpr int P = L::kPieces;
 #pragma unroll 4
-  for (int i = threadIdx.x; i < L::kRows * P; i += 32 * W) {
+  for (int i = threadIdx.x; i < L::kRows * P; i += L::kThreads) {
     const int row = i / P;
     const int piece = i % P;
     const int k = k0 + piece * 8;
@@ -1461,96 +1475,139 @@ __device__ __forceinline__ void router_tile_load(uint32_t stage, const __nv_bflo
 
 // Every thread of the block: computes the tile's [BM][E] scores and returns them in shared memory,
 // row r (token router_tile_token<BM, C>(r)) at scores + r * kScoreStride. With a split (C > 1, a
-// cluster of C consecutive blocks per tile) block q of the cluster sums slices [q n, (q + 1) n)
-// (n = kSlices / C) into partial scores; after cluster.sync() it adds the C partials of its own
-// BM / C rows in block order (deterministic) through distributed shared memory. Each block then
-// streams 1 / C of W_r instead of all of it.
-template <int H, int E, int BM, int W, int BK, int S, int C = 1>
+// cluster of C consecutive blocks per tile) block q of the cluster sums its share of the slices
+// (RouterTile::kShare) into partial scores, sends the other blocks their rows' partials through
+// distributed shared memory and adds the C partials of its own BM / C rows in block order
+// (deterministic). Each block then streams 1 / C of W_r instead of all of it.
+template <int H, int E, int BM, int TM, int W, int BK, int S, int KG = 1, int C = 1>
 __device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* __restrict__ x,
                                                            const __nv_bfloat16* __restrict__ w_router, unsigned char* smem,
                                                            int num_tokens) {
-  using L = RouterTile<H, E, BM, W, BK, S, C>;
+  using L = RouterTile<H, E, BM, TM, W, BK, S, KG, C>;
   constexpr int P = L::kPieces;
+  constexpr int MT = TM / 16;                 // m16 tiles per warp
   constexpr int NT = L::kColumnsPerWarp / 8;  // n8 tiles per warp
+  constexpr int kGroupWarps = L::kWarpRows * L::kWarpColumns;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int row0 = (warp % L::kWarpRows) * 16;
-  const int col0 = (warp / L::kWarpRows) * L::kColumnsPerWarp;
+  const int k_group = warp / kGroupWarps;
+  const int row0 = (warp % L::kWarpRows) * TM;
+  const int col0 = (warp % kGroupWarps / L::kWarpRows) * L::kColumnsPerWarp;
   const int tile = static_cast<int>(blockIdx.x / C);
   const int part = static_cast<int>(blockIdx.x % C);
   const int m0 = tile * BM;
-  constexpr int kMySlices = L::kSlices / C;
+  const int my_first = part * L::kShare;
+  // a compile-time count where the blocks' shares are equal (the slice order's modulo is then a constant's)
+  const int my_slices = L::kSlices % C == 0 ? L::kShare : max(0, min(L::kSlices, my_first + L::kShare) - my_first);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  float acc[NT][4];
+  // A block may write another's shared memory only once that block runs: arrive now, wait (long
+  // since satisfied) just before the partials are sent.
+  if constexpr (C > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
   // Tile t sums its slices in the order t, t + 1, ... (mod the slices): blocks that all read the
   // same W_r slice at once queue on the same L2 lines. The order is fixed per block, so results are too.
-  const int first = tile % kMySlices;
-  auto slice_k0 = [first, part](int s) { return (part * kMySlices + (first + s) % kMySlices) * BK; };
+  const int first = my_slices > 0 ? tile % my_slices : 0;
+  auto slice_k0 = [first, my_first, my_slices](int s) { return (my_first + (first + s) % my_slices) * BK; };
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < kMySlices) {
-      router_tile_load<H, E, BM, W, BK, S>(base + s * L::kStageBytes, x, w_router, m0, num_tokens, slice_k0(s));
-    }
+    if (s < my_slices) router_tile_load<H, E, BM, BK, L>(base + s * L::kStageBytes, x, w_router, m0, num_tokens, slice_k0(s));
     cp_async_commit();
   }
 #pragma unroll 1
-  for (int kt = 0; kt < kMySlices; ++kt) {
+  for (int kt = 0; kt < my_slices; ++kt) {
     cp_async_wait<S - 2>();
     __syncthreads();  // slice kt is in; every warp is done with slice kt - 1, whose stage is refilled next
     const int next = kt + S - 1;
-    if (next < kMySlices) {
-      router_tile_load<H, E, BM, W, BK, S>(base + (next % S) * L::kStageBytes, x, w_router, m0, num_tokens, slice_k0(next));
+    if (next < my_slices) {
+      router_tile_load<H, E, BM, BK, L>(base + (next % S) * L::kStageBytes, x, w_router, m0, num_tokens, slice_k0(next));
     }
     cp_async_commit();
     const uint32_t stage = base + (kt % S) * L::kStageBytes;
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      uint32_t a[4];
-      ldmatrix_x4(a, stage + swizzled<P>(row0 + (lane & 15), 2 * kk + (lane >> 4)));
+    for (int step = 0; step < BK / 16 / KG; ++step) {
+      const int kk = step * KG + k_group;
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) ldmatrix_x4(a[i], stage + swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
 #pragma unroll
       for (int j = 0; j < NT / 2; ++j) {
         uint32_t b[4];
         const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
         ldmatrix_x4(b, stage + swizzled<P>(BM + n, 2 * kk + ((lane >> 3) & 1)));
-        mma_bf16_16816(acc[2 * j], a, b[0], b[1]);
-        mma_bf16_16816(acc[2 * j + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          mma_bf16_16816(acc[i][2 * j], a[i], b[0], b[1]);
+          mma_bf16_16816(acc[i][2 * j + 1], a[i], b[2], b[3]);
+        }
       }
     }
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory becomes the score table
   float* scores = reinterpret_cast<float*>(smem);
-  const int r = row0 + (lane >> 2);
+  // k group 0 stores its partial sums, then each further group adds its own, in group order
+  // (the same sum for the same inputs, launch after launch).
+#pragma unroll 1
+  for (int g = 0; g < KG; ++g) {
+    if (g > 0) __syncthreads();
+    if (k_group != g) continue;
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int c = col0 + 8 * j + 2 * (lane & 3);
-    *reinterpret_cast<float2*>(scores + r * L::kScoreStride + c) = make_float2(acc[j][0], acc[j][1]);
-    *reinterpret_cast<float2*>(scores + (r + 8) * L::kScoreStride + c) = make_float2(acc[j][2], acc[j][3]);
+    for (int i = 0; i < MT; ++i) {
+      const int r = row0 + 16 * i + (lane >> 2);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        float2* lo = reinterpret_cast<float2*>(scores + r * L::kScoreStride + col0 + 8 * j + 2 * (lane & 3));
+        float2* hi = lo + 4 * L::kScoreStride;  // row r + 8
+        if (g == 0) {
+          *lo = make_float2(acc[i][j][0], acc[i][j][1]);
+          *hi = make_float2(acc[i][j][2], acc[i][j][3]);
+        } else {
+          *lo = make_float2(lo->x + acc[i][j][0], lo->y + acc[i][j][1]);
+          *hi = make_float2(hi->x + acc[i][j][2], hi->y + acc[i][j][3]);
+        }
+      }
+    }
   }
+  __syncthreads();
   if constexpr (C == 1) {
-    __syncthreads();
     return scores;
   } else {
+    // Block q sends rows [r n, (r + 1) n) of its partial sums (n = BM / C) to block r's inbox slot
+    // q; after one cluster barrier every block adds its C partials of its own rows in block order
+    // (deterministic) from local shared memory, and no block reads another's after it.
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every block's partials are written
-    float* own = scores + BM * L::kScoreStride;
     constexpr int kQuads = L::kPaddedExperts / 4;
-    for (int i = threadIdx.x; i < L::kOwnRows * kQuads; i += 32 * W) {
-      const int row = i / kQuads;
-      const int at = (part * L::kOwnRows + row) * L::kScoreStride + 4 * (i % kQuads);
-      float4 sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(scores, 0) + at);
+    constexpr int kSlot = L::kOwnRows * L::kScoreStride;  // floats
+    float* inbox = reinterpret_cast<float*>(smem + L::kInboxOffset);
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+#pragma unroll 1
+    for (int r = 0; r < C; ++r) {
+      if (r == part) continue;
+      float* remote = cluster.map_shared_rank(inbox, r) + part * kSlot;
+      for (int i = threadIdx.x; i < L::kOwnRows * kQuads; i += L::kThreads) {
+        const int at = (i / kQuads) * L::kScoreStride + 4 * (i % kQuads);
+        *reinterpret_cast<float4*>(remote + at) = *reinterpret_cast<const float4*>(scores + r * kSlot + at);
+      }
+    }
+    cluster.sync();  // the partials have arrived
+    float* own = scores + part * kSlot;
+    for (int i = threadIdx.x; i < L::kOwnRows * kQuads; i += L::kThreads) {
+      const int at = (i / kQuads) * L::kScoreStride + 4 * (i % kQuads);
+      float4 sum = *reinterpret_cast<const float4*>((part == 0 ? own : inbox) + at);
 #pragma unroll
       for (int q = 1; q < C; ++q) {
-        const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(scores, q) + at);
+        const float4 v = *reinterpret_cast<const float4*>((q == part ? own : inbox + q * kSlot) + at);
         sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
       }
-      *reinterpret_cast<float4*>(own + row * L::kScoreStride + 4 * (i % kQuads)) = sum;
+      *reinterpret_cast<float4*>(own + at) = sum;
     }
-    cluster.sync();  // the partials are read (a block's shared memory must outlive its readers), own rows written
+    __syncthreads();
     return own;
   }
 }

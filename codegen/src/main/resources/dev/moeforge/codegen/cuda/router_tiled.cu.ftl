@@ -19,23 +19,24 @@ constexpr ${c.type} ${c.name} = ${c.value};
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(${launchBounds}) ${name}(
+extern "C" __global__ void <#if clusterSplit gt 1>__cluster_dims__(${clusterSplit}, 1, 1) </#if>__launch_bounds__(${launchBounds}) ${name}(
 <#list params as p>
     ${p}<#sep>,</#sep>
 </#list>
 ) {
   mf::begin_after_previous_kernel();
-  using Tile = mf::RouterTile<kHidden, kExperts, kTokensPerCta, kWarpsPerCta, kKTile, kStages>;
+  using Tile = mf::RouterTile<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile, kStages, kKGroups,
+                              kClusterSplit>;
   static_assert(Tile::kSharedBytes == kSharedBytes, "moeforge_device.cuh and RouterTileLayout disagree on shared memory");
   extern __shared__ __align__(128) unsigned char smem[];
-  const float* scores = mf::router_tile_scores<kHidden, kExperts, kTokensPerCta, kWarpsPerCta, kKTile, kStages>(
-      x, w_router, smem, num_tokens);
+  const float* scores = mf::router_tile_scores<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile,
+                                                kStages, kKGroups, kClusterSplit>(x, w_router, smem, num_tokens);
   // The rows are independent: unrolled, their shuffles and reductions interleave. Rows past
   // num_tokens hold zero scores (x was zero-filled); they are evaluated but never stored.
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int tile_row = (threadIdx.x >> 5) + i * kWarpsPerCta;
-    const int token = blockIdx.x * kTokensPerCta + tile_row;
+    const int token = mf::router_tile_token<kTokensPerCta, kClusterSplit>(tile_row);
 <#list valueLines as line>
     ${line}
 </#list>

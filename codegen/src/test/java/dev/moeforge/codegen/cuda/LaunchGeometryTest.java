@@ -112,16 +112,33 @@ class LaunchGeometryTest {
         // ceil(60 / 64) * 64 = 64, 16 per warp; ceil(200 / 64) = 4 slices. Stage = 2 B * (48 + 64) rows * 64 = 14336 B, x 2
         // stages = 28672 B; the score table 4 B * 48 rows * (64 + 8) = 13824 B is smaller.
         KernelSpec spec = KernelBuilder.named("rt").router(200, 60)
-                .schedule(new dev.moeforge.dsl.ir.Schedule.RouterTiled(48, 12, 64, 2))
+                .schedule(new dev.moeforge.dsl.ir.Schedule.RouterTiled(48, 16, 12, 64, 2, 1, 1))
                 .epilogue(dev.moeforge.dsl.build.RoutingRules.softmaxTopKRenormalized(5, dev.moeforge.dsl.ir.DType.FP32))
                 .build();
         var layout = dev.moeforge.dsl.check.RouterTileLayout.of((dev.moeforge.dsl.ir.Problem.Router) spec.problem(),
                 (dev.moeforge.dsl.ir.Schedule.RouterTiled) spec.schedule());
-        assertEquals(new dev.moeforge.dsl.check.RouterTileLayout(3, 4, 64, 16, 72, 4, 14_336, 28_672), layout);
+        assertEquals(new dev.moeforge.dsl.check.RouterTileLayout(3, 4, 64, 16, 72, 4, 48, 14_336, 28_672), layout);
         // M = 100 -> ceil(100 / 48) = 3 blocks of 12 warps
         assertEquals(new LaunchGeometry(3, 1, 384, 28_672), LaunchGeometry.of(spec, 100));
         assertEquals(Integer.MAX_VALUE, LaunchGeometry.maxTokens(spec));
         assertEquals((Integer.MAX_VALUE - 1) / 48 + 1, LaunchGeometry.of(spec, Integer.MAX_VALUE).gridX());
+    }
+
+    @Test
+    void routerTiledClusterSplitGridAndSharedMemory() {
+        // E = 60, 64 tokens per tile, 32 per warp, 16 warps: 2 row groups x 4 k groups x 2 column groups;
+        // experts padded to ceil(60 / 32) * 32 = 64, 32 per warp (2 x 4 mma tiles: 32 accumulators). Split 2:
+        // each block owns 32 rows. Stage = 2 B * (64 + 64) rows * 64 = 16384 B, x 4 stages = 65536 B (the
+        // score table, 4 B * 64 * 72 = 18432 B, fits in it), then the inbox 4 B * 2 slots * 32 rows * 72 = 18432 B.
+        var schedule = new dev.moeforge.dsl.ir.Schedule.RouterTiled(64, 32, 16, 64, 4, 4, 2);
+        KernelSpec spec = KernelBuilder.named("rt2").router(200, 60).schedule(schedule)
+                .epilogue(dev.moeforge.dsl.build.RoutingRules.softmaxTopKRenormalized(5, dev.moeforge.dsl.ir.DType.FP32))
+                .build();
+        var layout = dev.moeforge.dsl.check.RouterTileLayout.of((dev.moeforge.dsl.ir.Problem.Router) spec.problem(), schedule);
+        assertEquals(new dev.moeforge.dsl.check.RouterTileLayout(2, 2, 64, 32, 72, 4, 32, 16_384, 83_968), layout);
+        assertEquals(32, layout.accumulators(schedule));
+        // M = 100 -> ceil(100 / 64) = 2 tiles, each a cluster of 2 blocks of 16 warps
+        assertEquals(new LaunchGeometry(4, 1, 512, 83_968), LaunchGeometry.of(spec, 100));
     }
 
     /** The catalogue's decode routers: a split needs at least twice as many warps as a block's experts. */

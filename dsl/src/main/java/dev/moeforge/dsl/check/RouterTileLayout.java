@@ -7,29 +7,39 @@ import dev.moeforge.dsl.ir.Schedule.RouterTiled;
  * The derived sizes of a router_tiled kernel, the single statement of them: validation, the CUDA
  * emitter (which static_asserts the device header agrees) and the launcher read them from here.
  *
- * <p>Warps form {@code warpRows = tokensPerCta / 16} row groups of 16 tokens (one mma M) and
- * {@code warpColumns} column groups; the experts are padded with zero rows to
- * {@code paddedExperts}, a multiple of 16 per column group (one ldmatrix.x4 of W_r feeds two
- * n8 mmas). Shared memory holds the pipeline's stages of x and W_r slices, and afterwards (reused)
- * the tile's FP32 scores, rows {@code scoreStride} floats apart.
+ * <p>Warps form {@code warpRows = tokensPerCta / tokensPerWarp} row groups, {@code kGroups} k
+ * groups and {@code warpColumns} column groups; the experts are padded with zero rows to
+ * {@code paddedExperts}, a multiple of 16 per column group (one ldmatrix.x4 of W_r feeds two n8
+ * mmas). Shared memory holds the pipeline's stages of x and W_r slices, and afterwards (reused)
+ * the tile's FP32 scores, rows {@code scoreStride} floats apart; with a cluster split, an inbox
+ * for the other blocks' partial sums of this block's {@code ownRows} rows follows the pipeline.
  */
 public record RouterTileLayout(int warpRows, int warpColumns, int paddedExperts, int columnsPerWarp, int scoreStride,
-                               int slices, long stageBytes, long sharedBytes) {
-    /** Largest columns per warp: 4 FP32 accumulators per thread per 8 columns, at most 64 registers. */
-    public static final int MAX_COLUMNS_PER_WARP = 128;
+                               int slices, int ownRows, long stageBytes, long sharedBytes) {
+    /** Largest accumulator count per thread: 4 FP32 per 16 x 8 mma tile, at most 64 registers. */
+    public static final int MAX_ACCUMULATORS = 64;
 
-    /** Only meaningful for a schedule that passed the range checks (tokensPerCta a multiple of 16, warps a multiple of the row groups). */
+    /** Only meaningful for a schedule that passed the range checks (the divisibility rules of Validator). */
     public static RouterTileLayout of(Problem.Router r, RouterTiled s) {
-        int warpRows = Math.max(1, s.tokensPerCta() / 16);
-        int warpColumns = Math.max(1, s.warpsPerCta() / warpRows);
+        int warpRows = Math.max(1, s.tokensPerCta() / Math.max(16, s.tokensPerWarp()));
+        int warpColumns = Math.max(1, s.warpsPerCta() / (warpRows * Math.max(1, s.kGroups())));
         int padded = ceilDiv(r.experts(), 16 * warpColumns) * 16 * warpColumns;
         int perWarp = padded / warpColumns;
         // scoreStride = 8 (mod 32): a quad's float2 stores of 8 rows fall into distinct banks
         int stride = ceilDiv(padded, 32) * 32 + 8;
+        int split = Math.max(1, s.clusterSplit());
+        int ownRows = s.tokensPerCta() / split;
         long stage = 2L * (s.tokensPerCta() + padded) * s.kTile();
-        long shared = Math.max(stage * s.stages(), 4L * s.tokensPerCta() * stride);
+        long pipelineOrTable = Math.max(stage * s.stages(), 4L * s.tokensPerCta() * stride);
+        long inbox = split > 1 ? 4L * split * ownRows * stride : 0;
         int slices = ceilDiv(r.hidden(), s.kTile());
-        return new RouterTileLayout(warpRows, warpColumns, padded, perWarp, stride, slices, stage, shared);
+        return new RouterTileLayout(warpRows, warpColumns, padded, perWarp, stride, slices, ownRows, stage,
+                pipelineOrTable + inbox);
+    }
+
+    /** FP32 accumulators each thread holds: (tokensPerWarp / 16) x (columnsPerWarp / 8) mma tiles of 4. */
+    public int accumulators(RouterTiled s) {
+        return s.tokensPerWarp() / 16 * (columnsPerWarp / 8) * 4;
     }
 
     private static int ceilDiv(int a, int b) {

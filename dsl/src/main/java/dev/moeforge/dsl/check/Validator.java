@@ -208,36 +208,53 @@ public final class Validator {
             errors.add(new SpecError("schedule.tokens_per_cta", Integer.toString(t.tokensPerCta()),
                     "16, 32, 48, ... 128: a multiple of 16, the tensor-core tile's rows"));
         }
+        if (t.tokensPerWarp() < 16 || t.tokensPerWarp() % 16 != 0 || t.tokensPerWarp() > t.tokensPerCta()
+                || t.tokensPerCta() % t.tokensPerWarp() != 0) {
+            errors.add(new SpecError("schedule.tokens_per_warp", Integer.toString(t.tokensPerWarp()),
+                    "a multiple of 16 (the tensor-core tile's rows) that divides tokens_per_cta = " + t.tokensPerCta()));
+        }
         range(errors, "schedule.warps_per_cta", t.warpsPerCta(), 1, maxWarps);
         if (t.kTile() != 32 && t.kTile() != 64) {
             errors.add(new SpecError("schedule.k_tile", Integer.toString(t.kTile()), "32 or 64"));
         }
         range(errors, "schedule.stages", t.stages(), 2, 4);
+        if (t.kGroups() != 1 && t.kGroups() != 2 && t.kGroups() != 4 || t.kTile() >= 16 && t.kGroups() > t.kTile() / 16) {
+            errors.add(new SpecError("schedule.k_groups", Integer.toString(t.kGroups()),
+                    "1, 2 or 4, and at most k_tile / 16 = " + Math.max(1, t.kTile() / 16)
+                            + " (each k group takes whole 16-wide steps of a slice)"));
+        }
+        if (t.clusterSplit() != 1 && t.clusterSplit() != 2 && t.clusterSplit() != 4 && t.clusterSplit() != 8) {
+            errors.add(new SpecError("schedule.cluster_split", Integer.toString(t.clusterSplit()),
+                    "1, 2, 4 or 8: the blocks of a portable cluster that split the hidden dimension"));
+        }
         if (r.hidden() >= 1 && r.hidden() <= MAX_DIMENSION && r.hidden() % 8 != 0) {
             errors.add(new SpecError("problem.hidden", Integer.toString(r.hidden()),
                     "a multiple of 8 for router_tiled: x and W_r rows are copied in 16-byte pieces"));
         }
-        if (errors.size() > before || r.experts() < 1 || r.experts() > MAX_EXPERTS) {
+        if (errors.size() > before || r.experts() < 1 || r.experts() > MAX_EXPERTS || r.hidden() < 1) {
             return;
         }
-        int rowGroups = t.tokensPerCta() / 16;
-        if (t.warpsPerCta() % rowGroups != 0) {
+        int rowGroups = t.tokensPerCta() / t.tokensPerWarp();
+        if (t.warpsPerCta() % (rowGroups * t.kGroups()) != 0) {
             errors.add(new SpecError("schedule.warps_per_cta", Integer.toString(t.warpsPerCta()),
-                    "a multiple of tokens_per_cta / 16 = " + rowGroups + " (each warp owns 16 tokens of the tile)"));
+                    "a multiple of (tokens_per_cta / tokens_per_warp) x k_groups = " + rowGroups * t.kGroups()
+                            + " (every warp owns tokens_per_warp tokens of the tile in one k group)"));
             return;
         }
-        if (t.tokensPerCta() % t.warpsPerCta() != 0) {
+        int ownRows = t.tokensPerCta() / t.clusterSplit();
+        if (ownRows % t.warpsPerCta() != 0) {
             errors.add(new SpecError("schedule.warps_per_cta", Integer.toString(t.warpsPerCta()),
-                    "a divisor of tokens_per_cta = " + t.tokensPerCta() + " (each warp evaluates the rule for "
-                            + "tokens_per_cta / warps_per_cta rows of the tile)"));
+                    "a divisor of tokens_per_cta / cluster_split = " + ownRows + " (each warp evaluates the rule for "
+                            + "the same number of a block's rows)"));
             return;
         }
         RouterTileLayout layout = RouterTileLayout.of(r, t);
-        if (layout.columnsPerWarp() > RouterTileLayout.MAX_COLUMNS_PER_WARP) {
+        if (layout.accumulators(t) > RouterTileLayout.MAX_ACCUMULATORS) {
             errors.add(new SpecError("schedule.warps_per_cta", Integer.toString(t.warpsPerCta()),
-                    "enough warps that each holds at most " + RouterTileLayout.MAX_COLUMNS_PER_WARP + " of the "
-                            + layout.paddedExperts() + " (padded) experts' scores; here " + layout.columnsPerWarp()
-                            + " (raise warps_per_cta or lower tokens_per_cta)"));
+                    "enough warps that each holds at most " + RouterTileLayout.MAX_ACCUMULATORS + " FP32 accumulators "
+                            + "per thread; here " + layout.accumulators(t) + " (" + t.tokensPerWarp() + " tokens x "
+                            + layout.columnsPerWarp() + " of the " + layout.paddedExperts()
+                            + " padded experts; raise warps_per_cta or lower tokens_per_warp)"));
         }
         if (layout.sharedBytes() > target.maxSharedBytesPerBlock()) {
             errors.add(new SpecError("schedule", layout.sharedBytes() + " bytes of shared memory",

@@ -104,11 +104,23 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Output
      * shared memory, where each warp takes whole rows and evaluates the epilogue tree in registers.
      * The (M, E) scores never reach global memory; no workspace.
      *
-     * @param tokensPerCta tokens per thread block, a multiple of 16 (the mma's M), 16..128
-     * @param warpsPerCta  warps per block: tokensPerCta / 16 row groups times the column groups the
-     *                     experts are split into
-     * @param kTile        elements of the hidden dimension per pipeline stage, 32 or 64
-     * @param stages       pipeline depth, 2..4
+     * <p>Warps form {@code tokensPerCta / tokensPerWarp} row groups, {@code kGroups} k groups (each
+     * takes every kGroups-th 16-wide step of a slice; their partial sums are added in group order)
+     * and as many column groups as the remaining warps make. Shared memory reads bind this loop: a
+     * slice is read once per row group (W_r) and once per column group (x), so larger warp tiles
+     * and k groups read less for the same warps. With {@code clusterSplit > 1} a cluster of that
+     * many blocks shares one tile, each summing 1 / clusterSplit of the slices; the blocks exchange
+     * partial sums through distributed shared memory and each evaluates the rule for its share of
+     * the rows (each block then streams only its part of W_r).
+     *
+     * @param tokensPerCta  tokens per tile, a multiple of 16 (the mma's M), 16..128
+     * @param tokensPerWarp tokens of a warp's tile, a multiple of 16 dividing tokensPerCta
+     * @param warpsPerCta   warps per block: row groups x k groups x column groups
+     * @param kTile         elements of the hidden dimension per pipeline stage, 32 or 64
+     * @param stages        pipeline depth, 2..4
+     * @param kGroups       warps that split a slice's 16-wide steps, 1, 2 or 4 (at most kTile / 16)
+     * @param clusterSplit  blocks of a cluster that split the hidden dimension, 1, 2, 4 or 8
      */
-    record RouterTiled(int tokensPerCta, int warpsPerCta, int kTile, int stages) implements Schedule {}
+    record RouterTiled(int tokensPerCta, int tokensPerWarp, int warpsPerCta, int kTile, int stages, int kGroups,
+                       int clusterSplit) implements Schedule {}
 }

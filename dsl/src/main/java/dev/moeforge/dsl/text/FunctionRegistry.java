@@ -104,12 +104,16 @@ final class FunctionRegistry {
                 Integer kUnroll = a.integer("k_unroll");
                 return a.ok() ? new Schedule.RouterCluster(cluster, warps, loadBytes, kUnroll) : null;
             }),
-            new Entry<>("router_tiled", List.of("tokens_per_cta", "warps_per_cta", "k_tile", "stages"), a -> {
+            new Entry<>("router_tiled", List.of("tokens_per_cta", "tokens_per_warp", "warps_per_cta", "k_tile", "stages",
+                    "k_groups", "cluster_split"), a -> {
                 Integer tokens = a.integer("tokens_per_cta");
+                Integer perWarp = a.integer("tokens_per_warp");
                 Integer warps = a.integer("warps_per_cta");
                 Integer kTile = a.integer("k_tile");
                 Integer stages = a.integer("stages");
-                return a.ok() ? new Schedule.RouterTiled(tokens, warps, kTile, stages) : null;
+                Integer kGroups = a.integer("k_groups");
+                Integer split = a.integer("cluster_split");
+                return a.ok() ? new Schedule.RouterTiled(tokens, perWarp, warps, kTile, stages, kGroups, split) : null;
             })));
 
     // Nested nodes are read through FunctionRegistry.EPILOGUE: a simple name may not refer to the

@@ -100,8 +100,9 @@ public final class SpecPrinter {
                     + ", k_unroll=" + g.kUnroll() + ", experts_per_cta=" + g.expertsPerCta() + ")";
             case Schedule.RouterCluster c -> "router_cluster(cluster_size=" + c.clusterSize() + ", warps_per_cta="
                     + c.warpsPerCta() + ", load_bytes=" + c.loadBytes() + ", k_unroll=" + c.kUnroll() + ")";
-            case Schedule.RouterTiled t -> "router_tiled(tokens_per_cta=" + t.tokensPerCta() + ", warps_per_cta="
-                    + t.warpsPerCta() + ", k_tile=" + t.kTile() + ", stages=" + t.stages() + ")";
+            case Schedule.RouterTiled t -> "router_tiled(tokens_per_cta=" + t.tokensPerCta() + ", tokens_per_warp="
+                    + t.tokensPerWarp() + ", warps_per_cta=" + t.warpsPerCta() + ", k_tile=" + t.kTile() + ", stages="
+                    + t.stages() + ", k_groups=" + t.kGroups() + ", cluster_split=" + t.clusterSplit() + ")";
         };
     }
 }

@@ -97,13 +97,16 @@ public final class BenchRouterCommand implements Callable<Integer> {
         s.add(new Shape("decode_qwen3_next_m1", 1, Catalogue.named("qwen3_next_80b_router"), "softmax_renorm"));
         s.add(new Shape("decode_deepseek_v3_m1", 1, Catalogue.named("deepseek_v3_router"), "grouped_sigmoid"));
         s.add(new Shape("decode_gpt_oss_20b_m1", 1, Catalogue.named("gpt_oss_20b_router"), "biased_topk_softmax"));
-        // (M, N = experts, K = hidden), then the router_tiled schedule that won that shape in the --sweep
-        // (bench/results/2026-11-22-nvidia-h100-80gb-hbm3-router-sweep-tiled.json)
-        int[][] seedShapes = {{512, 8, 128, 16, 8, 64, 4}, {512, 16, 128, 16, 8, 64, 4}, {1024, 64, 512, 16, 8, 64, 4},
-                {2048, 128, 1024, 16, 8, 64, 4}, {4096, 64, 2048, 32, 8, 64, 4}, {4096, 128, 2048, 32, 16, 64, 3}};
+        // (M, N = experts, K = hidden), then the router_tiled schedule that won that shape (tokens per
+        // block, per warp, warps, k tile, stages, k groups, cluster split): the first four from the --sweep
+        // (bench/results/2026-11-22-nvidia-h100-80gb-hbm3-router-sweep-tiled.json), the M = 4096 two from
+        // the router probe's k-group and split variants (bench/NOTES.md, "The seed's M=4096 shapes")
+        int[][] seedShapes = {{512, 8, 128, 16, 16, 8, 64, 4, 1, 1}, {512, 16, 128, 16, 16, 8, 64, 4, 1, 1},
+                {1024, 64, 512, 16, 16, 8, 64, 4, 1, 1}, {2048, 128, 1024, 16, 16, 8, 64, 4, 1, 1},
+                {4096, 64, 2048, 64, 32, 16, 64, 4, 4, 2}, {4096, 128, 2048, 64, 32, 16, 64, 4, 2, 2}};
         for (int[] mnk : seedShapes) {
             String name = "seed_" + mnk[0] + "x" + mnk[1] + "x" + mnk[2];
-            Schedule tiled = new Schedule.RouterTiled(mnk[3], mnk[4], mnk[5], mnk[6]);
+            Schedule tiled = new Schedule.RouterTiled(mnk[3], mnk[4], mnk[5], mnk[6], mnk[7], mnk[8], mnk[9]);
             KernelSpec spec = KernelBuilder.named("bench_" + name).router(mnk[2], mnk[1]).schedule(tiled)
                     .epilogue(new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32)).build();
             s.add(new Shape(name, mnk[0], spec, "topk_softmax"));
@@ -111,9 +114,14 @@ public final class BenchRouterCommand implements Callable<Integer> {
         return s;
     }
 
-    /** router_tiled variants the sweep times on the seed shapes: tokens per block, warps, k tile, stages. */
-    private static final int[][] TILED_SWEEP = {{16, 4, 64, 3}, {16, 8, 64, 4}, {16, 16, 64, 4}, {32, 8, 64, 3},
-            {32, 8, 64, 4}, {32, 16, 64, 3}, {32, 4, 32, 4}, {64, 16, 64, 3}, {64, 8, 64, 3}};
+    /**
+     * router_tiled variants the sweep times on the seed shapes: tokens per block, per warp, warps, k
+     * tile, stages, k groups, cluster split (those that do not validate for a shape are left out).
+     */
+    private static final int[][] TILED_SWEEP = {{16, 16, 4, 64, 3, 1, 1}, {16, 16, 8, 64, 4, 1, 1},
+            {16, 16, 16, 64, 4, 1, 1}, {32, 16, 8, 64, 4, 1, 1}, {32, 16, 16, 64, 3, 1, 1}, {64, 16, 16, 64, 3, 1, 1},
+            {64, 16, 16, 64, 4, 1, 2}, {64, 32, 16, 64, 4, 4, 2}, {64, 32, 16, 64, 3, 4, 2}, {64, 32, 16, 64, 4, 2, 2},
+            {32, 16, 16, 64, 4, 4, 1}, {32, 16, 8, 64, 4, 1, 2}};
 
     /**
      * The shapes, then each decode shape again under other router_gemv and router_cluster
@@ -127,7 +135,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
                 List<Schedule> variants = new ArrayList<>();
                 variants.add(new Schedule.RouterGemv(4, 16, 8, 4));
                 for (int[] t : TILED_SWEEP) {
-                    variants.add(new Schedule.RouterTiled(t[0], t[1], t[2], t[3]));
+                    variants.add(new Schedule.RouterTiled(t[0], t[1], t[2], t[3], t[4], t[5], t[6]));
                 }
                 for (Schedule v : variants) {
                     String name = s.name() + "_" + scheduleTag(v);
@@ -158,7 +166,8 @@ public final class BenchRouterCommand implements Callable<Integer> {
         return switch (s) {
             case Schedule.RouterGemv g -> "gemv_w" + g.warpsPerCta() + "e" + g.expertsPerCta();
             case Schedule.RouterCluster c -> "cluster_c" + c.clusterSize() + "w" + c.warpsPerCta();
-            case Schedule.RouterTiled t -> "tiled_m" + t.tokensPerCta() + "w" + t.warpsPerCta() + "k" + t.kTile() + "s" + t.stages();
+            case Schedule.RouterTiled t -> "tiled_m" + t.tokensPerCta() + "t" + t.tokensPerWarp() + "w" + t.warpsPerCta() + "k"
+                    + t.kTile() + "s" + t.stages() + "g" + t.kGroups() + "c" + t.clusterSplit();
             case Schedule.OutputCentric _, Schedule.OutputTensorCore _ -> throw new IllegalArgumentException("not a router schedule");
         };
     }
