@@ -12,7 +12,7 @@
 // Block q of a cluster sums slices [16 q, 16 (q + 1)) of the 32, sends the others their rows' partial sums through distributed shared memory, and after one cluster barrier adds its own 32 rows' partials in block order.
 // Warp w evaluates the epilogue for rows w, w + 16, ... of the block's 32, its 2 rows interleaved (independent chains of shuffles and reductions).
 // Ties go to the lower expert id; NaN ranks below every number.
-// Dynamic shared memory: 133120 bytes.
+// Dynamic shared memory: 115712 bytes.
 #include "moeforge_device.cuh"
 
 namespace {
@@ -26,7 +26,7 @@ constexpr int kKTile = 64;
 constexpr int kStages = 4;
 constexpr int kKGroups = 2;
 constexpr int kClusterSplit = 2;
-constexpr int kSharedBytes = 133120;
+constexpr int kSharedBytes = 115712;
 constexpr int kRowsPerWarp = 2;
 
 }  // namespace

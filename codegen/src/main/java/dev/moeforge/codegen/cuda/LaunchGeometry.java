@@ -102,7 +102,8 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
             case Schedule.OutputTensorCore _ -> spec.problem() instanceof Problem.ExpertGateUp g
                     ? MAX_GRID_Y / g.shape().topk() : MAX_GRID_Y;
             case Schedule.RouterGemv _, Schedule.RouterCluster _ -> MAX_GRID_Y;
-            case Schedule.RouterTiled _ -> Integer.MAX_VALUE;  // gridDim.x takes 2^31 - 1 blocks: 2^27 tiles of 16 split 8
+            // a tile's first token plus its row (< 128) must stay an int
+            case Schedule.RouterTiled _ -> Integer.MAX_VALUE - 127;
         };
     }
 

@@ -1420,9 +1420,9 @@ struct RouterTile {
   static constexpr int kOwnRows = BM / C;
   static constexpr int kScoreBytes = 4 * BM * kScoreStride;
   // With a split, the other blocks' partial sums of this block's own rows arrive past the pipeline
-  // (which they may still be using when the first partials come in): C slots of kOwnRows rows.
+  // (which this block may still be using when the first partials come in): C - 1 slots of kOwnRows rows.
   static constexpr int kInboxOffset = kStageBytes * S > kScoreBytes ? kStageBytes * S : kScoreBytes;
-  static constexpr int kSharedBytes = kInboxOffset + (C > 1 ? 4 * C * kOwnRows * kScoreStride : 0);
+  static constexpr int kSharedBytes = kInboxOffset + 4 * (C - 1) * kOwnRows * kScoreStride;
 };
 
 // The token of row `row` of the rows a block evaluates (its tile's, or with a split its own part).
@@ -1578,7 +1578,7 @@ __device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* 
     return scores;
   } else {
     // Block q sends rows [r n, (r + 1) n) of its partial sums (n = BM / C) to block r's inbox slot
-    // q; after one cluster barrier every block adds its C partials of its own rows in block order
+    // for q (slots skip the receiver's own index); after one cluster barrier every block adds its C partials of its own rows in block order
     // (deterministic) from local shared memory, and no block reads another's after it.
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
@@ -1589,7 +1589,7 @@ __device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* 
 #pragma unroll 1
     for (int r = 0; r < C; ++r) {
       if (r == part) continue;
-      float* remote = cluster.map_shared_rank(inbox, r) + part * kSlot;
+      float* remote = cluster.map_shared_rank(inbox, r) + (part - (part > r)) * kSlot;
       for (int i = threadIdx.x; i < L::kOwnRows * kQuads; i += L::kThreads) {
         const int at = (i / kQuads) * L::kScoreStride + 4 * (i % kQuads);
         *reinterpret_cast<float4*>(remote + at) = *reinterpret_cast<const float4*>(scores + r * kSlot + at);
@@ -1602,7 +1602,7 @@ __device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* 
       float4 sum = *reinterpret_cast<const float4*>((part == 0 ? own : inbox) + at);
 #pragma unroll
       for (int q = 1; q < C; ++q) {
-        const float4 v = *reinterpret_cast<const float4*>((q == part ? own : inbox + q * kSlot) + at);
+        const float4 v = *reinterpret_cast<const float4*>((q == part ? own : inbox + (q - (q > part)) * kSlot) + at);
         sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
       }
       *reinterpret_cast<float4*>(own + at) = sum;

@@ -120,8 +120,8 @@ class LaunchGeometryTest {
         assertEquals(new dev.moeforge.dsl.check.RouterTileLayout(3, 4, 64, 16, 72, 4, 48, 14_336, 28_672), layout);
         // M = 100 -> ceil(100 / 48) = 3 blocks of 12 warps
         assertEquals(new LaunchGeometry(3, 1, 384, 28_672), LaunchGeometry.of(spec, 100));
-        assertEquals(Integer.MAX_VALUE, LaunchGeometry.maxTokens(spec));
-        assertEquals((Integer.MAX_VALUE - 1) / 48 + 1, LaunchGeometry.of(spec, Integer.MAX_VALUE).gridX());
+        assertEquals(Integer.MAX_VALUE - 127, LaunchGeometry.maxTokens(spec));
+        assertEquals((Integer.MAX_VALUE - 128) / 48 + 1, LaunchGeometry.of(spec, Integer.MAX_VALUE - 127).gridX());
     }
 
     @Test
@@ -129,16 +129,17 @@ class LaunchGeometryTest {
         // E = 60, 64 tokens per tile, 32 per warp, 16 warps: 2 row groups x 4 k groups x 2 column groups;
         // experts padded to ceil(60 / 32) * 32 = 64, 32 per warp (2 x 4 mma tiles: 32 accumulators). Split 2:
         // each block owns 32 rows. Stage = 2 B * (64 + 64) rows * 64 = 16384 B, x 4 stages = 65536 B (the
-        // score table, 4 B * 64 * 72 = 18432 B, fits in it), then the inbox 4 B * 2 slots * 32 rows * 72 = 18432 B.
+        // score table, 4 B * 64 * 72 = 18432 B, fits in it), then the inbox, one slot for the other block:
+        // 4 B * 32 rows * 72 = 9216 B.
         var schedule = new dev.moeforge.dsl.ir.Schedule.RouterTiled(64, 32, 16, 64, 4, 4, 2);
         KernelSpec spec = KernelBuilder.named("rt2").router(200, 60).schedule(schedule)
                 .epilogue(dev.moeforge.dsl.build.RoutingRules.softmaxTopKRenormalized(5, dev.moeforge.dsl.ir.DType.FP32))
                 .build();
         var layout = dev.moeforge.dsl.check.RouterTileLayout.of((dev.moeforge.dsl.ir.Problem.Router) spec.problem(), schedule);
-        assertEquals(new dev.moeforge.dsl.check.RouterTileLayout(2, 2, 64, 32, 72, 4, 32, 16_384, 83_968), layout);
+        assertEquals(new dev.moeforge.dsl.check.RouterTileLayout(2, 2, 64, 32, 72, 4, 32, 16_384, 74_752), layout);
         assertEquals(32, layout.accumulators(schedule));
         // M = 100 -> ceil(100 / 64) = 2 tiles, each a cluster of 2 blocks of 16 warps
-        assertEquals(new LaunchGeometry(4, 1, 512, 83_968), LaunchGeometry.of(spec, 100));
+        assertEquals(new LaunchGeometry(4, 1, 512, 74_752), LaunchGeometry.of(spec, 100));
     }
 
     /** The catalogue's decode routers: a split needs at least twice as many warps as a block's experts. */

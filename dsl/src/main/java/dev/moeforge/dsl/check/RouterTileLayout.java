@@ -12,12 +12,26 @@ import dev.moeforge.dsl.ir.Schedule.RouterTiled;
  * {@code paddedExperts}, a multiple of 16 per column group (one ldmatrix.x4 of W_r feeds two n8
  * mmas). Shared memory holds the pipeline's stages of x and W_r slices, and afterwards (reused)
  * the tile's FP32 scores, rows {@code scoreStride} floats apart; with a cluster split, an inbox
- * for the other blocks' partial sums of this block's {@code ownRows} rows follows the pipeline.
+ * for the other blocks' partial sums of this block's {@code ownRows} rows (one slot per other
+ * block) follows the pipeline.
  */
 public record RouterTileLayout(int warpRows, int warpColumns, int paddedExperts, int columnsPerWarp, int scoreStride,
                                int slices, int ownRows, long stageBytes, long sharedBytes) {
     /** Largest accumulator count per thread: 4 FP32 per 16 x 8 mma tile, at most 64 registers. */
     public static final int MAX_ACCUMULATORS = 64;
+
+    /** Registers a thread keeps besides its accumulators: fragments, addresses, the pipeline's counters. */
+    static final int OTHER_REGISTERS = 32;
+
+    /**
+     * The accumulators a block of {@code warps} warps may hold per thread without spilling: at most
+     * {@link #MAX_ACCUMULATORS}, and what __launch_bounds__'s register share (65536 per block, in
+     * allocation units of 8, at most 255) leaves after {@link #OTHER_REGISTERS}.
+     */
+    public static int accumulatorLimit(int warps) {
+        int share = Math.min(255, 65_536 / (32 * Math.max(1, warps))) & ~7;
+        return Math.min(MAX_ACCUMULATORS, share - OTHER_REGISTERS);
+    }
 
     /** Only meaningful for a schedule that passed the range checks (the divisibility rules of Validator). */
     public static RouterTileLayout of(Problem.Router r, RouterTiled s) {
@@ -31,7 +45,7 @@ public record RouterTileLayout(int warpRows, int warpColumns, int paddedExperts,
         int ownRows = s.tokensPerCta() / split;
         long stage = 2L * (s.tokensPerCta() + padded) * s.kTile();
         long pipelineOrTable = Math.max(stage * s.stages(), 4L * s.tokensPerCta() * stride);
-        long inbox = split > 1 ? 4L * split * ownRows * stride : 0;
+        long inbox = 4L * (split - 1) * ownRows * stride;  // the other blocks' partials of this block's rows
         int slices = ceilDiv(r.hidden(), s.kTile());
         return new RouterTileLayout(warpRows, warpColumns, padded, perWarp, stride, slices, ownRows, stage,
                 pipelineOrTable + inbox);

@@ -249,12 +249,19 @@ public final class Validator {
             return;
         }
         RouterTileLayout layout = RouterTileLayout.of(r, t);
-        if (layout.accumulators(t) > RouterTileLayout.MAX_ACCUMULATORS) {
+        if (t.clusterSplit() > layout.slices()) {
+            errors.add(new SpecError("schedule.cluster_split", Integer.toString(t.clusterSplit()),
+                    "at most the " + layout.slices() + " k_tile slices of hidden = " + r.hidden()
+                            + " (more blocks than slices would leave some with nothing to sum)"));
+        }
+        int limit = RouterTileLayout.accumulatorLimit(t.warpsPerCta());
+        if (layout.accumulators(t) > limit) {
             errors.add(new SpecError("schedule.warps_per_cta", Integer.toString(t.warpsPerCta()),
-                    "enough warps that each holds at most " + RouterTileLayout.MAX_ACCUMULATORS + " FP32 accumulators "
-                            + "per thread; here " + layout.accumulators(t) + " (" + t.tokensPerWarp() + " tokens x "
-                            + layout.columnsPerWarp() + " of the " + layout.paddedExperts()
-                            + " padded experts; raise warps_per_cta or lower tokens_per_warp)"));
+                    "a warp tile of at most " + limit + " FP32 accumulators per thread with " + t.warpsPerCta()
+                            + " warps (at most " + RouterTileLayout.MAX_ACCUMULATORS + ", and fewer above 16 warps, "
+                            + "whose register share is smaller); here " + layout.accumulators(t) + " ("
+                            + t.tokensPerWarp() + " tokens x " + layout.columnsPerWarp() + " of the "
+                            + layout.paddedExperts() + " padded experts; change warps_per_cta or lower tokens_per_warp)"));
         }
         if (layout.sharedBytes() > target.maxSharedBytesPerBlock()) {
             errors.add(new SpecError("schedule", layout.sharedBytes() + " bytes of shared memory",

@@ -71,6 +71,7 @@ class RouterGpuTest extends GpuSession {
             new Case("bf16_weights_k6_of_96", 512, 96, RoutingRules.softmaxTopKRenormalized(6, DType.BF16), new int[] {1, 3}),
             // H not a whole number of k tiles, E not a whole number of mma columns
             new Case("ragged_h200_e60_k5", 200, 60, RoutingRules.softmaxTopKRenormalized(5, DType.FP32), new int[] {3, 50, 100}),
+            new Case("ragged_h296_e40_k3", 296, 40, RoutingRules.softmaxTopKRenormalized(3, DType.FP32), new int[] {5, 70}),
             new Case("sigmoid_scale_k3_of_40", 256, 40, new Store(new Scale(TopK.of(new Sigmoid(Acc.MAIN), 3), 0.5), DType.FP32),
                     new int[] {2}),
             // the seed's six (M, N, K) shapes, top-4, softmax over the top-4
@@ -91,9 +92,10 @@ class RouterGpuTest extends GpuSession {
             new Schedule.RouterTiled(16, 16, 4, 64, 3, 1, 1),
             new Schedule.RouterTiled(64, 16, 16, 32, 4, 1, 1),
             new Schedule.RouterTiled(48, 16, 12, 64, 2, 1, 1),
-            // k groups, cluster splits (ragged shares where the slices do not divide), 32-token warp tiles
+            // k groups, cluster splits (ragged shares where the slices do not divide: hidden 296 in 64-wide
+            // slices split 4 leaves the last block none), 32-token warp tiles
             new Schedule.RouterTiled(32, 16, 16, 32, 2, 2, 2),
-            new Schedule.RouterTiled(48, 16, 12, 32, 2, 1, 4),
+            new Schedule.RouterTiled(48, 16, 12, 64, 2, 1, 4),
             new Schedule.RouterTiled(64, 32, 16, 64, 4, 4, 2),
             new Schedule.RouterTiled(64, 32, 16, 64, 4, 2, 2));
 
