@@ -1399,7 +1399,7 @@ template <int H, int E, int BM, int TM, int W, int BK, int S, int KG = 1, int C 
 struct RouterTile {
   static_assert(BM % 16 == 0 && BM >= 16 && BM <= 128, "a tile is a whole number of 16-token mma rows");
   static_assert(TM % 16 == 0 && BM % TM == 0, "a warp owns a whole number of 16-token mma rows of the tile");
-  static_assert(BK == 32 || BK == 64 || BK == 128, "a slice row is 4, 8 or 16 16-byte pieces");
+  static_assert(BK == 32 || BK == 64, "a slice row is 4 or 8 16-byte pieces");
   static_assert((BK / 16) % KG == 0, "the k groups take equal shares of a slice's k16 steps");
   static constexpr int kWarpRows = BM / TM;
   static_assert(W % (kWarpRows * KG) == 0, "every warp owns TM tokens of the tile in one k group");
@@ -1431,13 +1431,11 @@ __device__ __forceinline__ int router_tile_token(int row) {
   return static_cast<int>(blockIdx.x / C) * BM + static_cast<int>(blockIdx.x % C) * (BM / C) + row;
 }
 
-// Byte offset of 16-byte piece p of slice row r: rows of 4 pieces swizzle in pairs, rows of 8 or 16
-// alone (the low 3 bits of the piece), so 8 consecutive rows at the same logical piece land in 8
-// distinct 16-byte bank groups.
+// Byte offset of 16-byte piece p of slice row r: rows of 4 pieces swizzle in pairs, rows of 8 alone,
+// so 8 consecutive rows at the same logical piece land in 8 distinct 16-byte bank groups.
 template <int P>
 __device__ __forceinline__ uint32_t swizzled(int row, int piece) {
-  if constexpr (P >= 8) return 16u * static_cast<uint32_t>(row * P + (piece ^ (row % 8)));
-  else return 16u * static_cast<uint32_t>(row * P + (piece ^ ((row / (8 / P)) % P)));
+  return 16u * static_cast<uint32_t>(row * P + (piece ^ ((row / (8 / P)) % P)));
 }
 
 // 16 bytes global -> shared without a register round trip; valid == false writes zeros.

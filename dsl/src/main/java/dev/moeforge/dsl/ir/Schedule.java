@@ -109,7 +109,8 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Output
      * and as many column groups as the remaining warps make. Shared memory reads bind this loop: a
      * slice is read once per row group (W_r) and once per column group (x), so larger warp tiles
      * and k groups read less for the same warps. With {@code clusterSplit > 1} a cluster of that
-     * many blocks shares one tile, each summing 1 / clusterSplit of the slices; the blocks exchange
+     * many blocks shares one tile, each summing ceil(slices / clusterSplit) of the slices (the last
+     * share may be shorter, or empty); the blocks exchange
      * partial sums through distributed shared memory and each evaluates the rule for its share of
      * the rows (each block then streams only its part of W_r).
      *
@@ -119,7 +120,8 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Output
      * @param kTile         elements of the hidden dimension per pipeline stage, 32 or 64
      * @param stages        pipeline depth, 2..4
      * @param kGroups       warps that split a slice's 16-wide steps, 1, 2 or 4 (at most kTile / 16)
-     * @param clusterSplit  blocks of a cluster that split the hidden dimension, 1, 2, 4 or 8
+     * @param clusterSplit  blocks of a cluster that split the hidden dimension, 1, 2, 4 or 8, at most
+     *                      the number of kTile slices
      */
     record RouterTiled(int tokensPerCta, int tokensPerWarp, int warpsPerCta, int kTile, int stages, int kGroups,
                        int clusterSplit) implements Schedule {}

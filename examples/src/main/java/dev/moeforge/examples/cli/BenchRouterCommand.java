@@ -98,31 +98,37 @@ public final class BenchRouterCommand implements Callable<Integer> {
         s.add(new Shape("decode_deepseek_v3_m1", 1, Catalogue.named("deepseek_v3_router"), "grouped_sigmoid"));
         s.add(new Shape("decode_gpt_oss_20b_m1", 1, Catalogue.named("gpt_oss_20b_router"), "biased_topk_softmax"));
         s.add(new Shape("prefill_qwen3_30b_m4096", 4096, Catalogue.named("qwen3_30b_a3b_router_prefill"), "softmax_renorm"));
-        // (M, N = experts, K = hidden), then the router_tiled schedule that won that shape (tokens per
-        // block, per warp, warps, k tile, stages, k groups, cluster split): the first four from the --sweep
+        // each seed shape under the router_tiled schedule that won it: the first four from the --sweep
         // (bench/results/2026-11-22-nvidia-h100-80gb-hbm3-router-sweep-tiled.json), the M = 4096 two from
         // the router probe's k-group and split variants (bench/NOTES.md, "The seed's M=4096 shapes")
-        int[][] seedShapes = {{512, 8, 128, 16, 16, 8, 64, 4, 1, 1}, {512, 16, 128, 16, 16, 8, 64, 4, 1, 1},
-                {1024, 64, 512, 16, 16, 8, 64, 4, 1, 1}, {2048, 128, 1024, 16, 16, 8, 64, 4, 1, 1},
-                {4096, 64, 2048, 64, 32, 16, 64, 4, 4, 2}, {4096, 128, 2048, 64, 32, 16, 64, 4, 2, 2}};
-        for (int[] mnk : seedShapes) {
-            String name = "seed_" + mnk[0] + "x" + mnk[1] + "x" + mnk[2];
-            Schedule tiled = new Schedule.RouterTiled(mnk[3], mnk[4], mnk[5], mnk[6], mnk[7], mnk[8], mnk[9]);
-            KernelSpec spec = KernelBuilder.named("bench_" + name).router(mnk[2], mnk[1]).schedule(tiled)
+        Schedule.RouterTiled small = tiled(16, 16, 8, 64, 4, 1, 1);
+        for (SeedShape seed : List.of(new SeedShape(512, 8, 128, small), new SeedShape(512, 16, 128, small),
+                new SeedShape(1024, 64, 512, small), new SeedShape(2048, 128, 1024, small),
+                new SeedShape(4096, 64, 2048, tiled(64, 32, 16, 64, 4, 4, 2)),
+                new SeedShape(4096, 128, 2048, tiled(64, 32, 16, 64, 4, 2, 2)))) {
+            String name = "seed_" + seed.tokens() + "x" + seed.experts() + "x" + seed.hidden();
+            KernelSpec spec = KernelBuilder.named("bench_" + name).router(seed.hidden(), seed.experts()).schedule(seed.schedule())
                     .epilogue(new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32)).build();
-            s.add(new Shape(name, mnk[0], spec, "topk_softmax"));
+            s.add(new Shape(name, seed.tokens(), spec, "topk_softmax"));
         }
         return s;
     }
 
-    /**
-     * router_tiled variants the sweep times on the seed shapes: tokens per block, per warp, warps, k
-     * tile, stages, k groups, cluster split (those that do not validate for a shape are left out).
-     */
-    private static final int[][] TILED_SWEEP = {{16, 16, 4, 64, 3, 1, 1}, {16, 16, 8, 64, 4, 1, 1},
-            {16, 16, 16, 64, 4, 1, 1}, {32, 16, 8, 64, 4, 1, 1}, {32, 16, 16, 64, 3, 1, 1}, {64, 16, 16, 64, 3, 1, 1},
-            {64, 16, 16, 64, 4, 1, 2}, {64, 32, 16, 64, 4, 4, 2}, {64, 32, 16, 64, 3, 4, 2}, {64, 32, 16, 64, 4, 2, 2},
-            {32, 16, 16, 64, 4, 4, 1}, {32, 16, 8, 64, 4, 1, 2}};
+    /** One of seed 002's (M, N = experts, K = hidden) shapes and the schedule the bench runs it under. */
+    private record SeedShape(int tokens, int experts, int hidden, Schedule.RouterTiled schedule) {}
+
+    /** A router_tiled schedule, arguments in the textual form's order. */
+    private static Schedule.RouterTiled tiled(int tokensPerCta, int tokensPerWarp, int warps, int kTile, int stages,
+                                              int kGroups, int clusterSplit) {
+        return new Schedule.RouterTiled(tokensPerCta, tokensPerWarp, warps, kTile, stages, kGroups, clusterSplit);
+    }
+
+    /** router_tiled variants the sweep times on the seed shapes (those that do not validate for a shape are left out). */
+    private static final List<Schedule.RouterTiled> TILED_SWEEP = List.of(tiled(16, 16, 4, 64, 3, 1, 1),
+            tiled(16, 16, 8, 64, 4, 1, 1), tiled(16, 16, 16, 64, 4, 1, 1), tiled(32, 16, 8, 64, 4, 1, 1),
+            tiled(32, 16, 16, 64, 3, 1, 1), tiled(64, 16, 16, 64, 3, 1, 1), tiled(64, 16, 16, 64, 4, 1, 2),
+            tiled(64, 32, 16, 64, 4, 4, 2), tiled(64, 32, 16, 64, 3, 4, 2), tiled(64, 32, 16, 64, 4, 2, 2),
+            tiled(32, 16, 16, 64, 4, 4, 1), tiled(32, 16, 8, 64, 4, 1, 2));
 
     /**
      * The shapes, then each decode shape again under other router_gemv and router_cluster
@@ -138,9 +144,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
             if (s.name().startsWith("seed_")) {
                 List<Schedule> variants = new ArrayList<>();
                 variants.add(new Schedule.RouterGemv(4, 16, 8, 4));
-                for (int[] t : TILED_SWEEP) {
-                    variants.add(new Schedule.RouterTiled(t[0], t[1], t[2], t[3], t[4], t[5], t[6]));
-                }
+                variants.addAll(TILED_SWEEP);
                 for (Schedule v : variants) {
                     String name = s.name() + "_" + scheduleTag(v);
                     KernelSpec spec = s.spec().withSchedule(v).withName("sweep_" + name);
