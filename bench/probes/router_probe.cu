@@ -150,14 +150,16 @@ __global__ void __launch_bounds__(256) router(const __nv_bfloat16* x, const __nv
 
 // The router with its weight loads issued before the PDL wait (the weights are constants; x, the
 // scores and the ticket are touched only after it): each warp's part of a row is one step of
-// U loads per lane, held in registers across the wait.
-template <class R>
+// U loads per lane, held in registers across the wait. TRIGGER_FIRST: launch_dependents before
+// the loads (the next launch may start at once, so launches pile up); otherwise after the wait
+// (at most the next launch overlaps this one).
+template <class R, bool TRIGGER_FIRST = true>
 __global__ void __launch_bounds__(256) router_early(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
                                                     int* counters, float* tw, int* ids) {
   constexpr int kChunks = R::kH / 8;
   constexpr int kSpan = mf::ceil_div(mf::ceil_div(kChunks, R::kSplit), 32) * 32;
   static_assert(kSpan <= 32 * R::kU, "one step of loads per warp");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if constexpr (TRIGGER_FIRST) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = warp % R::kSplit;
   const int e = blockIdx.x * R::kEpc + warp / R::kSplit;
@@ -170,6 +172,7 @@ __global__ void __launch_bounds__(256) router_early(const __nv_bfloat16* x, cons
     wv[i] = c < end ? mf::load_weights<16>(row + c * 16) : mf::zero_lane<16>();
   }
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  if constexpr (!TRIGGER_FIRST) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const char* x_row = reinterpret_cast<const char*>(x);
   float acc = 0.0f;
 #pragma unroll
@@ -731,6 +734,78 @@ void run(const char* name, int copies, int reps, std::mt19937& rng) {
   cudaStreamDestroy(s);
 }
 
+// A stand-in for the kernel before the router in a layer (the previous layer's down): BYTES of
+// weights streamed from DRAM by 132 x 8 warps, one 16-byte load per lane per step, summed.
+__global__ void __launch_bounds__(256) stream_read(const uint4* src, size_t words16, float* sink) {
+  mf::begin_after_previous_kernel();
+  float acc = 0.0f;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words16; i += (size_t)gridDim.x * blockDim.x) {
+    const uint4 v = __ldg(src + i);
+    acc += __uint_as_float(v.x) + __uint_as_float(v.y) + __uint_as_float(v.z) + __uint_as_float(v.w);
+  }
+  if (acc == 1.2345f) sink[0] = acc;  // keeps the loads
+}
+
+// Programmatic dependent launch and the router's weight loads: the catalogue router launched
+// plainly and with PDL, and the weights-before-the-wait router with launch_dependents first or
+// after the wait; alone back to back, and after a 6 MB streaming kernel (a layer's down) each call.
+template <template <int> class Rule>
+void run_pdl(const char* name, int copies, int reps, std::mt19937& rng) {
+  using R = Rule<kBlock>;
+  const size_t wbytes = (size_t)R::kE * R::kH * 2;
+  __nv_bfloat16* w; CK(cudaMalloc(&w, wbytes * copies));
+  probe::fill_dev(w, wbytes * copies, 17, 0x807f807fu, 0x3c803c80u);
+  std::vector<uint16_t> xh((size_t)copies * R::kH);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : xh) v = float_to_bf16(nd(rng));
+  __nv_bfloat16* x; CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+  std::vector<float> bh(R::kE);
+  for (auto& v : bh) v = std::uniform_real_distribution<float>(-0.05f, 0.05f)(rng);
+  float* bias; CK(cudaMalloc(&bias, R::kE * 4)); CK(cudaMemcpy(bias, bh.data(), R::kE * 4, cudaMemcpyHostToDevice));
+  float *scores, *tw, *sink; int *counters, *ids;
+  CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4));
+  CK(cudaMalloc(&tw, copies * R::kK * 4)); CK(cudaMalloc(&ids, copies * R::kK * 4)); CK(cudaMalloc(&sink, 64));
+  constexpr size_t kFill = 6u << 20;  // bytes per streaming call
+  uint4* big; CK(cudaMalloc(&big, kFill * copies)); probe::fill_dev(big, kFill * copies, 5);
+  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const dim3 grid(R::kE / R::kEpc), block(32 * R::kW);
+  auto wc = [&](int c) { return w + (size_t)c * R::kE * R::kH; };
+  // every call writes its own token's outputs, so the chains' results can be compared call by call
+  auto call = [&](auto kernel, bool pdl, int c) {
+    probe::launch_as(probe::LaunchAs{pdl, false, 1}, kernel, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH),
+                     (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw + c * R::kK, ids + c * R::kK);
+  };
+  auto filler = [&](bool pdl, int c) {
+    probe::launch_as(probe::LaunchAs{pdl, false, 1}, stream_read, dim3(132 * 4), dim3(256), 0, s,
+                     (const uint4*)((const char*)big + kFill * c), kFill / 16, sink);
+  };
+  auto chain = [&](auto kernel, bool pdl, bool with_filler) {
+    return probe::graph_us(s, reps, copies, [&] {
+      for (int c = 0; c < copies; ++c) { if (with_filler) filler(pdl, c); call(kernel, pdl, c); }
+    });
+  };
+  auto routing = [&](auto kernel, bool pdl) {
+    CK(cudaMemset(ids, 0xff, copies * R::kK * 4));
+    for (int c = 0; c < copies; ++c) { filler(pdl, c); call(kernel, pdl, c); }
+    CK(cudaStreamSynchronize(s));
+    std::vector<int> a((size_t)copies * R::kK); std::vector<float> b(a.size());
+    CK(cudaMemcpy(a.data(), ids, a.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), tw, b.size() * 4, cudaMemcpyDeviceToHost));
+    return std::make_pair(a, b);
+  };
+  const auto base = routing(router<R>, false);
+  const bool same = routing(router<R>, true) == base && routing(router_early<R, true>, true) == base &&
+                    routing(router_early<R, false>, true) == base;
+  const float filler_alone = probe::graph_us(s, reps, copies, [&] { for (int c = 0; c < copies; ++c) filler(true, c); });
+  std::printf("%s (%d copies), us per call; outputs of every form over the chain %s\n", name, copies, same ? "equal (ids and weights)" : "DIFFER");
+  std::printf("  routers back to back: plain %.2f | PDL %.2f | weights before the wait, trigger first %.2f | trigger after the wait %.2f\n",
+              chain(router<R>, false, false), chain(router<R>, true, false), chain(router_early<R, true>, true, false), chain(router_early<R, false>, true, false));
+  std::printf("  each after a 6 MB stream (stream alone %.2f): plain %.2f | PDL %.2f | weights before the wait, trigger first %.2f | trigger after the wait %.2f\n",
+              filler_alone, chain(router<R>, false, true), chain(router<R>, true, true), chain(router_early<R, true>, true, true), chain(router_early<R, false>, true, true));
+  cudaFree(w); cudaFree(x); cudaFree(bias); cudaFree(scores); cudaFree(counters); cudaFree(tw); cudaFree(ids); cudaFree(sink); cudaFree(big);
+  cudaStreamDestroy(s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -763,6 +838,11 @@ int main(int argc, char** argv) {
       cudaFree(r4);
     }
     cudaFree(rd); cudaFree(sink); cudaFree(od);
+  }
+  if (argc > 2 && std::strcmp(argv[2], "pdl") == 0) {
+    run_pdl<Qwen3NextRule>("qwen3-next (1, 512, 2048, k=10)", 100, reps, rng);
+    run_pdl<DeepSeekRule>("deepseek-v3 (1, 256, 7168, k=8, groups)", 58, reps, rng);
+    return 0;
   }
   if (argc > 2 && std::strcmp(argv[2], "seed") == 0) {
     seed_shapes<64>(reps, rng, "32 tokens, 8 warps, k 64, 4 stages");

@@ -63,6 +63,10 @@ public final class BenchRouterCommand implements Callable<Integer> {
             + "schedules, and the seed shapes under a grid of router_tiled schedules and router_gemv.")
     boolean sweep;
 
+    @Option(names = "--shapes", split = ",", paramLabel = "NAME",
+            description = "Only these shapes (names as in the table, e.g. seed_2048x128x1024), with their sweep variants under --sweep; default: all.")
+    List<String> only;
+
     /** A benchmarked router: the spec and the name of the same rule in the PyTorch script. */
     record Shape(String name, int tokens, KernelSpec spec, String torchRule) {}
 
@@ -70,6 +74,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        List<Shape> base = selected(shapes(), only);  // a bad name fails before any GPU work
         options.require("bench router");
         KernelCache cache = KernelCache.defaultCache();
         List<Row> rows = new ArrayList<>();
@@ -78,17 +83,31 @@ public final class BenchRouterCommand implements Callable<Integer> {
              KernelRuntime runtime = new KernelRuntime(ctx, cache);
              BenchKernels kernels = new BenchKernels(runtime, cache)) {
             System.out.println("device: " + ctx.deviceName());
-            for (Shape s : sweep ? withSweep(shapes()) : shapes()) {
+            for (Shape s : sweep ? withSweep(base) : base) {
                 rows.add(time(runtime, kernels, stream, s, ctx.l2Bytes()));
                 System.out.printf(Locale.ROOT, "  %-28s %8.2f us (%d weight copies)%n", s.name(), rows.getLast().timing().medianMicros(),
                         rows.getLast().copies());
             }
-            JsonNode torch = runTorch(rows.subList(0, shapes().size()));
+            JsonNode torch = runTorch(rows.subList(0, base.size()));
             printTable(rows, torch);
             Path file = writeJson(ctx, rows, torch);
             System.out.println("wrote " + file);
         }
         return 0;
+    }
+
+    /** The shapes named in {@code names} (all when null), in table order; an unknown name is an error listing the known ones. */
+    static List<Shape> selected(List<Shape> shapes, List<String> names) {
+        if (names == null) {
+            return shapes;
+        }
+        List<String> known = shapes.stream().map(Shape::name).toList();
+        for (String n : names) {
+            if (!known.contains(n)) {
+                throw new IllegalArgumentException("--shapes: unknown shape '" + n + "'; known: " + known);
+            }
+        }
+        return shapes.stream().filter(s -> names.contains(s.name())).toList();
     }
 
     static List<Shape> shapes() {
@@ -98,12 +117,14 @@ public final class BenchRouterCommand implements Callable<Integer> {
         s.add(new Shape("decode_deepseek_v3_m1", 1, Catalogue.named("deepseek_v3_router"), "grouped_sigmoid"));
         s.add(new Shape("decode_gpt_oss_20b_m1", 1, Catalogue.named("gpt_oss_20b_router"), "biased_topk_softmax"));
         s.add(new Shape("prefill_qwen3_30b_m4096", 4096, Catalogue.named("qwen3_30b_a3b_router_prefill"), "softmax_renorm"));
-        // each seed shape under the router_tiled schedule that won it: the first four from the --sweep
-        // (bench/results/2026-11-22-nvidia-h100-80gb-hbm3-router-sweep-tiled.json), the M = 4096 two from
-        // the router probe's k-group and split variants (bench/NOTES.md, "The seed's M=4096 shapes")
+        // each seed shape under the router_tiled schedule that won it: the two smallest from the --sweep
+        // (bench/results/2026-11-22-nvidia-h100-80gb-hbm3-router-sweep-tiled.json), the mid two from the
+        // sweep with k groups and splits (...-router-sweep-mid-shapes*.json), the M = 4096 two from the
+        // router probe's k-group and split variants (bench/NOTES.md, "The seed's M=4096 shapes")
         Schedule.RouterTiled small = tiled(16, 16, 8, 64, 4, 1, 1);
         for (SeedShape seed : List.of(new SeedShape(512, 8, 128, small), new SeedShape(512, 16, 128, small),
-                new SeedShape(1024, 64, 512, small), new SeedShape(2048, 128, 1024, small),
+                new SeedShape(1024, 64, 512, tiled(16, 16, 8, 64, 4, 2, 2)),
+                new SeedShape(2048, 128, 1024, tiled(32, 32, 16, 64, 3, 4, 2)),
                 new SeedShape(4096, 64, 2048, tiled(64, 32, 16, 64, 4, 4, 2)),
                 new SeedShape(4096, 128, 2048, tiled(64, 32, 16, 64, 4, 2, 2)))) {
             String name = "seed_" + seed.tokens() + "x" + seed.experts() + "x" + seed.hidden();
@@ -128,7 +149,13 @@ public final class BenchRouterCommand implements Callable<Integer> {
             tiled(16, 16, 8, 64, 4, 1, 1), tiled(16, 16, 16, 64, 4, 1, 1), tiled(32, 16, 8, 64, 4, 1, 1),
             tiled(32, 16, 16, 64, 3, 1, 1), tiled(64, 16, 16, 64, 3, 1, 1), tiled(64, 16, 16, 64, 4, 1, 2),
             tiled(64, 32, 16, 64, 4, 4, 2), tiled(64, 32, 16, 64, 3, 4, 2), tiled(64, 32, 16, 64, 4, 2, 2),
-            tiled(32, 16, 16, 64, 4, 4, 1), tiled(32, 16, 8, 64, 4, 1, 2));
+            tiled(32, 16, 16, 64, 4, 4, 1), tiled(32, 16, 8, 64, 4, 1, 2),
+            // k groups and splits for the mid shapes (1024 and 2048 tokens), whose 16-token tiles each read all of W_r
+            tiled(16, 16, 8, 64, 4, 1, 2), tiled(16, 16, 8, 64, 4, 2, 1), tiled(16, 16, 8, 64, 4, 2, 2),
+            tiled(16, 16, 16, 64, 4, 4, 1), tiled(32, 16, 8, 64, 4, 2, 2), tiled(32, 16, 16, 64, 4, 2, 2),
+            tiled(32, 16, 16, 64, 4, 4, 2), tiled(32, 32, 16, 64, 4, 4, 2), tiled(64, 32, 16, 64, 4, 2, 4),
+            tiled(16, 16, 8, 32, 4, 2, 2), tiled(16, 16, 8, 64, 4, 4, 2), tiled(32, 32, 8, 64, 4, 2, 2),
+            tiled(32, 32, 16, 64, 3, 4, 2), tiled(32, 32, 16, 64, 4, 2, 2), tiled(32, 32, 16, 32, 4, 2, 2));
 
     /**
      * The shapes, then each decode shape again under other router_gemv and router_cluster

@@ -97,7 +97,10 @@ class RouterGpuTest extends GpuSession {
             new Schedule.RouterTiled(32, 16, 16, 32, 2, 2, 2),
             new Schedule.RouterTiled(48, 16, 12, 64, 2, 1, 4),
             new Schedule.RouterTiled(64, 32, 16, 64, 4, 4, 2),
-            new Schedule.RouterTiled(64, 32, 16, 64, 3, 2, 2));  // the catalogue's Qwen3-30B-A3B prefill router
+            new Schedule.RouterTiled(64, 32, 16, 64, 3, 2, 2),  // the catalogue's Qwen3-30B-A3B prefill router
+            // bench router's seed (1024, 64, 512) and (2048, 128, 1024) schedules
+            new Schedule.RouterTiled(16, 16, 8, 64, 4, 2, 2),
+            new Schedule.RouterTiled(32, 32, 16, 64, 3, 4, 2));
 
     /** Index of the first router_tiled schedule in {@link #SCHEDULES}. */
     static final int FIRST_TILED = java.util.stream.IntStream.range(0, SCHEDULES.size())
