@@ -43,6 +43,8 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_next_80b_router_prefill(
                               kClusterSplit>;
   static_assert(Tile::kSharedBytes == kSharedBytes, "moeforge_device.cuh and RouterTileLayout disagree on shared memory");
   extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ mf::BlockExpertCounts<kExperts> block_counts;  // this block's rows, added to expert_counts at the end
+  block_counts.zero();  // the scores phase's barriers order this before the counts
   const float* scores = mf::router_tile_scores<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile,
                                                 kStages, kKGroups, kClusterSplit>(x, w_router, smem, num_tokens);
   // The rows are independent: unrolled, their shuffles and reductions interleave. Rows past
@@ -55,7 +57,8 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_next_80b_router_prefill(
     const mf::TopK<10> v1 = mf::softmax_topk<10>(v0);
     if (token < num_tokens) {
       mf::store_topk(v1, topk_weights + static_cast<size_t>(token) * 10, topk_ids + static_cast<size_t>(token) * 10);
-      mf::count_experts(v1, expert_counts);
+      mf::count_experts(v1, block_counts);
     }
   }
+  block_counts.flush(expert_counts);
 }

@@ -143,6 +143,7 @@ public final class CudaEmitter {
         Map<String, Object> model = routerModel(spec, specText, constants, t.warpsPerCta(), notes,
                 "mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride)", RouterEpilogueEmitter.Evaluation.WARP_PER_ROW);
         model.put("clusterSplit", t.clusterSplit());
+        model.put("expertCounts", r.expertCounts());
         return model;
     }
 

@@ -106,7 +106,8 @@ public final class RouterEpilogueEmitter {
                         + ", topk_ids + static_cast<size_t>(token) * " + k.getAsInt() + ");"
                 : "mf::store_row(" + value + ", router_out + static_cast<size_t>(token) * kExperts);");
         if (expertCounts) {
-            stores.add("mf::count_experts(" + value + ", expert_counts);");
+            // the tiled router's blocks gather their rows' counts in shared memory (its template flushes them)
+            stores.add("mf::count_experts(" + value + (evaluation == Evaluation.WARP_PER_ROW ? ", block_counts);" : ", expert_counts);"));
         }
         return new Code(e.lines, stores);
     }

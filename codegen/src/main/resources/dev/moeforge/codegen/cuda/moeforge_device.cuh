@@ -2150,6 +2150,33 @@ __device__ __forceinline__ void count_experts(const TopK<K>& a, int* __restrict_
   if ((threadIdx.x & 31) < K && a.id >= 0) atomicAdd(counts + a.id, 1);
 }
 
+// A block's share of the histogram (the tiled router's blocks route 16 to 128 tokens each): counted
+// in shared memory, then added to the global counts once per (block, expert). Global atomics per
+// routed slot cost 7.5 us of Qwen3-30B-A3B's 25.2 us prefill router at M=4096, 32768 adds on 128
+// counters (bench/NOTES.md, "The prefill router's histogram").
+template <int E>
+struct BlockExpertCounts {
+  int count[E];
+
+  // Before the first count, with a block barrier between (the tiled router's scores phase has several).
+  __device__ __forceinline__ void zero() {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
+  }
+
+  // Every thread of the block, after its last count.
+  __device__ __forceinline__ void flush(int* __restrict__ counts) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      if (count[e] != 0) atomicAdd(counts + e, count[e]);
+    }
+  }
+};
+
+template <int K, int E>
+__device__ __forceinline__ void count_experts(const TopK<K>& a, BlockExpertCounts<E>& counts) {
+  if ((threadIdx.x & 31) < K && a.id >= 0) atomicAdd(&counts.count[a.id], 1);
+}
+
 template <int E>
 __device__ __forceinline__ void store_row(const Row<E>& a, float* __restrict__ out) {
 #pragma unroll

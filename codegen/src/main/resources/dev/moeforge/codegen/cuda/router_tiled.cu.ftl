@@ -29,6 +29,10 @@ extern "C" __global__ void <#if clusterSplit gt 1>__cluster_dims__(${clusterSpli
                               kClusterSplit>;
   static_assert(Tile::kSharedBytes == kSharedBytes, "moeforge_device.cuh and RouterTileLayout disagree on shared memory");
   extern __shared__ __align__(128) unsigned char smem[];
+<#if expertCounts>
+  __shared__ mf::BlockExpertCounts<kExperts> block_counts;  // this block's rows, added to expert_counts at the end
+  block_counts.zero();  // the scores phase's barriers order this before the counts
+</#if>
   const float* scores = mf::router_tile_scores<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile,
                                                 kStages, kKGroups, kClusterSplit>(x, w_router, smem, num_tokens);
   // The rows are independent: unrolled, their shuffles and reductions interleave. Rows past
@@ -46,4 +50,7 @@ extern "C" __global__ void <#if clusterSplit gt 1>__cluster_dims__(${clusterSpli
 </#list>
     }
   }
+<#if expertCounts>
+  block_counts.flush(expert_counts);
+</#if>
 }

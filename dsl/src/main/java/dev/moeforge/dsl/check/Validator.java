@@ -263,8 +263,10 @@ public final class Validator {
                             + t.tokensPerWarp() + " tokens x " + layout.columnsPerWarp() + " of the "
                             + layout.paddedExperts() + " padded experts; change warps_per_cta or lower tokens_per_warp)"));
         }
-        if (layout.sharedBytes() > target.maxSharedBytesPerBlock()) {
-            errors.add(new SpecError("schedule", layout.sharedBytes() + " bytes of shared memory",
+        // the pipeline, plus the block's share of the expert histogram (BlockExpertCounts in the device header)
+        long shared = layout.sharedBytes() + (r.expertCounts() ? 4L * r.experts() : 0L);
+        if (shared > target.maxSharedBytesPerBlock()) {
+            errors.add(new SpecError("schedule", shared + " bytes of shared memory",
                     "at most " + target.maxSharedBytesPerBlock() + " bytes per thread block on " + target.text()
                             + " (lower stages, k_tile or tokens_per_cta)"));
         }

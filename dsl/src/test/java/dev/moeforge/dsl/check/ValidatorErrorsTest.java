@@ -63,6 +63,17 @@ class ValidatorErrorsTest {
         assertTrue(shared > Target.SM_120A.maxSharedBytesPerBlock());
     }
 
+    /** The histogram case fails for the histogram alone: the same kernel without expert counts is valid. */
+    @Test
+    void histogramCaseExceedsTheLimitOnlyWithItsCounts() throws IOException, URISyntaxException {
+        String text = Files.readString(dir().resolve("router_tiled_histogram_over_sm120_limit.moe"));
+        assertThrows(SpecException.class, () -> SpecParser.parse(text));
+        KernelSpec withoutCounts = SpecParser.parse(text.replace("expert_counts=true", "expert_counts=false"));
+        long shared = RouterTileLayout.of((dev.moeforge.dsl.ir.Problem.Router) withoutCounts.problem(),
+                (Schedule.RouterTiled) withoutCounts.schedule()).sharedBytes();
+        assertTrue(shared <= Target.SM_120A.maxSharedBytesPerBlock() && shared + 4 * 512 > Target.SM_120A.maxSharedBytesPerBlock());
+    }
+
     private static List<Path> files(String extension) throws IOException, URISyntaxException {
         try (Stream<Path> list = Files.list(dir())) {
             return list.filter(p -> p.getFileName().toString().endsWith(extension)).sorted().toList();

@@ -166,7 +166,17 @@ public final class BenchRouterCommand implements Callable<Integer> {
         List<Shape> all = new ArrayList<>(shapes);
         for (Shape s : shapes) {
             if (s.name().startsWith("prefill_")) {
-                continue;  // a catalogue kernel, timed as built
+                // the catalogue kernel's schedule without the histogram, then also with the seed's rule
+                // (top-4, softmax of the 4): what the rule and the histogram each cost over the GEMM
+                Problem.Router r = (Problem.Router) s.spec().problem();
+                KernelSpec noCounts = KernelBuilder.named("sweep_" + s.name() + "_no_counts").router(r.hidden(), r.experts())
+                        .schedule(s.spec().schedule()).epilogue(s.spec().epilogue()).target(s.spec().target()).build();
+                KernelSpec seedRule = KernelBuilder.named("sweep_" + s.name() + "_seed_rule").router(r.hidden(), r.experts())
+                        .schedule(s.spec().schedule()).epilogue(new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32))
+                        .target(s.spec().target()).build();
+                all.add(new Shape(s.name() + "_no_counts", s.tokens(), noCounts, s.torchRule()));
+                all.add(new Shape(s.name() + "_seed_rule", s.tokens(), seedRule, "topk_softmax"));
+                continue;
             }
             if (s.name().startsWith("seed_")) {
                 List<Schedule> variants = new ArrayList<>();

@@ -111,9 +111,13 @@ class RouterGpuTest extends GpuSession {
         return java.util.stream.IntStream.of(0, FIRST_TILED);
     }
 
-    /** A decode schedule and a tiled one other than {@link #decodeAndTiled()}'s. */
+    /**
+     * A decode schedule, a tiled one other than {@link #decodeAndTiled()}'s, and the catalogue's
+     * prefill schedule (split over a cluster: each block flushes its own rows' counts).
+     */
     static java.util.stream.IntStream decodeAndOtherTiled() {
-        return java.util.stream.IntStream.of(0, FIRST_TILED + 1);
+        return java.util.stream.IntStream.of(0, FIRST_TILED + 1,
+                SCHEDULES.indexOf(new Schedule.RouterTiled(64, 32, 16, 64, 3, 2, 2)));
     }
 
 
