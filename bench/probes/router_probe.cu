@@ -558,19 +558,33 @@ void seed_shapes(int reps, std::mt19937& rng, const char* catalogue_name) {
 }
 
 
+// A decode router's inputs: `copies` copies of random router weights (bf16 +-[2^-6, 2^-5): scores
+// of about unit size), one random token per copy, and a correction bias.
+template <class R>
+struct RouterInputs {
+  __nv_bfloat16 *w, *x;
+  float* bias;
+  RouterInputs(int copies, std::mt19937& rng) {
+    const size_t wbytes = (size_t)R::kE * R::kH * 2;
+    CK(cudaMalloc(&w, wbytes * copies));
+    probe::fill_dev(w, wbytes * copies, 17, 0x807f807fu, 0x3c803c80u);
+    std::vector<uint16_t> xh((size_t)copies * R::kH);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : xh) v = float_to_bf16(nd(rng));
+    CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+    std::vector<float> bh(R::kE);
+    for (auto& v : bh) v = std::uniform_real_distribution<float>(-0.05f, 0.05f)(rng);
+    CK(cudaMalloc(&bias, R::kE * 4)); CK(cudaMemcpy(bias, bh.data(), R::kE * 4, cudaMemcpyHostToDevice));
+  }
+};
+
 template <template <int> class Rule>
 void run(const char* name, int copies, int reps, std::mt19937& rng) {
   using R = Rule<kRounds>;
-  const size_t wbytes = (size_t)R::kE * R::kH * 2;
-  __nv_bfloat16* w; CK(cudaMalloc(&w, wbytes * copies));
-  probe::fill_dev(w, wbytes * copies, 17, 0x807f807fu, 0x3c803c80u);  // bf16 +-[2^-6, 2^-5): scores of about unit size
-  std::vector<uint16_t> xh((size_t)copies * R::kH);
+  const RouterInputs<R> in(copies, rng);
+  __nv_bfloat16 *w = in.w, *x = in.x;
+  float* bias = in.bias;
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (auto& v : xh) v = float_to_bf16(nd(rng));
-  __nv_bfloat16* x; CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
-  std::vector<float> bh(R::kE);
-  for (auto& v : bh) v = std::uniform_real_distribution<float>(-0.05f, 0.05f)(rng);
-  float* bias; CK(cudaMalloc(&bias, R::kE * 4)); CK(cudaMemcpy(bias, bh.data(), R::kE * 4, cudaMemcpyHostToDevice));
   float *scores, *tw; int *counters, *ids;
   CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4));
   CK(cudaMalloc(&tw, 4096 * R::kK * 4)); CK(cudaMalloc(&ids, 4096 * R::kK * 4));
@@ -752,16 +766,9 @@ __global__ void __launch_bounds__(256) stream_read(const uint4* src, size_t word
 template <template <int> class Rule>
 void run_pdl(const char* name, int copies, int reps, std::mt19937& rng) {
   using R = Rule<kBlock>;
-  const size_t wbytes = (size_t)R::kE * R::kH * 2;
-  __nv_bfloat16* w; CK(cudaMalloc(&w, wbytes * copies));
-  probe::fill_dev(w, wbytes * copies, 17, 0x807f807fu, 0x3c803c80u);
-  std::vector<uint16_t> xh((size_t)copies * R::kH);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (auto& v : xh) v = float_to_bf16(nd(rng));
-  __nv_bfloat16* x; CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
-  std::vector<float> bh(R::kE);
-  for (auto& v : bh) v = std::uniform_real_distribution<float>(-0.05f, 0.05f)(rng);
-  float* bias; CK(cudaMalloc(&bias, R::kE * 4)); CK(cudaMemcpy(bias, bh.data(), R::kE * 4, cudaMemcpyHostToDevice));
+  const RouterInputs<R> in(copies, rng);
+  __nv_bfloat16 *w = in.w, *x = in.x;
+  float* bias = in.bias;
   float *scores, *tw, *sink; int *counters, *ids;
   CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4));
   CK(cudaMalloc(&tw, copies * R::kK * 4)); CK(cudaMalloc(&ids, copies * R::kK * 4)); CK(cudaMalloc(&sink, 64));
