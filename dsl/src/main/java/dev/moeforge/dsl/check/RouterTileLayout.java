@@ -33,6 +33,15 @@ public record RouterTileLayout(int warpRows, int warpColumns, int paddedExperts,
         return Math.min(MAX_ACCUMULATORS, share - OTHER_REGISTERS);
     }
 
+    /**
+     * The block's expert histogram in static shared memory (the device header's BlockExpertCounts:
+     * one int per expert) when the problem keeps expert counts, else 0. Not part of
+     * {@link #sharedBytes()}, which is the dynamic shared memory the launch asks for.
+     */
+    public static long expertCountBytes(Problem.Router r) {
+        return r.expertCounts() ? 4L * r.experts() : 0L;
+    }
+
     /** Only meaningful for a schedule that passed the range checks (the divisibility rules of Validator). */
     public static RouterTileLayout of(Problem.Router r, RouterTiled s) {
         int warpRows = Math.max(1, s.tokensPerCta() / Math.max(16, s.tokensPerWarp()));

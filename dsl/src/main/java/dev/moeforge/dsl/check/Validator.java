@@ -263,8 +263,7 @@ public final class Validator {
                             + t.tokensPerWarp() + " tokens x " + layout.columnsPerWarp() + " of the "
                             + layout.paddedExperts() + " padded experts; change warps_per_cta or lower tokens_per_warp)"));
         }
-        // the pipeline, plus the block's share of the expert histogram (BlockExpertCounts in the device header)
-        long shared = layout.sharedBytes() + (r.expertCounts() ? 4L * r.experts() : 0L);
+        long shared = layout.sharedBytes() + RouterTileLayout.expertCountBytes(r);
         if (shared > target.maxSharedBytesPerBlock()) {
             errors.add(new SpecError("schedule", shared + " bytes of shared memory",
                     "at most " + target.maxSharedBytesPerBlock() + " bytes per thread block on " + target.text()

@@ -31,4 +31,12 @@ public record KernelSpec(String name, Problem problem, Schedule schedule, Epilog
     public KernelSpec withSchedule(Schedule newSchedule) {
         return new KernelSpec(name, problem, newSchedule, epilogue, target);
     }
+
+    public KernelSpec withProblem(Problem newProblem) {
+        return new KernelSpec(name, newProblem, schedule, epilogue, target);
+    }
+
+    public KernelSpec withEpilogue(EpilogueNode newEpilogue) {
+        return new KernelSpec(name, problem, schedule, newEpilogue, target);
+    }
 }

@@ -129,11 +129,14 @@ public final class BenchRouterCommand implements Callable<Integer> {
                 new SeedShape(4096, 128, 2048, tiled(64, 32, 16, 64, 4, 2, 2)))) {
             String name = "seed_" + seed.tokens() + "x" + seed.experts() + "x" + seed.hidden();
             KernelSpec spec = KernelBuilder.named("bench_" + name).router(seed.hidden(), seed.experts()).schedule(seed.schedule())
-                    .epilogue(new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32)).build();
+                    .epilogue(SEED_RULE).build();
             s.add(new Shape(name, seed.tokens(), spec, "topk_softmax"));
         }
         return s;
     }
+
+    /** Seed 002's rule: the top 4 of the logits, softmax over the 4. */
+    private static final Store SEED_RULE = new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32);
 
     /** One of seed 002's (M, N = experts, K = hidden) shapes and the schedule the bench runs it under. */
     private record SeedShape(int tokens, int experts, int hidden, Schedule.RouterTiled schedule) {}
@@ -169,11 +172,9 @@ public final class BenchRouterCommand implements Callable<Integer> {
                 // the catalogue kernel's schedule without the histogram, then also with the seed's rule
                 // (top-4, softmax of the 4): what the rule and the histogram each cost over the GEMM
                 Problem.Router r = (Problem.Router) s.spec().problem();
-                KernelSpec noCounts = KernelBuilder.named("sweep_" + s.name() + "_no_counts").router(r.hidden(), r.experts())
-                        .schedule(s.spec().schedule()).epilogue(s.spec().epilogue()).target(s.spec().target()).build();
-                KernelSpec seedRule = KernelBuilder.named("sweep_" + s.name() + "_seed_rule").router(r.hidden(), r.experts())
-                        .schedule(s.spec().schedule()).epilogue(new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32))
-                        .target(s.spec().target()).build();
+                KernelSpec noCounts = s.spec().withName("sweep_" + s.name() + "_no_counts")
+                        .withProblem(new Problem.Router(r.hidden(), r.experts(), r.weights(), r.activations(), false));
+                KernelSpec seedRule = noCounts.withName("sweep_" + s.name() + "_seed_rule").withEpilogue(SEED_RULE);
                 all.add(new Shape(s.name() + "_no_counts", s.tokens(), noCounts, s.torchRule()));
                 all.add(new Shape(s.name() + "_seed_rule", s.tokens(), seedRule, "topk_softmax"));
                 continue;

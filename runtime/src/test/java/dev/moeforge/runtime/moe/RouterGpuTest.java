@@ -82,6 +82,9 @@ class RouterGpuTest extends GpuSession {
         return new Case("seed_" + m + "x" + n + "x" + k, k, n, new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32), new int[] {m});
     }
 
+    /** The catalogue's Qwen3-30B-A3B prefill router: 64-token tiles split over clusters of 2. */
+    static final Schedule.RouterTiled CATALOGUE_PREFILL = new Schedule.RouterTiled(64, 32, 16, 64, 3, 2, 2);
+
     static final List<Schedule> SCHEDULES = List.of(
             new Schedule.RouterGemv(4, 16, 8, 4),
             new Schedule.RouterGemv(8, 8, 2, 16),
@@ -97,7 +100,7 @@ class RouterGpuTest extends GpuSession {
             new Schedule.RouterTiled(32, 16, 16, 32, 2, 2, 2),
             new Schedule.RouterTiled(48, 16, 12, 64, 2, 1, 4),
             new Schedule.RouterTiled(64, 32, 16, 64, 4, 4, 2),
-            new Schedule.RouterTiled(64, 32, 16, 64, 3, 2, 2),  // the catalogue's Qwen3-30B-A3B prefill router
+            CATALOGUE_PREFILL,
             // bench router's seed (1024, 64, 512) and (2048, 128, 1024) schedules
             new Schedule.RouterTiled(16, 16, 8, 64, 4, 2, 2),
             new Schedule.RouterTiled(32, 32, 16, 64, 3, 4, 2));
@@ -116,8 +119,7 @@ class RouterGpuTest extends GpuSession {
      * prefill schedule (split over a cluster: each block flushes its own rows' counts).
      */
     static java.util.stream.IntStream decodeAndOtherTiled() {
-        return java.util.stream.IntStream.of(0, FIRST_TILED + 1,
-                SCHEDULES.indexOf(new Schedule.RouterTiled(64, 32, 16, 64, 3, 2, 2)));
+        return java.util.stream.IntStream.of(0, FIRST_TILED + 1, SCHEDULES.indexOf(CATALOGUE_PREFILL));
     }
 
 
