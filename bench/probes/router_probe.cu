@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <type_traits>
 
 namespace reference {
 
@@ -65,6 +66,38 @@ __device__ __forceinline__ mf::TopK<K> topk_rounds(const mf::Row<E>& sel, const 
   }
 }
 
+// The header's phase 2 before 2026-11-23 ("The grouped tail"): the token's last block to store
+// its scores (an acquire-release end ticket) reads them all back through L2.
+__device__ __forceinline__ bool last_block_of_token(int* counter) {
+  __syncthreads();
+  __shared__ int is_last;
+  if (threadIdx.x == 0) {
+    int ticket;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(counter) : "memory");
+    is_last = ticket == static_cast<int>(gridDim.x) - 1;
+    if (is_last) *counter = 0;
+  }
+  __syncthreads();
+  return is_last;
+}
+
+template <int E>
+__device__ __forceinline__ mf::Row<E> load_scores(const float* __restrict__ p) {
+  mf::Row<E> r;
+#pragma unroll
+  for (int i = 0; i < mf::Row<E>::kPer; ++i) r.v[i] = mf::row_index(i) < E ? __ldcg(p + mf::row_index(i)) : 0.0f;
+  return r;
+}
+
+// One token's router, end-ticket form: plain stores, then last_block_of_token.
+template <int H, int E, int W, int LB, int U, int EPC, int SPLIT>
+__device__ __forceinline__ bool router_scores(const __nv_bfloat16* x, const __nv_bfloat16* w, float* scores, int* counters) {
+  const int first = blockIdx.x * EPC;
+  mf::block_scores<H, EPC, W, LB, U, SPLIT>(w, reinterpret_cast<const char*>(x), first, mf::min_int(E, first + EPC),
+                                            [&](int e, float v) { scores[e] = v; });
+  return last_block_of_token(counters);
+}
+
 }  // namespace reference
 
 namespace {
@@ -72,11 +105,73 @@ namespace {
 using mf::Row;
 using mf::TopK;
 
+// The scores published in place of the ticket (probe of 2026-11-23, "await"): every block stores
+// its scores as the complement of their bits (a NaN canonicalised first, so a stored word is never
+// 0), and the token's block that took the last *start* ticket (all the token's other blocks have
+// begun, so none of them waits on it) reads its slice of the token's scores as they land, polling
+// the words still 0, and clears them to 0 for the next launch. No end ticket, no reload after it,
+// and each warp of the tail works on its slice as soon as that slice is complete.
+namespace awaited {
+
+__device__ unsigned long long* g_arrivals;  // traced runs: when each warp's scores were all in
+
+// The row's PARTS partial sums (STRIDE apart; PARTS 1: the scores), every word requested before
+// any is polled again, added in part order from 0.
+template <int E, int PARTS = 1, int STRIDE = 0>
+__device__ __forceinline__ Row<E> await_scores(float* p) {
+  constexpr int P = Row<E>::kPer;
+  unsigned got[PARTS][P];
+#pragma unroll
+  for (int q = 0; q < PARTS; ++q)
+#pragma unroll
+    for (int i = 0; i < P; ++i) got[q][i] = mf::row_index(i) < E ? mf::peek_score(p + q * STRIDE + mf::row_index(i)) : ~0u;
+  bool waiting;
+  do {
+    waiting = false;
+#pragma unroll
+    for (int q = 0; q < PARTS; ++q)
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        if (got[q][i] == 0u) {
+          got[q][i] = mf::peek_score(p + q * STRIDE + mf::row_index(i));
+          waiting |= got[q][i] == 0u;
+        }
+      }
+  } while (waiting);
+  __syncwarp();
+  if (g_arrivals != nullptr && (threadIdx.x & 31) == 0) g_arrivals[threadIdx.x >> 5] = probe::now_ns();
+  Row<E> r;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    r.v[i] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < PARTS; ++q) {
+      if (mf::row_index(i) < E) {
+        r.v[i] += __uint_as_float(~got[q][i]);
+        asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p + q * STRIDE + mf::row_index(i)), "r"(0u) : "memory");
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace awaited
+
+
 // The two routing rules by the epilogue's form: kRounds the K-round top-k (reference::), kWarp
 // the header's select_top in one warp as the row's softmax is written, kRewrite one warp with
 // Qwen3-Next's softmax/top-k/renormalize as softmax_topk, kBlock the tail over the block's warps
 // (block_topk); the block form is called by every thread and returns in warp 0.
 enum Tail { kRounds, kWarp, kRewrite, kBlock };
+
+// A token's scores: read after the end ticket (load_scores), or awaited as they land.
+// PARTS 0: after the end ticket; 1: awaited; > 1: awaited as PARTS partial sums STRIDE apart
+// (the k-sliced router), added in part order from 0 as block_scores adds its warps' parts.
+template <int S, int PARTS, int STRIDE>
+__device__ __forceinline__ Row<S> scores_row(const float* p) {
+  if constexpr (PARTS == 0) return reference::load_scores<S>(p);
+  else return awaited::await_scores<S, PARTS, STRIDE>(const_cast<float*>(p));
+}
 
 // softmax_topk over the block (block_topk's warps and slices), the result in warp 0: tried for
 // Qwen3-Next (no groups), slower than one warp's; the generated kernels use block_topk for
@@ -92,13 +187,14 @@ template <int MODE>
 struct Qwen3NextRule {
   static constexpr int kH = 2048, kE = 512, kK = 10, kW = 8, kU = 8, kEpc = 4, kSplit = 2;
   static constexpr bool kAllWarps = MODE == kBlock;
+  template <int PARTS = 0>
   __device__ static TopK<kK> apply(const float* scores, const float*) {
     if constexpr (MODE == kBlock) {
       __shared__ mf::BlockTopKScratch<kK, kW> scratch;
       constexpr int S = kE / kW;
-      return block_softmax_topk<kK, S, kW>(mf::load_scores<S>(scores + (threadIdx.x >> 5) * S), scratch);
+      return block_softmax_topk<kK, S, kW>(scores_row<S, PARTS, kE>(scores + (threadIdx.x >> 5) * S), scratch);
     } else {
-      const Row<kE> v0 = mf::load_scores<kE>(scores);
+      const Row<kE> v0 = scores_row<kE, PARTS, kE>(scores);
       __shared__ mf::TopKScratch scratch;
       if constexpr (MODE == kRewrite) return mf::softmax_topk<kK>(v0, &scratch);
       const Row<kE> v1 = mf::softmax(v0);
@@ -111,17 +207,18 @@ template <int MODE>
 struct DeepSeekRule {
   static constexpr int kH = 7168, kE = 256, kK = 8, kW = 8, kU = 8, kEpc = 2, kSplit = 4;
   static constexpr bool kAllWarps = MODE == kBlock;
+  template <int PARTS = 0>
   __device__ static TopK<kK> apply(const float* scores, const float* bias) {
     TopK<kK> v4;
     if constexpr (MODE == kBlock) {
       __shared__ mf::BlockTopKScratch<kK, kW> scratch;
       constexpr int S = kE / kW;
       const int first = (threadIdx.x >> 5) * S;
-      const Row<S> v1 = mf::sigmoid(mf::load_scores<S>(scores + first));
+      const Row<S> v1 = mf::sigmoid(scores_row<S, PARTS, kE>(scores + first));
       const Row<S> v3 = mf::add(v1, mf::load_row<S>(bias + first));
       v4 = mf::block_topk<kK, 8, 4, S, kW>(v3, v1, scratch);
     } else {
-      const Row<kE> v1 = mf::sigmoid(mf::load_scores<kE>(scores));
+      const Row<kE> v1 = mf::sigmoid(scores_row<kE, PARTS, kE>(scores));
       const Row<kE> v3 = mf::add(v1, mf::load_row<kE>(bias));
       __shared__ mf::TopKScratch scratch;
       if constexpr (MODE == kRounds) v4 = reference::topk_rounds<kK, 8, 4>(v3, v1);
@@ -132,20 +229,92 @@ struct DeepSeekRule {
 };
 
 // The rule's epilogue on a token's scores: by warp 0, or by every warp (kBlock); stored by warp 0.
-template <class R>
+template <class R, int PARTS = 0>
 __device__ __forceinline__ void tail(const float* scores, const float* bias, float* tw, int* ids) {
   if (!R::kAllWarps && threadIdx.x >= 32) return;
-  const TopK<R::kK> t = R::apply(scores, bias);
+  const TopK<R::kK> t = R::template apply<PARTS>(scores, bias);
   if (threadIdx.x < 32) mf::store_topk(t, tw, ids);
 }
 
 // The generated router_gemv kernel's body, the rule as a parameter.
 template <class R>
-__global__ void __launch_bounds__(256) router(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
+__global__ void __launch_bounds__(256, 1) router(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
                                               int* counters, float* tw, int* ids) {
   mf::begin_after_previous_kernel();
-  if (!mf::router_scores<R::kH, R::kE, R::kW, 16, R::kU, R::kEpc, R::kSplit>(x, w, scores, counters, 1)) return;
+  if (!reference::router_scores<R::kH, R::kE, R::kW, 16, R::kU, R::kEpc, R::kSplit>(x, w, scores, counters)) return;
   tail<R>(scores, bias, tw, ids);
+}
+
+// The header's router (start ticket, scores awaited; mf::router_scores) with the rule's tail.
+template <class R>
+__global__ void __launch_bounds__(256, 1) router_await(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
+                                                       int* counters, float* tw, int* ids) {
+  mf::begin_after_previous_kernel();
+  if (!mf::router_scores<R::kH, R::kE, R::kW, 16, R::kU, R::kEpc, R::kSplit>(x, w, scores, counters, 1)) return;
+  tail<R, 1>(scores, bias, tw, ids);
+}
+
+// The k-sliced router: block b scores the W experts [(b % (E / W)) W, ...) over k span b / (E / W)
+// of SPLIT (one warp per expert), so each block reads 1 / SPLIT of x instead of all of it (x read
+// by every block cost DeepSeek-V3 0.75 us); it publishes partial sums [SPLIT][E], and the tail
+// awaits and adds them in part order (the same bits as block_scores' in-block sum).
+template <class R>
+__global__ void __launch_bounds__(256, 1) router_ksliced(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
+                                                      int* counters, float* tw, int* ids, unsigned long long* stamps) {
+  unsigned long long* mine = stamps + blockIdx.x * 3;
+  mf::begin_after_previous_kernel();
+  if (stamps != nullptr && threadIdx.x == 0) { mine[0] = probe::now_ns(); mine[2] = 0; }
+  int ticket = 0;
+  if (threadIdx.x == 0) ticket = atomicAdd(counters, 1);
+  constexpr int kChunks = R::kH / 8;
+  constexpr int kSpan = mf::ceil_div(mf::ceil_div(kChunks, R::kSplit), 32) * 32;
+  constexpr int kBlocksPerPart = R::kE / R::kW;
+  const int part = blockIdx.x / kBlocksPerPart;
+  const int e = (blockIdx.x % kBlocksPerPart) * R::kW + (threadIdx.x >> 5);
+  const int begin = part * kSpan;
+  const float v = begin < kChunks ? mf::router_score_span<16, R::kU>(w + static_cast<size_t>(e) * R::kH, reinterpret_cast<const char*>(x), begin,
+                                                                     mf::min_int(kChunks, begin + kSpan))
+                                  : 0.0f;
+  if ((threadIdx.x & 31) == 0) mf::publish_score(scores + part * R::kE + e, v);
+  __shared__ int is_last;
+  if (threadIdx.x == 0) {
+    is_last = ticket == static_cast<int>(gridDim.x) - 1;
+    if (is_last) *counters = 0;
+  }
+  __syncthreads();
+  if (stamps != nullptr && threadIdx.x == 0) mine[1] = probe::now_ns();
+  if (!is_last) return;
+  tail<R, R::kSplit>(scores, bias, tw, ids);
+  if (stamps != nullptr) {
+    __syncthreads();
+    if (threadIdx.x == 0) mine[2] = probe::now_ns();
+  }
+}
+
+// router_await with stamps per block: 0 after the wait, 1 its scores published; in the tail's
+// block 2 the tail done (and g_arrivals: when each warp had its scores).
+template <class R>
+__global__ void __launch_bounds__(256, 1) router_await_traced(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
+                                                           int* counters, float* tw, int* ids, unsigned long long* stamps) {
+  unsigned long long* mine = stamps + blockIdx.x * 3;
+  mf::begin_after_previous_kernel();
+  if (threadIdx.x == 0) { mine[0] = probe::now_ns(); mine[2] = 0; }
+  int ticket = 0;
+  if (threadIdx.x == 0) ticket = atomicAdd(counters, 1);
+  const int first = blockIdx.x * R::kEpc;
+  mf::block_scores<R::kH, R::kEpc, R::kW, 16, R::kU, R::kSplit>(w, reinterpret_cast<const char*>(x), first, mf::min_int(R::kE, first + R::kEpc),
+                                                                 [&](int e, float v) { mf::publish_score(scores + e, v); });
+  __shared__ int is_last;
+  if (threadIdx.x == 0) {
+    is_last = ticket == static_cast<int>(gridDim.x) - 1;
+    if (is_last) *counters = 0;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) mine[1] = probe::now_ns();
+  if (!is_last) return;
+  tail<R, 1>(scores, bias, tw, ids);
+  __syncthreads();
+  if (threadIdx.x == 0) mine[2] = probe::now_ns();
 }
 
 // The router with its weight loads issued before the PDL wait (the weights are constants; x, the
@@ -154,7 +323,7 @@ __global__ void __launch_bounds__(256) router(const __nv_bfloat16* x, const __nv
 // the loads (the next launch may start at once, so launches pile up); otherwise after the wait
 // (at most the next launch overlaps this one).
 template <class R, bool TRIGGER_FIRST = true>
-__global__ void __launch_bounds__(256) router_early(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
+__global__ void __launch_bounds__(256, 1) router_early(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
                                                     int* counters, float* tw, int* ids) {
   constexpr int kChunks = R::kH / 8;
   constexpr int kSpan = mf::ceil_div(mf::ceil_div(kChunks, R::kSplit), 32) * 32;
@@ -191,14 +360,14 @@ __global__ void __launch_bounds__(256) router_early(const __nv_bfloat16* x, cons
     for (int p = 0; p < R::kSplit; ++p) total += parts[warp + p];
     scores[e] = total;
   }
-  if (!mf::last_block_of_token(counters)) return;
+  if (!reference::last_block_of_token(counters)) return;
   tail<R>(scores, bias, tw, ids);
 }
 
 template <class R>
-__global__ void __launch_bounds__(256) scores_only(const __nv_bfloat16* x, const __nv_bfloat16* w, float* scores, int* counters) {
+__global__ void __launch_bounds__(256, 1) scores_only(const __nv_bfloat16* x, const __nv_bfloat16* w, float* scores, int* counters) {
   mf::begin_after_previous_kernel();
-  mf::router_scores<R::kH, R::kE, R::kW, 16, R::kU, R::kEpc, R::kSplit>(x, w, scores, counters, 1);
+  reference::router_scores<R::kH, R::kE, R::kW, 16, R::kU, R::kEpc, R::kSplit>(x, w, scores, counters);
 }
 
 // Pieces of the epilogue alone: 0 load and store the row, 1 with the rule's first map between
@@ -206,7 +375,7 @@ __global__ void __launch_bounds__(256) scores_only(const __nv_bfloat16* x, const
 template <class R, int PART>
 __global__ void part_only(const float* scores, float* out) {
   mf::begin_after_previous_kernel();
-  Row<R::kE> v = mf::load_scores<R::kE>(scores);
+  Row<R::kE> v = reference::load_scores<R::kE>(scores);
   if constexpr (PART == 1) {
     if constexpr (R::kE == 512) v = mf::softmax(v);
     else v = mf::sigmoid(v);
@@ -238,7 +407,7 @@ __global__ void epilogue_repeated(const float* scores, const float* bias, float*
 // The router with stamps: 0 start (after the wait), 1 scores stored (block), 2 ticket taken,
 // and in the last block 3 scores loaded, 4 epilogue done; 5 the block began (before the wait).
 template <class R>
-__global__ void __launch_bounds__(256) router_traced(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
+__global__ void __launch_bounds__(256, 1) router_traced(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
                                                      int* counters, float* tw, int* ids, unsigned long long* stamps) {
   unsigned long long* mine = stamps + blockIdx.x * 6;
   if (threadIdx.x == 0) mine[5] = probe::now_ns();
@@ -253,7 +422,7 @@ __global__ void __launch_bounds__(256) router_traced(const __nv_bfloat16* x, con
     mine[1] = probe::now_ns();
     mine[3] = mine[4] = 0;
   }
-  const bool is_last = mf::last_block_of_token(counters);
+  const bool is_last = reference::last_block_of_token(counters);
   if (threadIdx.x == 0) mine[2] = probe::now_ns();
   if (!is_last) return;
   tail<R>(scores, bias, tw, ids);
@@ -382,6 +551,102 @@ __global__ void select_top_stages(const float* rows, long long* out, float* sink
   sink[lane] = acc;
 }
 
+// DeepSeek-V3's block tail (DeepSeekRule<kBlock>: block_topk<8, 8, 4, 32, 8>) with clock stamps
+// in warp 0 after each stage (a copy for timing only: each stage's result is stored to shared
+// memory before its stamp, so the clock waits for it), run 4 times over 4 rows in one launch:
+// stamps of the last run. Stages: 0 scores and bias loaded (L2), 1 sigmoid and add, 2 the group's
+// two-best sum, 3 the warp's select_top, 4 its candidates stored and the block barrier, 5 the kept
+// groups, 6 warp 0's candidates gathered, 7 their select_top, 8 ids mapped back, renormalised and
+// scaled.
+__global__ void __launch_bounds__(256, 1) deepseek_tail_stages(const float* rows, const float* bias, long long* out, float* sink) {
+  constexpr int K = 8, G = 8, TG = 4, S = 32, W = 8;
+  using mf::kFullMask;
+  __shared__ mf::BlockTopKScratch<K, W> s;
+  __shared__ volatile unsigned keep[256];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  long long t[10];
+  float acc = 0.0f;
+  auto stamp = [&](int i, unsigned v) { keep[threadIdx.x] = v; t[i] = clk(); };
+#pragma unroll 1
+  for (int rep = 0; rep < 4; ++rep) {
+    t[0] = clk();
+    const Row<S> v0 = reference::load_scores<S>(rows + rep * 256 + warp * S);
+    const Row<S> b = mf::load_row<S>(bias + warp * S);
+    stamp(1, __float_as_uint(v0.v[0] + b.v[0]));
+    const Row<S> v1 = mf::sigmoid(v0);
+    const Row<S> sel = mf::add(v1, b);
+    stamp(2, __float_as_uint(sel.v[0]));
+    const float score = mf::warp_best_two_sum<1>(sel.v);
+    if (lane == 0) s.group_key[warp] = mf::rank_key(score);
+    stamp(3, __float_as_uint(score));
+    const TopK<K> mine = mf::select_top<K, S>(sel, v1, 1u, s.warp[warp]);
+    stamp(4, mine.key);
+    if (lane < K) {
+      s.key[warp * K + lane] = mine.key;
+      s.id[warp * K + lane] = mine.id >= 0 ? warp * S + mine.id : -1;
+      s.value[warp * K + lane] = mine.value;
+    }
+    __syncthreads();
+    stamp(5, 0u);
+    if (warp == 0) {
+      const unsigned group_key = lane < G ? s.group_key[lane] : 0u;
+      const int group_rank = mf::shared_rank(s.group_key, G, group_key, lane);
+      const unsigned kept = __ballot_sync(kFullMask, lane < G && group_rank < TG);
+      stamp(6, kept);
+      constexpr int N = TG * K;
+      Row<N> csel, cval;
+      const int p = lane;
+      const int slot = __fns(kept, 0, p / K + 1) * K + p % K;
+      const bool has = s.id[slot] >= 0;
+      csel.v[0] = has ? mf::key_value(s.key[slot]) : 0.0f;
+      cval.v[0] = has ? s.value[slot] : 0.0f;
+      const unsigned cvalid = has ? 1u : 0u;
+      stamp(7, __float_as_uint(csel.v[0] + cval.v[0]));
+      TopK<K> top = mf::select_top<K, N>(csel, cval, cvalid, s.warp[0]);
+      stamp(8, top.key);
+      if (top.id >= 0) top.id = s.id[__fns(kept, 0, top.id / K + 1) * K + top.id % K];
+      top = mf::scale(mf::renormalize(top), 2.5f);
+      stamp(9, __float_as_uint(top.value) + top.id);
+      acc += top.value;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 9; ++i) out[i] = t[i + 1] - t[i];
+  sink[threadIdx.x] = acc;
+}
+
+// The header's DeepSeek-V3 tail in stages (same rows and method as deepseek_tail_stages): 0 scores
+// and bias loaded, 1 sigmoid and add, 2 block_topk, 3 renormalise and scale.
+__global__ void __launch_bounds__(256, 1) deepseek_tail_header_stages(const float* rows, const float* bias, long long* out, float* sink) {
+  constexpr int K = 8, S = 32, W = 8;
+  __shared__ mf::BlockTopKScratch<K, W> s;
+  __shared__ volatile unsigned keep[256];
+  const int warp = threadIdx.x >> 5;
+  long long t[5];
+  float acc = 0.0f;
+  auto stamp = [&](int i, unsigned v) { keep[threadIdx.x] = v; t[i] = clk(); };
+#pragma unroll 1
+  for (int rep = 0; rep < 4; ++rep) {
+    t[0] = clk();
+    const Row<S> v0 = reference::load_scores<S>(rows + rep * 256 + warp * S);
+    const Row<S> b = mf::load_row<S>(bias + warp * S);
+    stamp(1, __float_as_uint(v0.v[0] + b.v[0]));
+    const Row<S> v1 = mf::sigmoid(v0);
+    const Row<S> sel = mf::add(v1, b);
+    stamp(2, __float_as_uint(sel.v[0]));
+    TopK<K> top = mf::block_topk<K, 8, 4, S, W>(sel, v1, s);
+    stamp(3, top.key);
+    top = mf::scale(mf::renormalize(top), 2.5f);
+    stamp(4, __float_as_uint(top.value) + top.id);
+    acc += top.value;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 4; ++i) out[i] = t[i + 1] - t[i];
+  sink[threadIdx.x] = acc;
+}
+
 // Scores for the top-k checks, by row kind: normal; quarter steps and integers (ties); integers
 // with NaN and infinities; one value for the whole row (every key ties: the fallback); mostly
 // NaN; normal x 30 (peaked softmax, tiny quotients); -inf but for a few.
@@ -405,7 +670,7 @@ float test_score(int row, std::mt19937& rng) {
 // A top-k alone over raw scores (sel = val), the header's or the K-round one, one row per block.
 template <int E, int K, int G, int TG, bool ROUNDS>
 __global__ void topk_only(const float* scores, float* tw, int* ids) {
-  const Row<E> v = mf::load_scores<E>(scores + blockIdx.x * E);
+  const Row<E> v = reference::load_scores<E>(scores + blockIdx.x * E);
   TopK<K> t;
   if constexpr (ROUNDS) t = reference::topk_rounds<K, G, TG>(v, v);
   else {
@@ -750,7 +1015,7 @@ void run(const char* name, int copies, int reps, std::mt19937& rng) {
 
 // A stand-in for the kernel before the router in a layer (the previous layer's down): BYTES of
 // weights streamed from DRAM by 132 x 8 warps, one 16-byte load per lane per step, summed.
-__global__ void __launch_bounds__(256) stream_read(const uint4* src, size_t words16, float* sink) {
+__global__ void __launch_bounds__(256, 1) stream_read(const uint4* src, size_t words16, float* sink) {
   mf::begin_after_previous_kernel();
   float acc = 0.0f;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words16; i += (size_t)gridDim.x * blockDim.x) {
@@ -813,6 +1078,255 @@ void run_pdl(const char* name, int copies, int reps, std::mt19937& rng) {
   cudaStreamDestroy(s);
 }
 
+// The scores phase in parts: the router's blocks storing their scores without a ticket, and reads
+// alone of the same 3.67 MB (each warp one span of CPW 16-byte chunks, all its loads in flight,
+// summed and dropped) by grids of 128 x 8, 256 x 4 and 64 x 16 warps.
+template <class R>
+__global__ void __launch_bounds__(256, 1) scores_no_ticket(const __nv_bfloat16* x, const __nv_bfloat16* w, float* scores) {
+  mf::begin_after_previous_kernel();
+  const int first = blockIdx.x * R::kEpc;
+  mf::block_scores<R::kH, R::kEpc, R::kW, 16, R::kU, R::kSplit>(w, reinterpret_cast<const char*>(x), first, mf::min_int(R::kE, first + R::kEpc),
+                                                                 [&](int e, float v) { scores[e] = v; });
+}
+template <int CPW>
+__global__ void __launch_bounds__(512) read_spans(const uint4* w, float* sink) {
+  mf::begin_after_previous_kernel();
+  const int lane = threadIdx.x & 31;
+  const size_t warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const uint4* span = w + warp * CPW;
+  constexpr int U = (CPW + 31) / 32;
+  uint4 v[U];
+#pragma unroll
+  for (int i = 0; i < U; ++i) v[i] = i * 32 + lane < CPW ? __ldg(span + i * 32 + lane) : make_uint4(0, 0, 0, 0);
+  unsigned acc = 0;
+#pragma unroll
+  for (int i = 0; i < U; ++i) acc += v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+  if (acc == 0x12345678u) sink[0] = 1.0f;
+}
+
+// The scores phase with one thing changed (FLAGS): 1 x of copy 0 for every call (hot in L2), 2
+// the weights by plain __ldg (no L1::no_allocate / L2::256B hints), 4 x staged in shared memory by
+// the whole block after the weight loads are issued (each x line fetched once per block).
+template <class R, int FLAGS>
+__global__ void __launch_bounds__(256, 1) scores_variant(const __nv_bfloat16* x, const __nv_bfloat16* w, float* scores, int* counters,
+                                                      const float* bias, float* tw, int* ids) {
+  mf::begin_after_previous_kernel();
+  constexpr int kChunks = R::kH / 8;
+  constexpr int kSpan = mf::ceil_div(mf::ceil_div(kChunks, R::kSplit), 32) * 32;
+  static_assert(kSpan <= 32 * R::kU, "one step of loads per warp");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int part = warp % R::kSplit;
+  const int e = blockIdx.x * R::kEpc + warp / R::kSplit;
+  const int begin = part * kSpan, end = mf::min_int(kChunks, begin + kSpan);
+  const char* row = reinterpret_cast<const char*>(w + static_cast<size_t>(e) * R::kH);
+  mf::Lane<16> wv[R::kU], av[R::kU];
+  const char* x_row = reinterpret_cast<const char*>(x + (FLAGS & 32 ? (blockIdx.x % 58) * R::kH : 0));
+  if constexpr (FLAGS & 64) {  // the header's order before 2026-11-23: weights and x interleaved
+#pragma unroll
+    for (int i = 0; i < R::kU; ++i) {
+      const int c = begin + i * 32 + lane;
+      wv[i] = c < end ? mf::load_weights<16>(row + c * 16) : mf::zero_lane<16>();
+      av[i] = c < end ? mf::load_activations<16>(x_row + c * 16) : mf::zero_lane<16>();
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < R::kU && !(FLAGS & 64); ++i) {
+    const int c = begin + i * 32 + lane;
+    if constexpr (FLAGS & 2) {
+      const uint4 q = c < end ? __ldg(reinterpret_cast<const uint4*>(row) + c) : make_uint4(0, 0, 0, 0);
+      wv[i].w[0] = q.x; wv[i].w[1] = q.y; wv[i].w[2] = q.z; wv[i].w[3] = q.w;
+    } else {
+      wv[i] = c < end ? mf::load_weights<16>(row + c * 16) : mf::zero_lane<16>();
+    }
+  }
+  if constexpr (FLAGS & 64) {
+  } else if constexpr (FLAGS & 8) {
+#pragma unroll
+    for (int i = 0; i < R::kU; ++i) av[i] = wv[i];
+  } else if constexpr (FLAGS & 4) {
+    __shared__ uint4 xs[kChunks];
+    for (int c = threadIdx.x; c < kChunks; c += blockDim.x) xs[c] = __ldg(reinterpret_cast<const uint4*>(x_row) + c);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < R::kU; ++i) {
+      const int c = begin + i * 32 + lane;
+      const uint4 q = c < end ? xs[c] : make_uint4(0, 0, 0, 0);
+      av[i].w[0] = q.x; av[i].w[1] = q.y; av[i].w[2] = q.z; av[i].w[3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < R::kU; ++i) {
+      const int c = begin + i * 32 + lane;
+      av[i] = c < end ? mf::load_activations<16>(x_row + c * 16) : mf::zero_lane<16>();
+    }
+  }
+  float acc = 0.0f;
+  if constexpr (FLAGS & 16) {
+    unsigned bits = 0u;
+#pragma unroll
+    for (int i = 0; i < R::kU; ++i) bits += (wv[i].w[0] ^ av[i].w[1]) + (wv[i].w[2] ^ av[i].w[3]) + (wv[i].w[1] ^ av[i].w[0]) + (wv[i].w[3] ^ av[i].w[2]);
+    acc = static_cast<float>(bits & 0xffu);
+  } else {
+#pragma unroll
+    for (int i = 0; i < R::kU; ++i) acc = mf::dot_bf16<16>(wv[i], av[i], acc);
+  }
+  acc = mf::warp_sum(acc);
+  __shared__ float parts[R::kW];
+  if (lane == 0) parts[warp] = acc;
+  __syncthreads();
+  if (part == 0 && lane == 0) {
+    float total = 0.0f;
+#pragma unroll
+    for (int p = 0; p < R::kSplit; ++p) total += parts[warp + p];
+    scores[e] = total;
+  }
+  if constexpr ((FLAGS & 128) != 0) {  // the whole router: end ticket and the tail
+    if (!reference::last_block_of_token(counters)) return;
+    tail<R>(scores, bias, tw, ids);
+  }
+}
+
+template <template <int> class Rule>
+void run_scores_parts(const char* name, int copies, int reps, std::mt19937& rng) {
+  using R = Rule<kBlock>;
+  const RouterInputs<R> in(copies, rng);
+  float *scores, *sink, *tw; int *counters, *ids;
+  CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4)); CK(cudaMalloc(&sink, 64));
+  CK(cudaMalloc(&tw, 64 * 4)); CK(cudaMalloc(&ids, 64 * 4));
+  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const dim3 grid(R::kE / R::kEpc), block(32 * R::kW);
+  const size_t wbytes = (size_t)R::kE * R::kH * 2;
+  auto wc = [&](int c) { return in.w + (size_t)c * R::kE * R::kH; };
+  constexpr int kCpw = R::kH * 2 * R::kEpc / 16 / R::kW;  // 16-byte chunks per warp, as the router's warps
+  const int warps = (int)(wbytes / 16 / kCpw);
+  for (int pdl = 0; pdl < 2; ++pdl) {
+    auto chain = [&](auto launch_one) { return probe::graph_us(s, reps, copies, [&] { for (int c = 0; c < copies; ++c) launch_one(c); }); };
+    const probe::LaunchAs how{pdl == 1, false, 1};
+    const float t_ticket = chain([&](int c) { probe::launch_as(how, scores_only<R>, grid, block, 0, s, (const __nv_bfloat16*)(in.x + c * R::kH), (const __nv_bfloat16*)wc(c), scores, counters); });
+    const float t_none = chain([&](int c) { probe::launch_as(how, scores_no_ticket<R>, grid, block, 0, s, (const __nv_bfloat16*)(in.x + c * R::kH), (const __nv_bfloat16*)wc(c), scores); });
+    auto reads = [&](int per_block) {
+      return chain([&](int c) { probe::launch_as(how, read_spans<kCpw>, dim3(warps / per_block), dim3(32 * per_block), 0, s, (const uint4*)wc(c), sink); });
+    };
+    const float t_empty = chain([&](int) { probe::launch_as(how, empty_kernel, grid, block, 0, s); });
+    auto variant = [&](auto kernel, bool hot_x) {
+      return chain([&](int c) { probe::launch_as(how, kernel, grid, block, 0, s, (const __nv_bfloat16*)(in.x + (hot_x ? 0 : c) * R::kH), (const __nv_bfloat16*)wc(c), scores,
+                                                 counters, (const float*)in.bias, tw, ids); });
+    };
+    std::printf("%s, %s: scores variants, us per call: as the router %.2f | x hot in L2 %.2f | weights by plain ldg %.2f | x staged in shared %.2f | x staged, hot %.2f\n",
+                name, pdl ? "PDL" : "plain", variant(scores_variant<R, 0>, false), variant(scores_variant<R, 1>, true), variant(scores_variant<R, 2>, false),
+                variant(scores_variant<R, 4>, false), variant(scores_variant<R, 5>, true));
+    std::printf("%s, %s: scores variants, us per call: no x loads (w . w) %.2f | no math (x loaded, words xor-ed) %.2f | neither %.2f\n", name, pdl ? "PDL" : "plain",
+                variant(scores_variant<R, 8>, false), variant(scores_variant<R, 16>, false), variant(scores_variant<R, 24>, false));
+    std::printf("%s, %s: x of 58 tokens by block (each line read by 2-3 blocks, not all) %.2f | interleaved loads (the header before) %.2f\n", name, pdl ? "PDL" : "plain",
+                variant(scores_variant<R, 32>, false), variant(scores_variant<R, 64>, false));
+    std::printf("%s, %s: whole routers (end ticket, block tail): weights first %.2f | interleaved %.2f | the header's router %.2f\n", name, pdl ? "PDL" : "plain",
+                variant(scores_variant<R, 128>, false), variant(scores_variant<R, 192>, false),
+                chain([&](int c) { probe::launch_as(how, router<R>, grid, block, 0, s, (const __nv_bfloat16*)(in.x + c * R::kH), (const __nv_bfloat16*)wc(c), (const float*)in.bias, scores, counters, tw, ids); }));
+    std::printf("%s, %s, us per call (%d copies): empty grid %.2f | scores + end ticket %.2f | scores, no ticket %.2f | reads alone of the %.2f MB, %d chunks per warp: %d x 8 warps %.2f, %d x 4 %.2f, %d x 16 %.2f\n",
+                name, pdl ? "PDL" : "plain", copies, t_empty, t_ticket, t_none, wbytes / 1e6, kCpw, warps / 8, reads(8), warps / 4, reads(4), warps / 16, reads(16));
+  }
+  cudaFree(scores); cudaFree(sink); cudaFree(counters); cudaFree(in.w); cudaFree(in.x); cudaFree(in.bias);
+  cudaStreamDestroy(s);
+}
+
+// The awaited scores against the end ticket (the catalogue's form: MODE kRewrite for Qwen3-Next,
+// kBlock for DeepSeek-V3): outputs call by call over a chain (plain, PDL, each after a 6 MB
+// stream, several tokens), then timed as run_pdl times.
+template <template <int> class Rule, int MODE>
+void run_await(const char* name, int copies, int reps, std::mt19937& rng) {
+  using R = Rule<MODE>;
+  const RouterInputs<R> in(copies, rng);
+  __nv_bfloat16 *w = in.w, *x = in.x;
+  float* bias = in.bias;
+  float *scores, *scores_await, *tw, *sink; int *counters, *ids;
+  CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4));
+  CK(cudaMalloc(&scores_await, R::kSplit * R::kE * 4)); CK(cudaMemset(scores_await, 0, R::kSplit * R::kE * 4));
+  CK(cudaMalloc(&tw, copies * R::kK * 4)); CK(cudaMalloc(&ids, copies * R::kK * 4)); CK(cudaMalloc(&sink, 64));
+  constexpr size_t kFill = 6u << 20;
+  uint4* big; CK(cudaMalloc(&big, kFill * copies)); probe::fill_dev(big, kFill * copies, 5);
+  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const dim3 grid(R::kE / R::kEpc), block(32 * R::kW);
+  auto wc = [&](int c) { return w + (size_t)c * R::kE * R::kH; };
+  auto call = [&](auto kernel, bool pdl, int c) {
+    if constexpr (std::is_same_v<decltype(kernel), decltype(&router_ksliced<R>)>) {
+      probe::launch_as(probe::LaunchAs{pdl, false, 1}, kernel, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH), (const __nv_bfloat16*)wc(c),
+                       (const float*)bias, scores_await, counters, tw + c * R::kK, ids + c * R::kK, (unsigned long long*)nullptr);
+    } else {
+      const bool awaits = (void*)kernel == (void*)router_await<R>;
+      probe::launch_as(probe::LaunchAs{pdl, false, 1}, kernel, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH),
+                       (const __nv_bfloat16*)wc(c), (const float*)bias, awaits ? scores_await : scores, counters, tw + c * R::kK, ids + c * R::kK);
+    }
+  };
+  auto filler = [&](bool pdl, int c) {
+    probe::launch_as(probe::LaunchAs{pdl, false, 1}, stream_read, dim3(132 * 4), dim3(256), 0, s,
+                     (const uint4*)((const char*)big + kFill * c), kFill / 16, sink);
+  };
+  auto chain = [&](auto kernel, bool pdl, bool with_filler) {
+    return probe::graph_us(s, reps, copies, [&] {
+      for (int c = 0; c < copies; ++c) { if (with_filler) filler(pdl, c); call(kernel, pdl, c); }
+    });
+  };
+  auto routing = [&](auto kernel, bool pdl, bool with_filler) {
+    CK(cudaMemset(ids, 0xff, copies * R::kK * 4)); CK(cudaMemset(tw, 0xff, copies * R::kK * 4));
+    for (int c = 0; c < copies; ++c) { if (with_filler) filler(pdl, c); call(kernel, pdl, c); }
+    CK(cudaStreamSynchronize(s));
+    std::vector<int> a((size_t)copies * R::kK); std::vector<uint32_t> b(a.size());
+    CK(cudaMemcpy(a.data(), ids, a.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), tw, b.size() * 4, cudaMemcpyDeviceToHost));
+    return std::make_pair(a, b);
+  };
+  const auto base = routing(router<R>, false, false);
+  int differ = 0;
+  for (int pdl = 0; pdl < 2; ++pdl)
+    for (int f = 0; f < 2; ++f) differ += (routing(router_await<R>, pdl, f) != base) + (routing(router_ksliced<R>, pdl, f) != base);
+  std::vector<float> left(R::kSplit * R::kE); int ctr = -1;
+  CK(cudaMemcpy(left.data(), scores_await, left.size() * 4, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(&ctr, counters, 4, cudaMemcpyDeviceToHost));
+  int nonzero = 0;
+  for (float v : left) nonzero += v != 0.0f || std::signbit(v);
+  std::printf("%s (%d copies): awaited scores and the k-sliced router vs the end ticket, ids and weights bit for bit over 4 chains each: %s; workspace left: %d nonzero score words, counter %d\n",
+              name, copies, differ == 0 ? "equal" : "DIFFER", nonzero, ctr);
+  if (reps == 0) return;
+  const float filler_alone = probe::graph_us(s, reps, copies, [&] { for (int c = 0; c < copies; ++c) filler(true, c); });
+  std::printf("  back to back, us per call: end ticket plain %.2f, PDL %.2f | awaited plain %.2f, PDL %.2f\n",
+              chain(router<R>, false, false), chain(router<R>, true, false), chain(router_await<R>, false, false), chain(router_await<R>, true, false));
+  std::printf("  each after a 6 MB stream (alone %.2f): end ticket plain %.2f, PDL %.2f | awaited plain %.2f, PDL %.2f\n", filler_alone,
+              chain(router<R>, false, true), chain(router<R>, true, true), chain(router_await<R>, false, true), chain(router_await<R>, true, true));
+  std::printf("  k-sliced: back to back plain %.2f, PDL %.2f | after the stream plain %.2f, PDL %.2f\n", chain(router_ksliced<R>, false, false),
+              chain(router_ksliced<R>, true, false), chain(router_ksliced<R>, false, true), chain(router_ksliced<R>, true, true));
+  {  // one traced launch after a chain of the awaited router
+    unsigned long long *st, *arr;
+    CK(cudaMalloc(&st, grid.x * 3 * 8)); CK(cudaMalloc(&arr, 32 * 8)); CK(cudaMemset(arr, 0, 32 * 8));
+    for (int sliced = 0; sliced < 2; ++sliced) {
+    CK(cudaMemset(arr, 0, 32 * 8));
+    for (int c = 0; c < copies - 1; ++c) call(router_await<R>, false, c);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpyToSymbol(awaited::g_arrivals, &arr, sizeof(arr)));
+    probe::launch_as(probe::LaunchAs{false, false, 1}, sliced ? router_ksliced<R> : router_await_traced<R>, grid, block, 0, s, (const __nv_bfloat16*)x,
+                     (const __nv_bfloat16*)wc(copies - 1), (const float*)bias, scores_await, counters, tw, ids, st);
+    CK(cudaStreamSynchronize(s));
+    unsigned long long* none = nullptr;
+    CK(cudaMemcpyToSymbol(awaited::g_arrivals, &none, sizeof(none)));
+    std::vector<unsigned long long> h(grid.x * 3), a(32);
+    CK(cudaMemcpy(h.data(), st, h.size() * 8, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(a.data(), arr, 32 * 8, cudaMemcpyDeviceToHost));
+    unsigned long long t0 = ~0ull, last_start = 0, first_pub = ~0ull, last_pub = 0, done = 0, tail_pub = 0;
+    for (unsigned b = 0; b < grid.x; ++b) t0 = std::min(t0, h[b * 3]);
+    for (unsigned b = 0; b < grid.x; ++b) {
+      last_start = std::max(last_start, h[b * 3] - t0);
+      first_pub = std::min(first_pub, h[b * 3 + 1] - t0); last_pub = std::max(last_pub, h[b * 3 + 1] - t0);
+      if (h[b * 3 + 2]) { done = h[b * 3 + 2] - t0; tail_pub = h[b * 3 + 1] - t0; }
+    }
+    std::printf("  trace (%s), ns after the first block's start: last start %llu | scores published: first %llu, last %llu, the tail block's own %llu | warps' scores all in:",
+                sliced ? "k-sliced" : "awaited", last_start, first_pub, last_pub, tail_pub);
+    for (int i = 0; i < 32; ++i) if (a[i]) std::printf(" %llu", a[i] - t0);
+    std::printf(" | tail done %llu\n", done);
+    }
+    cudaFree(st); cudaFree(arr);
+  }
+  cudaFree(w); cudaFree(x); cudaFree(bias); cudaFree(scores); cudaFree(scores_await); cudaFree(counters); cudaFree(tw); cudaFree(ids);
+  cudaFree(sink); cudaFree(big);
+  cudaStreamDestroy(s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -844,7 +1358,35 @@ int main(int argc, char** argv) {
                   "candidates stored %lld | syncwarp %lld | their ranks %lld | the selection read %lld | softmax of the 10 %lld\n", o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]);
       cudaFree(r4);
     }
+    {
+      std::vector<float> rows4(4 * 256), bh(256);
+      for (auto& v : rows4) v = nd(rng);
+      for (auto& v : bh) v = 0.05f * nd(rng);
+      float *r4, *bd, *sk; CK(cudaMalloc(&r4, rows4.size() * 4)); CK(cudaMalloc(&bd, 1024)); CK(cudaMalloc(&sk, 1024));
+      CK(cudaMemcpy(r4, rows4.data(), rows4.size() * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(bd, bh.data(), 1024, cudaMemcpyHostToDevice));
+      deepseek_tail_stages<<<1, 256>>>(r4, bd, od, sk);
+      CK(cudaMemcpy(o, od, 9 * 8, cudaMemcpyDeviceToHost));
+      std::printf("cycles of DeepSeek-V3's block tail (warp 0, fourth of four rows): scores and bias loaded %lld | sigmoid, add %lld | two-best sum %lld | "
+                  "the warp's select_top %lld | stored, barrier %lld | kept groups %lld | candidates gathered %lld | their select_top %lld | ids, renormalize, scale %lld\n",
+                  o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8]);
+      deepseek_tail_header_stages<<<1, 256>>>(r4, bd, od, sk);
+      CK(cudaMemcpy(o, od, 4 * 8, cudaMemcpyDeviceToHost));
+      std::printf("cycles of the header's DeepSeek-V3 tail (warp 0, fourth of four rows): scores and bias loaded %lld | sigmoid, add %lld | block_topk %lld | renormalize, scale %lld\n",
+                  o[0], o[1], o[2], o[3]);
+      cudaFree(r4); cudaFree(bd); cudaFree(sk);
+    }
     cudaFree(rd); cudaFree(sink); cudaFree(od);
+  }
+  if (argc > 2 && std::strcmp(argv[2], "stages") == 0) return 0;
+  if (argc > 2 && std::strcmp(argv[2], "scores") == 0) {
+    if (argc <= 3) run_scores_parts<Qwen3NextRule>("qwen3-next (1, 512, 2048)", 100, reps, rng);
+    run_scores_parts<DeepSeekRule>("deepseek-v3 (1, 256, 7168)", 58, reps, rng);
+    return 0;
+  }
+  if (argc > 2 && std::strcmp(argv[2], "await") == 0) {
+    run_await<Qwen3NextRule, kRewrite>("qwen3-next (1, 512, 2048, k=10)", 100, reps, rng);
+    run_await<DeepSeekRule, kBlock>("deepseek-v3 (1, 256, 7168, k=8, groups)", 58, reps, rng);
+    return 0;
   }
   if (argc > 2 && std::strcmp(argv[2], "pdl") == 0) {
     run_pdl<Qwen3NextRule>("qwen3-next (1, 512, 2048, k=10)", 100, reps, rng);

@@ -7,10 +7,10 @@
 //   target sm_90a
 // }
 //
-// router: 128 blocks per token, each expert score split over 4 warps (parts added in warp order); the token's last block evaluates the epilogue, warp w on group w (its best k), warp 0 on the kept groups' candidates and the rest of the tree.
+// router: 128 blocks per token, each expert score split over 4 warps (parts added in warp order); the block with the token's last start ticket awaits the scores as they land and evaluates the epilogue, warp w on group w (its best k and the group's score), then each kept candidate ranked against the other kept groups', warp 0 on the rest of the tree.
 // Each lane loads 16 bytes, 8 loads in flight per row.
 // Ties go to the lower expert id; NaN ranks below every number.
-// Workspace: scores [M][E] fp32, counters [M] int32 (zero before the first launch; left zero).
+// Workspace: scores [M][E] (each score's bits complemented; zero: not yet written), counters [M] int32; both zero before the first launch and left zero.
 #include "moeforge_device.cuh"
 
 namespace {
@@ -26,7 +26,7 @@ constexpr int kSlice = 32;
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256) deepseek_v3_router(
+extern "C" __global__ void __launch_bounds__(256, 1) deepseek_v3_router(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w_router,
     const float* __restrict__ e_score_correction_bias,
@@ -44,7 +44,7 @@ extern "C" __global__ void __launch_bounds__(256) deepseek_v3_router(
   const int token = blockIdx.y;
   __shared__ mf::BlockTopKScratch<8, kWarpsPerCta> topk_scratch;  // the warps' candidates
   const int slice = (threadIdx.x >> 5) * kSlice;  // this warp's group of experts
-  const mf::Row<kSlice> v0 = mf::load_scores<kSlice>(scores + static_cast<size_t>(token) * kExperts + slice);
+  const mf::Row<kSlice> v0 = mf::await_scores<kSlice>(scores + static_cast<size_t>(token) * kExperts + slice);
   const mf::Row<kSlice> v1 = mf::sigmoid(v0);
   const mf::Row<kSlice> v2 = mf::load_row<kSlice>(e_score_correction_bias + slice);
   const mf::Row<kSlice> v3 = mf::add(v1, v2);

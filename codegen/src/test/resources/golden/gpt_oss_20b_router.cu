@@ -24,7 +24,7 @@ constexpr int kWarpsPerScore = 4;
 
 }  // namespace
 
-extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512) gpt_oss_20b_router(
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) gpt_oss_20b_router(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w_router,
     const float* __restrict__ router_bias,

@@ -74,14 +74,16 @@ public final class CudaEmitter {
         }
         Map<String, Object> model = routerModel(spec, specText, constants, g.warpsPerCta(), List.of(
                 "router: " + LaunchGeometry.routerBlocksPerToken(spec) + " blocks per token, " + scoreWarps(split)
-                        + (block ? "; the token's last block evaluates the epilogue, warp w on group w (its best k), "
-                                + "warp 0 on the kept groups' candidates and the rest of the tree."
-                                : "; the token's last block evaluates the epilogue in warp 0."),
+                        + "; the block with the token's last start ticket awaits the scores as they land and evaluates the epilogue"
+                        + (block ? ", warp w on group w (its best k and the group's score), then each kept candidate "
+                                + "ranked against the other kept groups', warp 0 on the rest of the tree."
+                                : " in warp 0."),
                 "Each lane loads " + g.loadBytes() + " bytes, " + g.kUnroll() + " loads in flight per row.",
                 "Ties go to the lower expert id; NaN ranks below every number.",
-                "Workspace: scores [M][E] fp32, counters [M] int32 (zero before the first launch; left zero)."),
-                block ? "mf::load_scores<kSlice>(scores + static_cast<size_t>(token) * kExperts + slice)"
-                        : "mf::load_scores<kExperts>(scores + static_cast<size_t>(token) * kExperts)",
+                "Workspace: scores [M][E] (each score's bits complemented; zero: not yet written), counters [M] int32; "
+                        + "both zero before the first launch and left zero."),
+                block ? "mf::await_scores<kSlice>(scores + static_cast<size_t>(token) * kExperts + slice)"
+                        : "mf::await_scores<kExperts>(scores + static_cast<size_t>(token) * kExperts)",
                 block ? RouterEpilogueEmitter.Evaluation.BLOCK_GROUPS : RouterEpilogueEmitter.Evaluation.ONE_WARP);
         model.put("blockTail", block);
         return model;
@@ -170,7 +172,11 @@ public final class CudaEmitter {
         model.put("notes", notes);
         model.put("header", DeviceHeader.FILE_NAME);
         model.put("constants", constants);
-        model.put("launchBounds", Integer.toString(32 * warpsPerCta));
+        // The decode routers (one wave, latency-bound) declare one block per SM enough: without it
+        // ptxas held them to 32 registers and issued their loads two at a time (bench/NOTES.md,
+        // "The grouped tail": DeepSeek-V3 6.98 -> 5.48 us). The tiled router keeps its swept bounds.
+        boolean decode = !(spec.schedule() instanceof Schedule.RouterTiled);
+        model.put("launchBounds", 32 * warpsPerCta + (decode ? ", 1" : ""));
         model.put("name", spec.name());
         model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
         RouterEpilogueEmitter.Code code = RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(), scores, evaluation);

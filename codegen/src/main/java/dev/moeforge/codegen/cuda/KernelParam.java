@@ -16,7 +16,7 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
 
     /**
      * What a parameter is for. A WORKSPACE tensor is scratch the kernel owns: the router's scores and
-     * per-token tickets (allocated zeroed once; the kernel leaves the tickets at zero again).
+     * per-token tickets (allocated zeroed once; the kernel leaves both at zero again).
      */
     public enum Role {
         INPUT, WEIGHTS, ROUTING, OUTPUT, WORKSPACE, TOKEN_COUNT

@@ -49,7 +49,7 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
                 yield new LaunchGeometry(ceilDiv(outputs, layout.outputsPerTile() * tc.tilesPerCta()), gridY,
                         32 * tc.warpsPerCta(), Math.toIntExact(layout.sharedBytes()));
             }
-            // one block per (slice of experts, token); the last block of a token runs the epilogue
+            // one block per (slice of experts, token); the token's tail block (last start ticket) runs the epilogue
             case Schedule.RouterGemv g -> new LaunchGeometry(routerBlocksPerToken(spec), tokens, 32 * g.warpsPerCta(), 0);
             // one cluster of clusterSize blocks per token
             case Schedule.RouterCluster c -> new LaunchGeometry(c.clusterSize(), tokens, 32 * c.warpsPerCta(), 0);

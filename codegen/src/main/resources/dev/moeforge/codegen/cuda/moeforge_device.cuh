@@ -1253,13 +1253,15 @@ __device__ __forceinline__ void down_tensor_core(const __nv_bfloat16* __restrict
 
 // ---------------------------------------------------------------------------------------------
 // Router (schedule router_gemv). Phase 1, every block: the scores of its slice of experts for one
-// token, one warp per expert or SPLIT warps per expert (W_r[e] . x[m], fp32; see block_scores), written to the scores workspace. Phase 2, the
-// last block of the token to finish (an atomic ticket; __threadfence orders the scores first):
-// warp 0 reads the token's E scores from L2 and evaluates the epilogue tree in registers.
+// token, one warp per expert or SPLIT warps per expert (W_r[e] . x[m], fp32; see block_scores),
+// published to the scores workspace. Phase 2, the token's tail block (router_scores): its warps
+// await the token's scores as they land and evaluate the epilogue tree in registers.
 // ---------------------------------------------------------------------------------------------
 
 // A warp's part of an expert's score: W_r[e] . x[m] over the load chunks [begin, end) of the row
-// (16-byte loads, U in flight per lane), butterfly-summed in fp32.
+// (16-byte loads, U in flight per lane), butterfly-summed in fp32. Each step issues its U weight
+// loads before its U activation loads: interleaved, DeepSeek-V3's scores phase took 1 us longer
+// on the H100 (every block reads the same x lines; bench/NOTES.md "The grouped tail").
 template <int LB, int U>
 __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restrict__ w_row, const char* x_row,
                                                    int begin, int end) {
@@ -1273,9 +1275,12 @@ __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restri
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = c0 + i * 32 + lane;
-      const bool in = c < end;
-      wv[i] = in ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
-      av[i] = in ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
+      wv[i] = c < end ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
+    }
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int c = c0 + i * 32 + lane;
+      av[i] = c < end ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
     }
 #pragma unroll
     for (int i = 0; i < U; ++i) acc = dot_bf16<LB>(wv[i], av[i], acc);
@@ -1322,40 +1327,42 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
   }
 }
 
-// Every thread of the block, after its scores are stored: true in the token's last block to get
-// here (an atomic ticket on *counter, reset for the next launch by that block). The block barrier
-// orders every warp's scores before thread 0's ticket, an acquire-release atomic at device scope:
-// its release is cumulative (they are visible device-wide before the ticket is), and its acquire,
-// followed by the barrier, orders the last block's reads of the other blocks' scores after their
-// tickets (as cooperative groups' grid sync does). A fence before the ticket and one after it in
-// every thread of the last block cost 0.3 us more per router call on the H100 (bench/NOTES.md,
-// "The router's tail").
-__device__ __forceinline__ bool last_block_of_token(int* counter) {
-  __syncthreads();
-  __shared__ int is_last;
-  if (threadIdx.x == 0) {
-    int ticket;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(ticket) : "l"(counter) : "memory");
-    is_last = ticket == static_cast<int>(gridDim.x) - 1;
-    if (is_last) *counter = 0;  // ready for the next launch (graph replays)
-  }
-  __syncthreads();
-  return is_last;
+// The scores workspace, published in place of an end ticket: each score is stored as the
+// complement of its bits (a NaN canonicalised first), so a stored word is never 0 and 0 means
+// "not yet". The workspace starts at zero and the token's tail block clears what it read, so the
+// next launch (ordered after this one, also under PDL) finds it zero again.
+__device__ __forceinline__ void publish_score(float* p, float v) {
+  const unsigned u = isnan(v) ? 0x7fffffffu : __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(~u) : "memory");
 }
 
-// Returns true in the token's last block (every thread of it); the ticket is reset for the next launch.
+// Returns true in the token's tail block (every thread of it): the block that took the token's
+// last *start* ticket, so every other block of the token has begun and none of them waits on it
+// (no co-residency assumed). Thread 0 takes the ticket before the block's weight loads and reads
+// it after them, so its round trip hides under the loads; the tail block resets it for the next
+// launch. The tail then awaits the scores (await_scores) instead of taking an end ticket and
+// reloading them: DeepSeek-V3's router 5.48 -> 5.15 us on the H100 (bench/NOTES.md, "The grouped
+// tail").
 template <int H, int E, int W, int LB, int U, int EPC, int SPLIT>
 __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ x,
                                               const __nv_bfloat16* __restrict__ w_router,
                                               float* __restrict__ scores, int* __restrict__ counters, int num_tokens) {
   const int token = blockIdx.y;
   if (token >= num_tokens) return false;  // uniform over the block
+  int ticket = 0;
+  if (threadIdx.x == 0) ticket = atomicAdd(counters + token, 1);
   const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
   const int first = blockIdx.x * EPC;
   float* token_scores = scores + static_cast<size_t>(token) * E;
   block_scores<H, EPC, W, LB, U, SPLIT>(w_router, x_row, first, min_int(E, first + EPC),
-                                 [&](int e, float v) { token_scores[e] = v; });
-  return last_block_of_token(counters + token);
+                                        [&](int e, float v) { publish_score(token_scores + e, v); });
+  __shared__ int is_tail;
+  if (threadIdx.x == 0) {
+    is_tail = ticket == static_cast<int>(gridDim.x) - 1;
+    if (is_tail) counters[token] = 0;  // every block of the token has taken its ticket
+  }
+  __syncthreads();
+  return is_tail;
 }
 
 // The cluster form (schedule router_cluster): the C blocks of a token's cluster each score every
@@ -1628,12 +1635,39 @@ struct TopK {
 
 __device__ __forceinline__ int row_index(int i) { return (threadIdx.x & 31) + 32 * i; }
 
-// The token's scores, read through L2 (they were written by other blocks).
+// The token's scores in the router_gemv workspace (publish_score above).
+__device__ __forceinline__ unsigned peek_score(const float* p) {
+  unsigned u;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(u) : "l"(p) : "memory");
+  return u;
+}
+
+// The E scores at p as they land: every word requested at once, then those still 0 again until
+// none is; each is cleared once read. A score's word is its own flag, so no fence is needed.
 template <int E>
-__device__ __forceinline__ Row<E> load_scores(const float* __restrict__ p) {
+__device__ __forceinline__ Row<E> await_scores(float* p) {
+  constexpr int P = Row<E>::kPer;
+  unsigned got[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) got[i] = row_index(i) < E ? peek_score(p + row_index(i)) : ~0u;
+  bool waiting;
+  do {
+    waiting = false;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      if (got[i] == 0u) {
+        got[i] = peek_score(p + row_index(i));
+        waiting |= got[i] == 0u;
+      }
+    }
+  } while (waiting);
+  __syncwarp();
   Row<E> r;
 #pragma unroll
-  for (int i = 0; i < Row<E>::kPer; ++i) r.v[i] = row_index(i) < E ? __ldcg(p + row_index(i)) : 0.0f;
+  for (int i = 0; i < P; ++i) {
+    r.v[i] = row_index(i) < E ? __uint_as_float(~got[i]) : 0.0f;
+    if (row_index(i) < E) asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p + row_index(i)), "r"(0u) : "memory");
+  }
   return r;
 }
 
@@ -1932,8 +1966,8 @@ __device__ __forceinline__ TopK<K> select_top(const Row<E>& sel, const Row<E>& v
 }
 
 // The sum of the two best of the warp's 32 R values v[0..R) per lane (a DeepSeek-V3 group score),
-// ranked as rank_key ranks (a NaN below every number): two warp reductions, one when the best key
-// is held twice.
+// ranked as rank_key ranks (a NaN below every number): the best by one warp reduction, then the
+// runner-up (the best key again when two lanes hold it) by a ballot and a reduction side by side.
 template <int R>
 __device__ __forceinline__ float warp_best_two_sum(const float* v) {
   unsigned first = 0u, second = 0u;
@@ -1944,9 +1978,10 @@ __device__ __forceinline__ float warp_best_two_sum(const float* v) {
     first = max(first, k);
   }
   const unsigned a = __reduce_max_sync(kFullMask, first);
+  // both after a, side by side: whether a is held twice, and the best once a's holder gives second
   const bool twice = __popc(__ballot_sync(kFullMask, first == a)) > 1;
-  const unsigned b = twice ? a : __reduce_max_sync(kFullMask, first == a ? second : first);
-  return key_value(a) + key_value(b);
+  const unsigned runner_up = __reduce_max_sync(kFullMask, first == a ? second : first);
+  return key_value(a) + key_value(twice ? a : runner_up);
 }
 
 // Top-K of a row, selecting on `sel` and keeping `val`'s values. With G > 1 groups (of E / G
@@ -2048,20 +2083,46 @@ __device__ __forceinline__ TopK<K> softmax_topk(const Row<E>& x, TopKScratch* sc
 }
 
 // The decode routers' tail over the W warps of the token's last block (router_gemv): warp w holds
-// the S = E / W experts [w S, (w + 1) S) as a Row<S> and selects their K best; warp 0 then selects
-// the K best of the warps' W K candidates. Every selected key is among its warp's K best, and
-// equal keys keep the lower expert id at both levels (a warp's candidates are in rank order, the
-// warps' slices ascend), so the result is select_top's over the whole row, its selection steps
-// spread over the block. With G > 1 groups, G == W: warp w's slice is group w, which scores the
-// sum of its two best; warp 0 keeps the candidates of the TG best groups.
+// the S = E / W experts [w S, (w + 1) S) as a Row<S> and ranks them; the K best of each warp are
+// the candidates. Every selected key is among its warp's K best, and equal keys keep the lower
+// expert id at both levels (a warp's candidates are in rank order, the warps' slices ascend), so
+// the result is select_top's over the whole row, its selection steps spread over the block.
+//  - G == 1: warp 0 selects the K best of the W K candidates (select_top).
+//  - G > 1 groups, G == W: warp w's slice is group w, which scores the sum of its two best. After
+//    one barrier every warp knows the TG best groups, and each candidate of a kept group counts
+//    the candidates above it in the other kept groups' lists (rank order, so equal keys in a lower
+//    group count) and stores itself at its final rank: no gather in one warp, no second select
+//    (DeepSeek-V3's tail 3140 -> ... cycles on the H100, bench/NOTES.md "The grouped tail").
 template <int K, int W>
 struct BlockTopKScratch {
   TopKScratch warp[W];
-  unsigned key[W * K];  // warp w's selection at [w K, (w + 1) K), best first
+  alignas(16) unsigned key[W * K];  // warp w's K best keys at [w K, (w + 1) K), best first
   int id[W * K];
   float value[W * K];
   unsigned group_key[W];
+  unsigned top_key[K];  // groups: the selection by final rank
+  int top_id[K];
+  float top_value[K];
 };
+
+// How many of a kept group's K candidate keys (best first) rank above a key of another group:
+// a larger key, or an equal key when that group's experts come first (lower ids).
+template <int K>
+__device__ __forceinline__ int count_above(const unsigned* list, unsigned key, bool lower_group) {
+  const unsigned t = lower_group ? key - 1u : key;  // candidate keys are >= 1
+  int above = 0;
+  if constexpr (K % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < K / 4; ++q) {
+      const uint4 k4 = reinterpret_cast<const uint4*>(list)[q];
+      above += (k4.x > t) + (k4.y > t) + (k4.z > t) + (k4.w > t);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < K; ++j) above += list[j] > t;
+  }
+  return above;
+}
 
 // Called by every thread of the block; the selection is returned in warp 0 (empty elsewhere).
 template <int K, int G, int TG, int S, int W>
@@ -2075,40 +2136,71 @@ __device__ __forceinline__ TopK<K> block_topk(const Row<S>& sel, const Row<S>& v
 #pragma unroll
   for (int i = 0; i < P; ++i) valid |= (row_index(i) < S ? 1u : 0u) << i;
   if constexpr (G > 1) {
+    // this lane's candidate: its key, rank in the group and expert; every lane of a slice of whole
+    // registers is valid, so each group has at least K candidates
+    unsigned key;
+    int rank, id;
+    float value;
+    if constexpr (P == 1) {  // one expert per lane: the lanes' ranks are the group's
+      key = rank_key(sel.v[0]);
+      __syncwarp();
+      s.warp[warp].best[lane] = key;
+      __syncwarp();
+      rank = shared_rank(s.warp[warp].best, 32, key, lane);
+      id = warp * S + lane;
+      value = val.v[0];
+    } else {
+      const TopK<K> mine = select_top<K, S>(sel, val, valid, s.warp[warp]);
+      key = mine.key;
+      rank = lane < K ? lane : K;
+      id = warp * S + mine.id;
+      value = mine.value;
+    }
     const float score = warp_best_two_sum<P>(sel.v);
     if (lane == 0) s.group_key[warp] = rank_key(score);
-  }
-  const TopK<K> mine = select_top<K, S>(sel, val, valid, s.warp[warp]);
-  if (lane < K) {
-    s.key[warp * K + lane] = mine.key;
-    s.id[warp * K + lane] = mine.id >= 0 ? warp * S + mine.id : -1;
-    s.value[warp * K + lane] = mine.value;
-  }
-  __syncthreads();
-  if (warp != 0) return TopK<K>{0.0f, -1, 0u};
-  // candidate position p of warp 0's merge: slot p, or with groups the (p / K)-th kept group's
-  unsigned kept = (1u << W) - 1u;
-  if constexpr (G > 1) {
+    if (rank < K) s.key[warp * K + rank] = key;
+    __syncthreads();
     const unsigned group_key = lane < G ? s.group_key[lane] : 0u;
-    const int group_rank = shared_rank(s.group_key, G, group_key, lane);
-    kept = __ballot_sync(kFullMask, lane < G && group_rank < TG);
-  }
-  constexpr int N = (G > 1 ? TG : W) * K;
-  Row<N> csel, cval;
-  int slot[Row<N>::kPer];
-  unsigned cvalid = 0u;
+    const unsigned kept = __ballot_sync(kFullMask, lane < G && shared_rank(s.group_key, G, group_key, lane) < TG);
+    if (((kept >> warp) & 1u) && rank < K) {
+      int final_rank = rank;
 #pragma unroll
-  for (int i = 0; i < Row<N>::kPer; ++i) {
-    const int p = row_index(i);
-    slot[i] = G > 1 ? (__fns(kept, 0, p / K + 1) * K + p % K) : p;
-    const bool has = p < N && s.id[slot[i]] >= 0;
-    csel.v[i] = has ? key_value(s.key[slot[i]]) : 0.0f;
-    cval.v[i] = has ? s.value[slot[i]] : 0.0f;
-    cvalid |= (has ? 1u : 0u) << i;
+      for (int g = 0; g < G; ++g) {
+        if (g != warp && ((kept >> g) & 1u)) final_rank += count_above<K>(s.key + g * K, key, g < warp);
+      }
+      if (final_rank < K) {
+        s.top_key[final_rank] = key;
+        s.top_id[final_rank] = id;
+        s.top_value[final_rank] = value;
+      }
+    }
+    __syncthreads();
+    if (warp != 0 || lane >= K) return TopK<K>{0.0f, -1, 0u};
+    return TopK<K>{s.top_value[lane], s.top_id[lane], s.top_key[lane]};
+  } else {
+    const TopK<K> mine = select_top<K, S>(sel, val, valid, s.warp[warp]);
+    if (lane < K) {
+      s.key[warp * K + lane] = mine.key;
+      s.id[warp * K + lane] = mine.id >= 0 ? warp * S + mine.id : -1;
+      s.value[warp * K + lane] = mine.value;
+    }
+    __syncthreads();
+    if (warp != 0) return TopK<K>{0.0f, -1, 0u};
+    constexpr int N = W * K;
+    Row<N> csel, cval;
+    unsigned cvalid = 0u;
+#pragma unroll
+    for (int i = 0; i < Row<N>::kPer; ++i) {
+      const int p = row_index(i);
+      const bool has = p < N && s.id[p] >= 0;
+      csel.v[i] = has ? key_value(s.key[p]) : 0.0f;
+      cval.v[i] = has ? s.value[p] : 0.0f;
+      cvalid |= (has ? 1u : 0u) << i;
+    }
+    TopK<K> top = select_top<K, N>(csel, cval, cvalid, s.warp[0]);
+    if (top.id >= 0) top.id = s.id[top.id];
+    return top;
   }
-  TopK<K> top = select_top<K, N>(csel, cval, cvalid, s.warp[0]);
-  if (top.id >= 0) top.id = s.id[G > 1 ? __fns(kept, 0, top.id / K + 1) * K + top.id % K : top.id];
-  return top;
 }
 
 // A selection scattered back into a row: its values at its experts, zero elsewhere.

@@ -30,7 +30,7 @@ extern "C" __global__ void __launch_bounds__(${launchBounds}) ${name}(
     return;
   }
 <#if !blockTail>
-  if (threadIdx.x >= 32) return;  // warp 0 of the token's last block evaluates the epilogue
+  if (threadIdx.x >= 32) return;  // warp 0 of the token's tail block evaluates the epilogue
 </#if>
   const int token = blockIdx.y;
 <#list valueLines as line>

@@ -65,9 +65,10 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Output
     /**
      * The decode router (seed 000's warp GEMV, seed 002's fused epilogue): the experts of a token
      * are spread over {@code ceil(E / expertsPerCta)} thread blocks, one warp per expert score (or
-     * several, see below; {@code W_r[e] . x[m]}, 16-byte loads, FP32); the last block of a token to finish (an atomic
-     * ticket) reads the token's E scores back from L2 and one warp evaluates the whole epilogue
-     * tree (softmax, top-k, biases, renormalisation) in registers before storing the routing table.
+     * several, see below; {@code W_r[e] . x[m]}, 16-byte loads, FP32); the token's block that took the last
+     * start ticket (an atomic at its start, so every other block of the token has begun) awaits the
+     * token's E scores as they land in L2 and one warp evaluates the whole epilogue tree (softmax,
+     * top-k, biases, renormalisation) in registers before storing the routing table.
      * One launch per router call, no host synchronisation. With at least twice as many warps as
      * experts per block, each score's row is split over {@code warpsPerCta / expertsPerCta} warps
      * (fewer dependent load rounds for long rows), their parts added in shared memory in warp order.

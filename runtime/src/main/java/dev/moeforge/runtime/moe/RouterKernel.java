@@ -15,7 +15,7 @@ import java.util.Map;
 
 /**
  * A loaded router kernel with its workspace (the per-token scores and tickets, sized for up to
- * {@code maxTokens} tokens; the tickets start at zero and the kernel leaves them at zero, so graph
+ * {@code maxTokens} tokens; both start at zero and the kernel leaves them at zero, so graph
  * replays need no reset). One launch per router call, nothing read back to the host.
  */
 public final class RouterKernel implements AutoCloseable {
@@ -39,7 +39,7 @@ public final class RouterKernel implements AutoCloseable {
         for (KernelParam p : handle.signature().tensors()) {
             if (p.role() == KernelParam.Role.WORKSPACE) {
                 DeviceBuffer b = DeviceBuffer.allocate(p.elementType(), p.elements(maxTokens));
-                b.fillWords32(0);  // the tickets must start at zero; the scores are written before they are read
+                b.fillWords32(0);  // tickets and scores start at zero (a zero score word means "not yet written")
                 workspace.put(p.name(), b);
             }
         }
@@ -111,6 +111,11 @@ public final class RouterKernel implements AutoCloseable {
     /** The workspace tickets of a router_gemv kernel, for tests (all zero whenever no launch is in flight); null otherwise. */
     public DeviceBuffer counters() {
         return workspace.get("counters");
+    }
+
+    /** The scores workspace of a router_gemv kernel, for tests (all zero whenever no launch is in flight); null otherwise. */
+    public DeviceBuffer scores() {
+        return workspace.get("scores");
     }
 
 

@@ -282,6 +282,9 @@ class RouterGpuTest extends GpuSession {
                 int[] tickets = new int[tokens];
                 router.counters().copyTo(tickets);
                 assertArrayEquals(new int[tokens], tickets, "tickets not left at zero: " + where);
+                int[] scoreWords = new int[(int) router.scores().elements()];
+                router.scores().copyTo(scoreWords);
+                assertArrayEquals(new int[scoreWords.length], scoreWords, "scores workspace not left at zero: " + where);
             }
             deviceRows.values().forEach(DeviceBuffer::close);
         } finally {
