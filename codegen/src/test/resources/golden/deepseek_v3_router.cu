@@ -44,11 +44,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) deepseek_v3_router(
   const int token = blockIdx.y;
   __shared__ mf::BlockTopKScratch<8, kWarpsPerCta> topk_scratch;  // the warps' candidates
   const int slice = (threadIdx.x >> 5) * kSlice;  // this warp's group of experts
-  const mf::Row<kSlice> v0 = mf::await_scores<kSlice>(scores + static_cast<size_t>(token) * kExperts + slice);
-  const mf::Row<kSlice> v1 = mf::sigmoid(v0);
-  const mf::Row<kSlice> v2 = mf::load_row<kSlice>(e_score_correction_bias + slice);
-  const mf::Row<kSlice> v3 = mf::add(v1, v2);
-  const mf::TopK<8> v4 = mf::block_topk<8, 8, 4, kSlice, kWarpsPerCta>(v3, v1, topk_scratch);
+  const mf::Row<kSlice> v0 = mf::load_row<kSlice>(e_score_correction_bias + slice);
+  const mf::Row<kSlice> v1 = mf::await_scores<kSlice>(scores + static_cast<size_t>(token) * kExperts + slice);
+  const mf::Row<kSlice> v2 = mf::sigmoid(v1);
+  const mf::Row<kSlice> v3 = mf::add(v2, v0);
+  const mf::TopK<8> v4 = mf::block_topk<8, 8, 4, kSlice, kWarpsPerCta>(v3, v2, topk_scratch);
   if (threadIdx.x >= 32) return;  // warp 0 holds the selection and finishes the tree
   const mf::TopK<8> v5 = mf::renormalize(v4);
   const mf::TopK<8> v6 = mf::scale(v5, 2.5f);

@@ -38,9 +38,9 @@ extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) g
   if (scores == nullptr || threadIdx.x >= 32) return;  // warp 0 of the cluster's block 0 evaluates the epilogue
   const int token = blockIdx.y;
   __shared__ mf::TopKScratch topk_scratch;  // the top-k's candidates
-  const mf::Row<kExperts> v0 = mf::load_row_shared<kExperts>(scores);
-  const mf::Row<kExperts> v1 = mf::load_row<kExperts>(router_bias);
-  const mf::Row<kExperts> v2 = mf::add(v0, v1);
+  const mf::Row<kExperts> v0 = mf::load_row<kExperts>(router_bias);
+  const mf::Row<kExperts> v1 = mf::load_row_shared<kExperts>(scores);
+  const mf::Row<kExperts> v2 = mf::add(v1, v0);
   const mf::TopK<4> v3 = mf::topk<4, 1, 1>(v2, v2, &topk_scratch);
   const mf::TopK<4> v4 = mf::softmax_best_first(v3);
   mf::store_topk(v4, topk_weights + static_cast<size_t>(token) * 4, topk_ids + static_cast<size_t>(token) * 4);

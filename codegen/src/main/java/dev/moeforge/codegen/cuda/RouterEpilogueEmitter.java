@@ -98,6 +98,11 @@ public final class RouterEpilogueEmitter {
                 e.lines.add("const int slice = (threadIdx.x >> 5) * kSlice;  // this warp's group of experts");
             }
         }
+        // the row parameters first: they do not depend on the scores, so their loads are in flight
+        // while the decode routers' tail block awaits the scores
+        for (String row : RouterTrees.rowParams(root.input())) {
+            e.value(new RowParam(row));
+        }
         String value = e.value(root.input());
         OptionalInt k = RouterTrees.storedTopK(root);
         List<String> stores = new ArrayList<>();

@@ -1260,8 +1260,9 @@ __device__ __forceinline__ void down_tensor_core(const __nv_bfloat16* __restrict
 
 // A warp's part of an expert's score: W_r[e] . x[m] over the load chunks [begin, end) of the row
 // (16-byte loads, U in flight per lane), butterfly-summed in fp32. Each step issues its U weight
-// loads before its U activation loads: interleaved, DeepSeek-V3's scores phase took 1 us longer
-// on the H100 (every block reads the same x lines; bench/NOTES.md "The grouped tail").
+// loads (DRAM) before its U activation loads (L2, shared by every block). With the loads held to
+// a few registers the interleaved order cost DeepSeek-V3's scores 1 us; with all of them in flight
+// (the routers' launch bounds) both orders measure the same (bench/NOTES.md, "The grouped tail").
 template <int LB, int U>
 __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restrict__ w_row, const char* x_row,
                                                    int begin, int end) {
@@ -2092,7 +2093,8 @@ __device__ __forceinline__ TopK<K> softmax_topk(const Row<E>& x, TopKScratch* sc
 //    one barrier every warp knows the TG best groups, and each candidate of a kept group counts
 //    the candidates above it in the other kept groups' lists (rank order, so equal keys in a lower
 //    group count) and stores itself at its final rank: no gather in one warp, no second select
-//    (DeepSeek-V3's tail 3140 -> ... cycles on the H100, bench/NOTES.md "The grouped tail").
+//    (DeepSeek-V3's selection, renormalisation and scale about 3000 -> 2200 cycles of one warp on the
+//    H100, bench/NOTES.md "The grouped tail").
 template <int K, int W>
 struct BlockTopKScratch {
   TopKScratch warp[W];

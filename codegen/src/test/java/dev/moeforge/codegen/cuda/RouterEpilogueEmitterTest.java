@@ -74,11 +74,11 @@ class RouterEpilogueEmitterTest {
         assertEquals(List.of(
                 "__shared__ mf::BlockTopKScratch<8, kWarpsPerCta> topk_scratch;  // the warps' candidates",
                 "const int slice = (threadIdx.x >> 5) * kSlice;  // this warp's group of experts",
-                "const mf::Row<kSlice> v0 = row;",
-                "const mf::Row<kSlice> v1 = mf::sigmoid(v0);",
-                "const mf::Row<kSlice> v2 = mf::load_row<kSlice>(bias + slice);",
-                "const mf::Row<kSlice> v3 = mf::add(v1, v2);",
-                "const mf::TopK<8> v4 = mf::block_topk<8, 8, 4, kSlice, kWarpsPerCta>(v3, v1, topk_scratch);",
+                "const mf::Row<kSlice> v0 = mf::load_row<kSlice>(bias + slice);",  // row parameters before the scores
+                "const mf::Row<kSlice> v1 = row;",
+                "const mf::Row<kSlice> v2 = mf::sigmoid(v1);",
+                "const mf::Row<kSlice> v3 = mf::add(v2, v0);",
+                "const mf::TopK<8> v4 = mf::block_topk<8, 8, 4, kSlice, kWarpsPerCta>(v3, v2, topk_scratch);",
                 "if (threadIdx.x >= 32) return;  // warp 0 holds the selection and finishes the tree",
                 "const mf::TopK<8> v5 = mf::renormalize(v4);",
                 "const mf::TopK<8> v6 = mf::scale(v5, 2.5f);"), lines);
