@@ -317,6 +317,23 @@ __global__ void __launch_bounds__(256, 1) router_await_traced(const __nv_bfloat1
   if (threadIdx.x == 0) mine[2] = probe::now_ns();
 }
 
+// A warp's part of expert e's score, added over the expert's SPLIT warps in warp order (as
+// block_scores adds them) and stored by the first; every thread of the block calls it.
+template <class R>
+__device__ __forceinline__ void store_split_score(float acc, int e, float* scores) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  acc = mf::warp_sum(acc);
+  __shared__ float parts[R::kW];
+  if (lane == 0) parts[warp] = acc;
+  __syncthreads();
+  if (warp % R::kSplit == 0 && lane == 0) {
+    float total = 0.0f;
+#pragma unroll
+    for (int p = 0; p < R::kSplit; ++p) total += parts[warp + p];
+    scores[e] = total;
+  }
+}
+
 // The router with its weight loads issued before the PDL wait (the weights are constants; x, the
 // scores and the ticket are touched only after it): each warp's part of a row is one step of
 // U loads per lane, held in registers across the wait. TRIGGER_FIRST: launch_dependents before
@@ -350,16 +367,7 @@ __global__ void __launch_bounds__(256, 1) router_early(const __nv_bfloat16* x, c
     const mf::Lane<16> av = c < end ? mf::load_activations<16>(x_row + c * 16) : mf::zero_lane<16>();
     acc = mf::dot_bf16<16>(wv[i], av, acc);
   }
-  acc = mf::warp_sum(acc);
-  __shared__ float parts[R::kW];
-  if (lane == 0) parts[warp] = acc;
-  __syncthreads();
-  if (part == 0 && lane == 0) {
-    float total = 0.0f;
-#pragma unroll
-    for (int p = 0; p < R::kSplit; ++p) total += parts[warp + p];
-    scores[e] = total;
-  }
+  store_split_score<R>(acc, e, scores);
   if (!reference::last_block_of_token(counters)) return;
   tail<R>(scores, bias, tw, ids);
 }
@@ -551,20 +559,22 @@ __global__ void select_top_stages(const float* rows, long long* out, float* sink
   sink[lane] = acc;
 }
 
-// DeepSeek-V3's block tail (DeepSeekRule<kBlock>: block_topk<8, 8, 4, 32, 8>) with clock stamps
-// in warp 0 after each stage (a copy for timing only: each stage's result is stored to shared
-// memory before its stamp, so the clock waits for it), run 4 times over 4 rows in one launch:
-// stamps of the last run. Stages: 0 scores and bias loaded (L2), 1 sigmoid and add, 2 the group's
-// two-best sum, 3 the warp's select_top, 4 its candidates stored and the block barrier, 5 the kept
-// groups, 6 warp 0's candidates gathered, 7 their select_top, 8 ids mapped back, renormalised and
-// scaled.
+// DeepSeek-V3's block tail with clock stamps in warp 0 after each stage (each stage's result is
+// stored to shared memory before its stamp, so the clock waits for it), run 4 times over 4 rows in
+// one launch: stamps of the last run. Stages 0 scores and bias loaded (L2), 1 sigmoid and add, then
+// HEADER: 2 the header's block_topk, 3 renormalise and scale; otherwise a copy of the merge before
+// "The grouped tail": 2 the group's two-best sum, 3 the warp's select_top, 4 its candidates stored
+// and the block barrier, 5 the kept groups, 6 warp 0's candidates gathered, 7 their select_top, 8
+// ids mapped back, renormalised and scaled.
+template <bool HEADER>
 __global__ void __launch_bounds__(256, 1) deepseek_tail_stages(const float* rows, const float* bias, long long* out, float* sink) {
   constexpr int K = 8, G = 8, TG = 4, S = 32, W = 8;
+  constexpr int kStages = HEADER ? 4 : 9;
   using mf::kFullMask;
   __shared__ mf::BlockTopKScratch<K, W> s;
   __shared__ volatile unsigned keep[256];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  long long t[10];
+  long long t[kStages + 1];
   float acc = 0.0f;
   auto stamp = [&](int i, unsigned v) { keep[threadIdx.x] = v; t[i] = clk(); };
 #pragma unroll 1
@@ -576,74 +586,49 @@ __global__ void __launch_bounds__(256, 1) deepseek_tail_stages(const float* rows
     const Row<S> v1 = mf::sigmoid(v0);
     const Row<S> sel = mf::add(v1, b);
     stamp(2, __float_as_uint(sel.v[0]));
-    const float score = mf::warp_best_two_sum<1>(sel.v);
-    if (lane == 0) s.group_key[warp] = mf::rank_key(score);
-    stamp(3, __float_as_uint(score));
-    const TopK<K> mine = mf::select_top<K, S>(sel, v1, 1u, s.warp[warp]);
-    stamp(4, mine.key);
-    if (lane < K) {
-      s.key[warp * K + lane] = mine.key;
-      s.id[warp * K + lane] = mine.id >= 0 ? warp * S + mine.id : -1;
-      s.value[warp * K + lane] = mine.value;
-    }
-    __syncthreads();
-    stamp(5, 0u);
-    if (warp == 0) {
-      const unsigned group_key = lane < G ? s.group_key[lane] : 0u;
-      const int group_rank = mf::shared_rank(s.group_key, G, group_key, lane);
-      const unsigned kept = __ballot_sync(kFullMask, lane < G && group_rank < TG);
-      stamp(6, kept);
-      constexpr int N = TG * K;
-      Row<N> csel, cval;
-      const int p = lane;
-      const int slot = __fns(kept, 0, p / K + 1) * K + p % K;
-      const bool has = s.id[slot] >= 0;
-      csel.v[0] = has ? mf::key_value(s.key[slot]) : 0.0f;
-      cval.v[0] = has ? s.value[slot] : 0.0f;
-      const unsigned cvalid = has ? 1u : 0u;
-      stamp(7, __float_as_uint(csel.v[0] + cval.v[0]));
-      TopK<K> top = mf::select_top<K, N>(csel, cval, cvalid, s.warp[0]);
-      stamp(8, top.key);
-      if (top.id >= 0) top.id = s.id[__fns(kept, 0, top.id / K + 1) * K + top.id % K];
+    if constexpr (HEADER) {
+      TopK<K> top = mf::block_topk<K, G, TG, S, W>(sel, v1, s);
+      stamp(3, top.key);
       top = mf::scale(mf::renormalize(top), 2.5f);
-      stamp(9, __float_as_uint(top.value) + top.id);
+      stamp(4, __float_as_uint(top.value) + top.id);
       acc += top.value;
+    } else {
+      const float score = mf::warp_best_two_sum<1>(sel.v);
+      if (lane == 0) s.group_key[warp] = mf::rank_key(score);
+      stamp(3, __float_as_uint(score));
+      const TopK<K> mine = mf::select_top<K, S>(sel, v1, 1u, s.warp[warp]);
+      stamp(4, mine.key);
+      if (lane < K) {
+        s.key[warp * K + lane] = mine.key;
+        s.id[warp * K + lane] = mine.id >= 0 ? warp * S + mine.id : -1;
+        s.value[warp * K + lane] = mine.value;
+      }
+      __syncthreads();
+      stamp(5, 0u);
+      if (warp == 0) {
+        const unsigned group_key = lane < G ? s.group_key[lane] : 0u;
+        const int group_rank = mf::shared_rank(s.group_key, G, group_key, lane);
+        const unsigned kept = __ballot_sync(kFullMask, lane < G && group_rank < TG);
+        stamp(6, kept);
+        constexpr int N = TG * K;
+        Row<N> csel, cval;
+        const int slot = __fns(kept, 0, lane / K + 1) * K + lane % K;
+        const bool has = s.id[slot] >= 0;
+        csel.v[0] = has ? mf::key_value(s.key[slot]) : 0.0f;
+        cval.v[0] = has ? s.value[slot] : 0.0f;
+        stamp(7, __float_as_uint(csel.v[0] + cval.v[0]));
+        TopK<K> top = mf::select_top<K, N>(csel, cval, has ? 1u : 0u, s.warp[0]);
+        stamp(8, top.key);
+        if (top.id >= 0) top.id = s.id[__fns(kept, 0, top.id / K + 1) * K + top.id % K];
+        top = mf::scale(mf::renormalize(top), 2.5f);
+        stamp(9, __float_as_uint(top.value) + top.id);
+        acc += top.value;
+      }
     }
     __syncthreads();
   }
   if (threadIdx.x == 0)
-    for (int i = 0; i < 9; ++i) out[i] = t[i + 1] - t[i];
-  sink[threadIdx.x] = acc;
-}
-
-// The header's DeepSeek-V3 tail in stages (same rows and method as deepseek_tail_stages): 0 scores
-// and bias loaded, 1 sigmoid and add, 2 block_topk, 3 renormalise and scale.
-__global__ void __launch_bounds__(256, 1) deepseek_tail_header_stages(const float* rows, const float* bias, long long* out, float* sink) {
-  constexpr int K = 8, S = 32, W = 8;
-  __shared__ mf::BlockTopKScratch<K, W> s;
-  __shared__ volatile unsigned keep[256];
-  const int warp = threadIdx.x >> 5;
-  long long t[5];
-  float acc = 0.0f;
-  auto stamp = [&](int i, unsigned v) { keep[threadIdx.x] = v; t[i] = clk(); };
-#pragma unroll 1
-  for (int rep = 0; rep < 4; ++rep) {
-    t[0] = clk();
-    const Row<S> v0 = reference::load_scores<S>(rows + rep * 256 + warp * S);
-    const Row<S> b = mf::load_row<S>(bias + warp * S);
-    stamp(1, __float_as_uint(v0.v[0] + b.v[0]));
-    const Row<S> v1 = mf::sigmoid(v0);
-    const Row<S> sel = mf::add(v1, b);
-    stamp(2, __float_as_uint(sel.v[0]));
-    TopK<K> top = mf::block_topk<K, 8, 4, S, W>(sel, v1, s);
-    stamp(3, top.key);
-    top = mf::scale(mf::renormalize(top), 2.5f);
-    stamp(4, __float_as_uint(top.value) + top.id);
-    acc += top.value;
-    __syncthreads();
-  }
-  if (threadIdx.x == 0)
-    for (int i = 0; i < 4; ++i) out[i] = t[i + 1] - t[i];
+    for (int i = 0; i < kStages; ++i) out[i] = t[i + 1] - t[i];
   sink[threadIdx.x] = acc;
 }
 
@@ -1025,6 +1010,30 @@ __global__ void __launch_bounds__(256, 1) stream_read(const uint4* src, size_t w
   if (acc == 1.2345f) sink[0] = acc;  // keeps the loads
 }
 
+// A 6 MB streaming call per copy before each router call (a stand-in for the layer's down), and
+// chains of `copies` calls with or without it, graph-timed per call.
+struct StreamFiller {
+  static constexpr size_t kBytes = 6u << 20;
+  uint4* big;
+  cudaStream_t s;
+  float* sink;
+  int copies;
+  StreamFiller(int copies_, cudaStream_t s_, float* sink_) : s(s_), sink(sink_), copies(copies_) {
+    CK(cudaMalloc(&big, kBytes * copies)); probe::fill_dev(big, kBytes * copies, 5);
+  }
+  ~StreamFiller() { cudaFree(big); }
+  void operator()(bool pdl, int c) const {
+    probe::launch_as(probe::LaunchAs{pdl, false, 1}, stream_read, dim3(132 * 4), dim3(256), 0, s,
+                     (const uint4*)((const char*)big + kBytes * c), kBytes / 16, sink);
+  }
+  template <class Call>
+  float chain(int reps, bool pdl, bool with_filler, Call call) const {
+    return probe::graph_us(s, reps, copies, [&] {
+      for (int c = 0; c < copies; ++c) { if (with_filler) (*this)(pdl, c); call(c); }
+    });
+  }
+};
+
 // Programmatic dependent launch and the router's weight loads: the catalogue router launched
 // plainly and with PDL, and the weights-before-the-wait router with launch_dependents first or
 // after the wait; alone back to back, and after a 6 MB streaming kernel (a layer's down) each call.
@@ -1037,8 +1046,6 @@ void run_pdl(const char* name, int copies, int reps, std::mt19937& rng) {
   float *scores, *tw, *sink; int *counters, *ids;
   CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4));
   CK(cudaMalloc(&tw, copies * R::kK * 4)); CK(cudaMalloc(&ids, copies * R::kK * 4)); CK(cudaMalloc(&sink, 64));
-  constexpr size_t kFill = 6u << 20;  // bytes per streaming call
-  uint4* big; CK(cudaMalloc(&big, kFill * copies)); probe::fill_dev(big, kFill * copies, 5);
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const dim3 grid(R::kE / R::kEpc), block(32 * R::kW);
   auto wc = [&](int c) { return w + (size_t)c * R::kE * R::kH; };
@@ -1047,14 +1054,9 @@ void run_pdl(const char* name, int copies, int reps, std::mt19937& rng) {
     probe::launch_as(probe::LaunchAs{pdl, false, 1}, kernel, grid, block, 0, s, (const __nv_bfloat16*)(x + c * R::kH),
                      (const __nv_bfloat16*)wc(c), (const float*)bias, scores, counters, tw + c * R::kK, ids + c * R::kK);
   };
-  auto filler = [&](bool pdl, int c) {
-    probe::launch_as(probe::LaunchAs{pdl, false, 1}, stream_read, dim3(132 * 4), dim3(256), 0, s,
-                     (const uint4*)((const char*)big + kFill * c), kFill / 16, sink);
-  };
+  const StreamFiller filler(copies, s, sink);
   auto chain = [&](auto kernel, bool pdl, bool with_filler) {
-    return probe::graph_us(s, reps, copies, [&] {
-      for (int c = 0; c < copies; ++c) { if (with_filler) filler(pdl, c); call(kernel, pdl, c); }
-    });
+    return filler.chain(reps, pdl, with_filler, [&](int c) { call(kernel, pdl, c); });
   };
   auto routing = [&](auto kernel, bool pdl) {
     CK(cudaMemset(ids, 0xff, copies * R::kK * 4));
@@ -1074,7 +1076,7 @@ void run_pdl(const char* name, int copies, int reps, std::mt19937& rng) {
               chain(router<R>, false, false), chain(router<R>, true, false), chain(router_early<R, true>, true, false), chain(router_early<R, false>, true, false));
   std::printf("  each after a 6 MB stream (stream alone %.2f): plain %.2f | PDL %.2f | weights before the wait, trigger first %.2f | trigger after the wait %.2f\n",
               filler_alone, chain(router<R>, false, true), chain(router<R>, true, true), chain(router_early<R, true>, true, true), chain(router_early<R, false>, true, true));
-  cudaFree(w); cudaFree(x); cudaFree(bias); cudaFree(scores); cudaFree(counters); cudaFree(tw); cudaFree(ids); cudaFree(sink); cudaFree(big);
+  cudaFree(w); cudaFree(x); cudaFree(bias); cudaFree(scores); cudaFree(counters); cudaFree(tw); cudaFree(ids); cudaFree(sink);
   cudaStreamDestroy(s);
 }
 
@@ -1170,16 +1172,7 @@ __global__ void __launch_bounds__(256, 1) scores_variant(const __nv_bfloat16* x,
 #pragma unroll
     for (int i = 0; i < R::kU; ++i) acc = mf::dot_bf16<16>(wv[i], av[i], acc);
   }
-  acc = mf::warp_sum(acc);
-  __shared__ float parts[R::kW];
-  if (lane == 0) parts[warp] = acc;
-  __syncthreads();
-  if (part == 0 && lane == 0) {
-    float total = 0.0f;
-#pragma unroll
-    for (int p = 0; p < R::kSplit; ++p) total += parts[warp + p];
-    scores[e] = total;
-  }
+  store_split_score<R>(acc, e, scores);
   if constexpr ((FLAGS & 128) != 0) {  // the whole router: end ticket and the tail
     if (!reference::last_block_of_token(counters)) return;
     tail<R>(scores, bias, tw, ids);
@@ -1242,8 +1235,6 @@ void run_await(const char* name, int copies, int reps, std::mt19937& rng) {
   CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4));
   CK(cudaMalloc(&scores_await, R::kSplit * R::kE * 4)); CK(cudaMemset(scores_await, 0, R::kSplit * R::kE * 4));
   CK(cudaMalloc(&tw, copies * R::kK * 4)); CK(cudaMalloc(&ids, copies * R::kK * 4)); CK(cudaMalloc(&sink, 64));
-  constexpr size_t kFill = 6u << 20;
-  uint4* big; CK(cudaMalloc(&big, kFill * copies)); probe::fill_dev(big, kFill * copies, 5);
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const dim3 grid(R::kE / R::kEpc), block(32 * R::kW);
   auto wc = [&](int c) { return w + (size_t)c * R::kE * R::kH; };
@@ -1257,14 +1248,9 @@ void run_await(const char* name, int copies, int reps, std::mt19937& rng) {
                        (const __nv_bfloat16*)wc(c), (const float*)bias, awaits ? scores_await : scores, counters, tw + c * R::kK, ids + c * R::kK);
     }
   };
-  auto filler = [&](bool pdl, int c) {
-    probe::launch_as(probe::LaunchAs{pdl, false, 1}, stream_read, dim3(132 * 4), dim3(256), 0, s,
-                     (const uint4*)((const char*)big + kFill * c), kFill / 16, sink);
-  };
+  const StreamFiller filler(copies, s, sink);
   auto chain = [&](auto kernel, bool pdl, bool with_filler) {
-    return probe::graph_us(s, reps, copies, [&] {
-      for (int c = 0; c < copies; ++c) { if (with_filler) filler(pdl, c); call(kernel, pdl, c); }
-    });
+    return filler.chain(reps, pdl, with_filler, [&](int c) { call(kernel, pdl, c); });
   };
   auto routing = [&](auto kernel, bool pdl, bool with_filler) {
     CK(cudaMemset(ids, 0xff, copies * R::kK * 4)); CK(cudaMemset(tw, 0xff, copies * R::kK * 4));
@@ -1323,7 +1309,7 @@ void run_await(const char* name, int copies, int reps, std::mt19937& rng) {
     cudaFree(st); cudaFree(arr);
   }
   cudaFree(w); cudaFree(x); cudaFree(bias); cudaFree(scores); cudaFree(scores_await); cudaFree(counters); cudaFree(tw); cudaFree(ids);
-  cudaFree(sink); cudaFree(big);
+  cudaFree(sink);
   cudaStreamDestroy(s);
 }
 
@@ -1364,12 +1350,12 @@ int main(int argc, char** argv) {
       for (auto& v : bh) v = 0.05f * nd(rng);
       float *r4, *bd, *sk; CK(cudaMalloc(&r4, rows4.size() * 4)); CK(cudaMalloc(&bd, 1024)); CK(cudaMalloc(&sk, 1024));
       CK(cudaMemcpy(r4, rows4.data(), rows4.size() * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(bd, bh.data(), 1024, cudaMemcpyHostToDevice));
-      deepseek_tail_stages<<<1, 256>>>(r4, bd, od, sk);
+      deepseek_tail_stages<false><<<1, 256>>>(r4, bd, od, sk);
       CK(cudaMemcpy(o, od, 9 * 8, cudaMemcpyDeviceToHost));
       std::printf("cycles of DeepSeek-V3's block tail (warp 0, fourth of four rows): scores and bias loaded %lld | sigmoid, add %lld | two-best sum %lld | "
                   "the warp's select_top %lld | stored, barrier %lld | kept groups %lld | candidates gathered %lld | their select_top %lld | ids, renormalize, scale %lld\n",
                   o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8]);
-      deepseek_tail_header_stages<<<1, 256>>>(r4, bd, od, sk);
+      deepseek_tail_stages<true><<<1, 256>>>(r4, bd, od, sk);
       CK(cudaMemcpy(o, od, 4 * 8, cudaMemcpyDeviceToHost));
       std::printf("cycles of the header's DeepSeek-V3 tail (warp 0, fourth of four rows): scores and bias loaded %lld | sigmoid, add %lld | block_topk %lld | renormalize, scale %lld\n",
                   o[0], o[1], o[2], o[3]);
