@@ -72,7 +72,7 @@ public final class CudaEmitter {
         if (block) {
             constant(constants, "int", "kSlice", r.experts() / g.warpsPerCta());
         }
-        Map<String, Object> model = routerModel(spec, specText, constants, g.warpsPerCta(), List.of(
+        Map<String, Object> model = routerModel(spec, specText, constants, launchBounds(g.warpsPerCta(), DECODE_ROUTER_MIN_BLOCKS), List.of(
                 "router: " + LaunchGeometry.routerBlocksPerToken(spec) + " blocks per token, " + scoreWarps(split)
                         + "; the block with the token's last start ticket awaits the scores as they land and evaluates the epilogue"
                         + (block ? ", warp w on group w (its best k and the group's score), then each kept candidate "
@@ -98,7 +98,7 @@ public final class CudaEmitter {
         constant(constants, "int", "kUnroll", c.kUnroll());
         int split = LaunchGeometry.routerWarpsPerScore(spec);
         constant(constants, "int", "kWarpsPerScore", split);
-        Map<String, Object> model = routerModel(spec, specText, constants, c.warpsPerCta(), List.of(
+        Map<String, Object> model = routerModel(spec, specText, constants, launchBounds(c.warpsPerCta(), DECODE_ROUTER_MIN_BLOCKS), List.of(
                 "router: one cluster of " + c.clusterSize() + " blocks per token, " + scoreWarps(split) + ", the scores "
                         + "written into block 0's shared memory; block 0's warp 0 evaluates the epilogue after cluster.sync().",
                 "Each lane loads " + c.loadBytes() + " bytes, " + c.kUnroll() + " loads in flight per row.",
@@ -142,7 +142,7 @@ public final class CudaEmitter {
                 + ", its " + layout.ownRows() / t.warpsPerCta() + " rows interleaved (independent chains of shuffles and reductions).");
         notes.add("Ties go to the lower expert id; NaN ranks below every number.");
         notes.add("Dynamic shared memory: " + layout.sharedBytes() + " bytes.");
-        Map<String, Object> model = routerModel(spec, specText, constants, t.warpsPerCta(), notes,
+        Map<String, Object> model = routerModel(spec, specText, constants, launchBounds(t.warpsPerCta(), 0), notes,
                 "mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride)", RouterEpilogueEmitter.Evaluation.WARP_PER_ROW);
         model.put("clusterSplit", t.clusterSplit());
         model.put("expertCounts", r.expertCounts());
@@ -156,6 +156,18 @@ public final class CudaEmitter {
         return constants;
     }
 
+    /**
+     * The decode routers (one wave, latency-bound) declare one block per SM enough: without it ptxas
+     * held them to 32 registers and issued their loads two at a time (bench/NOTES.md, "The grouped
+     * tail": DeepSeek-V3 6.98 -> 5.48 us). The tiled router keeps its swept bounds.
+     */
+    private static final int DECODE_ROUTER_MIN_BLOCKS = 1;
+
+    /** {@code __launch_bounds__}'s arguments: the block's threads, and the minimum blocks per SM unless 0. */
+    private static String launchBounds(int warpsPerCta, int minBlocksPerSm) {
+        return minBlocksPerSm == 0 ? Integer.toString(32 * warpsPerCta) : 32 * warpsPerCta + ", " + minBlocksPerSm;
+    }
+
     /** How a decode router's warps share the scores (LaunchGeometry.routerWarpsPerScore). */
     private static String scoreWarps(int split) {
         return split == 1 ? "one warp per expert score"
@@ -164,7 +176,7 @@ public final class CudaEmitter {
 
     /** The model all router templates share; {@code scores} loads the token's row of scores. */
     private static Map<String, Object> routerModel(KernelSpec spec, String specText, List<Map<String, String>> constants,
-                                                   int warpsPerCta, List<String> notes, String scores,
+                                                   String launchBounds, List<String> notes, String scores,
                                                    RouterEpilogueEmitter.Evaluation evaluation) {
         Problem.Router r = (Problem.Router) spec.problem();
         Map<String, Object> model = new LinkedHashMap<>();
@@ -172,11 +184,7 @@ public final class CudaEmitter {
         model.put("notes", notes);
         model.put("header", DeviceHeader.FILE_NAME);
         model.put("constants", constants);
-        // The decode routers (one wave, latency-bound) declare one block per SM enough: without it
-        // ptxas held them to 32 registers and issued their loads two at a time (bench/NOTES.md,
-        // "The grouped tail": DeepSeek-V3 6.98 -> 5.48 us). The tiled router keeps its swept bounds.
-        boolean decode = !(spec.schedule() instanceof Schedule.RouterTiled);
-        model.put("launchBounds", 32 * warpsPerCta + (decode ? ", 1" : ""));
+        model.put("launchBounds", launchBounds);
         model.put("name", spec.name());
         model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
         RouterEpilogueEmitter.Code code = RouterEpilogueEmitter.emit((Store) spec.epilogue(), r.expertCounts(), scores, evaluation);
@@ -314,9 +322,7 @@ public final class CudaEmitter {
         model.put("epilogueText", EpilogueTypes.describe(root));
         model.put("epilogueParams", epilogueParams);
         model.put("epilogueLines", EpilogueEmitter.emit(root, bound));
-        model.put("launchBounds", lowering.minBlocksPerSm() == 0
-                ? Integer.toString(32 * lowering.warpsPerCta())
-                : 32 * lowering.warpsPerCta() + ", " + lowering.minBlocksPerSm());
+        model.put("launchBounds", launchBounds(lowering.warpsPerCta(), lowering.minBlocksPerSm()));
         model.put("name", spec.name());
         model.put("params", signature.params().stream().map(KernelParam::cudaDeclaration).toList());
         model.put("body", body);
