@@ -156,6 +156,8 @@ class FormatGpuTest extends GpuSession {
     static final OutputCentric TILED = OutputCentricBuilder.create().tokensPerCta(8).kUnroll(2).build();
     static final OutputCentric TILED_NARROW = OutputCentricBuilder.create().tokensPerCta(8).kUnroll(2).loadBytes(8).build();
     static final OutputCentric TILED_SPLIT = OutputCentricBuilder.create().tokensPerCta(5).warpsPerCta(4).warpsPerOutput(2).kUnroll(1).loadBytes(4).build();
+    /** The 8-bit catalogue pairs' schedule (t1_u2_s2_mb1): one block per SM promised to ptxas. */
+    static final OutputCentric SPLIT_ONE_BLOCK = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).minBlocksPerSm(1).build();
 
     // tensor-core decode (4-bit formats): several warps per tile, one warp per tile, 16 warps on one tile
     static final OutputTensorCore TC = OutputTensorCoreBuilder.create().build();
@@ -177,7 +179,7 @@ class FormatGpuTest extends GpuSession {
     static String tag(Schedule s) {
         return switch (s) {
             case OutputCentric oc -> "w" + oc.warpsPerCta() + "b" + oc.loadBytes() + "u" + oc.kUnroll() + "t" + oc.tokensPerCta()
-                    + "s" + oc.warpsPerOutput();
+                    + "s" + oc.warpsPerOutput() + (oc.minBlocksPerSm() > 0 ? "m" + oc.minBlocksPerSm() : "");
             case OutputTensorCore tc -> "tc_w" + tc.warpsPerCta() + "u" + tc.kUnroll() + "s" + tc.warpsPerTile();
             case Schedule.RouterGemv _, Schedule.RouterCluster _, Schedule.RouterTiled _ ->
                     throw new IllegalArgumentException("not an expert schedule");
@@ -194,6 +196,8 @@ class FormatGpuTest extends GpuSession {
                 cases.add(new Case(f, SMALL_INTERLEAVED, TILED, TILED_SPLIT, m));
             }
             cases.add(new Case(f, QWEN3_30B, SINGLE, SINGLE, 1));
+            cases.add(new Case(f, QWEN3_30B, SPLIT_ONE_BLOCK, SPLIT_ONE_BLOCK, 1));
+            cases.add(new Case(f, SMALL, SPLIT_ONE_BLOCK, SPLIT_ONE_BLOCK, 3));
             cases.add(new Case(f, QWEN3_30B, TILED, TILED, 8));
             if (FOUR_BIT.contains(f)) {
                 cases.add(new Case(f, QWEN3_30B, TC, TC_DOWN, 1));

@@ -1,0 +1,356 @@
+// Probe (not part of the toolkit): the one-kernel decode layer with warps of two jobs
+// (dataflow_layer.cuh) against the catalogue's two tensor-core kernels (gate_up_tensor_core,
+// down_tensor_core) on the same random 4-bit layer, M = 1: differences of inter and y, the time
+// of a layer over 16 layers of weights rotated in one graph with programmatic dependent launch
+// (as `moeforge bench formats` does), and one launch traced per block (%globaltimer).
+// Build: nvcc -std=c++17 -O3 -arch=sm_90a -I<dir of moeforge_device.cuh> dataflow_probe.cu -o dataflow_probe
+// Run:   dataflow_probe [reps]
+#include "dataflow_layer.cuh"
+#include "moeforge_device.cuh"
+#include "probe_harness.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+// NVFP4 with the decode replaced by one XOR per pair (wrong values; timing only): how much of the
+// tensor-core kernels' time the E2M1 decode and scale take.
+struct NoDecodeNvfp4 : mf::Nvfp4Weights {};
+namespace mf {
+template <>
+__device__ __forceinline__ void decode_tile_chunk<NoDecodeNvfp4>(const Lane<16>& codes, uint32_t raw_scales, uint32_t (&p)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) p[i] = codes.w[i & 3] ^ (raw_scales << (i & 7));
+}
+}  // namespace mf
+
+namespace {
+constexpr int kLayers = 16;
+
+struct Silu {
+  __device__ float operator()(float g, float u) const { return mf::silu(g) * u; }
+};
+struct Combine {
+  __device__ float operator()(float c) const { return c; }
+};
+
+template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int W, int U, int S>
+__global__ void __launch_bounds__(32 * W, 1) tc_gate_up(const __nv_bfloat16* x, mf::WeightArgs w, const int* ids, __nv_bfloat16* inter, int m) {
+  mf::begin_after_previous_kernel();
+  mf::gate_up_tensor_core<F, H, I, E, K, L, W, U, S>(x, w, ids, inter, m, Silu{});
+}
+template <class F, int H, int I, int E, int K, int W, int U, int S>
+__global__ void __launch_bounds__(32 * W, 1) tc_down(const __nv_bfloat16* inter, mf::WeightArgs w, const int* ids, const float* tw, __nv_bfloat16* y, int m) {
+  mf::begin_after_previous_kernel();
+  mf::down_tensor_core<F, H, I, E, K, W, U, S>(inter, w, ids, tw, y, m, Combine{});
+}
+template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int GW, int GU, bool DOWN = true>
+__global__ void __launch_bounds__(32 * (GW + K), 1) dataflow(const __nv_bfloat16* x, mf::WeightArgs gu, mf::WeightArgs dn, const int* ids,
+                                                            const float* tw, __nv_bfloat16* inter, __nv_bfloat16* y, unsigned* counters,
+                                                            unsigned long long* stamps) {
+  mf::begin_after_previous_kernel();
+  mf::dataflow_mlp<F, H, I, E, K, L, GW, GU, DOWN>(x, gu, dn, ids, tw, inter, y, counters, Silu{}, Combine{}, stamps);
+}
+
+// The pair with down's weights asked for before its wait: gate_up waits for its predecessor (the
+// router, which writes the ids) before it lets down launch, so down may read the ids and issue its
+// first group of weight loads while gate_up still runs, then wait for inter.
+template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int W, int U, int S>
+__global__ void __launch_bounds__(32 * W, 1) tc_gate_up_wait_first(const __nv_bfloat16* x, mf::WeightArgs w, const int* ids, __nv_bfloat16* inter, int m) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  mf::gate_up_tensor_core<F, H, I, E, K, L, W, U, S>(x, w, ids, inter, m, Silu{});
+}
+template <class F, int H, int I, int E, int K, int W, int U, int S>
+__global__ void __launch_bounds__(32 * W, 1) tc_down_early(const __nv_bfloat16* __restrict__ inter, mf::WeightArgs w_down, const int* __restrict__ topk_ids,
+                                                          const float* __restrict__ topk_weights, __nv_bfloat16* __restrict__ y, int num_tokens) {
+  using namespace mf;
+  using Row = TileRow<I>;
+  constexpr int kSteps = K * Row::kSteps;
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int token = blockIdx.y;
+  if (token >= num_tokens) return;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, part = warp % S;
+  const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
+  const bool active = h0 < H;
+  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
+  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
+  const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
+  const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  TileStep<F> step[U];
+  float w_lo[U], w_hi[U];
+  bool live[U];
+  auto load_group = [&](int s0) {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int s = s0 + i;
+      const int j = min_int(s / Row::kSteps, K - 1);
+      const int c = (s - j * Row::kSteps) * 4 + t;
+      const int e = __shfl_sync(kFullMask, lane_expert, j);
+      const float weight = __shfl_sync(kFullMask, routing_weight, j);
+      live[i] = active && s < kSteps && static_cast<unsigned>(e) < static_cast<unsigned>(E);
+      const bool in_lo = live[i] && h_lo < H && c < Row::kChunks, in_hi = live[i] && h_hi < H && c < Row::kChunks;
+      const int e_safe = live[i] ? e : 0;
+      step[i].load(in_lo ? row_codes<F, H, I>(w_down, e_safe, h_lo) : nullptr, in_hi ? row_codes<F, H, I>(w_down, e_safe, h_hi) : nullptr,
+                   row_block_scales<F, H, I>(w_down, e_safe, in_lo ? h_lo : 0), row_block_scales<F, H, I>(w_down, e_safe, in_hi ? h_hi : 0), c);
+      w_lo[i] = in_lo ? apply_factor<F>(weight, row_factor<F, H, 1>(w_down, e_safe, h_lo, 0)) : 0.0f;
+      w_hi[i] = in_hi ? apply_factor<F>(weight, row_factor<F, H, 1>(w_down, e_safe, h_hi, 0)) : 0.0f;
+    }
+  };
+  load_group(part * U);
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  uint4* xs = reinterpret_cast<uint4*>(smem);
+  stage_tile_activations<K, I>(inter + static_cast<size_t>(token) * K * I, xs);
+  float lo = 0.0f, hi = 0.0f;
+#pragma unroll 1
+  for (int s0 = part * U; s0 < kSteps; s0 += S * U) {
+    if (s0 != part * U) load_group(s0);
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      if (live[i]) {
+        const int s = s0 + i, j = s / Row::kSteps;
+        const StepSums sums = step[i].reduce(xs + j * Row::kPadded + (s - j * Row::kSteps) * 4 + t, K * Row::kPadded);
+        lo = fmaf(w_lo[i], sums.lo, lo);
+        hi = fmaf(w_hi[i], sums.hi, hi);
+      }
+    }
+  }
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * Row::kPadded))) return;
+  }
+  constexpr float kUnscale = TileDecode<F>::kUnscale;
+  if (t == 0 && active) {
+    if (h_lo < H) store_bf16(y + static_cast<size_t>(token) * H + h_lo, lo * kUnscale);
+    if (h_hi < H) store_bf16(y + static_cast<size_t>(token) * H + h_hi, hi * kUnscale);
+  }
+}
+
+
+template <class F>
+size_t scale_bytes(size_t rows, int k) {
+  if constexpr (F::kBlockScale == mf::BlockScale::kNone) return 0;
+  else return rows * (k / F::kBlock) * (F::kBlockScale == mf::BlockScale::kF32 ? 4 : 1);
+}
+template <class F>
+uint32_t scale_mask(uint32_t& orv) {
+  if constexpr (F::kBlockScale == mf::BlockScale::kE4M3) { orv = 0x20202020u; return 0x2f2f2f2fu; }   // E4M3 2^-4 .. ~2^4
+  else if constexpr (F::kBlockScale == mf::BlockScale::kE8M0) { orv = 0x78787878u; return 0x0f0f0f0fu; } // 2^-7 .. 2^8
+  else { orv = 0x3c000000u; return 0x007fffffu; }                                                         // FP32 2^-7 .. 2^-6
+}
+uint16_t float_to_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+float bf16_to_float(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+// max |a - b| / max |b|; NaN anywhere counts as a mismatch
+double rel_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
+    if (std::isnan(x) != std::isnan(y)) return INFINITY;
+    if (!std::isnan(x)) { num = std::max(num, std::fabs(x - y)); den = std::max(den, std::fabs(y)); }
+  }
+  return den > 0 ? num / den : num;
+}
+
+struct Layer {
+  void* gu_codes; void* gu_scales; float* gu_row;
+  void* dn_codes; void* dn_scales; float* dn_row;
+  int* ids; float* tw;
+};
+
+// The early pair (gate_up GW U S, down DW U S) on the probe's layers: y against `y_ref` (the
+// catalogue pair's, layer 0) and the layer time over the rotation.
+template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int GW, int GU, int GS, int DW, int DU, int DS>
+void time_early(const std::vector<Layer>& layers, __nv_bfloat16* x, __nv_bfloat16* inter, __nv_bfloat16* y, cudaStream_t s, int reps,
+                const std::vector<uint16_t>& y_ref) {
+  const dim3 ng(mf::ceil_div(I, 8 * (GW / GS)), K), nd2(mf::ceil_div(H, 16 * (DW / DS)), 1);
+  const size_t ngs = 64 * mf::TileRow<H>::kPadded + (GS > 1 ? GW * 64 : 0);
+  const size_t nds = 64 * K * mf::TileRow<I>::kPadded + (DS > 1 ? DW * 64 : 0);
+  auto gu = [&](int l) { const Layer& b = layers[l]; probe::launch(false, tc_gate_up_wait_first<F, H, I, E, K, L, GW, GU, GS>, ng, dim3(32 * GW), ngs, s, (const __nv_bfloat16*)(x + (size_t)l * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, (const int*)b.ids, inter, 1); };
+  auto dn = [&](int l, __nv_bfloat16* out) { const Layer& b = layers[l]; probe::launch(false, tc_down_early<F, H, I, E, K, DW, DU, DS>, nd2, dim3(32 * DW), nds, s, (const __nv_bfloat16*)inter, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, out, 1); };
+  CK(cudaMemsetAsync(y, 0xff, (size_t)H * 2, s));
+  gu(0); dn(0, y);
+  CK(cudaStreamSynchronize(s));
+  std::vector<uint16_t> yb(H);
+  CK(cudaMemcpy(yb.data(), y, H * 2, cudaMemcpyDeviceToHost));
+  const float t = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) { gu(l); dn(l, x + (size_t)(l + 1) * H); } });
+  std::printf("   early pair gu(W%d U%d S%d) dn(W%d U%d S%d): y diff %.2e against the pair, layer %6.2f us\n", GW, GU, GS, DW, DU, DS, rel_diff(yb, y_ref), t);
+}
+
+// GW gate warps per block, GU steps loaded ahead; the pair: gate_up (W U S), down (W U S).
+template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int GW, int GU, int PGW, int PGU, int PGS, int PDW, int PDU, int PDS>
+void compare(const char* name, std::mt19937& rng, int reps, int unrouted, bool early = false) {
+  constexpr int m = 1;
+  using D = mf::DataflowMlp<F, H, I, K, GW>;
+  std::vector<Layer> layers(kLayers);
+  const size_t guc = (size_t)E * 2 * I * H / 2, gus = scale_bytes<F>((size_t)E * 2 * I, H);
+  const size_t dnc = (size_t)E * H * I / 2, dns = scale_bytes<F>((size_t)E * H, I);
+  uint32_t orv = 0; const uint32_t smask = scale_mask<F>(orv);
+  for (int l = 0; l < kLayers; ++l) {
+    Layer& b = layers[l];
+    CK(cudaMalloc(&b.gu_codes, guc)); probe::fill_dev(b.gu_codes, guc, 11 + l);
+    CK(cudaMalloc(&b.dn_codes, dnc)); probe::fill_dev(b.dn_codes, dnc, 101 + l);
+    b.gu_scales = b.dn_scales = nullptr;
+    if (gus) { CK(cudaMalloc(&b.gu_scales, gus)); probe::fill_dev(b.gu_scales, gus, 5 + l, smask, orv); }
+    if (dns) { CK(cudaMalloc(&b.dn_scales, dns)); probe::fill_dev(b.dn_scales, dns, 55 + l, smask, orv); }
+    CK(cudaMalloc(&b.gu_row, E * 2 * I * 4)); probe::fill_dev(b.gu_row, E * 2 * I * 4, 7 + l, 0x007fffffu, 0x3c000000u);
+    CK(cudaMalloc(&b.dn_row, E * H * 4)); probe::fill_dev(b.dn_row, E * H * 4, 77 + l, 0x007fffffu, 0x3c000000u);
+    std::vector<int> perm(E), ids(K);
+    std::vector<float> tw(K);
+    for (int i = 0; i < E; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int j = 0; j < K; ++j) { ids[j] = j < unrouted ? -1 : perm[j]; tw[j] = std::uniform_real_distribution<float>(0.05f, 0.3f)(rng); }
+    CK(cudaMalloc(&b.ids, K * 4)); CK(cudaMemcpy(b.ids, ids.data(), K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&b.tw, K * 4)); CK(cudaMemcpy(b.tw, tw.data(), K * 4, cudaMemcpyHostToDevice));
+  }
+  std::vector<uint16_t> xh((size_t)(kLayers + 1) * H);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : xh) v = float_to_bf16(nd(rng));
+  __nv_bfloat16 *x, *inter_tc, *inter_df, *y_tc, *y_df, *y_chk;
+  CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&inter_tc, (size_t)K * I * 2)); CK(cudaMalloc(&inter_df, (size_t)K * I * 2));
+  CK(cudaMalloc(&y_tc, (size_t)H * 2)); CK(cudaMalloc(&y_df, (size_t)H * 2)); CK(cudaMalloc(&y_chk, (size_t)H * 2));
+  unsigned* counters; CK(cudaMalloc(&counters, 2 * K * 4)); CK(cudaMemset(counters, 0, 2 * K * 4));
+  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const dim3 ng(mf::ceil_div(I, 8 * (PGW / PGS)), K), nd2(mf::ceil_div(H, 16 * (PDW / PDS)), 1);
+  const size_t ngs = 64 * mf::TileRow<H>::kPadded + (PGS > 1 ? PGW * 64 : 0);
+  const size_t nds = 64 * K * mf::TileRow<I>::kPadded + (PDS > 1 ? PDW * 64 : 0);
+  auto tc_gu = [&](int l, __nv_bfloat16* out) { const Layer& b = layers[l]; probe::launch(false, tc_gate_up<F, H, I, E, K, L, PGW, PGU, PGS>, ng, dim3(32 * PGW), ngs, s, (const __nv_bfloat16*)(x + (size_t)l * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, (const int*)b.ids, out, m); };
+  auto tc_dn = [&](int l, const __nv_bfloat16* in, __nv_bfloat16* out) { const Layer& b = layers[l]; probe::launch(false, tc_down<F, H, I, E, K, PDW, PDU, PDS>, nd2, dim3(32 * PDW), nds, s, in, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, out, m); };
+  auto kernel = dataflow<F, H, I, E, K, L, GW, GU>;
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, D::kBytes));
+  int per_sm = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * D::kWarps, D::kBytes));
+  cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, kernel));
+  if (per_sm < 1 || D::kDownTiles > sms || D::kGateUnits > sms * GW) {
+    std::printf("%-16s dataflow GW%d GU%d: does not fit (%d per SM, %d B shared, %d down tiles, %d gate units)\n", name, GW, GU, per_sm, D::kBytes, D::kDownTiles, D::kGateUnits);
+    return;
+  }
+  auto df = [&](int l, __nv_bfloat16* inter, __nv_bfloat16* out, unsigned long long* stamps) {
+    const Layer& b = layers[l];
+    probe::launch(true, kernel, dim3(sms), dim3(32 * D::kWarps), D::kBytes, s, (const __nv_bfloat16*)(x + (size_t)l * H),
+                  mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr},
+                  (const int*)b.ids, (const float*)b.tw, inter, out, counters, stamps);
+  };
+  // correctness: three layers; y against the tensor-core down on the dataflow's own inter
+  double worst_inter = 0, worst_y = 0;
+  for (int l = 0; l < 3; ++l) {
+    CK(cudaMemsetAsync(inter_df, 0xff, (size_t)K * I * 2, s)); CK(cudaMemsetAsync(y_df, 0xff, (size_t)H * 2, s));
+    tc_gu(l, inter_tc);
+    df(l, inter_df, y_df, nullptr);
+    tc_dn(l, inter_df, y_chk);
+    CK(cudaStreamSynchronize(s));
+    std::vector<uint16_t> a((size_t)K * I), b2((size_t)K * I), ya(H), yb(H);
+    CK(cudaMemcpy(a.data(), inter_tc, a.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b2.data(), inter_df, b2.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ya.data(), y_chk, ya.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(yb.data(), y_df, yb.size() * 2, cudaMemcpyDeviceToHost));
+    if (unrouted > 0) {  // unrouted slots' inter is unspecified in both: compare routed rows only
+      a.erase(a.begin(), a.begin() + (size_t)unrouted * I); b2.erase(b2.begin(), b2.begin() + (size_t)unrouted * I);
+    }
+    worst_inter = std::max(worst_inter, rel_diff(b2, a));
+    worst_y = std::max(worst_y, rel_diff(yb, ya));
+  }
+  std::vector<unsigned> cnt(2 * K);
+  CK(cudaMemcpy(cnt.data(), counters, cnt.size() * 4, cudaMemcpyDeviceToHost));
+  unsigned left = 0;
+  for (unsigned c : cnt) left |= c;
+  std::printf("%-16s dataflow GW%d GU%d (%d warps, %d regs, %d B shared): inter diff %.2e  y diff %.2e  counters %s\n", name, GW, GU,
+              D::kWarps, fa.numRegs, D::kBytes, worst_inter, worst_y, left == 0 ? "left zero" : "NOT ZERO");
+  if (reps > 0 && early) {  // layer 0's y from the catalogue pair, then the early pairs (they overwrite x's later layers: last)
+    CK(cudaMemsetAsync(y_tc, 0xff, (size_t)H * 2, s));
+    tc_gu(0, inter_tc); tc_dn(0, inter_tc, y_tc);
+    CK(cudaStreamSynchronize(s));
+    std::vector<uint16_t> yr(H);
+    CK(cudaMemcpy(yr.data(), y_tc, H * 2, cudaMemcpyDeviceToHost));
+    const float t_pair = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) { tc_gu(l, inter_tc); tc_dn(l, inter_tc, x + (size_t)(l + 1) * H); } });
+    std::printf("%-16s catalogue pair layer %6.2f us\n", name, t_pair);
+    time_early<F, H, I, E, K, L, PGW, PGU, PGS, PDW, PDU, PDS>(layers, x, inter_tc, y_df, s, reps, yr);
+    time_early<F, H, I, E, K, L, PGW, PGU, PGS, 8, 3, 8>(layers, x, inter_tc, y_df, s, reps, yr);
+    time_early<F, H, I, E, K, L, PGW, PGU, PGS, 8, 2, 8>(layers, x, inter_tc, y_df, s, reps, yr);
+    time_early<F, H, I, E, K, L, PGW, PGU, PGS, 16, 2, 16>(layers, x, inter_tc, y_df, s, reps, yr);
+    time_early<F, H, I, E, K, L, PGW, PGU, PGS, 4, 3, 4>(layers, x, inter_tc, y_df, s, reps, yr);
+    const float t_pair2 = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) { tc_gu(l, inter_tc); tc_dn(l, inter_tc, x + (size_t)(l + 1) * H); } });
+    std::printf("%-16s catalogue pair layer again %6.2f us\n", name, t_pair2);
+  } else if (reps > 0) {
+    const float t_gu = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) tc_gu(l, inter_tc); });
+    const float t_dn = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) tc_dn(l, inter_tc, y_tc); });
+    const float t_pair = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) { tc_gu(l, inter_tc); tc_dn(l, inter_tc, x + (size_t)(l + 1) * H); } });
+    const float t_df = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) df(l, inter_df, x + (size_t)(l + 1) * H, nullptr); });
+    auto gate_only = dataflow<F, H, I, E, K, L, GW, GU, false>;
+    CK(cudaFuncSetAttribute(gate_only, cudaFuncAttributeMaxDynamicSharedMemorySize, D::kBytes));
+    const float t_gate = probe::graph_us(s, reps, kLayers, [&] {
+      for (int l = 0; l < kLayers; ++l) {
+        const Layer& b = layers[l];
+        probe::launch(true, gate_only, dim3(sms), dim3(32 * D::kWarps), D::kBytes, s, (const __nv_bfloat16*)(x + (size_t)l * H),
+                      mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr},
+                      (const int*)b.ids, (const float*)b.tw, inter_df, y_df, counters, (unsigned long long*)nullptr);
+      }
+    });
+    CK(cudaMemsetAsync(counters, 0, 2 * K * 4, s));  // gate_up alone leaves its counts behind
+    const double bytes = (double)(guc + gus + dnc + dns) / E * K;
+    std::printf("   pair: gate_up %6.2f down %6.2f layer %6.2f us (%.0f GB/s) | dataflow layer %6.2f us (%.0f GB/s, %.1f MB), its gate_up alone %6.2f us\n", t_gu, t_dn,
+                t_pair, bytes / (t_pair * 1e3), t_df, bytes / (t_df * 1e3), bytes / 1e6, t_gate);
+    unsigned long long* stamps; CK(cudaMalloc(&stamps, sms * 64));
+    std::vector<unsigned long long> st((size_t)sms * 8);
+    for (int rep = 0; rep < 3; ++rep) {  // the last of three launches, each on fresh weights
+      CK(cudaMemsetAsync(stamps, 0, sms * 64, s));
+      df(rep + 4, inter_df, y_df, stamps);
+      CK(cudaStreamSynchronize(s));
+    }
+    CK(cudaMemcpy(st.data(), stamps, st.size() * 8, cudaMemcpyDeviceToHost));
+    unsigned long long t0 = ~0ull;
+    for (int b = 0; b < sms; ++b) t0 = std::min(t0, st[b * 8]);
+    const char* names[6] = {"start", "x staged", "down parked", "gate done", "slot 0 ready", "y stored"};
+    std::printf("   trace, us from the first block's start (min/median/max over blocks):");
+    for (int k = 0; k < 6; ++k) {
+      std::vector<double> v;
+      for (int b = 0; b < sms; ++b) if (st[b * 8 + k] != 0) v.push_back((st[b * 8 + k] - t0) * 1e-3);
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      std::printf(" %s %.2f/%.2f/%.2f", names[k], v.front(), v[v.size() / 2], v.back());
+    }
+    std::printf("\n");
+    cudaFree(stamps);
+  }
+  for (auto& b : layers) {
+    cudaFree(b.gu_codes); cudaFree(b.dn_codes); cudaFree(b.gu_scales); cudaFree(b.dn_scales);
+    cudaFree(b.gu_row); cudaFree(b.dn_row); cudaFree(b.ids); cudaFree(b.tw);
+  }
+  cudaFree(x); cudaFree(inter_tc); cudaFree(inter_df); cudaFree(y_tc); cudaFree(y_df); cudaFree(y_chk); cudaFree(counters);
+  cudaStreamDestroy(s);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 60;
+  std::mt19937 rng(20261123);
+  using St = mf::GateUpLayout;
+  if (argc > 2 && std::strcmp(argv[2], "early") == 0) {  // down's weights asked for before its wait
+    compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 12, 4, 8, 2, 4, 16, 2, 16>("nvfp4", rng, reps, 0, true);
+    compare<mf::Mxfp4Weights, 2048, 768, 128, 8, St::kStacked, 12, 4, 8, 2, 4, 16, 3, 16>("mxfp4", rng, reps, 0, true);
+    compare<mf::Int4Group128Weights, 2048, 768, 128, 8, St::kStacked, 12, 4, 8, 2, 4, 8, 2, 8>("int4_group128", rng, reps, 0, true);
+    compare<mf::Nvfp4Weights, 2048, 512, 512, 10, St::kStacked, 10, 4, 8, 2, 4, 16, 3, 16>("nvfp4 q3next", rng, reps, 0, true);
+    return 0;
+  }
+  if (argc > 2 && std::strcmp(argv[2], "nodecode") == 0) {  // the pair with and without the decode (diffs meaningless for the latter)
+    compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 12, 4, 8, 2, 4, 16, 2, 16>("nvfp4", rng, reps, 0);
+    compare<NoDecodeNvfp4, 2048, 768, 128, 8, St::kStacked, 12, 4, 8, 2, 4, 16, 2, 16>("nvfp4 no decode", rng, reps, 0);
+    return 0;
+  }
+  // Qwen3-30B-A3B (H 2048, I 768, E 128, top-8) against the catalogue's tensor-core pairs
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 12, 4, 8, 2, 4, 16, 2, 16>("nvfp4", rng, 0, 2);  // two slots unrouted
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 12, 4, 8, 2, 4, 16, 2, 16>("nvfp4", rng, reps, 0);
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, St::kStacked, 12, 2, 8, 2, 4, 16, 2, 16>("nvfp4", rng, reps, 0);
+  compare<mf::Mxfp4Weights, 2048, 768, 128, 8, St::kStacked, 12, 4, 8, 2, 4, 16, 3, 16>("mxfp4", rng, reps, 0);
+  compare<mf::Int4Group128Weights, 2048, 768, 128, 8, St::kStacked, 12, 4, 8, 2, 4, 8, 2, 8>("int4_group128", rng, reps, 0);
+  compare<mf::Int4ChannelWeights, 2048, 768, 128, 8, St::kStacked, 12, 4, 8, 2, 4, 8, 2, 8>("int4_channel", rng, reps, 0);
+  // Qwen3-Next-80B-A3B in NVFP4 (H 2048, I 512, E 512, top-10)
+  compare<mf::Nvfp4Weights, 2048, 512, 512, 10, St::kStacked, 10, 4, 8, 2, 4, 16, 3, 16>("nvfp4 q3next", rng, reps, 0);
+  return 0;
+}
