@@ -7,6 +7,7 @@
 // Run:   dataflow_probe [reps]
 #include "dataflow_layer.cuh"
 #include "moeforge_device.cuh"
+#include "expert_probe.cuh"
 #include "probe_harness.cuh"
 
 #include <algorithm>
@@ -31,23 +32,11 @@ __device__ __forceinline__ void decode_tile_chunk<NoDecodeNvfp4>(const Lane<16>&
 namespace {
 constexpr int kLayers = 16;
 
-struct Silu {
-  __device__ float operator()(float g, float u) const { return mf::silu(g) * u; }
-};
-struct Combine {
-  __device__ float operator()(float c) const { return c; }
-};
+using probe::Combine;
+using probe::Silu;
+using probe::tc_down;
+using probe::tc_gate_up;
 
-template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int W, int U, int S>
-__global__ void __launch_bounds__(32 * W, 1) tc_gate_up(const __nv_bfloat16* x, mf::WeightArgs w, const int* ids, __nv_bfloat16* inter, int m) {
-  mf::begin_after_previous_kernel();
-  mf::gate_up_tensor_core<F, H, I, E, K, L, W, U, S>(x, w, ids, inter, m, Silu{});
-}
-template <class F, int H, int I, int E, int K, int W, int U, int S>
-__global__ void __launch_bounds__(32 * W, 1) tc_down(const __nv_bfloat16* inter, mf::WeightArgs w, const int* ids, const float* tw, __nv_bfloat16* y, int m) {
-  mf::begin_after_previous_kernel();
-  mf::down_tensor_core<F, H, I, E, K, W, U, S>(inter, w, ids, tw, y, m, Combine{});
-}
 template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int GW, int GU, bool DOWN = true>
 __global__ void __launch_bounds__(32 * (GW + K), 1) dataflow(const __nv_bfloat16* x, mf::WeightArgs gu, mf::WeightArgs dn, const int* ids,
                                                             const float* tw, __nv_bfloat16* inter, __nv_bfloat16* y, unsigned* counters,
@@ -132,35 +121,10 @@ __global__ void __launch_bounds__(32 * W, 1) tc_down_early(const __nv_bfloat16* 
 }
 
 
-template <class F>
-size_t scale_bytes(size_t rows, int k) {
-  if constexpr (F::kBlockScale == mf::BlockScale::kNone) return 0;
-  else return rows * (k / F::kBlock) * (F::kBlockScale == mf::BlockScale::kF32 ? 4 : 1);
-}
-template <class F>
-uint32_t scale_mask(uint32_t& orv) {
-  if constexpr (F::kBlockScale == mf::BlockScale::kE4M3) { orv = 0x20202020u; return 0x2f2f2f2fu; }   // E4M3 2^-4 .. ~2^4
-  else if constexpr (F::kBlockScale == mf::BlockScale::kE8M0) { orv = 0x78787878u; return 0x0f0f0f0fu; } // 2^-7 .. 2^8
-  else { orv = 0x3c000000u; return 0x007fffffu; }                                                         // FP32 2^-7 .. 2^-6
-}
-uint16_t float_to_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
-float bf16_to_float(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-// max |a - b| / max |b|; NaN anywhere counts as a mismatch
-double rel_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
-    if (std::isnan(x) != std::isnan(y)) return INFINITY;
-    if (!std::isnan(x)) { num = std::max(num, std::fabs(x - y)); den = std::max(den, std::fabs(y)); }
-  }
-  return den > 0 ? num / den : num;
-}
-
-struct Layer {
-  void* gu_codes; void* gu_scales; float* gu_row;
-  void* dn_codes; void* dn_scales; float* dn_row;
-  int* ids; float* tw;
-};
+using probe::bf16_to_float;
+using probe::float_to_bf16;
+using probe::Layer;
+using probe::rel_diff;
 
 // The early pair (gate_up GW U S, down DW U S) on the probe's layers: y against `y_ref` (the
 // catalogue pair's, layer 0) and the layer time over the rotation.
@@ -186,27 +150,8 @@ template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int GW, int G
 void compare(const char* name, std::mt19937& rng, int reps, int unrouted, bool early = false) {
   constexpr int m = 1;
   using D = mf::DataflowMlp<F, H, I, K, GW>;
-  std::vector<Layer> layers(kLayers);
-  const size_t guc = (size_t)E * 2 * I * H / 2, gus = scale_bytes<F>((size_t)E * 2 * I, H);
-  const size_t dnc = (size_t)E * H * I / 2, dns = scale_bytes<F>((size_t)E * H, I);
-  uint32_t orv = 0; const uint32_t smask = scale_mask<F>(orv);
-  for (int l = 0; l < kLayers; ++l) {
-    Layer& b = layers[l];
-    CK(cudaMalloc(&b.gu_codes, guc)); probe::fill_dev(b.gu_codes, guc, 11 + l);
-    CK(cudaMalloc(&b.dn_codes, dnc)); probe::fill_dev(b.dn_codes, dnc, 101 + l);
-    b.gu_scales = b.dn_scales = nullptr;
-    if (gus) { CK(cudaMalloc(&b.gu_scales, gus)); probe::fill_dev(b.gu_scales, gus, 5 + l, smask, orv); }
-    if (dns) { CK(cudaMalloc(&b.dn_scales, dns)); probe::fill_dev(b.dn_scales, dns, 55 + l, smask, orv); }
-    CK(cudaMalloc(&b.gu_row, E * 2 * I * 4)); probe::fill_dev(b.gu_row, E * 2 * I * 4, 7 + l, 0x007fffffu, 0x3c000000u);
-    CK(cudaMalloc(&b.dn_row, E * H * 4)); probe::fill_dev(b.dn_row, E * H * 4, 77 + l, 0x007fffffu, 0x3c000000u);
-    std::vector<int> perm(E), ids(K);
-    std::vector<float> tw(K);
-    for (int i = 0; i < E; ++i) perm[i] = i;
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (int j = 0; j < K; ++j) { ids[j] = j < unrouted ? -1 : perm[j]; tw[j] = std::uniform_real_distribution<float>(0.05f, 0.3f)(rng); }
-    CK(cudaMalloc(&b.ids, K * 4)); CK(cudaMemcpy(b.ids, ids.data(), K * 4, cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&b.tw, K * 4)); CK(cudaMemcpy(b.tw, tw.data(), K * 4, cudaMemcpyHostToDevice));
-  }
+  using Bytes = probe::LayerBytes<F, H, I, E>;
+  std::vector<Layer> layers = probe::make_layers<F, H, I, E, K>(kLayers, m, unrouted, rng);
   std::vector<uint16_t> xh((size_t)(kLayers + 1) * H);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : xh) v = float_to_bf16(nd(rng));
@@ -293,7 +238,7 @@ void compare(const char* name, std::mt19937& rng, int reps, int unrouted, bool e
       }
     });
     CK(cudaMemsetAsync(counters, 0, 2 * K * 4, s));  // gate_up alone leaves its counts behind
-    const double bytes = (double)(guc + gus + dnc + dns) / E * K;
+    const double bytes = Bytes::routed(K);
     std::printf("   pair: gate_up %6.2f down %6.2f layer %6.2f us (%.0f GB/s) | dataflow layer %6.2f us (%.0f GB/s, %.1f MB), its gate_up alone %6.2f us\n", t_gu, t_dn,
                 t_pair, bytes / (t_pair * 1e3), t_df, bytes / (t_df * 1e3), bytes / 1e6, t_gate);
     unsigned long long* stamps; CK(cudaMalloc(&stamps, sms * 64));
@@ -318,10 +263,7 @@ void compare(const char* name, std::mt19937& rng, int reps, int unrouted, bool e
     std::printf("\n");
     cudaFree(stamps);
   }
-  for (auto& b : layers) {
-    cudaFree(b.gu_codes); cudaFree(b.dn_codes); cudaFree(b.gu_scales); cudaFree(b.dn_scales);
-    cudaFree(b.gu_row); cudaFree(b.dn_row); cudaFree(b.ids); cudaFree(b.tw);
-  }
+  probe::free_layers(layers);
   cudaFree(x); cudaFree(inter_tc); cudaFree(inter_df); cudaFree(y_tc); cudaFree(y_df); cudaFree(y_chk); cudaFree(counters);
   cudaStreamDestroy(s);
 }

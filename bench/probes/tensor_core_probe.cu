@@ -8,6 +8,7 @@
 // Build: nvcc -std=c++17 -O3 -arch=sm_90a -I<dir of moeforge_device.cuh> tensor_core_probe.cu
 #include "fused_layer.cuh"
 #include "moeforge_device.cuh"
+#include "expert_probe.cuh"
 #include "probe_harness.cuh"
 
 #include <algorithm>
@@ -22,18 +23,10 @@
 namespace {
 constexpr int kLayers = 16;
 
-struct Silu {
-  __device__ float operator()(float g, float u) const { return mf::silu(g) * u; }
-};
-struct Combine {
-  __device__ float operator()(float c) const { return c; }
-};
-
-template <class F>
-size_t scale_bytes(size_t rows, int k) {
-  if constexpr (F::kBlockScale == mf::BlockScale::kNone) return 0;
-  else return rows * (k / F::kBlock) * (F::kBlockScale == mf::BlockScale::kF32 ? 4 : 1);
-}
+using probe::Combine;
+using probe::Silu;
+using probe::tc_down;
+using probe::tc_gate_up;
 
 // Old kernels: the catalogue's warp decode (gate_up W=4 U=2 S=1, down W=8 U=2 S=2, 16-byte loads).
 template <class F, int H, int I, int E, int K, mf::GateUpLayout L>
@@ -45,16 +38,6 @@ template <class F, int H, int I, int E, int K>
 __global__ void __launch_bounds__(256) old_down(const __nv_bfloat16* inter, mf::WeightArgs w, const int* ids, const float* tw, __nv_bfloat16* y, int m) {
   mf::begin_after_previous_kernel();
   mf::down_single_token<F, H, I, E, K, 8, 16, 2, 2>(inter, w, ids, tw, y, m, Combine{});
-}
-template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int W, int U, int S>
-__global__ void __launch_bounds__(32 * W, 1) tc_gate_up(const __nv_bfloat16* x, mf::WeightArgs w, const int* ids, __nv_bfloat16* inter, int m) {
-  mf::begin_after_previous_kernel();
-  mf::gate_up_tensor_core<F, H, I, E, K, L, W, U, S>(x, w, ids, inter, m, Silu{});
-}
-template <class F, int H, int I, int E, int K, int W, int U, int S>
-__global__ void __launch_bounds__(32 * W, 1) tc_down(const __nv_bfloat16* inter, mf::WeightArgs w, const int* ids, const float* tw, __nv_bfloat16* y, int m) {
-  mf::begin_after_previous_kernel();
-  mf::down_tensor_core<F, H, I, E, K, W, U, S>(inter, w, ids, tw, y, m, Combine{});
 }
 template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int W, class Barrier>
 __global__ void __launch_bounds__(32 * W, 1) fused_mlp(const __nv_bfloat16* x, mf::WeightArgs gu, mf::WeightArgs dn, const int* ids,
@@ -116,68 +99,16 @@ __global__ void __launch_bounds__(32 * W, 1) fused_traced(const __nv_bfloat16* x
   if (threadIdx.x == 0) mine[7] = probe::now_ns();
 }
 
-struct Layer {
-  void* gu_codes; void* gu_scales; float* gu_row;
-  void* dn_codes; void* dn_scales; float* dn_row;
-  int* ids; float* tw;
-};
-
-float bf16_to_float(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-uint16_t float_to_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
-
-// max |a - b| / max |b|
-double rel_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  double d = 0, m = 0;
-  size_t nan_a = 0, nan_b = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    nan_a += std::isnan(bf16_to_float(a[i]));
-    nan_b += std::isnan(bf16_to_float(b[i]));
-  }
-  if (nan_a || nan_b) {
-    std::printf("  [NaN: new %zu, old %zu of %zu]", nan_a, nan_b, a.size());
-    return INFINITY;
-  }
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
-    d = std::max(d, std::fabs(x - y)); m = std::max(m, std::fabs(y));
-  }
-  return d / m;
-}
-
-template <class F>
-uint32_t scale_mask(uint32_t& orv) {
-  if constexpr (F::kBlockScale == mf::BlockScale::kE4M3) { orv = 0x20202020u; return 0x2f2f2f2fu; }   // E4M3 2^-4 .. ~2^4
-  else if constexpr (F::kBlockScale == mf::BlockScale::kE8M0) { orv = 0x78787878u; return 0x0f0f0f0fu; } // 2^-7 .. 2^8 (past 2^1)
-  else { orv = 0x3c000000u; return 0x007fffffu; }                                                         // FP32 2^-7 .. 2^-6
-}
+using probe::bf16_to_float;
+using probe::float_to_bf16;
+using probe::Layer;
+using probe::rel_diff;
 
 // Old and new kernels on one random layer: differences, then times.
 template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int GW, int GU, int GS, int DW, int DU, int DS, int FW = 16>
 void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
-  std::vector<Layer> layers(kLayers);
-  const size_t guc = (size_t)E * 2 * I * H / 2, gus = scale_bytes<F>((size_t)E * 2 * I, H);
-  const size_t dnc = (size_t)E * H * I / 2, dns = scale_bytes<F>((size_t)E * H, I);
-  uint32_t orv = 0; const uint32_t smask = scale_mask<F>(orv);
-  for (int l = 0; l < kLayers; ++l) {
-    Layer& b = layers[l];
-    CK(cudaMalloc(&b.gu_codes, guc)); probe::fill_dev(b.gu_codes, guc, 11 + l);
-    CK(cudaMalloc(&b.dn_codes, dnc)); probe::fill_dev(b.dn_codes, dnc, 101 + l);
-    b.gu_scales = b.dn_scales = nullptr;
-    if (gus) { CK(cudaMalloc(&b.gu_scales, gus)); probe::fill_dev(b.gu_scales, gus, 5 + l, smask, orv); }
-    if (dns) { CK(cudaMalloc(&b.dn_scales, dns)); probe::fill_dev(b.dn_scales, dns, 55 + l, smask, orv); }
-    CK(cudaMalloc(&b.gu_row, E * 2 * I * 4)); probe::fill_dev(b.gu_row, E * 2 * I * 4, 7 + l, 0x007fffffu, 0x3c000000u);
-    CK(cudaMalloc(&b.dn_row, E * H * 4)); probe::fill_dev(b.dn_row, E * H * 4, 77 + l, 0x007fffffu, 0x3c000000u);
-    std::vector<int> ids(m * K);
-    std::vector<float> tw(m * K);
-    for (int t = 0; t < m; ++t) {
-      std::vector<int> perm(E);
-      for (int i = 0; i < E; ++i) perm[i] = i;
-      std::shuffle(perm.begin(), perm.end(), rng);
-      for (int j = 0; j < K; ++j) { ids[t * K + j] = perm[j]; tw[t * K + j] = std::uniform_real_distribution<float>(0.05f, 0.3f)(rng); }
-    }
-    CK(cudaMalloc(&b.ids, m * K * 4)); CK(cudaMemcpy(b.ids, ids.data(), m * K * 4, cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&b.tw, m * K * 4)); CK(cudaMemcpy(b.tw, tw.data(), m * K * 4, cudaMemcpyHostToDevice));
-  }
+  using Bytes = probe::LayerBytes<F, H, I, E>;
+  std::vector<Layer> layers = probe::make_layers<F, H, I, E, K>(kLayers, m, 0, rng);
   std::vector<uint16_t> xh((size_t)(kLayers + 1) * m * H);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : xh) v = float_to_bf16(nd(rng));
@@ -307,15 +238,12 @@ void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
       }
       std::printf("   fused parts: copies %6.2f | + gate_up %6.2f | + barrier %6.2f us\n", part[1], part[2], part[3]);
     }
-    const double bytes = (double)(guc + gus + dnc + dns) / E * std::min(E, m * K);  // distinct experts at M=1
+    const double bytes = Bytes::routed(m * K);  // distinct experts at M=1
     std::printf("   old: gate_up %6.2f down %6.2f layer %6.2f us | new: gate_up %6.2f down %6.2f layer %6.2f us (%.1f MB, %.0f GB/s)"
                 " | fused layer %6.2f us (%.0f GB/s)\n",
                 t_old_gu, t_old_dn, t_old, t_new_gu, t_new_dn, t_new, bytes / 1e6, bytes / (t_new * 1e3), t_fused, bytes / (t_fused * 1e3));
   }
-  for (auto& b : layers) {
-    cudaFree(b.gu_codes); cudaFree(b.dn_codes); cudaFree(b.gu_scales); cudaFree(b.dn_scales);
-    cudaFree(b.gu_row); cudaFree(b.dn_row); cudaFree(b.ids); cudaFree(b.tw);
-  }
+  probe::free_layers(layers);
   cudaFree(inter_fused); cudaFree(y_fused); cudaFree(barrier_state);
   cudaFree(x); cudaFree(inter_old); cudaFree(inter_new); cudaFree(y_old); cudaFree(y_new);
   cudaStreamDestroy(s);

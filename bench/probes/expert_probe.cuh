@@ -1,0 +1,133 @@
+// Probe helpers (not part of the toolkit) shared by the expert-layer probes (tensor_core_probe.cu,
+// dataflow_probe.cu): random 4-bit layers on the device, bf16 conversions, output differences.
+#pragma once
+
+#include "moeforge_device.cuh"
+#include "probe_harness.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace probe {
+
+// The epilogues of the expert layer: SiLU-gated gate_up, plain down.
+struct Silu {
+  __device__ float operator()(float g, float u) const { return mf::silu(g) * u; }
+};
+struct Combine {
+  __device__ float operator()(float c) const { return c; }
+};
+
+// The catalogue's tensor-core kernels (gate_up_tensor_core, down_tensor_core) as the runtime launches them.
+template <class F, int H, int I, int E, int K, mf::GateUpLayout L, int W, int U, int S>
+__global__ void __launch_bounds__(32 * W, 1) tc_gate_up(const __nv_bfloat16* x, mf::WeightArgs w, const int* ids, __nv_bfloat16* inter, int m) {
+  mf::begin_after_previous_kernel();
+  mf::gate_up_tensor_core<F, H, I, E, K, L, W, U, S>(x, w, ids, inter, m, Silu{});
+}
+template <class F, int H, int I, int E, int K, int W, int U, int S>
+__global__ void __launch_bounds__(32 * W, 1) tc_down(const __nv_bfloat16* inter, mf::WeightArgs w, const int* ids, const float* tw, __nv_bfloat16* y, int m) {
+  mf::begin_after_previous_kernel();
+  mf::down_tensor_core<F, H, I, E, K, W, U, S>(inter, w, ids, tw, y, m, Combine{});
+}
+
+// One layer's device buffers: gate_up and down codes, K-block scales, FP32 row (or tensor) factors,
+// and the routing of its tokens.
+struct Layer {
+  void* gu_codes; void* gu_scales; float* gu_row;
+  void* dn_codes; void* dn_scales; float* dn_row;
+  int* ids; float* tw;
+};
+
+template <class F>
+size_t scale_bytes(size_t rows, int k) {
+  if constexpr (F::kBlockScale == mf::BlockScale::kNone) return 0;
+  else return rows * (k / F::kBlock) * (F::kBlockScale == mf::BlockScale::kF32 ? 4 : 1);
+}
+
+// Random K-block scales in a modest range: the mask and the bits or-ed in.
+template <class F>
+uint32_t scale_mask(uint32_t& orv) {
+  if constexpr (F::kBlockScale == mf::BlockScale::kE4M3) { orv = 0x20202020u; return 0x2f2f2f2fu; }   // E4M3 2^-4 .. ~2^4
+  else if constexpr (F::kBlockScale == mf::BlockScale::kE8M0) { orv = 0x78787878u; return 0x0f0f0f0fu; } // 2^-7 .. 2^8 (past 2^1)
+  else { orv = 0x3c000000u; return 0x007fffffu; }                                                         // FP32 2^-7 .. 2^-6
+}
+
+// Bytes of one layer's 4-bit weights, all experts: codes and scales of gate_up and down.
+template <class F, int H, int I, int E>
+struct LayerBytes {
+  static constexpr size_t kGateUpCodes = (size_t)E * 2 * I * H / 2, kDownCodes = (size_t)E * H * I / 2;
+  static size_t gate_up_scales() { return scale_bytes<F>((size_t)E * 2 * I, H); }
+  static size_t down_scales() { return scale_bytes<F>((size_t)E * H, I); }
+  // what M=1 reads: the k routed experts' share
+  static double routed(int k) { return (double)(kGateUpCodes + gate_up_scales() + kDownCodes + down_scales()) / E * std::min(E, k); }
+};
+
+// `count` random layers, each with m tokens routed to K distinct experts (the first `unrouted`
+// slots of each token set to -1) and routing weights in [0.05, 0.3].
+template <class F, int H, int I, int E, int K>
+std::vector<Layer> make_layers(int count, int m, int unrouted, std::mt19937& rng) {
+  using B = LayerBytes<F, H, I, E>;
+  const size_t gus = B::gate_up_scales(), dns = B::down_scales();
+  uint32_t orv = 0; const uint32_t smask = scale_mask<F>(orv);
+  std::vector<Layer> layers(count);
+  for (int l = 0; l < count; ++l) {
+    Layer& b = layers[l];
+    CK(cudaMalloc(&b.gu_codes, B::kGateUpCodes)); fill_dev(b.gu_codes, B::kGateUpCodes, 11 + l);
+    CK(cudaMalloc(&b.dn_codes, B::kDownCodes)); fill_dev(b.dn_codes, B::kDownCodes, 101 + l);
+    b.gu_scales = b.dn_scales = nullptr;
+    if (gus) { CK(cudaMalloc(&b.gu_scales, gus)); fill_dev(b.gu_scales, gus, 5 + l, smask, orv); }
+    if (dns) { CK(cudaMalloc(&b.dn_scales, dns)); fill_dev(b.dn_scales, dns, 55 + l, smask, orv); }
+    CK(cudaMalloc(&b.gu_row, E * 2 * I * 4)); fill_dev(b.gu_row, E * 2 * I * 4, 7 + l, 0x007fffffu, 0x3c000000u);
+    CK(cudaMalloc(&b.dn_row, E * H * 4)); fill_dev(b.dn_row, E * H * 4, 77 + l, 0x007fffffu, 0x3c000000u);
+    std::vector<int> ids(m * K);
+    std::vector<float> tw(m * K);
+    for (int t = 0; t < m; ++t) {
+      std::vector<int> perm(E);
+      for (int i = 0; i < E; ++i) perm[i] = i;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int j = 0; j < K; ++j) {
+        ids[t * K + j] = j < unrouted ? -1 : perm[j];
+        tw[t * K + j] = std::uniform_real_distribution<float>(0.05f, 0.3f)(rng);
+      }
+    }
+    CK(cudaMalloc(&b.ids, m * K * 4)); CK(cudaMemcpy(b.ids, ids.data(), m * K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&b.tw, m * K * 4)); CK(cudaMemcpy(b.tw, tw.data(), m * K * 4, cudaMemcpyHostToDevice));
+  }
+  return layers;
+}
+
+inline void free_layers(std::vector<Layer>& layers) {
+  for (auto& b : layers) {
+    cudaFree(b.gu_codes); cudaFree(b.dn_codes); cudaFree(b.gu_scales); cudaFree(b.dn_scales);
+    cudaFree(b.gu_row); cudaFree(b.dn_row); cudaFree(b.ids); cudaFree(b.tw);
+  }
+  layers.clear();
+}
+
+inline float bf16_to_float(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+inline uint16_t float_to_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+
+// max |a - b| / max |b|; a NaN in either is reported and counts as infinitely different
+inline double rel_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double d = 0, m = 0;
+  size_t nan_a = 0, nan_b = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    nan_a += std::isnan(bf16_to_float(a[i]));
+    nan_b += std::isnan(bf16_to_float(b[i]));
+  }
+  if (nan_a || nan_b) {
+    std::printf("  [NaN: new %zu, old %zu of %zu]", nan_a, nan_b, a.size());
+    return INFINITY;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
+    d = std::max(d, std::fabs(x - y)); m = std::max(m, std::fabs(y));
+  }
+  return m > 0 ? d / m : d;
+}
+
+}  // namespace probe
