@@ -235,8 +235,8 @@ public final class BenchFormatsCommand implements Callable<Integer> {
                 v.add(variant(runtime, w, "t1_u" + u + "_mb1", OutputCentricBuilder.create().kUnroll(u).minBlocksPerSm(1).build(),
                         OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(u).minBlocksPerSm(1).build()));
             }
-            v.add(variant(runtime, w, "t1_u2_s2_mb1", OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2)
-                    .minBlocksPerSm(1).build(), OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).minBlocksPerSm(1).build()));
+            Schedule splitOneBlock = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).minBlocksPerSm(1).build();
+            v.add(variant(runtime, w, "t1_u2_s2_mb1", splitOneBlock, splitOneBlock));
             for (int u : new int[] {2, 3}) {
                 v.add(variant(runtime, w, "t1_u" + u + "_down_s4", OutputCentricBuilder.create().kUnroll(u).build(),
                         OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(4).kUnroll(u).build()));
