@@ -117,17 +117,13 @@ __device__ __forceinline__ void dataflow_mlp(const __nv_bfloat16* __restrict__ x
       const int gate_n = gate_row_of<L>(mine ? neuron : neuron0, I), up_n = up_row_of<L>(mine ? neuron : neuron0, I);
       float gate = 0.0f, up = 0.0f;
       if (routed) {  // uniform over the warp
-        const char* gate_row = row_codes<F, 2 * I, H>(w_gate_up, e, gate_n);
-        const char* up_row = row_codes<F, 2 * I, H>(w_gate_up, e, up_n);
-        const unsigned char* gate_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, gate_n);
-        const unsigned char* up_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, up_n);
+        const GateUpTileRows<F, H, I> rows(w_gate_up, e, gate_n, up_n);
         constexpr int kN = D::kGatePartSteps;
         const int s_begin = part * kN;
         TileStep<F> step[kN];
         auto load = [&](int i) {
           const int c = (s_begin + i) * 4 + t;
-          const bool in_row = mine && s_begin + i < HRow::kSteps && c < HRow::kChunks;
-          step[i].load(in_row ? gate_row : nullptr, in_row ? up_row : nullptr, gate_scales, up_scales, c);
+          rows.load(step[i], c, mine && s_begin + i < HRow::kSteps && c < HRow::kChunks);
         };
 #pragma unroll
         for (int i = 0; i < GU && i < kN; ++i) load(i);

@@ -72,43 +72,16 @@ __global__ void __launch_bounds__(32 * W, 1) tc_down_early(const __nv_bfloat16* 
   const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
   const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
   const int h_lo = h0 + g, h_hi = h0 + g + 8;
-  TileStep<F> step[U];
-  float w_lo[U], w_hi[U];
-  bool live[U];
-  auto load_group = [&](int s0) {
-#pragma unroll
-    for (int i = 0; i < U; ++i) {
-      const int s = s0 + i;
-      const int j = min_int(s / Row::kSteps, K - 1);
-      const int c = (s - j * Row::kSteps) * 4 + t;
-      const int e = __shfl_sync(kFullMask, lane_expert, j);
-      const float weight = __shfl_sync(kFullMask, routing_weight, j);
-      live[i] = active && s < kSteps && static_cast<unsigned>(e) < static_cast<unsigned>(E);
-      const bool in_lo = live[i] && h_lo < H && c < Row::kChunks, in_hi = live[i] && h_hi < H && c < Row::kChunks;
-      const int e_safe = live[i] ? e : 0;
-      step[i].load(in_lo ? row_codes<F, H, I>(w_down, e_safe, h_lo) : nullptr, in_hi ? row_codes<F, H, I>(w_down, e_safe, h_hi) : nullptr,
-                   row_block_scales<F, H, I>(w_down, e_safe, in_lo ? h_lo : 0), row_block_scales<F, H, I>(w_down, e_safe, in_hi ? h_hi : 0), c);
-      w_lo[i] = in_lo ? apply_factor<F>(weight, row_factor<F, H, 1>(w_down, e_safe, h_lo, 0)) : 0.0f;
-      w_hi[i] = in_hi ? apply_factor<F>(weight, row_factor<F, H, 1>(w_down, e_safe, h_hi, 0)) : 0.0f;
-    }
-  };
-  load_group(part * U);
+  DownTileGroup<F, H, I, E, K, U> group;
+  group.load(w_down, part * U, lane_expert, routing_weight, h_lo, h_hi, t);  // before the wait: only the ids are read
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   uint4* xs = reinterpret_cast<uint4*>(smem);
   stage_tile_activations<K, I>(inter + static_cast<size_t>(token) * K * I, xs);
   float lo = 0.0f, hi = 0.0f;
 #pragma unroll 1
   for (int s0 = part * U; s0 < kSteps; s0 += S * U) {
-    if (s0 != part * U) load_group(s0);
-#pragma unroll
-    for (int i = 0; i < U; ++i) {
-      if (live[i]) {
-        const int s = s0 + i, j = s / Row::kSteps;
-        const StepSums sums = step[i].reduce(xs + j * Row::kPadded + (s - j * Row::kSteps) * 4 + t, K * Row::kPadded);
-        lo = fmaf(w_lo[i], sums.lo, lo);
-        hi = fmaf(w_hi[i], sums.hi, hi);
-      }
-    }
+    if (s0 != part * U) group.load(w_down, s0, lane_expert, routing_weight, h_lo, h_hi, t);
+    group.reduce(lo, hi, xs, s0, t);
   }
   if constexpr (S > 1) {
     if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * Row::kPadded))) return;

@@ -1099,6 +1099,24 @@ __device__ __forceinline__ bool combine_tile_warps(float& lo, float& hi, float* 
   return true;
 }
 
+// A gate_up tile's rows for one lane group: expert e's gate row gate_n and up row up_n (codes and
+// K-block scales); load() fills one step with chunk c of both, zeros where the lane has no row.
+template <class F, int H, int I>
+struct GateUpTileRows {
+  const char* gate;
+  const char* up;
+  const unsigned char* gate_scales;
+  const unsigned char* up_scales;
+
+  __device__ __forceinline__ GateUpTileRows(const WeightArgs& w, int e, int gate_n, int up_n)
+      : gate(row_codes<F, 2 * I, H>(w, e, gate_n)), up(row_codes<F, 2 * I, H>(w, e, up_n)),
+        gate_scales(row_block_scales<F, 2 * I, H>(w, e, gate_n)), up_scales(row_block_scales<F, 2 * I, H>(w, e, up_n)) {}
+
+  __device__ __forceinline__ void load(TileStep<F>& step, int c, bool in_row) const {
+    step.load(in_row ? gate : nullptr, in_row ? up : nullptr, gate_scales, up_scales, c);
+  }
+};
+
 // gate_up on the tensor cores: a tile is 8 neurons of one (token, routed slot), their gate rows as
 // rows 0-7 and their up rows as rows 8-15, so lane 4g holds neuron g's gate and up sums and
 // applies the epilogue itself. S warps per tile take every S-th group of U steps. Shared memory:
@@ -1129,18 +1147,14 @@ __device__ __forceinline__ void gate_up_tensor_core(const __nv_bfloat16* __restr
   const int gate_n = gate_row_of<L>(mine ? neuron : neuron0, I), up_n = up_row_of<L>(mine ? neuron : neuron0, I);
   float gate = 0.0f, up = 0.0f;
   if (routed) {  // uniform over the warp
-    const char* gate_row = row_codes<F, 2 * I, H>(w_gate_up, e, gate_n);
-    const char* up_row = row_codes<F, 2 * I, H>(w_gate_up, e, up_n);
-    const unsigned char* gate_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, gate_n);
-    const unsigned char* up_scales = row_block_scales<F, 2 * I, H>(w_gate_up, e, up_n);
+    const GateUpTileRows<F, H, I> rows(w_gate_up, e, gate_n, up_n);
 #pragma unroll 1
     for (int s0 = part * U; s0 < Row::kSteps; s0 += S * U) {
       TileStep<F> step[U];
 #pragma unroll
       for (int i = 0; i < U; ++i) {
         const int c = (s0 + i) * 4 + t;
-        const bool in_row = mine && c < Row::kChunks;
-        step[i].load(in_row ? gate_row : nullptr, in_row ? up_row : nullptr, gate_scales, up_scales, c);
+        rows.load(step[i], c, mine && c < Row::kChunks);
       }
 #pragma unroll
       for (int i = 0; i < U; ++i) {
@@ -1164,6 +1178,54 @@ __device__ __forceinline__ void gate_up_tensor_core(const __nv_bfloat16* __restr
     store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(add_bias<BIAS>(gate, gate_bias), add_bias<BIAS>(up, up_bias)));
   }
 }
+
+// U consecutive steps s0.. of a down tile's reduction (rows h_lo and h_hi; step s is chunk group
+// s % steps-per-row of routed slot s / steps-per-row, whose expert and routing weight lane j holds):
+// the codes and K-block scales, each step's routing weight times its rows' factors, and whether the
+// step is live (within the tile and routed; uniform over the warp).
+template <class F, int H, int I, int E, int K, int U>
+struct DownTileGroup {
+  TileStep<F> step[U];
+  float w_lo[U], w_hi[U];
+  bool live[U];
+
+  __device__ __forceinline__ void load(const WeightArgs& w_down, int s0, int lane_expert, float routing_weight, int h_lo, int h_hi,
+                                       int t) {
+    using Row = TileRow<I>;
+    constexpr int kSteps = K * Row::kSteps;
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int s = s0 + i;
+      const int j = min_int(s / Row::kSteps, K - 1);
+      const int c = (s - j * Row::kSteps) * 4 + t;
+      const int e = __shfl_sync(kFullMask, lane_expert, j);
+      const float weight = __shfl_sync(kFullMask, routing_weight, j);
+      live[i] = s < kSteps && static_cast<unsigned>(e) < static_cast<unsigned>(E);  // uniform over the warp
+      const bool in_lo = live[i] && h_lo < H && c < Row::kChunks, in_hi = live[i] && h_hi < H && c < Row::kChunks;
+      const int e_safe = live[i] ? e : 0;
+      step[i].load(in_lo ? row_codes<F, H, I>(w_down, e_safe, h_lo) : nullptr,
+                   in_hi ? row_codes<F, H, I>(w_down, e_safe, h_hi) : nullptr,
+                   row_block_scales<F, H, I>(w_down, e_safe, in_lo ? h_lo : 0),
+                   row_block_scales<F, H, I>(w_down, e_safe, in_hi ? h_hi : 0), c);
+      w_lo[i] = in_lo ? apply_factor<F>(weight, row_factor<F, H, 1>(w_down, e_safe, h_lo, 0)) : 0.0f;
+      w_hi[i] = in_hi ? apply_factor<F>(weight, row_factor<F, H, 1>(w_down, e_safe, h_hi, 0)) : 0.0f;
+    }
+  }
+
+  // lo, hi += the live steps' weighted sums; xs: the token's k staged rows of inter.
+  __device__ __forceinline__ void reduce(float& lo, float& hi, const uint4* xs, int s0, int t) const {
+    using Row = TileRow<I>;
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      if (live[i]) {  // an unrouted slot's staged rows are unspecified (maybe NaN): never multiplied
+        const int s = s0 + i, j = s / Row::kSteps;
+        const StepSums sums = step[i].reduce(xs + j * Row::kPadded + (s - j * Row::kSteps) * 4 + t, K * Row::kPadded);
+        lo = fmaf(w_lo[i], sums.lo, lo);
+        hi = fmaf(w_hi[i], sums.hi, hi);
+      }
+    }
+  }
+};
 
 // down on the tensor cores: a tile is 16 hidden outputs of one token; its reduction runs over the
 // k routed slots' rows, I / 128 steps per slot, and each step's sums are weighted by the slot's
@@ -1198,35 +1260,9 @@ __device__ __forceinline__ void down_tensor_core(const __nv_bfloat16* __restrict
   float lo = 0.0f, hi = 0.0f;
 #pragma unroll 1
   for (int s0 = part * U; s0 < kSteps; s0 += S * U) {
-    TileStep<F> step[U];
-    float w_lo[U], w_hi[U];
-    bool live[U];
-#pragma unroll
-    for (int i = 0; i < U; ++i) {
-      const int s = s0 + i;
-      const int j = min_int(s / Row::kSteps, K - 1);
-      const int c = (s - j * Row::kSteps) * 4 + t;
-      const int e = __shfl_sync(kFullMask, lane_expert, j);
-      const float weight = __shfl_sync(kFullMask, routing_weight, j);
-      live[i] = s < kSteps && static_cast<unsigned>(e) < static_cast<unsigned>(E);  // uniform over the warp
-      const bool in_lo = live[i] && h_lo < H && c < Row::kChunks, in_hi = live[i] && h_hi < H && c < Row::kChunks;
-      const int e_safe = live[i] ? e : 0;
-      step[i].load(in_lo ? row_codes<F, H, I>(w_down, e_safe, h_lo) : nullptr,
-                   in_hi ? row_codes<F, H, I>(w_down, e_safe, h_hi) : nullptr,
-                   row_block_scales<F, H, I>(w_down, e_safe, in_lo ? h_lo : 0),
-                   row_block_scales<F, H, I>(w_down, e_safe, in_hi ? h_hi : 0), c);
-      w_lo[i] = in_lo ? apply_factor<F>(weight, row_factor<F, H, 1>(w_down, e_safe, h_lo, 0)) : 0.0f;
-      w_hi[i] = in_hi ? apply_factor<F>(weight, row_factor<F, H, 1>(w_down, e_safe, h_hi, 0)) : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < U; ++i) {
-      if (live[i]) {  // an unrouted slot's staged rows are unspecified (maybe NaN): never multiplied
-        const int s = s0 + i, j = s / Row::kSteps;
-        const StepSums sums = step[i].reduce(xs + j * Row::kPadded + (s - j * Row::kSteps) * 4 + t, K * Row::kPadded);
-        lo = fmaf(w_lo[i], sums.lo, lo);
-        hi = fmaf(w_hi[i], sums.hi, hi);
-      }
-    }
+    DownTileGroup<F, H, I, E, K, U> group;
+    group.load(w_down, s0, lane_expert, routing_weight, h_lo, h_hi, t);
+    group.reduce(lo, hi, xs, s0, t);
   }
   if constexpr (S > 1) {
     if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * Row::kPadded))) return;
