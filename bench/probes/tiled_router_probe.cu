@@ -4,10 +4,9 @@
 // REPS replays. Every variant's ids and weights are compared with the catalogue schedule's (the
 // first row of each shape) and with an FP64 reference on the host (ids whose 4th and 5th scores
 // are further apart than 1e-3 must agree).
-//   tiled_router_probe REPS         the catalogue's schedules launched plainly and with programmatic
-//                                   dependent launch, triggered at the start, after the scores
-//                                   phase, or at exit
-//   tiled_router_probe REPS wgmma   the scores computed by warpgroup wgmmas (TileMma::kWarpgroup)
+// The catalogue's schedules are launched plainly and with programmatic dependent launch, triggered
+// at the start, after the scores phase, or at exit. (Commit ffcf460's version of this probe and of
+// moeforge_device.cuh also computes the scores by warpgroup wgmmas: `tiled_router_probe REPS wgmma`.)
 // Build: nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I<dir of moeforge_device.cuh> tiled_router_probe.cu
 #include "moeforge_device.cuh"
 #include "probe_harness.cuh"
@@ -15,8 +14,6 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-
-using mf::TileMma;
 
 namespace {
 
@@ -29,17 +26,14 @@ float bf16_to_float(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::
 // only for the epilogue); kAtExit, PDL without an explicit trigger.
 enum Trigger { kPlain, kAtStart, kAfterScores, kAtExit };
 
-__device__ __forceinline__ void let_next_launch_begin() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-__device__ __forceinline__ void wait_for_previous_launch() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-
-template <int H, int E, int BM, int TM, int W, int BK, int S, int KG, int C, TileMma M, Trigger T>
+template <int H, int E, int BM, int TM, int W, int BK, int S, int KG, int C, Trigger T>
 __global__ void __launch_bounds__(32 * W) tiled(const __nv_bfloat16* x, const __nv_bfloat16* w, float* tw, int* ids, int num_tokens) {
-  using Tile = mf::RouterTile<H, E, BM, TM, W, BK, S, KG, C, M>;
+  using Tile = mf::RouterTile<H, E, BM, TM, W, BK, S, KG, C>;
   extern __shared__ __align__(128) unsigned char smem[];
-  if constexpr (T == kAtStart) let_next_launch_begin();
-  wait_for_previous_launch();
-  const float* scores = mf::router_tile_scores<H, E, BM, TM, W, BK, S, KG, C, M>(x, w, smem, num_tokens);
-  if constexpr (T == kAfterScores) let_next_launch_begin();
+  if constexpr (T == kAtStart) mf::let_next_kernel_begin();
+  mf::wait_for_previous_kernel();
+  const float* scores = mf::router_tile_scores<H, E, BM, TM, W, BK, S, KG, C>(x, w, smem, num_tokens);
+  if constexpr (T == kAfterScores) mf::let_next_kernel_begin();
 #pragma unroll
   for (int i = 0; i < Tile::kOwnRows / W; ++i) {
     const int tile_row = (threadIdx.x >> 5) + i * W;
@@ -52,10 +46,10 @@ __global__ void __launch_bounds__(32 * W) tiled(const __nv_bfloat16* x, const __
 
 struct Result { std::vector<int> ids; std::vector<float> w; float us; };
 
-template <int H, int E, int BM, int TM, int W, int BK, int S, int KG, int C, TileMma M, Trigger T>
+template <int H, int E, int BM, int TM, int W, int BK, int S, int KG, int C, Trigger T>
 Result run(const __nv_bfloat16* x, const __nv_bfloat16* w, int copies, int m, int reps, cudaStream_t s) {
-  using Tile = mf::RouterTile<H, E, BM, TM, W, BK, S, KG, C, M>;
-  auto kernel = tiled<H, E, BM, TM, W, BK, S, KG, C, M, T>;
+  using Tile = mf::RouterTile<H, E, BM, TM, W, BK, S, KG, C>;
+  auto kernel = tiled<H, E, BM, TM, W, BK, S, KG, C, T>;
   constexpr size_t kSmem = Tile::kSharedBytes;
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
   float* tw; int* ids;
@@ -135,51 +129,31 @@ void shape(int reps, std::mt19937& rng) {
 }
 
 // A schedule: (tokens per block, tokens per warp, warps, k tile, stages, k groups, split, mma).
-template <int BM, int TM, int W, int BK, int S, int KG, int C, TileMma M, Trigger T = kPlain>
+template <int BM, int TM, int W, int BK, int S, int KG, int C, Trigger T = kPlain>
 struct V {
   static const char* name() {
     static const char* triggers[] = {"", ", PDL at start", ", PDL after scores", ", PDL at exit"};
     static char buf[128];
-    std::snprintf(buf, sizeof buf, "(%d, %d, %d, %d, %d, %d, %d) %s%s", BM, TM, W, BK, S, KG, C,
-                  M == TileMma::kWarpgroup ? "wgmma" : "mma.sync", triggers[T]);
+    std::snprintf(buf, sizeof buf, "(%d, %d, %d, %d, %d, %d, %d)%s", BM, TM, W, BK, S, KG, C, triggers[T]);
     return buf;
   }
   template <int H, int E>
   static Result run(const __nv_bfloat16* x, const __nv_bfloat16* w, int copies, int m, int reps, cudaStream_t s) {
-    return ::run<H, E, BM, TM, W, BK, S, KG, C, M, T>(x, w, copies, m, reps, s);
+    return ::run<H, E, BM, TM, W, BK, S, KG, C, T>(x, w, copies, m, reps, s);
   }
 };
 
-constexpr TileMma kSync = TileMma::kWarp;
-constexpr TileMma kWG = TileMma::kWarpgroup;
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 40;
-  const bool wgmma = argc > 2 && std::strcmp(argv[2], "wgmma") == 0;
   std::mt19937 rng(20261123);
-  if (wgmma) {
-    // the catalogue's schedules (bench router) first, then wgmma tiles of 64 or 128 tokens
-    shape<Shape<1024, 64, 512>, V<16, 16, 8, 64, 4, 2, 2, kSync>,
-          V<64, 64, 4, 64, 4, 1, 4, kWG>, V<64, 64, 8, 64, 4, 2, 4, kWG>, V<64, 64, 8, 64, 4, 2, 2, kWG>>(reps, rng);
-    shape<Shape<2048, 128, 1024>, V<32, 32, 16, 64, 3, 4, 2, kSync>,
-          V<64, 64, 4, 64, 4, 1, 4, kWG>, V<64, 64, 8, 64, 4, 2, 4, kWG>, V<64, 64, 8, 64, 4, 1, 4, kWG>,
-          V<64, 64, 16, 64, 4, 4, 4, kWG>, V<128, 64, 8, 64, 4, 1, 8, kWG>, V<128, 64, 16, 64, 4, 2, 8, kWG>,
-          V<64, 64, 8, 64, 4, 2, 2, kWG>>(reps, rng);
-    shape<Shape<4096, 64, 2048>, V<64, 32, 16, 64, 4, 4, 2, kSync>,
-          V<64, 64, 4, 64, 4, 1, 2, kWG>, V<64, 64, 8, 64, 4, 2, 2, kWG>, V<64, 64, 16, 64, 4, 4, 2, kWG>,
-          V<128, 64, 8, 64, 4, 1, 4, kWG>, V<128, 64, 16, 64, 4, 2, 4, kWG>, V<64, 64, 8, 64, 6, 2, 2, kWG>>(reps, rng);
-    shape<Shape<4096, 128, 2048>, V<64, 32, 16, 64, 4, 2, 2, kSync>,
-          V<64, 64, 4, 64, 4, 1, 2, kWG>, V<64, 64, 8, 64, 4, 2, 2, kWG>, V<64, 64, 8, 64, 4, 1, 2, kWG>,
-          V<64, 64, 16, 64, 4, 4, 2, kWG>, V<128, 64, 8, 64, 4, 1, 4, kWG>, V<128, 64, 16, 64, 4, 2, 4, kWG>>(reps, rng);
-    return 0;
-  }
   // the catalogue's schedules, launched plainly (as bench router does) and with PDL triggered at
   // the start, after the scores phase, or at exit
 #define TRIGGERS(BM, TM, W, BK, S, KG, C) \
-  V<BM, TM, W, BK, S, KG, C, kSync>, V<BM, TM, W, BK, S, KG, C, kSync, kAtStart>, \
-      V<BM, TM, W, BK, S, KG, C, kSync, kAfterScores>, V<BM, TM, W, BK, S, KG, C, kSync, kAtExit>
+  V<BM, TM, W, BK, S, KG, C>, V<BM, TM, W, BK, S, KG, C, kAtStart>, V<BM, TM, W, BK, S, KG, C, kAfterScores>, \
+      V<BM, TM, W, BK, S, KG, C, kAtExit>
   shape<Shape<512, 8, 128>, TRIGGERS(16, 16, 8, 64, 4, 1, 1)>(reps, rng);
   shape<Shape<1024, 64, 512>, TRIGGERS(16, 16, 8, 64, 4, 2, 2)>(reps, rng);
   shape<Shape<2048, 128, 1024>, TRIGGERS(32, 32, 16, 64, 3, 4, 2)>(reps, rng);

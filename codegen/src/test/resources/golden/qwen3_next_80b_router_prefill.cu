@@ -38,7 +38,7 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_next_80b_router_prefill(
     int* __restrict__ expert_counts,
     int num_tokens
 ) {
-  mf::begin_after_previous_kernel();
+  mf::wait_for_previous_kernel();
   using Tile = mf::RouterTile<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile, kStages, kKGroups,
                               kClusterSplit>;
   static_assert(Tile::kSharedBytes == kSharedBytes, "moeforge_device.cuh and RouterTileLayout disagree on shared memory");
@@ -47,6 +47,10 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_next_80b_router_prefill(
   block_counts.zero();  // the scores phase's barriers order this before the counts
   const float* scores = mf::router_tile_scores<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile,
                                                 kStages, kKGroups, kClusterSplit>(x, w_router, smem, num_tokens);
+  // Only now may the next kernel's blocks park here: parked through the pipeline they hold its
+  // shared memory, 2x slower at (1024, 64, 512); from here 0.3-1.1 us faster than a plain launch
+  // (bench/NOTES.md, "The tiled router and programmatic dependent launch").
+  mf::let_next_kernel_begin();
   // The rows are independent: unrolled, their shuffles and reductions interleave. Rows past
   // num_tokens hold zero scores (x was zero-filled); they are evaluated but never stored.
 #pragma unroll

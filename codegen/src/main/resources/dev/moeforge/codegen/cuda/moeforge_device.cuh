@@ -35,13 +35,18 @@ __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / 
 __host__ __device__ constexpr int align16(int bytes) { return (bytes + 15) & ~15; }
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
 
-// Programmatic dependent launch (sm_90+), first thing in every generated kernel: lets the next
-// kernel on the stream begin launching (its blocks park in the wait below, so they overlap this
-// kernel's tail), then waits until the previous kernel's writes are visible. Under a plain launch
-// (LaunchOrder.AFTER_PREVIOUS) both instructions return at once.
+// Programmatic dependent launch (sm_90+). Under a plain launch (LaunchOrder.AFTER_PREVIOUS) both
+// instructions return at once.
+// Lets the next kernel on the stream begin launching: its blocks park in their wait, so they
+// overlap this kernel's tail, but they also take their shared memory while they park.
+__device__ __forceinline__ void let_next_kernel_begin() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// Waits until the previous kernel has finished and its writes are visible.
+__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// First thing in the generated kernels whose blocks need little shared memory: the next kernel's
+// launch overlaps all of this one.
 __device__ __forceinline__ void begin_after_previous_kernel() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  let_next_kernel_begin();
+  wait_for_previous_kernel();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1439,31 +1444,17 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
 // static_asserts they agree.
 // ---------------------------------------------------------------------------------------------
 
-// Which tensor-core instruction computes a router tile. kWarp: each warp issues m16n8k16 mmas on
-// fragments it loads with ldmatrix (every target). kWarpgroup (sm_90a only): each warpgroup of 4
-// warps issues m64n64k16 wgmmas that read x and W_r straight from the swizzled stages, so a slice
-// is read from shared memory once per warpgroup instead of once per warp row and column.
-enum class TileMma : int { kWarp = 0, kWarpgroup = 1 };
-
-template <int H, int E, int BM, int TM, int W, int BK, int S, int KG = 1, int C = 1, TileMma M = TileMma::kWarp>
+template <int H, int E, int BM, int TM, int W, int BK, int S, int KG = 1, int C = 1>
 struct RouterTile {
-  static constexpr bool kWarpgroups = M == TileMma::kWarpgroup;
-  // the unit that owns an accumulator tile: a warp (16 x 8 mmas) or a warpgroup (64 x 64 wgmmas)
-  static constexpr int kUnitWarps = kWarpgroups ? 4 : 1;
-  static constexpr int kUnitColumns = kWarpgroups ? 64 : 16;
   static_assert(BM % 16 == 0 && BM >= 16 && BM <= 128, "a tile is a whole number of 16-token mma rows");
   static_assert(TM % 16 == 0 && BM % TM == 0, "a warp owns a whole number of 16-token mma rows of the tile");
-  static_assert(!kWarpgroups || TM == 64, "a warpgroup owns the 64 tokens of one wgmma");
   static_assert(BK == 32 || BK == 64, "a slice row is 4 or 8 16-byte pieces");
-  static_assert(!kWarpgroups || BK == 64, "wgmma reads 128-byte swizzled slice rows");
   static_assert((BK / 16) % KG == 0, "the k groups take equal shares of a slice's k16 steps");
-  static_assert(W % kUnitWarps == 0, "a block is a whole number of warpgroups");
-  static constexpr int kUnits = W / kUnitWarps;
   static constexpr int kWarpRows = BM / TM;
-  static_assert(kUnits % (kWarpRows * KG) == 0, "every warp owns TM tokens of the tile in one k group");
-  static constexpr int kWarpColumns = kUnits / (kWarpRows * KG);
+  static_assert(W % (kWarpRows * KG) == 0, "every warp owns TM tokens of the tile in one k group");
+  static constexpr int kWarpColumns = W / (kWarpRows * KG);
   static constexpr int kThreads = 32 * W;
-  static constexpr int kPaddedExperts = ceil_div(E, kUnitColumns * kWarpColumns) * kUnitColumns * kWarpColumns;
+  static constexpr int kPaddedExperts = ceil_div(E, 16 * kWarpColumns) * 16 * kWarpColumns;
   static constexpr int kColumnsPerWarp = kPaddedExperts / kWarpColumns;
   static constexpr int kScoreStride = ceil_div(kPaddedExperts, 32) * 32 + 8;  // 8 mod 32: conflict-free float2 stores
   static constexpr int kPieces = BK / 8;  // 16-byte pieces per slice row
@@ -1480,10 +1471,7 @@ struct RouterTile {
   // With a split, the other blocks' partial sums of this block's own rows arrive past the pipeline
   // (which this block may still be using when the first partials come in): C - 1 slots of kOwnRows rows.
   static constexpr int kInboxOffset = kStageBytes * S > kScoreBytes ? kStageBytes * S : kScoreBytes;
-  // wgmma's 128-byte swizzle is a function of address bits 4-9: the stages start 1024-aligned,
-  // rounded up from where the dynamic shared memory happens to start
-  static constexpr int kAlignment = kWarpgroups ? 1024 : 0;
-  static constexpr int kSharedBytes = kInboxOffset + 4 * (C - 1) * kOwnRows * kScoreStride + kAlignment;
+  static constexpr int kSharedBytes = kInboxOffset + 4 * (C - 1) * kOwnRows * kScoreStride;
 };
 
 // The token of row `row` of the rows a block evaluates (its tile's, or with a split its own part).
@@ -1512,41 +1500,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
 
-// wgmma (sm_90a). A shared-memory matrix descriptor of 8-row x 128-byte atoms, swizzled 128B
-// (layout 1 in bits 62-63), atoms 1024 bytes apart (stride offset, bits 32-45); the leading offset
-// is unused for K-major swizzled operands. A k16 step inside the atom adds 32 bytes to the start.
-__device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t addr) {
-  return (uint64_t{1} << 62) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 16) | uint64_t{(addr & 0x3ffffu) >> 4};
-}
-// Outside sm_90a (where the validator never puts a wgmma tile) these compile to nothing or a trap.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define MF_WGMMA(...) asm volatile(__VA_ARGS__)
-#else
-#define MF_WGMMA(...) __trap()
-#endif
-__device__ __forceinline__ void wgmma_fence() { MF_WGMMA("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { MF_WGMMA("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { MF_WGMMA("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// cp.async writes the stages through the generic proxy; wgmma reads them through the async proxy.
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// d[0..31] += A (64 x 16, K-major) * B (64 x 16, K-major)^T, FP32 accumulators. d is the tile's
-// n8 fragments j = 0..7 as mma.sync lays them out: d[4j..4j+3] of warp w, lane l are rows
-// 16w + l/4 (+8) and columns 8j + 2(l%4) (+1).
-__device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[8][4], uint64_t a, uint64_t b) {
-  MF_WGMMA(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(a), "l"(b), "r"(1));
-}
-
 // Copies slice [k0, k0 + BK) of the tile's x rows and of every W_r row into one stage; tokens past
 // num_tokens, padded experts and columns past H are zeros.
 template <int H, int E, int BM, int BK, class L>
@@ -1567,80 +1520,26 @@ __device__ __forceinline__ void router_tile_load(uint32_t stage, const __nv_bflo
   }
 }
 
-// One warp's share of a stage's slice: its TM tokens x kColumnsPerWarp experts over the k16 steps
-// of its k group, as m16n8k16 mmas on ldmatrix fragments.
-template <int BM, int BK, int KG, int MT, int NT, int P>
-__device__ __forceinline__ void router_slice_mma(float (&acc)[MT][NT][4], uint32_t stage, int row0, int col0, int k_group, int lane) {
-#pragma unroll
-  for (int step = 0; step < BK / 16 / KG; ++step) {
-    const int kk = step * KG + k_group;
-    uint32_t a[MT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) ldmatrix_x4(a[i], stage + swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
-#pragma unroll
-    for (int j = 0; j < NT / 2; ++j) {
-      uint32_t b[4];
-      const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
-      ldmatrix_x4(b, stage + swizzled<P>(BM + n, 2 * kk + ((lane >> 3) & 1)));
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        mma_bf16_16816(acc[i][2 * j], a[i], b[0], b[1]);
-        mma_bf16_16816(acc[i][2 * j + 1], a[i], b[2], b[3]);
-      }
-    }
-  }
-}
-
-// One warpgroup's share of a stage's slice: its 64 tokens (rows from unit_row0) x NT * 8 experts
-// (from col0) over the k16 steps of its k group, as m64n64k16 wgmmas; acc is this warp's 16 rows.
-// Waits for them: the stage is refilled after the next barrier.
-template <int BM, int BK, int KG, int NT>
-__device__ __forceinline__ void router_slice_wgmma(float (&acc)[NT][4], uint32_t stage, int unit_row0, int col0, int k_group) {
-  static_assert(NT % 8 == 0, "a warpgroup's experts are whole n64 wgmmas");
-  wgmma_fence();
-#pragma unroll
-  for (int step = 0; step < BK / 16 / KG; ++step) {
-    const int kk = step * KG + k_group;
-    const uint64_t a = wgmma_descriptor(stage + 128 * unit_row0 + 32 * kk);
-#pragma unroll
-    for (int c = 0; c < NT / 8; ++c) {
-      const uint64_t b = wgmma_descriptor(stage + 128 * (BM + col0 + 64 * c) + 32 * kk);
-      wgmma_m64n64k16_bf16(*reinterpret_cast<float(*)[8][4]>(&acc[8 * c]), a, b);
-    }
-  }
-  wgmma_commit();
-  wgmma_wait<0>();
-  // the wgmmas wrote the accumulators behind the compiler's back: keep every later use after the wait
-#pragma unroll
-  for (int j = 0; j < NT; ++j) asm volatile("" : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])::"memory");
-}
-
 // Every thread of the block: computes the tile's [BM][E] scores and returns them in shared memory,
 // row r (token router_tile_token<BM, C>(r)) at scores + r * kScoreStride. With a split (C > 1, a
 // cluster of C consecutive blocks per tile) block q of the cluster sums its share of the slices
 // (RouterTile::kShare) into partial scores, sends the other blocks their rows' partials through
 // distributed shared memory and adds the C partials of its own BM / C rows in block order
 // (deterministic). Each block then streams 1 / C of W_r instead of all of it.
-template <int H, int E, int BM, int TM, int W, int BK, int S, int KG = 1, int C = 1, TileMma M = TileMma::kWarp>
+template <int H, int E, int BM, int TM, int W, int BK, int S, int KG = 1, int C = 1>
 __device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* __restrict__ x,
                                                            const __nv_bfloat16* __restrict__ w_router, unsigned char* smem,
                                                            int num_tokens) {
-  using L = RouterTile<H, E, BM, TM, W, BK, S, KG, C, M>;
+  using L = RouterTile<H, E, BM, TM, W, BK, S, KG, C>;
   constexpr int P = L::kPieces;
-  // accumulator fragments per warp: a warp's m16 tiles x n8 tiles; a warpgroup's warp holds 16 of its 64 rows
-  constexpr int MT = L::kWarpgroups ? 1 : TM / 16;
-  constexpr int NT = L::kColumnsPerWarp / 8;
-  constexpr int kGroupUnits = L::kWarpRows * L::kWarpColumns;
+  constexpr int MT = TM / 16;                 // m16 tiles per warp
+  constexpr int NT = L::kColumnsPerWarp / 8;  // n8 tiles per warp
+  constexpr int kGroupWarps = L::kWarpRows * L::kWarpColumns;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int unit = warp / L::kUnitWarps;
-  const int k_group = unit / kGroupUnits;
-  const int unit_row0 = (unit % L::kWarpRows) * TM;
-  const int row0 = unit_row0 + (L::kWarpgroups ? 16 * (warp % 4) : 0);
-  const int col0 = (unit % kGroupUnits / L::kWarpRows) * L::kColumnsPerWarp;
-  if constexpr (L::kAlignment > 0) {
-    smem += (L::kAlignment - static_cast<uint32_t>(__cvta_generic_to_shared(smem)) % L::kAlignment) % L::kAlignment;
-  }
+  const int k_group = warp / kGroupWarps;
+  const int row0 = (warp % L::kWarpRows) * TM;
+  const int col0 = (warp % kGroupWarps / L::kWarpRows) * L::kColumnsPerWarp;
   const int tile = static_cast<int>(blockIdx.x / C);
   const int part = static_cast<int>(blockIdx.x % C);
   const int m0 = tile * BM;
@@ -1669,7 +1568,6 @@ __device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* 
 #pragma unroll 1
   for (int kt = 0; kt < my_slices; ++kt) {
     cp_async_wait<S - 2>();
-    if constexpr (L::kWarpgroups) fence_async_shared();
     __syncthreads();  // slice kt is in; every warp is done with slice kt - 1, whose stage is refilled next
     const int next = kt + S - 1;
     if (next < my_slices) {
@@ -1677,10 +1575,23 @@ __device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* 
     }
     cp_async_commit();
     const uint32_t stage = base + (kt % S) * L::kStageBytes;
-    if constexpr (L::kWarpgroups) {
-      router_slice_wgmma<BM, BK, KG, NT>(acc[0], stage, unit_row0, col0, k_group);
-    } else {
-      router_slice_mma<BM, BK, KG, MT, NT, P>(acc, stage, row0, col0, k_group, lane);
+#pragma unroll
+    for (int step = 0; step < BK / 16 / KG; ++step) {
+      const int kk = step * KG + k_group;
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) ldmatrix_x4(a[i], stage + swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
+#pragma unroll
+      for (int j = 0; j < NT / 2; ++j) {
+        uint32_t b[4];
+        const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
+        ldmatrix_x4(b, stage + swizzled<P>(BM + n, 2 * kk + ((lane >> 3) & 1)));
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          mma_bf16_16816(acc[i][2 * j], a[i], b[0], b[1]);
+          mma_bf16_16816(acc[i][2 * j + 1], a[i], b[2], b[3]);
+        }
+      }
     }
   }
   cp_async_wait<0>();

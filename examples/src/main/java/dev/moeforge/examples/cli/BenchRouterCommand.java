@@ -21,6 +21,7 @@ import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.RouterKernel;
 import java.nio.charset.StandardCharsets;
@@ -70,7 +71,12 @@ public final class BenchRouterCommand implements Callable<Integer> {
     /** A benchmarked router: the spec and the name of the same rule in the PyTorch script. */
     record Shape(String name, int tokens, KernelSpec spec, String torchRule) {}
 
-    record Row(Shape shape, int copies, GpuTimer.Timing timing) {}
+    /**
+     * One shape's timings: {@code timing} with plain launches (each call starts once the previous
+     * one has finished), {@code overlapping} with programmatic dependent launch, as a MoeLayer
+     * launches its router.
+     */
+    record Row(Shape shape, int copies, GpuTimer.Timing timing, GpuTimer.Timing overlapping) {}
 
     @Override
     public Integer call() throws Exception {
@@ -85,8 +91,8 @@ public final class BenchRouterCommand implements Callable<Integer> {
             System.out.println("device: " + ctx.deviceName());
             for (Shape s : sweep ? withSweep(base) : base) {
                 rows.add(time(runtime, kernels, stream, s, ctx.l2Bytes()));
-                System.out.printf(Locale.ROOT, "  %-28s %8.2f us (%d weight copies)%n", s.name(), rows.getLast().timing().medianMicros(),
-                        rows.getLast().copies());
+                System.out.printf(Locale.ROOT, "  %-28s %8.2f us, overlapping %8.2f us (%d weight copies)%n", s.name(),
+                        rows.getLast().timing().medianMicros(), rows.getLast().overlapping().medianMicros(), rows.getLast().copies());
             }
             JsonNode torch = runTorch(rows.subList(0, base.size()));
             printTable(rows, torch);
@@ -260,16 +266,20 @@ public final class BenchRouterCommand implements Callable<Integer> {
                 owned.add(counts);
             }
             stream.synchronize();
-            GpuTimer.Timing t;
-            try (CudaGraph g = CudaGraph.capture(stream, () -> {
-                if (counts != null) {
-                    router.zeroCounts(stream, counts);
+            GpuTimer.Timing[] t = new GpuTimer.Timing[2];
+            List<LaunchOrder> orders = List.of(LaunchOrder.AFTER_PREVIOUS, LaunchOrder.OVERLAPPING_PREVIOUS);
+            for (int o = 0; o < orders.size(); o++) {
+                LaunchOrder order = orders.get(o);
+                try (CudaGraph g = CudaGraph.capture(stream, () -> {
+                    if (counts != null) {
+                        router.zeroCounts(stream, counts);
+                    }
+                    for (DeviceBuffer w : weights) {
+                        router.enqueue(stream, order, s.tokens(), x, w, params, outputs);
+                    }
+                })) {
+                    t[o] = GpuTimer.time(stream, g, options.warmup, options.reps).scaled(1.0 / copies);
                 }
-                for (DeviceBuffer w : weights) {
-                    router.enqueue(stream, s.tokens(), x, w, params, outputs);
-                }
-            })) {
-                t = GpuTimer.time(stream, g, options.warmup, options.reps).scaled(1.0 / copies);
             }
             int[] ids = new int[s.tokens() * k];
             topkIds.copyTo(ids);
@@ -278,7 +288,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
                     throw new IllegalStateException(s.name() + ": the router wrote expert id " + id);
                 }
             }
-            return new Row(s, copies, t);
+            return new Row(s, copies, t[0], t[1]);
         } finally {
             owned.forEach(DeviceBuffer::close);
             router.close();
@@ -314,19 +324,20 @@ public final class BenchRouterCommand implements Callable<Integer> {
 
     private static void printTable(List<Row> rows, JsonNode torch) {
         System.out.println();
-        System.out.printf(Locale.ROOT, "%-28s %10s %12s %12s %9s %9s%n", "shape (M x E x H)", "moeforge us", "torch eager",
-                "torch graph", "vs eager", "vs graph");
+        System.out.printf(Locale.ROOT, "%-28s %10s %12s %12s %12s %9s %9s%n", "shape (M x E x H)", "moeforge us", "overlapping",
+                "torch eager", "torch graph", "vs eager", "vs graph");
         for (int i = 0; i < rows.size(); i++) {
             Row r = rows.get(i);
             double ours = r.timing().medianMicros();
+            double overlapping = r.overlapping().medianMicros();
             if (torch != null && i < torch.get("results").size()) {
                 JsonNode t = torch.get("results").get(i);
                 double eager = t.get("eager_us").asDouble();
                 double graph = t.get("graph_us").asDouble();
-                System.out.printf(Locale.ROOT, "%-28s %10.2f %12.2f %12.2f %8.1fx %8.1fx%n", r.shape().name(), ours, eager, graph,
-                        eager / ours, graph / ours);
+                System.out.printf(Locale.ROOT, "%-28s %10.2f %12.2f %12.2f %12.2f %8.1fx %8.1fx%n", r.shape().name(), ours, overlapping,
+                        eager, graph, eager / ours, graph / ours);
             } else {
-                System.out.printf(Locale.ROOT, "%-28s %10.2f%n", r.shape().name(), ours);
+                System.out.printf(Locale.ROOT, "%-28s %10.2f %12.2f%n", r.shape().name(), ours, overlapping);
             }
         }
     }
@@ -334,7 +345,8 @@ public final class BenchRouterCommand implements Callable<Integer> {
     private Path writeJson(CudaContext ctx, List<Row> rows, JsonNode torch) throws Exception {
         Map<String, Object> doc = BenchReports.header("router", ctx);
         doc.put("method", Map.of("warmup", options.warmup, "reps", options.reps, "timing", "CUDA events around each replay of one graph "
-                + "running one router call per weight copy; per call = replay / copies; median",
+                + "running one router call per weight copy; per call = replay / copies; median; moeforge_us with plain launches, "
+                + "moeforge_overlapping_us with programmatic dependent launch (as a MoeLayer launches its router)",
                 "torch", torch == null ? "not run" : torch.get("torch").asText()));
         List<Map<String, Object>> results = new ArrayList<>();
         for (int i = 0; i < rows.size(); i++) {
@@ -345,6 +357,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
             m.put("spec", SpecPrinter.print(r.shape().spec()));
             m.put("weight_copies", r.copies());
             m.put("moeforge_us", BenchReports.timing(r.timing()));
+            m.put("moeforge_overlapping_us", BenchReports.timing(r.overlapping()));
             if (torch != null && i < torch.get("results").size()) {
                 JsonNode t = torch.get("results").get(i);
                 m.put("torch_eager_us", t.get("eager_us").asDouble());

@@ -12,6 +12,7 @@ import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
@@ -30,18 +31,25 @@ import org.junit.jupiter.params.provider.CsvSource;
 /**
  * Router, gate_up and down chained on the device (the MoE layer as one unit): the routing the GPU
  * wrote matches the router reference (up to FP32 near-ties), y matches the expert reference run
- * on that routing, and one graph of the whole layer replays bit-identically.
+ * on that routing, and one graph of the whole layer replays bit-identically. The router is the
+ * default decode schedule or, where {@code router_tile} is set, router_tiled with a cluster split
+ * (which lets the next kernel begin only after its scores phase).
  */
 @Tag("gpu")
 class MoeLayerGpuTest extends GpuSession {
 
-    @ParameterizedTest(name = "H={0} I={1} E={2} k={3} M={4} tokens_per_cta={5}")
-    @CsvSource({"2048, 768, 128, 8, 1, 1", "2048, 768, 128, 8, 5, 8", "520, 136, 24, 3, 13, 4"})
-    void layerMatchesReference(int hidden, int intermediate, int experts, int topk, int tokens, int tile) {
+    @ParameterizedTest(name = "H={0} I={1} E={2} k={3} M={4} tokens_per_cta={5} router_tile={6}")
+    @CsvSource({"2048, 768, 128, 8, 1, 1, 0", "2048, 768, 128, 8, 5, 8, 0", "520, 136, 24, 3, 13, 4, 0",
+                "2048, 768, 128, 8, 40, 8, 16", "520, 136, 24, 3, 37, 4, 32"})
+    void layerMatchesReference(int hidden, int intermediate, int experts, int topk, int tokens, int tile, int routerTile) {
         long seed = System.nanoTime();
         ExpertShape shape = new ExpertShape(hidden, intermediate, experts, topk);
-        KernelSpec routerSpec = KernelBuilder.named("l_router_" + experts + "_" + topk).router(hidden, experts)
-                .epilogue(RoutingRules.softmaxTopKRenormalized(topk, DType.FP32)).target(runtime.target()).build();
+        KernelBuilder routerBuilder = KernelBuilder.named("l_router_" + experts + "_" + topk + "_m" + routerTile).router(hidden, experts)
+                .epilogue(RoutingRules.softmaxTopKRenormalized(topk, DType.FP32)).target(runtime.target());
+        if (routerTile > 0) {
+            routerBuilder.schedule(new Schedule.RouterTiled(routerTile, 16, 8, 64, 3, 2, 2));
+        }
+        KernelSpec routerSpec = routerBuilder.build();
         ExpertLayerSpecs specs = ExpertLayerSpecs.of("l_" + hidden + "_" + experts + "_t" + tile, shape, GateUpLayout.STACKED,
                 OutputCentricBuilder.create().tokensPerCta(tile).build(), runtime.target());
         short[] x = RandomInputs.bf16Normal(seed, tokens * hidden, 1.0);
