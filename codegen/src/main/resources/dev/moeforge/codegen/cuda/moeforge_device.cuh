@@ -42,8 +42,10 @@ __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; 
 __device__ __forceinline__ void let_next_kernel_begin() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 // Waits until the previous kernel has finished and its writes are visible.
 __device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-// First thing in the generated kernels whose blocks need little shared memory: the next kernel's
-// launch overlaps all of this one.
+// First thing in every generated kernel but router_tiled: the next kernel's launch overlaps all of
+// this one. router_tiled waits first and lets the next kernel begin after its scores phase, since
+// blocks parked through its shared-memory pipeline slowed it 2x (bench/NOTES.md, "The tiled
+// router and programmatic dependent launch").
 __device__ __forceinline__ void begin_after_previous_kernel() {
   let_next_kernel_begin();
   wait_for_previous_kernel();

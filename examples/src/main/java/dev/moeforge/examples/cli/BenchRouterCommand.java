@@ -35,6 +35,7 @@ import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.concurrent.Callable;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
@@ -266,10 +267,8 @@ public final class BenchRouterCommand implements Callable<Integer> {
                 owned.add(counts);
             }
             stream.synchronize();
-            GpuTimer.Timing[] t = new GpuTimer.Timing[2];
-            List<LaunchOrder> orders = List.of(LaunchOrder.AFTER_PREVIOUS, LaunchOrder.OVERLAPPING_PREVIOUS);
-            for (int o = 0; o < orders.size(); o++) {
-                LaunchOrder order = orders.get(o);
+            // one graph of `copies` calls (the counts zeroed once per replay), per call = replay / copies
+            Function<LaunchOrder, GpuTimer.Timing> perCall = order -> {
                 try (CudaGraph g = CudaGraph.capture(stream, () -> {
                     if (counts != null) {
                         router.zeroCounts(stream, counts);
@@ -278,9 +277,11 @@ public final class BenchRouterCommand implements Callable<Integer> {
                         router.enqueue(stream, order, s.tokens(), x, w, params, outputs);
                     }
                 })) {
-                    t[o] = GpuTimer.time(stream, g, options.warmup, options.reps).scaled(1.0 / copies);
+                    return GpuTimer.time(stream, g, options.warmup, options.reps).scaled(1.0 / copies);
                 }
-            }
+            };
+            GpuTimer.Timing plain = perCall.apply(LaunchOrder.AFTER_PREVIOUS);
+            GpuTimer.Timing overlapping = perCall.apply(LaunchOrder.OVERLAPPING_PREVIOUS);
             int[] ids = new int[s.tokens() * k];
             topkIds.copyTo(ids);
             for (int id : ids) {
@@ -288,7 +289,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
                     throw new IllegalStateException(s.name() + ": the router wrote expert id " + id);
                 }
             }
-            return new Row(s, copies, t[0], t[1]);
+            return new Row(s, copies, plain, overlapping);
         } finally {
             owned.forEach(DeviceBuffer::close);
             router.close();
