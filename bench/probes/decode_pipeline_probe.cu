@@ -1,22 +1,27 @@
 // Probe (not part of the toolkit): when the tensor-core 4-bit kernels ask for their weights, and
 // where their time goes. streaming_probe.cu measured what the bytes alone need at M=1 (NVFP4,
 // Qwen3-30B-A3B: gate_up's 14.2 MB in 5.7 us, down's 7.1 MB in 3.5 us, the pair 9.1 us) against
-// 7.7 + 6.3 us for the catalogue's kernels; its first version (one_trip_probe.cu, commit 1504fed)
-// found that asking for all of a warp's weights at once is slower for gate_up (the bytes arrive
-// together and the decode follows them).
+// 7.7 + 6.3 us for the catalogue's kernels; this probe's first version (one_trip_probe.cu, commit
+// 1504fed) found that asking for all of a warp's weights at once is slower for gate_up (the bytes
+// arrive together and the decode follows them).
 //
-// Each warp takes P consecutive steps (128 codes of its tile's rows each) of its tile:
-//   batches  : D steps asked for, D steps reduced, and so on (the header's order with U = D)
-//   prefetch : D steps in flight; step i + D is asked for before step i is reduced
-//   loads first: the first D steps are asked for before the activations are staged
-// The catalogue's kernels (header, "v1") are the reference: inter and y of every variant are
-// checked against theirs on the same random layer (the partial sums are added in another order:
-// differences at the bf16 rounding). Times: 16 layers rotated in one graph with programmatic
-// dependent launch (each kernel alone, weights from DRAM; the same with one layer's weights 16
-// times, so from L2; the pair), and one launch in the middle of a chain traced per block
-// (%globaltimer, warp 0): waited, staged, reduced, combined, stored.
+// Modes (findings in bench/NOTES.md, "When the 4-bit kernels ask for their weights"):
+//   decode_pipeline_probe [reps]           rings: the header's steps with R groups of U steps in
+//                                          flight (the next asked for before the current is reduced),
+//                                          and gate_up warming L2 with its expert's down weights
+//   decode_pipeline_probe reps orders      each warp's P consecutive steps in batches of D, or with D
+//                                          in flight; loads before the staging; down's loads before
+//                                          its griddepcontrol.wait (its gate_up waiting first)
+//   decode_pipeline_probe reps prologue    the header's kernels with the expert ids, the activations
+//                                          and the first group read together before the staging
+// Since commit "A ring for down" the header's down_tensor_core is itself a ring of two groups, so
+// the "header" rows of down are that; the recorded results came from the tree before it.
+// Every variant's inter and y are checked against the header kernels' on the same random layer (the
+// partial sums are added in another order: differences at the bf16 rounding). Times: 16 layers
+// rotated in one graph with programmatic dependent launch (each kernel alone, weights from DRAM; the
+// same with one layer's weights 16 times, so from L2; the pair), and one launch in the middle of a
+// chain traced per block (%globaltimer, warp 0): entry, waited, staged, reduced, combined, stored.
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I<dir of moeforge_device.cuh> decode_pipeline_probe.cu
-// Run:   decode_pipeline_probe [reps]
 #include "moeforge_device.cuh"
 #include "expert_probe.cuh"
 #include "probe_harness.cuh"
@@ -24,6 +29,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -167,6 +173,282 @@ __device__ __forceinline__ void down_probe(const __nv_bfloat16* __restrict__ int
   stamps.mark(5);
 }
 
+// The activations of a tile read into registers (load) and written to shared memory in the mma's
+// order (store, then a block barrier): stage_tile_activations in two halves, so that the reads
+// can go out beside the ids' read instead of one L2 round trip after it.
+template <int R, int L, int THREADS>
+struct StagedRows {
+  using Row = TileRow<L>;
+  static constexpr int kWords = 4 * R * Row::kPadded;
+  static constexpr int kPerThread = ceil_div(kWords, THREADS);
+  uint4 v[kPerThread];
+
+  __device__ __forceinline__ void load(const __nv_bfloat16* __restrict__ src) {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int p = threadIdx.x + i * THREADS;
+      const int q = p % 4, c = (p / 4) % Row::kPadded, r = p / (4 * Row::kPadded);
+      v[i] = p < kWords && c < Row::kChunks ? __ldg(reinterpret_cast<const uint4*>(src + static_cast<size_t>(r) * L + 32 * c) + q)
+                                            : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  __device__ __forceinline__ void store(uint4* dst) const {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int p = threadIdx.x + i * THREADS;
+      const int q = p % 4, c = (p / 4) % Row::kPadded, r = p / (4 * Row::kPadded);
+      if (p < kWords) dst[q * (R * Row::kPadded) + r * Row::kPadded + c] = pair_activation_word(v[i]);
+    }
+    __syncthreads();
+  }
+};
+
+// The header's gate_up_tensor_core (same steps, same order of sums) with its prologue overlapped:
+// the slot's expert id and x are read together, the first U steps are asked for, then x is staged.
+template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int U, int S, class Epilogue>
+__device__ __forceinline__ void gate_up_overlapped(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up, const int* __restrict__ topk_ids,
+                                                   __nv_bfloat16* __restrict__ inter, int num_tokens, Epilogue epi, Stamps stamps) {
+  using Row = TileRow<H>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int slot = blockIdx.y;
+  if (slot >= num_tokens * K) return;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, part = warp % S;
+  const int neuron0 = (blockIdx.x * (W / S) + warp / S) * 8;
+  const int neuron = neuron0 + g;
+  const bool active = neuron0 < I;
+  const int e = active ? __ldg(topk_ids + slot) : -1;
+  StagedRows<1, H, 32 * W> staged;
+  staged.load(x + static_cast<size_t>(slot / K) * H);
+  const bool routed = static_cast<unsigned>(e) < static_cast<unsigned>(E);
+  const bool mine = routed && neuron < I;
+  const int gate_n = gate_row_of<L>(mine ? neuron : neuron0, I), up_n = up_row_of<L>(mine ? neuron : neuron0, I);
+  const GateUpTileRows<F, H, I> rows(w_gate_up, routed ? e : 0, gate_n, up_n);
+  TileStep<F> step[U];
+  auto load_group = [&](int s0) {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int c = (s0 + i) * 4 + t;
+      rows.load(step[i], c, mine && c < Row::kChunks);
+    }
+  };
+  if (routed) load_group(part * U);
+  uint4* xs = reinterpret_cast<uint4*>(smem);
+  staged.store(xs);
+  stamps.mark(2);
+  float gate = 0.0f, up = 0.0f;
+  if (routed) {
+#pragma unroll 1
+    for (int s0 = part * U; s0 < Row::kSteps; s0 += S * U) {
+      if (s0 != part * U) load_group(s0);
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        if (s0 + i < Row::kSteps) {
+          const StepSums sums = step[i].reduce(xs + (s0 + i) * 4 + t, Row::kPadded);
+          gate += sums.lo;
+          up += sums.hi;
+        }
+      }
+    }
+  }
+  stamps.mark(3);
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(gate, up, reinterpret_cast<float*>(smem + 64 * Row::kPadded))) return;
+  } else {
+    if (!active) return;
+  }
+  stamps.mark(4);
+  if (t == 0 && mine) {
+    constexpr float kUnscale = TileDecode<F>::kUnscale;
+    gate = apply_factor<F>(gate, row_factor<F, 2 * I, 2>(w_gate_up, e, gate_n, 0)) * kUnscale;
+    up = apply_factor<F>(up, row_factor<F, 2 * I, 2>(w_gate_up, e, up_n, 1)) * kUnscale;
+    store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(gate, up));
+  }
+  stamps.mark(5);
+}
+
+// The header's down_tensor_core with its prologue overlapped: ids, routing weights and the k rows
+// of inter are read together, the first U steps are asked for, then inter is staged.
+template <class F, int H, int I, int E, int K, int W, int U, int S, class Epilogue>
+__device__ __forceinline__ void down_overlapped(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down, const int* __restrict__ topk_ids,
+                                                const float* __restrict__ topk_weights, __nv_bfloat16* __restrict__ y, int num_tokens,
+                                                Epilogue epi, Stamps stamps) {
+  using Row = TileRow<I>;
+  constexpr int kSteps = K * Row::kSteps;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int token = blockIdx.y;
+  if (token >= num_tokens) return;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, part = warp % S;
+  const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
+  const bool active = h0 < H;
+  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
+  const float lane_weight = lane < K && active ? __ldg(topk_weights + token * K + lane) : 0.0f;
+  StagedRows<K, I, 32 * W> staged;
+  staged.load(inter + static_cast<size_t>(token) * K * I);
+  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
+  const float routing_weight = lane_routed ? lane_weight : 0.0f;
+  const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  DownTileGroup<F, H, I, E, K, U> group;
+  if (active) group.load(w_down, part * U, lane_expert, routing_weight, h_lo, h_hi, t);
+  uint4* xs = reinterpret_cast<uint4*>(smem);
+  staged.store(xs);
+  stamps.mark(2);
+  float lo = 0.0f, hi = 0.0f;
+  if (active) {
+#pragma unroll 1
+    for (int s0 = part * U; s0 < kSteps; s0 += S * U) {
+      if (s0 != part * U) group.load(w_down, s0, lane_expert, routing_weight, h_lo, h_hi, t);
+      group.reduce(lo, hi, xs, s0, t);
+    }
+  }
+  stamps.mark(3);
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * Row::kPadded))) return;
+  } else {
+    if (!active) return;
+  }
+  stamps.mark(4);
+  constexpr float kUnscale = TileDecode<F>::kUnscale;
+  if (t == 0 && active) {
+    if (h_lo < H) store_bf16(y + static_cast<size_t>(token) * H + h_lo, epi(lo * kUnscale));
+    if (h_hi < H) store_bf16(y + static_cast<size_t>(token) * H + h_hi, epi(hi * kUnscale));
+  }
+  stamps.mark(5);
+}
+
+// The header's gate_up_tensor_core (staging first; group k of warp `part` is steps (k * S + part) * U
+// .. + U - 1, so the S warps of a tile read whole runs of each row together) with a ring: D groups
+// in flight, group k + D asked for before group k is reduced. PREFETCH_DOWN: each block, after its
+// last group is asked for, warms L2 with its share (1 / gridDim.x) of its slot's expert's down
+// weights (codes and K-block scales), for the down kernel that follows.
+template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int U, int S, int D, bool PREFETCH_DOWN, class Epilogue>
+__device__ __forceinline__ void gate_up_ring(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up, WeightArgs w_down,
+                                             const int* __restrict__ topk_ids, __nv_bfloat16* __restrict__ inter, int num_tokens, Epilogue epi,
+                                             Stamps stamps) {
+  using Row = TileRow<H>;
+  constexpr int kGroups = ceil_div(Row::kSteps, S * U);
+  static_assert(D >= 1 && D <= kGroups, "1 <= groups in flight <= groups per warp");
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int slot = blockIdx.y;
+  if (slot >= num_tokens * K) return;
+  uint4* xs = reinterpret_cast<uint4*>(smem);
+  stage_tile_activations<1, H>(x + static_cast<size_t>(slot / K) * H, xs);
+  stamps.mark(2);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, part = warp % S;
+  const int neuron0 = (blockIdx.x * (W / S) + warp / S) * 8;
+  const int neuron = neuron0 + g;
+  const bool active = neuron0 < I;
+  const int e = active ? __ldg(topk_ids + slot) : -1;
+  const bool routed = static_cast<unsigned>(e) < static_cast<unsigned>(E);
+  const bool mine = routed && neuron < I;
+  const int gate_n = gate_row_of<L>(mine ? neuron : neuron0, I), up_n = up_row_of<L>(mine ? neuron : neuron0, I);
+  float gate = 0.0f, up = 0.0f;
+  if (routed) {
+    const GateUpTileRows<F, H, I> rows(w_gate_up, e, gate_n, up_n);
+    TileStep<F> ring[kGroups][U];
+    auto issue = [&](int k) {
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = ((k * S + part) * U + i) * 4 + t;
+        rows.load(ring[k][i], c, mine && c < Row::kChunks);
+      }
+    };
+#pragma unroll
+    for (int k = 0; k < D; ++k) issue(k);
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {
+      if (k + D < kGroups) issue(k + D);
+      if constexpr (PREFETCH_DOWN) {
+        if (k + D == kGroups && warp == 0 && lane == 0) {
+          constexpr unsigned kCodes = H * (I * F::kCodeBits / 8), kScales = H * (I / (F::kBlock ? F::kBlock : I)) * 1;
+          const unsigned code_share = (kCodes / gridDim.x) & ~15u, scale_share = (kScales / gridDim.x) & ~15u;
+          const char* codes = static_cast<const char*>(w_down.codes) + static_cast<size_t>(e) * kCodes + blockIdx.x * code_share;
+          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(codes), "r"(code_share) : "memory");
+          if (F::kBlockScale == BlockScale::kE4M3 || F::kBlockScale == BlockScale::kE8M0) {
+            const char* scales = static_cast<const char*>(w_down.block_scales) + static_cast<size_t>(e) * kScales + blockIdx.x * scale_share;
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(scales), "r"(scale_share) : "memory");
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int s = (k * S + part) * U + i;
+        if (s < Row::kSteps) {
+          const StepSums sums = ring[k][i].reduce(xs + s * 4 + t, Row::kPadded);
+          gate += sums.lo;
+          up += sums.hi;
+        }
+      }
+    }
+  }
+  stamps.mark(3);
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(gate, up, reinterpret_cast<float*>(smem + 64 * Row::kPadded))) return;
+  } else {
+    if (!active) return;
+  }
+  stamps.mark(4);
+  if (t == 0 && mine) {
+    constexpr float kUnscale = TileDecode<F>::kUnscale;
+    gate = apply_factor<F>(gate, row_factor<F, 2 * I, 2>(w_gate_up, e, gate_n, 0)) * kUnscale;
+    up = apply_factor<F>(up, row_factor<F, 2 * I, 2>(w_gate_up, e, up_n, 1)) * kUnscale;
+    store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(gate, up));
+  }
+  stamps.mark(5);
+}
+
+// The header's down_tensor_core (group k of warp `part`: steps (k * S + part) * U ..) with a ring
+// of D groups in flight.
+template <class F, int H, int I, int E, int K, int W, int U, int S, int D, class Epilogue>
+__device__ __forceinline__ void down_ring(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down, const int* __restrict__ topk_ids,
+                                          const float* __restrict__ topk_weights, __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi,
+                                          Stamps stamps) {
+  using Row = TileRow<I>;
+  constexpr int kSteps = K * Row::kSteps;
+  constexpr int kGroups = ceil_div(kSteps, S * U);
+  static_assert(D >= 1 && D <= kGroups, "1 <= groups in flight <= groups per warp");
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int token = blockIdx.y;
+  if (token >= num_tokens) return;
+  uint4* xs = reinterpret_cast<uint4*>(smem);
+  stage_tile_activations<K, I>(inter + static_cast<size_t>(token) * K * I, xs);
+  stamps.mark(2);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, part = warp % S;
+  const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
+  const bool active = h0 < H;
+  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
+  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
+  const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
+  const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  float lo = 0.0f, hi = 0.0f;
+  if (active) {
+    DownTileGroup<F, H, I, E, K, U> ring[kGroups];
+#pragma unroll
+    for (int k = 0; k < D; ++k) ring[k].load(w_down, (k * S + part) * U, lane_expert, routing_weight, h_lo, h_hi, t);
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {
+      if (k + D < kGroups) ring[k + D].load(w_down, ((k + D) * S + part) * U, lane_expert, routing_weight, h_lo, h_hi, t);
+      ring[k].reduce(lo, hi, xs, (k * S + part) * U, t);
+    }
+  }
+  stamps.mark(3);
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * Row::kPadded))) return;
+  } else {
+    if (!active) return;
+  }
+  stamps.mark(4);
+  constexpr float kUnscale = TileDecode<F>::kUnscale;
+  if (t == 0 && active) {
+    if (h_lo < H) store_bf16(y + static_cast<size_t>(token) * H + h_lo, epi(lo * kUnscale));
+    if (h_hi < H) store_bf16(y + static_cast<size_t>(token) * H + h_hi, epi(hi * kUnscale));
+  }
+  stamps.mark(5);
+}
+
 }  // namespace mf
 
 namespace {
@@ -175,17 +457,28 @@ using probe::Combine;
 using probe::Layer;
 using probe::Silu;
 
-// A schedule of the probe. HEADER: the header's kernel body (W, U = D, S; P unused).
-template <bool HEADER, int W, int S, int P, int D, bool PREFETCH, bool LOADS_FIRST, int MB>
+// A schedule of the probe: the kernel body (the header's, the probe's step orders, the header's
+// with its prologue overlapped; the header's and the overlapped take U = D), W, S, P, D, and MB
+// the launch bounds' blocks per SM.
+enum Body { kHeader, kOrder, kOverlapped, kRing, kRingPrefetchDown };
+template <Body BODY, int W, int S, int P, int D, bool PREFETCH, bool LOADS_FIRST, int MB>
 struct Cfg {
-  static constexpr bool kHeader = HEADER;
+  static constexpr Body kBody = BODY;
   static constexpr int kW = W, kS = S, kP = P, kD = D, kMB = MB;
   using Order = mf::StepOrder<P, D, PREFETCH, LOADS_FIRST>;
 };
+// The header's schedule (W, U, S), and the same with the prologue overlapped.
+template <int W, int U, int S>
+using HeaderCfg = Cfg<kHeader, W, S, 1, U, true, false, 1>;
+template <int W, int U, int S>
+using OverlappedCfg = Cfg<kOverlapped, W, S, 1, U, true, false, 1>;
+// The header's steps with a ring of R groups of U steps in flight (P = U); MB blocks per SM.
+template <int W, int U, int S, int R, int MB = 1, Body B = kRing>
+using RingCfg = Cfg<B, W, S, U, R, true, false, MB>;
 
 template <class F, int H, int I, int E, int K, mf::GateUpLayout L, class C, bool WAIT_FIRST>
-__global__ void __launch_bounds__(32 * C::kW, C::kMB) gate_up_kernel(const __nv_bfloat16* x, mf::WeightArgs w, const int* ids, __nv_bfloat16* inter,
-                                                                     int m, unsigned long long* stamps) {
+__global__ void __launch_bounds__(32 * C::kW, C::kMB) gate_up_kernel(const __nv_bfloat16* x, mf::WeightArgs w, mf::WeightArgs w_down, const int* ids,
+                                                                     __nv_bfloat16* inter, int m, unsigned long long* stamps) {
   const mf::Stamps st{stamps};
   st.mark(0);
   if constexpr (WAIT_FIRST) {
@@ -195,9 +488,11 @@ __global__ void __launch_bounds__(32 * C::kW, C::kMB) gate_up_kernel(const __nv_
     mf::begin_after_previous_kernel();
   }
   st.mark(1);
-  if constexpr (C::kHeader) mf::gate_up_tensor_core<F, H, I, E, K, L, C::kW, C::kD, C::kS>(x, w, ids, inter, m, Silu{});
-  else mf::gate_up_probe<F, H, I, E, K, L, C::kW, C::kS, typename C::Order, C::kP>(x, w, ids, inter, m, Silu{}, st);
-  if constexpr (C::kHeader) st.mark(5);
+  if constexpr (C::kBody == kHeader) mf::gate_up_tensor_core<F, H, I, E, K, L, C::kW, C::kD, C::kS>(x, w, ids, inter, m, Silu{});
+  else if constexpr (C::kBody == kOrder) mf::gate_up_probe<F, H, I, E, K, L, C::kW, C::kS, typename C::Order, C::kP>(x, w, ids, inter, m, Silu{}, st);
+  else if constexpr (C::kBody == kOverlapped) mf::gate_up_overlapped<F, H, I, E, K, L, C::kW, C::kD, C::kS>(x, w, ids, inter, m, Silu{}, st);
+  else mf::gate_up_ring<F, H, I, E, K, L, C::kW, C::kP, C::kS, C::kD, C::kBody == kRingPrefetchDown>(x, w, w_down, ids, inter, m, Silu{}, st);
+  if constexpr (C::kBody == kHeader) st.mark(5);
 }
 template <class F, int H, int I, int E, int K, class C, bool EARLY>
 __global__ void __launch_bounds__(32 * C::kW, C::kMB) down_kernel(const __nv_bfloat16* inter, mf::WeightArgs w, const int* ids, const float* tw,
@@ -210,9 +505,11 @@ __global__ void __launch_bounds__(32 * C::kW, C::kMB) down_kernel(const __nv_bfl
     mf::begin_after_previous_kernel();
     st.mark(1);
   }
-  if constexpr (C::kHeader) mf::down_tensor_core<F, H, I, E, K, C::kW, C::kD, C::kS>(inter, w, ids, tw, y, m, Combine{});
-  else mf::down_probe<F, H, I, E, K, C::kW, C::kS, typename C::Order, C::kP, EARLY>(inter, w, ids, tw, y, m, Combine{}, st);
-  if constexpr (C::kHeader) st.mark(5);
+  if constexpr (C::kBody == kHeader) mf::down_tensor_core<F, H, I, E, K, C::kW, C::kD, C::kS>(inter, w, ids, tw, y, m, Combine{});
+  else if constexpr (C::kBody == kOrder) mf::down_probe<F, H, I, E, K, C::kW, C::kS, typename C::Order, C::kP, EARLY>(inter, w, ids, tw, y, m, Combine{}, st);
+  else if constexpr (C::kBody == kOverlapped) mf::down_overlapped<F, H, I, E, K, C::kW, C::kD, C::kS>(inter, w, ids, tw, y, m, Combine{}, st);
+  else mf::down_ring<F, H, I, E, K, C::kW, C::kP, C::kS, C::kD>(inter, w, ids, tw, y, m, Combine{}, st);
+  if constexpr (C::kBody == kHeader) st.mark(5);
 }
 
 template <class F, int H, int I, int E, int K, mf::GateUpLayout L>
@@ -258,7 +555,8 @@ struct Bench {
     const size_t smem = 64 * mf::TileRow<H>::kPadded + (C::kS > 1 ? C::kW * 64 : 0);
     const Layer& b = layers[wl];
     probe::launch(false, k, gate_up_grid<C>(), dim3(32 * C::kW), smem, s, (const __nv_bfloat16*)(x + (size_t)l * H),
-                  mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, (const int*)b.ids, out, 1, st);
+                  mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr},
+                  (const int*)b.ids, out, 1, st);
   }
   template <class C, bool EARLY = false>
   void down(int l, int wl, const __nv_bfloat16* in, __nv_bfloat16* out, unsigned long long* st = nullptr) {
@@ -351,8 +649,8 @@ struct Bench {
 };
 
 // Cfg<header, W, S, P, D, prefetch, loads first, min blocks>
-using GateUpCatalogue = Cfg<true, 8, 4, 4, 2, false, false, 1>;
-using DownCatalogue = Cfg<true, 16, 16, 3, 2, false, false, 1>;
+using GateUpCatalogue = HeaderCfg<8, 2, 4>;
+using DownCatalogue = HeaderCfg<16, 2, 16>;
 
 template <class F>
 void qwen3_30b(const char* fmt, std::mt19937& rng, int reps) {
@@ -362,31 +660,86 @@ void qwen3_30b(const char* fmt, std::mt19937& rng, int reps) {
               b.bytes_dn / 1e6);
   b.template reference<GateUpCatalogue, DownCatalogue>();
   b.template check_gate_up<GateUpCatalogue>("header W8 U2 S4");
-  b.template check_gate_up<Cfg<false, 8, 4, 4, 2, false, false, 1>>("W8 S4 P4 batches of 2");
-  b.template check_gate_up<Cfg<false, 8, 4, 4, 2, false, true, 1>>("W8 S4 P4 batches of 2, first");
-  b.template check_gate_up<Cfg<false, 8, 4, 4, 2, true, true, 3>>("W8 S4 P4 prefetch 2, first");
-  b.template check_gate_up<Cfg<false, 8, 4, 4, 1, true, true, 3>>("W8 S4 P4 prefetch 1, first");
-  b.template check_gate_up<Cfg<false, 8, 4, 4, 3, true, true, 3>>("W8 S4 P4 prefetch 3, first");
-  b.template check_gate_up<Cfg<false, 4, 2, 8, 2, true, true, 6>>("W4 S2 P8 prefetch 2, first");
-  b.template check_gate_up<Cfg<false, 4, 2, 8, 3, true, true, 6>>("W4 S2 P8 prefetch 3, first");
-  b.template check_gate_up<Cfg<false, 8, 8, 2, 1, true, true, 3>>("W8 S8 P2 prefetch 1, first");
+  b.template check_gate_up<Cfg<kOrder, 8, 4, 4, 2, false, false, 1>>("W8 S4 P4 batches of 2");
+  b.template check_gate_up<Cfg<kOrder, 8, 4, 4, 2, false, true, 1>>("W8 S4 P4 batches of 2, first");
+  b.template check_gate_up<Cfg<kOrder, 8, 4, 4, 2, true, true, 3>>("W8 S4 P4 prefetch 2, first");
+  b.template check_gate_up<Cfg<kOrder, 8, 4, 4, 1, true, true, 3>>("W8 S4 P4 prefetch 1, first");
+  b.template check_gate_up<Cfg<kOrder, 8, 4, 4, 3, true, true, 3>>("W8 S4 P4 prefetch 3, first");
+  b.template check_gate_up<Cfg<kOrder, 4, 2, 8, 2, true, true, 6>>("W4 S2 P8 prefetch 2, first");
+  b.template check_gate_up<Cfg<kOrder, 4, 2, 8, 3, true, true, 6>>("W4 S2 P8 prefetch 3, first");
+  b.template check_gate_up<Cfg<kOrder, 8, 8, 2, 1, true, true, 3>>("W8 S8 P2 prefetch 1, first");
   b.template check_down<DownCatalogue>("header W16 U2 S16");
-  b.template check_down<Cfg<false, 16, 16, 3, 3, false, false, 1>>("W16 S16 P3 batch of 3");
-  b.template check_down<Cfg<false, 16, 16, 3, 3, false, true, 1>>("W16 S16 P3 batch of 3, first");
-  b.template check_down<Cfg<false, 16, 16, 3, 1, true, true, 1>>("W16 S16 P3 prefetch 1, first");
-  b.template check_down<Cfg<false, 16, 16, 3, 2, true, true, 1>>("W16 S16 P3 prefetch 2, first");
-  b.template check_down<Cfg<false, 24, 24, 2, 2, false, true, 1>>("W24 S24 P2 batch of 2, first");
-  b.template check_down<Cfg<false, 24, 24, 2, 1, true, true, 1>>("W24 S24 P2 prefetch 1, first");
-  b.template check_down<Cfg<false, 12, 12, 4, 2, true, true, 1>>("W12 S12 P4 prefetch 2, first");
-  b.template check_down<Cfg<false, 16, 16, 3, 3, false, true, 1>, true>("W16 S16 P3 batch of 3, early");
-  b.template check_down<Cfg<false, 24, 24, 2, 2, false, true, 1>, true>("W24 S24 P2 batch of 2, early");
+  b.template check_down<Cfg<kOrder, 16, 16, 3, 3, false, false, 1>>("W16 S16 P3 batch of 3");
+  b.template check_down<Cfg<kOrder, 16, 16, 3, 3, false, true, 1>>("W16 S16 P3 batch of 3, first");
+  b.template check_down<Cfg<kOrder, 16, 16, 3, 1, true, true, 1>>("W16 S16 P3 prefetch 1, first");
+  b.template check_down<Cfg<kOrder, 16, 16, 3, 2, true, true, 1>>("W16 S16 P3 prefetch 2, first");
+  b.template check_down<Cfg<kOrder, 24, 24, 2, 2, false, true, 1>>("W24 S24 P2 batch of 2, first");
+  b.template check_down<Cfg<kOrder, 24, 24, 2, 1, true, true, 1>>("W24 S24 P2 prefetch 1, first");
+  b.template check_down<Cfg<kOrder, 12, 12, 4, 2, true, true, 1>>("W12 S12 P4 prefetch 2, first");
+  b.template check_down<Cfg<kOrder, 16, 16, 3, 3, false, true, 1>, true>("W16 S16 P3 batch of 3, early");
+  b.template check_down<Cfg<kOrder, 24, 24, 2, 2, false, true, 1>, true>("W24 S24 P2 batch of 2, early");
   b.template check_pair<GateUpCatalogue, DownCatalogue>("catalogue");
-  b.template check_pair<Cfg<false, 8, 4, 4, 2, true, true, 3>, Cfg<false, 24, 24, 2, 2, false, true, 1>>("g P4 prefetch 2, d W24");
-  b.template check_pair<Cfg<false, 8, 4, 4, 2, true, true, 3>, Cfg<false, 16, 16, 3, 2, true, true, 1>>("g P4 prefetch 2, d W16 pf 2");
-  b.template check_pair<GateUpCatalogue, Cfg<false, 24, 24, 2, 2, false, true, 1>>("g header, d W24");
-  b.template check_pair<Cfg<false, 8, 4, 4, 2, true, true, 3>, Cfg<false, 24, 24, 2, 2, false, true, 1>, true>("g P4 prefetch 2, d W24 early");
-  b.template check_pair<Cfg<false, 8, 4, 4, 2, true, true, 3>, Cfg<false, 16, 16, 3, 3, false, true, 1>, true>("g P4 prefetch 2, d W16 early");
+  b.template check_pair<Cfg<kOrder, 8, 4, 4, 2, true, true, 3>, Cfg<kOrder, 24, 24, 2, 2, false, true, 1>>("g P4 prefetch 2, d W24");
+  b.template check_pair<Cfg<kOrder, 8, 4, 4, 2, true, true, 3>, Cfg<kOrder, 16, 16, 3, 2, true, true, 1>>("g P4 prefetch 2, d W16 pf 2");
+  b.template check_pair<GateUpCatalogue, Cfg<kOrder, 24, 24, 2, 2, false, true, 1>>("g header, d W24");
+  b.template check_pair<Cfg<kOrder, 8, 4, 4, 2, true, true, 3>, Cfg<kOrder, 24, 24, 2, 2, false, true, 1>, true>("g P4 prefetch 2, d W24 early");
+  b.template check_pair<Cfg<kOrder, 8, 4, 4, 2, true, true, 3>, Cfg<kOrder, 16, 16, 3, 3, false, true, 1>, true>("g P4 prefetch 2, d W16 early");
   b.template check_pair<GateUpCatalogue, DownCatalogue>("catalogue again");
+}
+
+// The header's pair (gate_up GW GU GS, down DW DU DS) against the same with overlapped prologues.
+template <class F, int H, int I, int E, int K, int GW, int GU, int GS, int DW, int DU, int DS>
+void prologue(const char* name, std::mt19937& rng, int reps) {
+  Bench<F, H, I, E, K, mf::GateUpLayout::kStacked> b(rng, reps);
+  std::printf("## %s, M=1: gate_up %.1f MB, down %.1f MB; trace: min/median/max us over blocks\n", name, b.bytes_gu / 1e6, b.bytes_dn / 1e6);
+  using GH = HeaderCfg<GW, GU, GS>;
+  using DH = HeaderCfg<DW, DU, DS>;
+  using GO = OverlappedCfg<GW, GU, GS>;
+  using DO = OverlappedCfg<DW, DU, DS>;
+  b.template reference<GH, DH>();
+  b.template check_gate_up<GH>("header");
+  b.template check_gate_up<GO>("overlapped");
+  b.template check_down<DH>("header");
+  b.template check_down<DO>("overlapped");
+  b.template check_pair<GH, DH>("header");
+  b.template check_pair<GO, DO>("overlapped");
+  b.template check_pair<GH, DH>("header again");
+  b.template check_pair<GO, DO>("overlapped again");
+}
+
+// The header's schedules against rings of U-step groups (R in flight), and gate_up warming L2 with
+// down's weights.
+template <class F, int H, int I, int E, int K, int GW, int GU, int GS, int DW, int DU, int DS>
+void rings(const char* name, std::mt19937& rng, int reps) {
+  Bench<F, H, I, E, K, mf::GateUpLayout::kStacked> b(rng, reps);
+  std::printf("## %s, M=1: gate_up %.1f MB, down %.1f MB; trace: min/median/max us over blocks\n", name, b.bytes_gu / 1e6, b.bytes_dn / 1e6);
+  using GH = HeaderCfg<GW, GU, GS>;
+  using DH = HeaderCfg<DW, DU, DS>;
+  b.template reference<GH, DH>();
+  b.template check_gate_up<GH>("header");
+  b.template check_gate_up<RingCfg<8, 1, 4, 1, 3>>("ring W8 U1 S4 R1");
+  b.template check_gate_up<RingCfg<8, 1, 4, 2, 3>>("ring W8 U1 S4 R2");
+  b.template check_gate_up<RingCfg<8, 1, 4, 3, 3>>("ring W8 U1 S4 R3");
+  b.template check_gate_up<RingCfg<4, 1, 4, 2, 6>>("ring W4 U1 S4 R2");
+  b.template check_gate_up<RingCfg<4, 1, 2, 2, 6>>("ring W4 U1 S2 R2");
+  b.template check_gate_up<RingCfg<4, 1, 2, 3, 6>>("ring W4 U1 S2 R3");
+  b.template check_gate_up<RingCfg<4, 1, 2, 4, 6>>("ring W4 U1 S2 R4");
+  b.template check_gate_up<RingCfg<8, 1, 4, 2, 3, kRingPrefetchDown>>("ring W8 U1 S4 R2, warms down");
+  b.template check_down<DH>("header");
+  b.template check_down<RingCfg<16, 1, 16, 1>>("ring W16 U1 S16 R1");
+  b.template check_down<RingCfg<16, 1, 16, 2>>("ring W16 U1 S16 R2");
+  b.template check_down<RingCfg<24, 1, 24, 1>>("ring W24 U1 S24 R1");
+  b.template check_down<RingCfg<12, 1, 12, 2>>("ring W12 U1 S12 R2");
+  b.template check_down<RingCfg<8, 1, 8, 2>>("ring W8 U1 S8 R2");
+  b.template check_down<RingCfg<8, 1, 8, 3>>("ring W8 U1 S8 R3");
+  b.template check_pair<GH, DH>("header");
+  b.template check_pair<RingCfg<8, 1, 4, 2, 3>, DH>("g ring R2, d header");
+  b.template check_pair<GH, RingCfg<16, 1, 16, 2>>("g header, d ring W16 R2");
+  b.template check_pair<RingCfg<8, 1, 4, 2, 3>, RingCfg<16, 1, 16, 2>>("g ring R2, d ring W16 R2");
+  b.template check_pair<RingCfg<8, 1, 4, 2, 3, kRingPrefetchDown>, DH>("g ring R2 warms down, d header");
+  b.template check_pair<RingCfg<8, 1, 4, 2, 3, kRingPrefetchDown>, RingCfg<16, 1, 16, 2>>("g ring R2 warms down, d ring");
+  b.template check_pair<RingCfg<4, 1, 2, 3, 6>, RingCfg<16, 1, 16, 2>>("g ring W4 S2 R3, d ring W16 R2");
+  b.template check_pair<GH, DH>("header again");
 }
 
 }  // namespace
@@ -394,7 +747,21 @@ void qwen3_30b(const char* fmt, std::mt19937& rng, int reps) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 60;
   std::mt19937 rng(20261124);
-  qwen3_30b<mf::Nvfp4Weights>("nvfp4", rng, reps);
-  qwen3_30b<mf::Mxfp4Weights>("mxfp4", rng, reps);
+  if (argc > 2 && std::strcmp(argv[2], "orders") == 0) {
+    qwen3_30b<mf::Nvfp4Weights>("nvfp4", rng, reps);
+    qwen3_30b<mf::Mxfp4Weights>("mxfp4", rng, reps);
+    return 0;
+  }
+  if (argc > 2 && std::strcmp(argv[2], "prologue") == 0) {
+    prologue<mf::Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 16, 2, 16>("nvfp4, Qwen3-30B-A3B", rng, reps);
+    prologue<mf::Mxfp4Weights, 2048, 768, 128, 8, 4, 2, 4, 16, 3, 16>("mxfp4, Qwen3-30B-A3B", rng, reps);
+    prologue<mf::Int4Group128Weights, 2048, 768, 128, 8, 8, 2, 4, 16, 3, 16>("int4_group128, Qwen3-30B-A3B", rng, reps);
+    prologue<mf::Int4ChannelWeights, 2048, 768, 128, 8, 8, 2, 4, 16, 3, 16>("int4_channel, Qwen3-30B-A3B", rng, reps);
+    prologue<mf::Nvfp4Weights, 2048, 512, 512, 10, 8, 2, 4, 16, 3, 16>("nvfp4, Qwen3-Next-80B-A3B", rng, reps);
+    return 0;
+  }
+  rings<mf::Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 16, 2, 16>("nvfp4, Qwen3-30B-A3B", rng, reps);
+  rings<mf::Mxfp4Weights, 2048, 768, 128, 8, 4, 2, 4, 16, 3, 16>("mxfp4, Qwen3-30B-A3B", rng, reps);
+  rings<mf::Nvfp4Weights, 2048, 512, 512, 10, 8, 2, 4, 16, 3, 16>("nvfp4, Qwen3-Next-80B-A3B", rng, reps);
   return 0;
 }
