@@ -44,6 +44,43 @@ struct Stamps {
   }
 };
 
+// A gate_up tile's end: the S warps' sums added in warp order, the row factors and the unscale
+// applied, epi(gate, up) stored by lane 4g of the tile's first warp (`out`: the neuron's element).
+template <class F, int H, int I, int S, class Epilogue>
+__device__ __forceinline__ void finish_gate_up(float gate, float up, unsigned char* smem, const WeightArgs& w, int e, int gate_n, int up_n,
+                                               bool mine, __nv_bfloat16* out, Epilogue epi, Stamps stamps) {
+  stamps.mark(3);
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(gate, up, reinterpret_cast<float*>(smem + 64 * TileRow<H>::kPadded))) return;
+  }
+  stamps.mark(4);
+  if ((threadIdx.x & 3) == 0 && mine) {
+    constexpr float kUnscale = TileDecode<F>::kUnscale;
+    gate = apply_factor<F>(gate, row_factor<F, 2 * I, 2>(w, e, gate_n, 0)) * kUnscale;
+    up = apply_factor<F>(up, row_factor<F, 2 * I, 2>(w, e, up_n, 1)) * kUnscale;
+    store_bf16(out, epi(gate, up));
+  }
+  stamps.mark(5);
+}
+
+// A down tile's end: the S warps' sums added in warp order, unscaled, rows h_lo and h_hi of the
+// token's y (`y_row`) stored by lane 4g of the tile's first warp.
+template <class F, int H, int I, int K, int S, class Epilogue>
+__device__ __forceinline__ void finish_down(float lo, float hi, unsigned char* smem, bool active, int h_lo, int h_hi, __nv_bfloat16* y_row,
+                                            Epilogue epi, Stamps stamps) {
+  stamps.mark(3);
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * TileRow<I>::kPadded))) return;
+  }
+  stamps.mark(4);
+  constexpr float kUnscale = TileDecode<F>::kUnscale;
+  if ((threadIdx.x & 3) == 0 && active) {
+    if (h_lo < H) store_bf16(y_row + h_lo, epi(lo * kUnscale));
+    if (h_hi < H) store_bf16(y_row + h_hi, epi(hi * kUnscale));
+  }
+  stamps.mark(5);
+}
+
 // The order in which a warp asks for its P steps and reduces them (see the file's comment).
 template <int P, int D, bool PREFETCH, bool LOADS_FIRST>
 struct StepOrder {
@@ -112,18 +149,7 @@ __device__ __forceinline__ void gate_up_probe(const __nv_bfloat16* __restrict__ 
           up += sums.hi;
         }
       });
-  stamps.mark(3);
-  if constexpr (S > 1) {
-    if (!combine_tile_warps<S>(gate, up, reinterpret_cast<float*>(smem + 64 * Row::kPadded))) return;
-  }
-  stamps.mark(4);
-  if (t == 0 && mine) {
-    constexpr float kUnscale = TileDecode<F>::kUnscale;
-    gate = apply_factor<F>(gate, row_factor<F, 2 * I, 2>(w_gate_up, e, gate_n, 0)) * kUnscale;
-    up = apply_factor<F>(up, row_factor<F, 2 * I, 2>(w_gate_up, e, up_n, 1)) * kUnscale;
-    store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(gate, up));
-  }
-  stamps.mark(5);
+  finish_gate_up<F, H, I, S>(gate, up, smem, w_gate_up, e, gate_n, up_n, mine, inter + static_cast<size_t>(slot) * I + neuron, epi, stamps);
 }
 
 // EARLY: the weights are asked for before griddepcontrol.wait (only the ids, written two kernels
@@ -160,17 +186,7 @@ __device__ __forceinline__ void down_probe(const __nv_bfloat16* __restrict__ int
         stamps.mark(2);
       },
       [&](int i) { step[i].reduce(lo, hi, xs, part * P + i, t); });
-  stamps.mark(3);
-  if constexpr (S > 1) {
-    if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * Row::kPadded))) return;
-  }
-  stamps.mark(4);
-  constexpr float kUnscale = TileDecode<F>::kUnscale;
-  if (t == 0 && active) {
-    if (h_lo < H) store_bf16(y + static_cast<size_t>(token) * H + h_lo, epi(lo * kUnscale));
-    if (h_hi < H) store_bf16(y + static_cast<size_t>(token) * H + h_hi, epi(hi * kUnscale));
-  }
-  stamps.mark(5);
+  finish_down<F, H, I, K, S>(lo, hi, smem, active, h_lo, h_hi, y + static_cast<size_t>(token) * H, epi, stamps);
 }
 
 // The activations of a tile read into registers (load) and written to shared memory in the mma's
@@ -251,20 +267,7 @@ __device__ __forceinline__ void gate_up_overlapped(const __nv_bfloat16* __restri
       }
     }
   }
-  stamps.mark(3);
-  if constexpr (S > 1) {
-    if (!combine_tile_warps<S>(gate, up, reinterpret_cast<float*>(smem + 64 * Row::kPadded))) return;
-  } else {
-    if (!active) return;
-  }
-  stamps.mark(4);
-  if (t == 0 && mine) {
-    constexpr float kUnscale = TileDecode<F>::kUnscale;
-    gate = apply_factor<F>(gate, row_factor<F, 2 * I, 2>(w_gate_up, e, gate_n, 0)) * kUnscale;
-    up = apply_factor<F>(up, row_factor<F, 2 * I, 2>(w_gate_up, e, up_n, 1)) * kUnscale;
-    store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(gate, up));
-  }
-  stamps.mark(5);
+  finish_gate_up<F, H, I, S>(gate, up, smem, w_gate_up, e, gate_n, up_n, mine, inter + static_cast<size_t>(slot) * I + neuron, epi, stamps);
 }
 
 // The header's down_tensor_core with its prologue overlapped: ids, routing weights and the k rows
@@ -302,19 +305,7 @@ __device__ __forceinline__ void down_overlapped(const __nv_bfloat16* __restrict_
       group.reduce(lo, hi, xs, s0, t);
     }
   }
-  stamps.mark(3);
-  if constexpr (S > 1) {
-    if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * Row::kPadded))) return;
-  } else {
-    if (!active) return;
-  }
-  stamps.mark(4);
-  constexpr float kUnscale = TileDecode<F>::kUnscale;
-  if (t == 0 && active) {
-    if (h_lo < H) store_bf16(y + static_cast<size_t>(token) * H + h_lo, epi(lo * kUnscale));
-    if (h_hi < H) store_bf16(y + static_cast<size_t>(token) * H + h_hi, epi(hi * kUnscale));
-  }
-  stamps.mark(5);
+  finish_down<F, H, I, K, S>(lo, hi, smem, active, h_lo, h_hi, y + static_cast<size_t>(token) * H, epi, stamps);
 }
 
 // The header's gate_up_tensor_core (staging first; group k of warp `part` is steps (k * S + part) * U
@@ -383,20 +374,7 @@ __device__ __forceinline__ void gate_up_ring(const __nv_bfloat16* __restrict__ x
       }
     }
   }
-  stamps.mark(3);
-  if constexpr (S > 1) {
-    if (!combine_tile_warps<S>(gate, up, reinterpret_cast<float*>(smem + 64 * Row::kPadded))) return;
-  } else {
-    if (!active) return;
-  }
-  stamps.mark(4);
-  if (t == 0 && mine) {
-    constexpr float kUnscale = TileDecode<F>::kUnscale;
-    gate = apply_factor<F>(gate, row_factor<F, 2 * I, 2>(w_gate_up, e, gate_n, 0)) * kUnscale;
-    up = apply_factor<F>(up, row_factor<F, 2 * I, 2>(w_gate_up, e, up_n, 1)) * kUnscale;
-    store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(gate, up));
-  }
-  stamps.mark(5);
+  finish_gate_up<F, H, I, S>(gate, up, smem, w_gate_up, e, gate_n, up_n, mine, inter + static_cast<size_t>(slot) * I + neuron, epi, stamps);
 }
 
 // The header's down_tensor_core (group k of warp `part`: steps (k * S + part) * U ..) with a ring
@@ -434,19 +412,7 @@ __device__ __forceinline__ void down_ring(const __nv_bfloat16* __restrict__ inte
       ring[k].reduce(lo, hi, xs, (k * S + part) * U, t);
     }
   }
-  stamps.mark(3);
-  if constexpr (S > 1) {
-    if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem + 64 * K * Row::kPadded))) return;
-  } else {
-    if (!active) return;
-  }
-  stamps.mark(4);
-  constexpr float kUnscale = TileDecode<F>::kUnscale;
-  if (t == 0 && active) {
-    if (h_lo < H) store_bf16(y + static_cast<size_t>(token) * H + h_lo, epi(lo * kUnscale));
-    if (h_hi < H) store_bf16(y + static_cast<size_t>(token) * H + h_hi, epi(hi * kUnscale));
-  }
-  stamps.mark(5);
+  finish_down<F, H, I, K, S>(lo, hi, smem, active, h_lo, h_hi, y + static_cast<size_t>(token) * H, epi, stamps);
 }
 
 }  // namespace mf

@@ -209,9 +209,10 @@ public final class BenchFormatsCommand implements Callable<Integer> {
                 OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).build()));
         if (w.format().element().bits() == 4) {
             // tensor-core decode (bench/probes/tensor_core_probe.cu picked gate_up 8 warps, 4 per tile, 2 steps in
-            // flight; down 16 warps on one tile, 3 steps), and each half of it beside the warp decode
+            // flight; decode_pipeline_probe.cu down 24 warps on one tile, groups of one step), and each half of it
+            // beside the warp decode
             Schedule tcGateUp = OutputTensorCoreBuilder.create().build();
-            Schedule tcDown = OutputTensorCoreBuilder.create().warpsPerCta(16).warpsPerTile(16).kUnroll(3).build();
+            Schedule tcDown = OutputTensorCoreBuilder.create().warpsPerCta(24).warpsPerTile(24).kUnroll(1).build();
             Schedule gateUp = OutputCentricBuilder.create().kUnroll(2).build();
             Schedule down = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).build();
             v.add(variant(runtime, w, "tc", tcGateUp, tcDown));
@@ -222,7 +223,7 @@ public final class BenchFormatsCommand implements Callable<Integer> {
                     v.add(variant(runtime, w, "tc_gw" + g[0] + "u" + g[1] + "s" + g[2], OutputTensorCoreBuilder.create()
                             .warpsPerCta(g[0]).kUnroll(g[1]).warpsPerTile(g[2]).build(), tcDown));
                 }
-                for (int[] d : new int[][] {{16, 2, 16}, {8, 3, 8}, {16, 3, 8}, {16, 4, 16}}) {
+                for (int[] d : new int[][] {{16, 1, 16}, {16, 2, 16}, {16, 3, 16}, {32, 1, 32}, {24, 2, 24}, {12, 1, 12}}) {
                     v.add(variant(runtime, w, "tc_dw" + d[0] + "u" + d[1] + "s" + d[2], tcGateUp, OutputTensorCoreBuilder.create()
                             .warpsPerCta(d[0]).kUnroll(d[1]).warpsPerTile(d[2]).build()));
                 }

@@ -164,6 +164,9 @@ class FormatGpuTest extends GpuSession {
     static final OutputTensorCore TC_ONE_WARP = OutputTensorCoreBuilder.create().warpsPerCta(4).warpsPerTile(1).kUnroll(1).minBlocksPerSm(0).build();
     static final OutputTensorCore TC_SPLIT = OutputTensorCoreBuilder.create().warpsPerCta(4).warpsPerTile(2).kUnroll(3).build();
     static final OutputTensorCore TC_DOWN = OutputTensorCoreBuilder.create().warpsPerCta(16).warpsPerTile(16).kUnroll(3).build();
+    /** The catalogue's 4-bit downs: 24 or 32 warps on one tile, groups of one step, two groups in turn. */
+    static final OutputTensorCore TC_DOWN_RING = OutputTensorCoreBuilder.create().warpsPerCta(24).warpsPerTile(24).kUnroll(1).build();
+    static final OutputTensorCore TC_DOWN_WIDE = OutputTensorCoreBuilder.create().warpsPerCta(32).warpsPerTile(32).kUnroll(1).build();
     /** Rows of 7 and 3 chunks of 32 codes: the last step of every row is ragged. */
     static final Geometry RAGGED_STEPS = new Geometry("ragged_steps_224x96_e7_k3", new ExpertShape(224, 96, 7, 3), GateUpLayout.STACKED);
     static final List<WeightFormat> FOUR_BIT = List.of(WeightFormat.NVFP4, WeightFormat.MXFP4, WeightFormat.INT4_CHANNEL,
@@ -201,6 +204,9 @@ class FormatGpuTest extends GpuSession {
             cases.add(new Case(f, QWEN3_30B, TILED, TILED, 8));
             if (FOUR_BIT.contains(f)) {
                 cases.add(new Case(f, QWEN3_30B, TC, TC_DOWN, 1));
+                cases.add(new Case(f, QWEN3_30B, TC, TC_DOWN_RING, 1));
+                cases.add(new Case(f, QWEN3_30B, SINGLE, TC_DOWN_WIDE, 1));
+                cases.add(new Case(f, SMALL, TC_SPLIT, TC_DOWN_RING, 3));
                 cases.add(new Case(f, QWEN3_30B, TC_SPLIT, TC, 6));
                 for (int m : new int[] {1, 3, 8}) {
                     cases.add(new Case(f, SMALL, TC, TC_DOWN, m));
@@ -236,10 +242,13 @@ class FormatGpuTest extends GpuSession {
         cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, TILED, TILED, 8));
         cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, TC, TC_DOWN, 1));
         cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, TC_SPLIT, TC, 4));
+        cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, TC, TC_DOWN_RING, 2));
+        cases.add(new Case(WeightFormat.MXFP4, GPT_OSS_20B, TC, TC_DOWN_WIDE, 1));
         cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, SINGLE, SINGLE, 1));
         cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, TILED, TILED, 8));
         cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, TC, TC_DOWN, 1));
         cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, TC, TC_DOWN, 8));
+        cases.add(new Case(WeightFormat.NVFP4, QWEN3_NEXT, TC, TC_DOWN_RING, 1));
         return cases;
     }
 
