@@ -14,6 +14,8 @@
 //                                          its griddepcontrol.wait (its gate_up waiting first)
 //   decode_pipeline_probe reps prologue    the header's kernels with the expert ids, the activations
 //                                          and the first group read together before the staging
+//   decode_pipeline_probe reps direct      the catalogue's pairs with no staging: the activations
+//                                          asked into L1 at the start, each step reading its chunk
 // Since commit "A ring for down" the header's down_tensor_core is itself a ring of two groups, so
 // the "header" rows of down are that; the recorded results came from the tree before it.
 // Every variant's inter and y are checked against the header kernels' on the same random layer (the
@@ -415,6 +417,146 @@ __device__ __forceinline__ void down_ring(const __nv_bfloat16* __restrict__ inte
   finish_down<F, H, I, K, S>(lo, hi, smem, active, h_lo, h_hi, y + static_cast<size_t>(token) * H, epi, stamps);
 }
 
+// x's chunk c (32 codes' activations) in the mma's order, read from global memory (L1) instead of
+// a staged copy: the four 16-byte words of stage_tile_activations' [q][c], zeros past the row's end.
+template <int L>
+__device__ __forceinline__ void chunk_activations(const __nv_bfloat16* __restrict__ row, int c, uint4 (&xb)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    xb[q] = c < TileRow<L>::kChunks ? pair_activation_word(__ldg(reinterpret_cast<const uint4*>(row + 32 * c) + q)) : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// Asks for `bytes` of a row into L1 (16 bytes a thread), so that the warps' later reads hit.
+__device__ __forceinline__ void prefetch_l1(const void* p, int bytes) {
+  for (int i = 16 * threadIdx.x; i < bytes; i += 16 * blockDim.x) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(p) + i));
+  }
+}
+
+// The header's gate_up_tensor_core (same groups, same order of sums) with no staging: x is asked
+// into L1 at the start, each step reads its chunk of x itself, and the row factors are read
+// beside the first weights instead of after the warps' combine.
+template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int U, int S, class Epilogue>
+__device__ __forceinline__ void gate_up_direct(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up, const int* __restrict__ topk_ids,
+                                               __nv_bfloat16* __restrict__ inter, int num_tokens, Epilogue epi, Stamps stamps) {
+  using Row = TileRow<H>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int slot = blockIdx.y;
+  if (slot >= num_tokens * K) return;
+  const __nv_bfloat16* x_row = x + static_cast<size_t>(slot / K) * H;
+  prefetch_l1(x_row, 2 * H);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, part = warp % S;
+  const int neuron0 = (blockIdx.x * (W / S) + warp / S) * 8;
+  const int neuron = neuron0 + g;
+  const bool active = neuron0 < I;
+  const int e = active ? __ldg(topk_ids + slot) : -1;
+  const bool routed = static_cast<unsigned>(e) < static_cast<unsigned>(E);
+  const bool mine = routed && neuron < I;
+  const int gate_n = gate_row_of<L>(mine ? neuron : neuron0, I), up_n = up_row_of<L>(mine ? neuron : neuron0, I);
+  float gate = 0.0f, up = 0.0f, gate_factor = 0.0f, up_factor = 0.0f;
+  if (routed) {
+    const GateUpTileRows<F, H, I> rows(w_gate_up, e, gate_n, up_n);
+#pragma unroll 1
+    for (int s0 = part * U; s0 < Row::kSteps; s0 += S * U) {
+      TileStep<F> step[U];
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = (s0 + i) * 4 + t;
+        rows.load(step[i], c, mine && c < Row::kChunks);
+      }
+      if (s0 == part * U && mine && t == 0) {
+        gate_factor = row_factor<F, 2 * I, 2>(w_gate_up, e, gate_n, 0);
+        up_factor = row_factor<F, 2 * I, 2>(w_gate_up, e, up_n, 1);
+      }
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        if (s0 + i < Row::kSteps) {
+          uint4 xb[4];
+          chunk_activations<H>(x_row, (s0 + i) * 4 + t, xb);
+          const StepSums sums = step[i].reduce(xb, 1);
+          gate += sums.lo;
+          up += sums.hi;
+        }
+      }
+    }
+  }
+  stamps.mark(3);
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(gate, up, reinterpret_cast<float*>(smem))) return;
+  }
+  stamps.mark(4);
+  if (t == 0 && mine) {
+    constexpr float kUnscale = TileDecode<F>::kUnscale;
+    gate = apply_factor<F>(gate, gate_factor) * kUnscale;
+    up = apply_factor<F>(up, up_factor) * kUnscale;
+    store_bf16(inter + static_cast<size_t>(slot) * I + neuron, epi(gate, up));
+  }
+  stamps.mark(5);
+}
+
+// The header's down_tensor_core (two groups in turn, same order of sums) with no staging: the
+// token's k rows of inter are asked into L1 at the start and each step reads its chunk itself.
+template <class F, int H, int I, int E, int K, int W, int U, int S, class Epilogue>
+__device__ __forceinline__ void down_direct(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down, const int* __restrict__ topk_ids,
+                                            const float* __restrict__ topk_weights, __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi,
+                                            Stamps stamps) {
+  using Row = TileRow<I>;
+  constexpr int kSteps = K * Row::kSteps;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int token = blockIdx.y;
+  if (token >= num_tokens) return;
+  const __nv_bfloat16* rows_x = inter + static_cast<size_t>(token) * K * I;
+  prefetch_l1(rows_x, 2 * K * I);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, part = warp % S;
+  const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
+  const bool active = h0 < H;
+  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
+  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
+  const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
+  const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  float lo = 0.0f, hi = 0.0f;
+  auto reduce = [&](const DownTileGroup<F, H, I, E, K, U>& group, int s0) {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      if (group.live[i]) {
+        const int st = s0 + i, j = st / Row::kSteps;
+        uint4 xb[4];
+        chunk_activations<I>(rows_x + static_cast<size_t>(j) * I, (st - j * Row::kSteps) * 4 + t, xb);
+        const StepSums sums = group.step[i].reduce(xb, 1);
+        lo = fmaf(group.w_lo[i], sums.lo, lo);
+        hi = fmaf(group.w_hi[i], sums.hi, hi);
+      }
+    }
+  };
+  DownTileGroup<F, H, I, E, K, U> a, b;
+  int s = part * U;
+  if (s < kSteps) a.load(w_down, s, lane_expert, routing_weight, h_lo, h_hi, t);
+#pragma unroll 1
+  while (s < kSteps) {
+    const int next = s + S * U;
+    if (next < kSteps) b.load(w_down, next, lane_expert, routing_weight, h_lo, h_hi, t);
+    reduce(a, s);
+    if (next >= kSteps) break;
+    s = next + S * U;
+    if (s < kSteps) a.load(w_down, s, lane_expert, routing_weight, h_lo, h_hi, t);
+    reduce(b, next);
+  }
+  stamps.mark(3);
+  if constexpr (S > 1) {
+    if (!combine_tile_warps<S>(lo, hi, reinterpret_cast<float*>(smem))) return;
+  }
+  stamps.mark(4);
+  constexpr float kUnscale = TileDecode<F>::kUnscale;
+  if (t == 0 && active) {
+    if (h_lo < H) store_bf16(y + static_cast<size_t>(token) * H + h_lo, epi(lo * kUnscale));
+    if (h_hi < H) store_bf16(y + static_cast<size_t>(token) * H + h_hi, epi(hi * kUnscale));
+  }
+  stamps.mark(5);
+}
+
 }  // namespace mf
 
 namespace {
@@ -426,7 +568,7 @@ using probe::Silu;
 // A schedule of the probe: the kernel body (the header's, the probe's step orders, the header's
 // with its prologue overlapped; the header's and the overlapped take U = D), W, S, P, D, and MB
 // the launch bounds' blocks per SM.
-enum Body { kHeader, kOrder, kOverlapped, kRing, kRingPrefetchDown };
+enum Body { kHeader, kOrder, kOverlapped, kRing, kRingPrefetchDown, kDirect };
 template <Body BODY, int W, int S, int P, int D, bool PREFETCH, bool LOADS_FIRST, int MB>
 struct Cfg {
   static constexpr Body kBody = BODY;
@@ -438,6 +580,9 @@ template <int W, int U, int S>
 using HeaderCfg = Cfg<kHeader, W, S, 1, U, true, false, 1>;
 template <int W, int U, int S>
 using OverlappedCfg = Cfg<kOverlapped, W, S, 1, U, true, false, 1>;
+// The header's schedule with no staging (activations read by each step from L1).
+template <int W, int U, int S, int MB = 1>
+using DirectCfg = Cfg<kDirect, W, S, 1, U, true, false, MB>;
 // The header's steps with a ring of R groups of U steps in flight (P = U); MB blocks per SM.
 template <int W, int U, int S, int R, int MB = 1, Body B = kRing>
 using RingCfg = Cfg<B, W, S, U, R, true, false, MB>;
@@ -457,6 +602,7 @@ __global__ void __launch_bounds__(32 * C::kW, C::kMB) gate_up_kernel(const __nv_
   if constexpr (C::kBody == kHeader) mf::gate_up_tensor_core<F, H, I, E, K, L, C::kW, C::kD, C::kS>(x, w, ids, inter, m, Silu{});
   else if constexpr (C::kBody == kOrder) mf::gate_up_probe<F, H, I, E, K, L, C::kW, C::kS, typename C::Order, C::kP>(x, w, ids, inter, m, Silu{}, st);
   else if constexpr (C::kBody == kOverlapped) mf::gate_up_overlapped<F, H, I, E, K, L, C::kW, C::kD, C::kS>(x, w, ids, inter, m, Silu{}, st);
+  else if constexpr (C::kBody == kDirect) mf::gate_up_direct<F, H, I, E, K, L, C::kW, C::kD, C::kS>(x, w, ids, inter, m, Silu{}, st);
   else mf::gate_up_ring<F, H, I, E, K, L, C::kW, C::kP, C::kS, C::kD, C::kBody == kRingPrefetchDown>(x, w, w_down, ids, inter, m, Silu{}, st);
   if constexpr (C::kBody == kHeader) st.mark(5);
 }
@@ -474,6 +620,7 @@ __global__ void __launch_bounds__(32 * C::kW, C::kMB) down_kernel(const __nv_bfl
   if constexpr (C::kBody == kHeader) mf::down_tensor_core<F, H, I, E, K, C::kW, C::kD, C::kS>(inter, w, ids, tw, y, m, Combine{});
   else if constexpr (C::kBody == kOrder) mf::down_probe<F, H, I, E, K, C::kW, C::kS, typename C::Order, C::kP, EARLY>(inter, w, ids, tw, y, m, Combine{}, st);
   else if constexpr (C::kBody == kOverlapped) mf::down_overlapped<F, H, I, E, K, C::kW, C::kD, C::kS>(inter, w, ids, tw, y, m, Combine{}, st);
+  else if constexpr (C::kBody == kDirect) mf::down_direct<F, H, I, E, K, C::kW, C::kD, C::kS>(inter, w, ids, tw, y, m, Combine{}, st);
   else mf::down_ring<F, H, I, E, K, C::kW, C::kP, C::kS, C::kD>(inter, w, ids, tw, y, m, Combine{}, st);
   if constexpr (C::kBody == kHeader) st.mark(5);
 }
@@ -710,6 +857,28 @@ void rings(const char* name, std::mt19937& rng, int reps) {
 
 }  // namespace
 
+// The catalogue's pair against the same with no staging (activations read from L1 by each step).
+template <class F, int H, int I, int E, int K, int GW, int GU, int GS, int DW, int DU, int DS>
+void direct(const char* name, std::mt19937& rng, int reps) {
+  Bench<F, H, I, E, K, mf::GateUpLayout::kStacked> b(rng, reps);
+  std::printf("## %s, M=1: gate_up %.1f MB, down %.1f MB; trace: min/median/max us over blocks\n", name, b.bytes_gu / 1e6, b.bytes_dn / 1e6);
+  using GH = HeaderCfg<GW, GU, GS>;
+  using DH = HeaderCfg<DW, DU, DS>;
+  using GD = DirectCfg<GW, GU, GS, 24 / GW>;  // as many blocks per SM as the header's 80 registers allow
+  using DD = DirectCfg<DW, DU, DS>;
+  b.template reference<GH, DH>();
+  b.template check_gate_up<GH>("header");
+  b.template check_gate_up<GD>("direct");
+  b.template check_down<DH>("header (ring)");
+  b.template check_down<DD>("direct");
+  b.template check_pair<GH, DH>("header");
+  b.template check_pair<GD, DH>("g direct, d header");
+  b.template check_pair<GH, DD>("g header, d direct");
+  b.template check_pair<GD, DD>("direct");
+  b.template check_pair<GH, DH>("header again");
+  b.template check_pair<GD, DD>("direct again");
+}
+
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 60;
   std::mt19937 rng(20261124);
@@ -724,6 +893,13 @@ int main(int argc, char** argv) {
     prologue<mf::Int4Group128Weights, 2048, 768, 128, 8, 8, 2, 4, 16, 3, 16>("int4_group128, Qwen3-30B-A3B", rng, reps);
     prologue<mf::Int4ChannelWeights, 2048, 768, 128, 8, 8, 2, 4, 16, 3, 16>("int4_channel, Qwen3-30B-A3B", rng, reps);
     prologue<mf::Nvfp4Weights, 2048, 512, 512, 10, 8, 2, 4, 16, 3, 16>("nvfp4, Qwen3-Next-80B-A3B", rng, reps);
+    return 0;
+  }
+  if (argc > 2 && std::strcmp(argv[2], "direct") == 0) {  // the catalogue's pairs since "A ring for down"
+    direct<mf::Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 32, 1, 32>("nvfp4, Qwen3-30B-A3B", rng, reps);
+    direct<mf::Mxfp4Weights, 2048, 768, 128, 8, 4, 2, 4, 32, 1, 32>("mxfp4, Qwen3-30B-A3B", rng, reps);
+    direct<mf::Int4Group128Weights, 2048, 768, 128, 8, 8, 2, 4, 32, 1, 32>("int4_group128, Qwen3-30B-A3B", rng, reps);
+    direct<mf::Nvfp4Weights, 2048, 512, 512, 10, 8, 2, 4, 24, 1, 24>("nvfp4, Qwen3-Next-80B-A3B (tc gate_up)", rng, reps);
     return 0;
   }
   rings<mf::Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 16, 2, 16>("nvfp4, Qwen3-30B-A3B", rng, reps);

@@ -8,6 +8,7 @@ import dev.moeforge.dsl.format.Projections;
 import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.FormatAccuracy;
@@ -69,7 +70,20 @@ public final class BenchFormatsCommand implements Callable<Integer> {
     long seed;
 
     /** One timed configuration: a geometry in a format. */
-    record Workload(String model, ExpertShape shape, WeightFormat format) {}
+    record Workload(String model, ExpertShape shape, WeightFormat format) {
+        /** The built-in pair of this geometry and format (e.g. qwen3_30b_a3b_nvfp4_{gate_up,down}; BF16's carry no format). */
+        KernelSpec catalogueGateUp() {
+            return Catalogue.named(catalogueName() + "_gate_up");
+        }
+
+        KernelSpec catalogueDown() {
+            return Catalogue.named(catalogueName() + "_down");
+        }
+
+        private String catalogueName() {
+            return format == WeightFormat.BF16 ? model : model + "_" + format.text();
+        }
+    }
 
     @Override
     public Integer call() throws Exception {
@@ -173,7 +187,7 @@ public final class BenchFormatsCommand implements Callable<Integer> {
         return RowSource.normal(seed + 1, w.shape().hidden(), 1.0 / Math.sqrt(w.shape().intermediate()));
     }
 
-    private List<Workload> workloads() {
+    List<Workload> workloads() {
         List<WeightFormat> chosen = new ArrayList<>();
         if (formats == null || formats.isEmpty()) {
             chosen.addAll(WeightFormat.ALL);
@@ -194,10 +208,15 @@ public final class BenchFormatsCommand implements Callable<Integer> {
         return w;
     }
 
-    /** Single-token schedules with 2 and 4 loads in flight (and gate_up split over 2 warps), and 8-token tiles. */
+    /**
+     * The catalogue's pair (first: the accuracy study runs on it), then single-token schedules with 2 and 4 loads in
+     * flight (and gate_up split over 2 warps), and 8-token tiles.
+     */
     private static List<ExpertLayerBenchmark.Variant> variants(KernelRuntime runtime, Workload w, int maxTokens, boolean sweep)
             throws Exception {
         List<ExpertLayerBenchmark.Variant> v = new ArrayList<>();
+        v.add(new ExpertLayerBenchmark.Variant(w.format().text() + " catalogue",
+                new ExpertLayer(runtime.load(w.catalogueGateUp()), runtime.load(w.catalogueDown()))));
         for (int t : maxTokens > 1 ? new int[] {1, 8} : new int[] {1}) {
             for (int u : new int[] {2, 4}) {
                 v.add(variant(runtime, w, "t" + t + "_u" + u, OutputCentricBuilder.create().kUnroll(u).tokensPerCta(t).build(),
