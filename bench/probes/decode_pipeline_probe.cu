@@ -16,6 +16,8 @@
 //                                          and the first group read together before the staging
 //   decode_pipeline_probe reps direct      the catalogue's pairs with no staging: the activations
 //                                          asked into L1 at the start, each step reading its chunk
+//   decode_pipeline_probe reps early       the catalogue's pairs with down's first weights asked for
+//                                          before its wait (gate_up waiting before it lets down launch)
 // Since commit "A ring for down" the header's down_tensor_core is itself a ring of two groups, so
 // the "header" rows of down are that; the recorded results came from the tree before it.
 // Every variant's inter and y are checked against the header kernels' on the same random layer (the
@@ -380,8 +382,10 @@ __device__ __forceinline__ void gate_up_ring(const __nv_bfloat16* __restrict__ x
 }
 
 // The header's down_tensor_core (group k of warp `part`: steps (k * S + part) * U ..) with a ring
-// of D groups in flight.
-template <class F, int H, int I, int E, int K, int W, int U, int S, int D, class Epilogue>
+// of D groups in flight. EARLY: the ids, the routing weights and the first D groups are read before
+// griddepcontrol.wait (its gate_up waits before it lets down launch, so the router has finished),
+// then the wait, then the staging of inter.
+template <class F, int H, int I, int E, int K, int W, int U, int S, int D, bool EARLY, class Epilogue>
 __device__ __forceinline__ void down_ring(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down, const int* __restrict__ topk_ids,
                                           const float* __restrict__ topk_weights, __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi,
                                           Stamps stamps) {
@@ -393,8 +397,11 @@ __device__ __forceinline__ void down_ring(const __nv_bfloat16* __restrict__ inte
   const int token = blockIdx.y;
   if (token >= num_tokens) return;
   uint4* xs = reinterpret_cast<uint4*>(smem);
-  stage_tile_activations<K, I>(inter + static_cast<size_t>(token) * K * I, xs);
-  stamps.mark(2);
+  auto stage = [&] {
+    stage_tile_activations<K, I>(inter + static_cast<size_t>(token) * K * I, xs);
+    stamps.mark(2);
+  };
+  if constexpr (!EARLY) stage();
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int warp = threadIdx.x >> 5, part = warp % S;
   const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
@@ -404,10 +411,17 @@ __device__ __forceinline__ void down_ring(const __nv_bfloat16* __restrict__ inte
   const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
   const int h_lo = h0 + g, h_hi = h0 + g + 8;
   float lo = 0.0f, hi = 0.0f;
+  DownTileGroup<F, H, I, E, K, U> ring[kGroups];
   if (active) {
-    DownTileGroup<F, H, I, E, K, U> ring[kGroups];
 #pragma unroll
     for (int k = 0; k < D; ++k) ring[k].load(w_down, (k * S + part) * U, lane_expert, routing_weight, h_lo, h_hi, t);
+  }
+  if constexpr (EARLY) {
+    wait_for_previous_kernel();
+    stamps.mark(1);
+    stage();
+  }
+  if (active) {
 #pragma unroll
     for (int k = 0; k < kGroups; ++k) {
       if (k + D < kGroups) ring[k + D].load(w_down, ((k + D) * S + part) * U, lane_expert, routing_weight, h_lo, h_hi, t);
@@ -621,7 +635,7 @@ __global__ void __launch_bounds__(32 * C::kW, C::kMB) down_kernel(const __nv_bfl
   else if constexpr (C::kBody == kOrder) mf::down_probe<F, H, I, E, K, C::kW, C::kS, typename C::Order, C::kP, EARLY>(inter, w, ids, tw, y, m, Combine{}, st);
   else if constexpr (C::kBody == kOverlapped) mf::down_overlapped<F, H, I, E, K, C::kW, C::kD, C::kS>(inter, w, ids, tw, y, m, Combine{}, st);
   else if constexpr (C::kBody == kDirect) mf::down_direct<F, H, I, E, K, C::kW, C::kD, C::kS>(inter, w, ids, tw, y, m, Combine{}, st);
-  else mf::down_ring<F, H, I, E, K, C::kW, C::kP, C::kS, C::kD>(inter, w, ids, tw, y, m, Combine{}, st);
+  else mf::down_ring<F, H, I, E, K, C::kW, C::kP, C::kS, C::kD, EARLY>(inter, w, ids, tw, y, m, Combine{}, st);
   if constexpr (C::kBody == kHeader) st.mark(5);
 }
 
@@ -879,6 +893,26 @@ void direct(const char* name, std::mt19937& rng, int reps) {
   b.template check_pair<GD, DD>("direct again");
 }
 
+// The catalogue's pair against the same with down asking for its first weights before its wait
+// (gate_up waiting before it lets down launch), and gate_up waiting first alone.
+template <class F, int H, int I, int E, int K, int GW, int GU, int GS, int DW>
+void early(const char* name, std::mt19937& rng, int reps) {
+  Bench<F, H, I, E, K, mf::GateUpLayout::kStacked> b(rng, reps);
+  std::printf("## %s, M=1: gate_up %.1f MB, down %.1f MB; trace: min/median/max us over blocks\n", name, b.bytes_gu / 1e6, b.bytes_dn / 1e6);
+  using GH = HeaderCfg<GW, GU, GS>;
+  using DH = HeaderCfg<DW, 1, DW>;
+  using DR = RingCfg<DW, 1, DW, 1>;
+  b.template reference<GH, DH>();
+  b.template check_down<DH>("header (ring)");
+  b.template check_down<DR>("probe ring R1");
+  b.template check_down<DR, true>("probe ring R1, early");
+  b.template check_pair<GH, DH>("header");
+  b.template check_pair<GH, DR>("g header, d probe ring");
+  b.template check_pair<GH, DR, true>("g waits first, d early");
+  b.template check_pair<GH, DH>("header again");
+  b.template check_pair<GH, DR, true>("g waits first, d early again");
+}
+
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 60;
   std::mt19937 rng(20261124);
@@ -893,6 +927,13 @@ int main(int argc, char** argv) {
     prologue<mf::Int4Group128Weights, 2048, 768, 128, 8, 8, 2, 4, 16, 3, 16>("int4_group128, Qwen3-30B-A3B", rng, reps);
     prologue<mf::Int4ChannelWeights, 2048, 768, 128, 8, 8, 2, 4, 16, 3, 16>("int4_channel, Qwen3-30B-A3B", rng, reps);
     prologue<mf::Nvfp4Weights, 2048, 512, 512, 10, 8, 2, 4, 16, 3, 16>("nvfp4, Qwen3-Next-80B-A3B", rng, reps);
+    return 0;
+  }
+  if (argc > 2 && std::strcmp(argv[2], "early") == 0) {  // the catalogue's pairs since "A ring for down"
+    early<mf::Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 32>("nvfp4, Qwen3-30B-A3B", rng, reps);
+    early<mf::Mxfp4Weights, 2048, 768, 128, 8, 4, 2, 4, 32>("mxfp4, Qwen3-30B-A3B", rng, reps);
+    early<mf::Int4Group128Weights, 2048, 768, 128, 8, 8, 2, 4, 32>("int4_group128, Qwen3-30B-A3B", rng, reps);
+    early<mf::Nvfp4Weights, 2048, 512, 512, 10, 8, 2, 4, 24>("nvfp4, Qwen3-Next-80B-A3B (tc gate_up)", rng, reps);
     return 0;
   }
   if (argc > 2 && std::strcmp(argv[2], "direct") == 0) {  // the catalogue's pairs since "A ring for down"
