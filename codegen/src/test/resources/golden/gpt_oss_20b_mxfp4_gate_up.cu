@@ -8,7 +8,6 @@
 // }
 //
 // gate_up: one warp per (token, routed slot, neuron); gate and up rows interleaved (2i, 2i+1).
-// Launch order: waits for the router before down may launch, so down may read the routing before its wait.
 // Weights mxfp4: E2M1 codes, two per byte with element 2j low (decoded arithmetically, 8 per word); an E8M0 scale per 32 along K (applied once to each load's partial sum of its block).
 // Bias: an FP32 value per expert and row, added to the row's sum.
 // Each lane loads 16 bytes, 2 loads in flight per row; a row is 90 loads in 2 pass(es).
@@ -48,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(128) gpt_oss_20b_mxfp4_gate_up(
     __nv_bfloat16* __restrict__ inter,
     int num_tokens
 ) {
-  mf::wait_then_let_next_kernel_begin();
+  mf::begin_after_previous_kernel();
   mf::gate_up_single_token<Format, kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput, kBias>(
       x, mf::WeightArgs{w_gate_up, w_gate_up_scales, nullptr, w_gate_up_bias}, topk_ids, inter, num_tokens, Epilogue{});
 }

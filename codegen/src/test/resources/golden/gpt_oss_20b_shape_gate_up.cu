@@ -8,7 +8,6 @@
 // }
 //
 // gate_up: one warp per (token, routed slot, neuron); gate and up rows interleaved (2i, 2i+1).
-// Launch order: waits for the router before down may launch, so down may read the routing before its wait.
 // Weights bf16: plain bf16 rows, no scales.
 // Each lane loads 16 bytes, 4 loads in flight per row; a row is 360 loads in 3 pass(es).
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
@@ -44,7 +43,7 @@ extern "C" __global__ void __launch_bounds__(128) gpt_oss_20b_shape_gate_up(
     __nv_bfloat16* __restrict__ inter,
     int num_tokens
 ) {
-  mf::wait_then_let_next_kernel_begin();
+  mf::begin_after_previous_kernel();
   mf::gate_up_single_token<Format, kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput>(
       x, mf::WeightArgs{w_gate_up, nullptr, nullptr}, topk_ids, inter, num_tokens, Epilogue{});
 }

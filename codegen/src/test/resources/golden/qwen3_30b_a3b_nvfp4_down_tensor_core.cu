@@ -8,8 +8,6 @@
 // }
 //
 // down: one warp per (token, tile of 16 hidden outputs); routing weights folded into one FP32 accumulator.
-// Launch order: reads the routing and asks for its first weights, then waits for gate_up.
-// Each warp's groups of steps go in turn: the next is asked for before the current is reduced.
 // Weights nvfp4: E2M1 codes, two per byte with element 2j low (decoded arithmetically to bf16x2, a shift and two masks per pair); an E4M3 scale per 16 along K (folded into the block's bf16 codes: exact, the products have at most 6 significant bits); an FP32 scale per tensor (gate and up each their own), applied to the row's sum.
 // Codes decode to bf16 in registers and meet the activations, staged in shared memory, in mma.sync m16n8k16 with FP32 accumulation.
 // A row is 24 chunks of 32 codes in 6 steps of 4 (one chunk per lane of a row group); 2 steps in flight per lane.
@@ -48,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) qwen3_30b_a3b_nvfp4_down_te
     __nv_bfloat16* __restrict__ y,
     int num_tokens
 ) {
-  mf::let_next_kernel_begin();
+  mf::begin_after_previous_kernel();
   mf::down_tensor_core<Format, kHidden, kIntermediate, kExperts, kTopk, kWarpsPerCta, kUnroll, kWarpsPerTile>(
       inter, mf::WeightArgs{w_down, w_down_scales, w_down_tensor_scales}, topk_ids, topk_weights, y, num_tokens, Epilogue{});
 }

@@ -200,12 +200,7 @@ public final class CudaEmitter {
      */
     private record ExpertLowering(boolean tensorCores, List<Map<String, String>> constants, String templateArgs, String gateUpBody,
                                   String downBody, String gateUpUnit, String downUnit, List<String> notes,
-                                  long sharedBytes, int warpsPerCta, int minBlocksPerSm) {
-        /** The tensor-core down reads the routing and asks for its first weights before it waits for gate_up. */
-        boolean downWaitsItself() {
-            return tensorCores;
-        }
-    }
+                                  long sharedBytes, int warpsPerCta, int minBlocksPerSm) {}
 
     private static Map<String, Object> outputCentricModel(KernelSpec spec, OutputCentric oc, String specText) {
         Problem.ExpertProblem problem = (Problem.ExpertProblem) spec.problem();  // validated pairing
@@ -282,7 +277,6 @@ public final class CudaEmitter {
         String templateArgs;
         String callArgs;
         String epilogueParams;
-        String launchOrder;
         Map<EpilogueNode, String> bound = new LinkedHashMap<>();
         List<String> notes = new ArrayList<>();
         switch (problem) {
@@ -295,8 +289,6 @@ public final class CudaEmitter {
                 bound.put(Acc.UP, "up");
                 notes.add("gate_up: " + lowering.gateUpUnit() + "; gate and up rows "
                         + (g.layout() == GateUpLayout.STACKED ? "stacked ([gate; up])" : "interleaved (2i, 2i+1)") + ".");
-                launchOrder = "wait_then_let_next_kernel_begin";
-                notes.add("Launch order: waits for the router before down may launch, so down may read the routing before its wait.");
             }
             case Problem.ExpertDown _ -> {
                 body = lowering.downBody();
@@ -307,13 +299,6 @@ public final class CudaEmitter {
                     bound.put(c, "combined");
                 }
                 notes.add("down: " + lowering.downUnit() + "; routing weights folded into one FP32 accumulator.");
-                if (lowering.downWaitsItself()) {
-                    launchOrder = "let_next_kernel_begin";
-                    notes.add("Launch order: reads the routing and asks for its first weights, then waits for gate_up.");
-                    notes.add("Each warp's groups of steps go in turn: the next is asked for before the current is reduced.");
-                } else {
-                    launchOrder = "begin_after_previous_kernel";
-                }
             }
         }
         notes.add(formatNote(problem.weights(), lowering.tensorCores()));
@@ -343,7 +328,6 @@ public final class CudaEmitter {
         model.put("body", body);
         model.put("templateArgs", templateArgs);
         model.put("callArgs", callArgs);
-        model.put("launchOrder", launchOrder);
         return model;
     }
 

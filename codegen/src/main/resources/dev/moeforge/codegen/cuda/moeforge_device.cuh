@@ -42,20 +42,13 @@ __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; 
 __device__ __forceinline__ void let_next_kernel_begin() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 // Waits until the previous kernel has finished and its writes are visible.
 __device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-// First thing in the routers but router_tiled and in the warp-decode down: the next kernel's
-// launch overlaps all of this one. router_tiled waits first and lets the next kernel begin after
-// its scores phase, since blocks parked through its shared-memory pipeline slowed it 2x
-// (bench/NOTES.md, "The tiled router and programmatic dependent launch").
+// First thing in every generated kernel but router_tiled: the next kernel's launch overlaps all of
+// this one. router_tiled waits first and lets the next kernel begin after its scores phase, since
+// blocks parked through its shared-memory pipeline slowed it 2x (bench/NOTES.md, "The tiled
+// router and programmatic dependent launch").
 __device__ __forceinline__ void begin_after_previous_kernel() {
   let_next_kernel_begin();
   wait_for_previous_kernel();
-}
-// First thing in every gate_up: the router has finished before down may launch, so down may read
-// the routing (and ask for its first weights) before it waits for gate_up (down_tensor_core does:
-// 0.6-1.3 us per layer, bench/NOTES.md, "down asks before it waits").
-__device__ __forceinline__ void wait_then_let_next_kernel_begin() {
-  wait_for_previous_kernel();
-  let_next_kernel_begin();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1244,9 +1237,6 @@ struct DownTileGroup {
 // down on the tensor cores: a tile is 16 hidden outputs of one token; its reduction runs over the
 // k routed slots' rows, I / 128 steps per slot, and each step's sums are weighted by the slot's
 // routing weight (times its row factor) in FP32. S warps per tile take every S-th group of U steps.
-// The body waits for the previous kernel (gate_up) itself: the routing and the warp's first group
-// of weights are read before (gate_up waits for the router before it lets down launch:
-// wait_then_let_next_kernel_begin), through L2 since the router wrote the routing; inter after.
 // Shared memory: the token's k staged rows of inter, then [W][16] FP32 partial sums (S > 1).
 // Grid: x = ceil(H / (16 * W / S)), y = M. Block: 32 * W threads.
 template <class F, int H, int I, int E, int K, int W, int U, int S, bool BIAS = false, class Epilogue>
@@ -1261,29 +1251,26 @@ __device__ __forceinline__ void down_tensor_core(const __nv_bfloat16* __restrict
   extern __shared__ __align__(16) unsigned char smem[];
   const int token = blockIdx.y;
   if (token >= num_tokens) return;  // uniform over the block
+  uint4* xs = reinterpret_cast<uint4*>(smem);
+  stage_tile_activations<K, I>(inter + static_cast<size_t>(token) * K * I, xs);
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int warp = threadIdx.x >> 5, part = warp % S;
   const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
   const bool active = h0 < H;  // uniform over the warp
-  const bool lane_slot = lane < K && active;
-  const int lane_expert = lane_slot ? __ldcg(topk_ids + token * K + lane) : -1;
-  const float lane_weight = lane_slot ? __ldcg(topk_weights + token * K + lane) : 0.0f;  // beside the id, not after it
+  if constexpr (S == 1) {
+    if (!active) return;
+  }
+  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
   const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
-  const float routing_weight = lane_routed ? lane_weight : 0.0f;
+  const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
   const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  float lo = 0.0f, hi = 0.0f;
   // Two groups in turn: the warp's next group is asked for before the current one is reduced, so
   // its loads are in flight during the decode (down 6.45 -> 5.47 us for NVFP4 at M=1 with groups
   // of one step; bench/NOTES.md, "A ring for down"). The sums are added in the same order.
   DownTileGroup<F, H, I, E, K, U> a, b;
   int s = part * U;
   if (s < kSteps) a.load(w_down, s, lane_expert, routing_weight, h_lo, h_hi, t);
-  wait_for_previous_kernel();
-  uint4* xs = reinterpret_cast<uint4*>(smem);
-  stage_tile_activations<K, I>(inter + static_cast<size_t>(token) * K * I, xs);
-  if constexpr (S == 1) {
-    if (!active) return;
-  }
-  float lo = 0.0f, hi = 0.0f;
 #pragma unroll 1
   while (s < kSteps) {  // uniform over the warp
     const int next = s + S * U;

@@ -142,10 +142,10 @@ class MoeLayerGpuTest extends GpuSession {
     }
 
     /**
-     * A 4-bit layer on the tensor cores with the catalogue's schedules, chained three deep: down
-     * reads the routing and asks for its first weights before it waits for gate_up (which waits
-     * for the router before it lets down launch), so a down that read the previous layer's routing
-     * or inter would write other bytes than serial launches. The first layer's y is checked
+     * A 4-bit layer on the tensor cores with the catalogue's schedules (down: two groups of one
+     * step in turn, the next asked for before the current is reduced), chained three deep under
+     * overlapping launches: a kernel that read its routing or its input before its predecessor
+     * finished would write other bytes than serial launches. The first layer's y is checked
      * against the expert reference on the routing the router wrote.
      */
     @ParameterizedTest(name = "{0} H={1} I={2} E={3} k={4} M={5}")
