@@ -18,8 +18,9 @@
 //                                          asked into L1 at the start, each step reading its chunk
 //   decode_pipeline_probe reps early       the catalogue's pairs with down's first weights asked for
 //                                          before its wait (gate_up waiting before it lets down launch)
-// Since commit "A ring for down" the header's down_tensor_core is itself a ring of two groups, so
-// the "header" rows of down are that; the recorded results came from the tree before it.
+// Since commit 0fe5912 ("A ring for down") the header's down_tensor_core is itself a ring of two
+// groups, so the "header" rows of down are that: the recorded results of the default, orders and
+// prologue modes came from the tree before it, those of direct and early from the tree after.
 // Every variant's inter and y are checked against the header kernels' on the same random layer (the
 // partial sums are added in another order: differences at the bf16 rounding). Times: 16 layers
 // rotated in one graph with programmatic dependent launch (each kernel alone, weights from DRAM; the
@@ -753,7 +754,7 @@ struct Bench {
   template <class C, bool EARLY = false>
   void check_down(const char* name) {
     CK(cudaMemsetAsync(y, 0xff, (size_t)H * 2, s));
-    down<C>(3, 3, inter_ref, y);
+    down<C, EARLY>(3, 3, inter_ref, y);
     const double d = probe::rel_diff(fetch(y, H), y_host);
     const float dram = chain([&](int l) { down<C, EARLY>(l, l, inter, y); });
     const float l2 = chain([&](int l) { down<C, EARLY>(l, 0, inter, y); });

@@ -3,11 +3,12 @@
 // decode at all, over 16 layers rotated in one graph with programmatic dependent launch (as
 // `moeforge bench formats` times a layer). The floor each kernel structure sets before any decode:
 //   ldg     : 16-byte loads, U in flight per thread, G blocks of 256 threads
-//   ring    : one block per SM; thread 0 streams the block's contiguous share into a ring of
-//             S stages in shared memory by cp.async.bulk (one mbarrier per stage), the other warps
-//             touch each stage and release it
-//   pair    : gate_up-like ring then down-like ring; `early`: the down kernel issues its copies
-//             before griddepcontrol.wait (its gate_up predecessor waits before it triggers)
+//   ring    : one block per SM (or two); thread 0 streams the block's contiguous share into a ring
+//             of S stages in shared memory by cp.async.bulk (one mbarrier per stage), the other
+//             warps touch each stage and release it
+//   pairs   : gate_up-like then down-like, by ldg or by rings; `early`: the down kernel issues its
+//             copies before griddepcontrol.wait (its gate_up predecessor waits before it triggers);
+//             and one ring over both halves' bytes (one kernel per layer)
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a streaming_probe.cu -o streaming_probe
 // Run:   streaming_probe [reps]
 #include "probe_harness.cuh"

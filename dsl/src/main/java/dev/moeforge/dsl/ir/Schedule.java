@@ -48,7 +48,9 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Output
      * shared memory once per block.
      *
      * @param warpsPerCta    warps per thread block
-     * @param kUnroll        steps whose loads each lane issues before the first is used
+     * @param kUnroll        steps in a group, whose loads each lane issues before the first is used;
+     *                       down asks for a warp's next group before it reduces the current one, so
+     *                       it holds two groups in registers
      * @param warpsPerTile   S warps of a block share a tile, each taking every S-th group of kUnroll
      *                       steps; their partial sums are added in shared memory in warp order
      *                       (deterministic). Divides warpsPerCta.

@@ -27,7 +27,6 @@ import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
-import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -118,35 +117,21 @@ class MoeLayerGpuTest extends GpuSession {
             // input before its predecessor finished would show)
             MoeLayer serial = new MoeLayer(router, new ExpertLayer(layer.experts().gateUp(), layer.experts().down(),
                     LaunchOrder.AFTER_PREVIOUS));
-            short[][] chained = new short[2][];
-            int run = 0;
-            for (MoeLayer l : List.of(layer, serial)) {
-                try (DeviceBuffer y1 = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden);
-                     DeviceBuffer y2 = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden);
-                     CudaGraph g = CudaGraph.capture(stream, () -> {
-                         l.enqueue(stream, tokens, dx, dwr, Map.of(), dgu, ddn, ids, weights, inter, y1);
-                         l.enqueue(stream, tokens, y1, dwr, Map.of(), dgu, ddn, ids, weights, inter, y2);
-                         l.enqueue(stream, tokens, y2, dwr, Map.of(), dgu, ddn, ids, weights, inter, y);
-                     })) {
-                    y.fillBytes16(Bf16.NAN);
-                    g.launch(stream);
-                    stream.synchronize();
-                    chained[run] = new short[gotY.length];
-                    y.copyTo(chained[run++]);
-                }
-            }
-            assertArrayEquals(chained[1], chained[0], "overlapping and serial launches differ (" + where + ")");
+            assertArrayEquals(chainOfThree(serial, tokens, hidden, dx, dwr, DeviceWeights.bf16(dgu), DeviceWeights.bf16(ddn), ids, weights,
+                            inter, y),
+                    chainOfThree(layer, tokens, hidden, dx, dwr, DeviceWeights.bf16(dgu), DeviceWeights.bf16(ddn), ids, weights, inter, y),
+                    "overlapping and serial launches differ (" + where + ")");
         } finally {
             router.close();
         }
     }
 
     /**
-     * A 4-bit layer on the tensor cores with the catalogue's schedules (down: two groups of one
-     * step in turn, the next asked for before the current is reduced), chained three deep under
-     * overlapping launches: a kernel that read its routing or its input before its predecessor
-     * finished would write other bytes than serial launches. The first layer's y is checked
-     * against the expert reference on the routing the router wrote.
+     * A 4-bit layer on the tensor cores (gate_up 8 warps, 4 per tile, 2 steps; down as the
+     * catalogue's NVFP4 one: 32 warps on a tile, two groups of one step in turn), chained three
+     * deep under overlapping launches: a kernel that read its routing or its input before its
+     * predecessor finished would write other bytes than serial launches. The first layer's y is
+     * checked against the expert reference on the routing the router wrote.
      */
     @ParameterizedTest(name = "{0} H={1} I={2} E={3} k={4} M={5}")
     @CsvSource({"nvfp4, 2048, 768, 128, 8, 1", "mxfp4, 2048, 768, 128, 8, 2", "int4_group128, 1024, 256, 64, 4, 3",
@@ -178,9 +163,7 @@ class MoeLayerGpuTest extends GpuSession {
              DeviceBuffer ids = DeviceBuffer.allocate(DType.INT32, (long) tokens * topk);
              DeviceBuffer weights = DeviceBuffer.allocate(DType.FP32, (long) tokens * topk);
              DeviceBuffer inter = DeviceBuffer.allocate(DType.BF16, (long) tokens * topk * intermediate);
-             DeviceBuffer y = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden);
-             DeviceBuffer y1 = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden);
-             DeviceBuffer y2 = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden)) {
+             DeviceBuffer y = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden)) {
             ids.fillWords32(-1);
             weights.fillWords32(0x7FC00000);
             y.fillBytes16(Bf16.NAN);
@@ -198,24 +181,33 @@ class MoeLayerGpuTest extends GpuSession {
             System.out.println("quantised moe layer " + formatName + " H=" + hidden + " E=" + experts + " M=" + tokens + ": y " + e);
             assertTrue(e.within(1e-2), "y: " + e + " (" + where + ")");
 
-            short[][] chained = new short[2][];
-            int run = 0;
-            for (MoeLayer l : List.of(layer, serial)) {
-                try (CudaGraph g = CudaGraph.capture(stream, () -> {
-                    l.enqueue(stream, tokens, dx, dwr, Map.of(), dgu, ddn, ids, weights, inter, y1);
-                    l.enqueue(stream, tokens, y1, dwr, Map.of(), dgu, ddn, ids, weights, inter, y2);
-                    l.enqueue(stream, tokens, y2, dwr, Map.of(), dgu, ddn, ids, weights, inter, y);
-                })) {
-                    y.fillBytes16(Bf16.NAN);
-                    g.launch(stream);
-                    stream.synchronize();
-                    chained[run] = new short[gotY.length];
-                    y.copyTo(chained[run++]);
-                }
-            }
-            assertArrayEquals(chained[1], chained[0], "overlapping and serial launches differ (" + where + ")");
+            assertArrayEquals(chainOfThree(serial, tokens, hidden, dx, dwr, dgu, ddn, ids, weights, inter, y),
+                    chainOfThree(layer, tokens, hidden, dx, dwr, dgu, ddn, ids, weights, inter, y),
+                    "overlapping and serial launches differ (" + where + ")");
         } finally {
             router.close();
+        }
+    }
+
+    /**
+     * y after three layers chained in one graph, each layer's y the next one's x, launched as
+     * {@code l} launches (so a kernel that read its input before its predecessor finished shows).
+     */
+    private static short[] chainOfThree(MoeLayer l, int tokens, int hidden, DeviceBuffer x, DeviceBuffer wRouter, DeviceWeights gateUp,
+                                        DeviceWeights down, DeviceBuffer ids, DeviceBuffer weights, DeviceBuffer inter, DeviceBuffer y) {
+        try (DeviceBuffer y1 = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden);
+             DeviceBuffer y2 = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden);
+             CudaGraph g = CudaGraph.capture(stream, () -> {
+                 l.enqueue(stream, tokens, x, wRouter, Map.of(), gateUp, down, ids, weights, inter, y1);
+                 l.enqueue(stream, tokens, y1, wRouter, Map.of(), gateUp, down, ids, weights, inter, y2);
+                 l.enqueue(stream, tokens, y2, wRouter, Map.of(), gateUp, down, ids, weights, inter, y);
+             })) {
+            y.fillBytes16(Bf16.NAN);
+            g.launch(stream);
+            stream.synchronize();
+            short[] out = new short[tokens * hidden];
+            y.copyTo(out);
+            return out;
         }
     }
 
