@@ -64,14 +64,10 @@ __global__ void __launch_bounds__(32 * W, 1) tc_down_early(const __nv_bfloat16* 
   extern __shared__ __align__(16) unsigned char smem[];
   const int token = blockIdx.y;
   if (token >= num_tokens) return;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warp = threadIdx.x >> 5, part = warp % S;
-  const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
-  const bool active = h0 < H;
-  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
-  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
-  const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
-  const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  const probe::DownLane<H, E, K, W, S> me(topk_ids, topk_weights, token);
+  const int t = me.t, part = me.part, lane_expert = me.lane_expert, h_lo = me.h_lo, h_hi = me.h_hi;
+  const float routing_weight = me.routing_weight;
+  const bool active = me.active;
   DownTileGroup<F, H, I, E, K, U> group;
   group.load(w_down, part * U, lane_expert, routing_weight, h_lo, h_hi, t);  // before the wait: only the ids are read
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

@@ -125,15 +125,9 @@ __device__ __forceinline__ void gate_up_probe(const __nv_bfloat16* __restrict__ 
   extern __shared__ __align__(16) unsigned char smem[];
   const int slot = blockIdx.y;
   if (slot >= num_tokens * K) return;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warp = threadIdx.x >> 5, part = warp % S;
-  const int neuron0 = (blockIdx.x * (W / S) + warp / S) * 8;
-  const int neuron = neuron0 + g;
-  const bool active = neuron0 < I;
-  const int e = active ? __ldg(topk_ids + slot) : -1;
-  const bool routed = static_cast<unsigned>(e) < static_cast<unsigned>(E);
-  const bool mine = routed && neuron < I;
-  const int gate_n = gate_row_of<L>(mine ? neuron : neuron0, I), up_n = up_row_of<L>(mine ? neuron : neuron0, I);
+  const probe::GateUpLane<I, E, L, W, S> me(topk_ids, slot);
+  const int t = me.t, part = me.part, e = me.e, gate_n = me.gate_n, up_n = me.up_n, neuron = me.neuron;
+  const bool routed = me.routed, mine = me.mine;
   const GateUpTileRows<F, H, I> rows(w_gate_up, e < 0 ? 0 : e, gate_n, up_n);
   uint4* xs = reinterpret_cast<uint4*>(smem);
   TileStep<F> step[P];
@@ -169,14 +163,10 @@ __device__ __forceinline__ void down_probe(const __nv_bfloat16* __restrict__ int
   extern __shared__ __align__(16) unsigned char smem[];
   const int token = blockIdx.y;
   if (token >= num_tokens) return;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warp = threadIdx.x >> 5, part = warp % S;
-  const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
-  const bool active = h0 < H;
-  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
-  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
-  const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
-  const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  const probe::DownLane<H, E, K, W, S> me(topk_ids, topk_weights, token);
+  const int t = me.t, part = me.part, lane_expert = me.lane_expert, h_lo = me.h_lo, h_hi = me.h_hi;
+  const float routing_weight = me.routing_weight;
+  const bool active = me.active;
   uint4* xs = reinterpret_cast<uint4*>(smem);
   DownTileGroup<F, H, I, E, K, 1> step[P];
   float lo = 0.0f, hi = 0.0f;
@@ -233,17 +223,11 @@ __device__ __forceinline__ void gate_up_overlapped(const __nv_bfloat16* __restri
   extern __shared__ __align__(16) unsigned char smem[];
   const int slot = blockIdx.y;
   if (slot >= num_tokens * K) return;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warp = threadIdx.x >> 5, part = warp % S;
-  const int neuron0 = (blockIdx.x * (W / S) + warp / S) * 8;
-  const int neuron = neuron0 + g;
-  const bool active = neuron0 < I;
-  const int e = active ? __ldg(topk_ids + slot) : -1;
   StagedRows<1, H, 32 * W> staged;
-  staged.load(x + static_cast<size_t>(slot / K) * H);
-  const bool routed = static_cast<unsigned>(e) < static_cast<unsigned>(E);
-  const bool mine = routed && neuron < I;
-  const int gate_n = gate_row_of<L>(mine ? neuron : neuron0, I), up_n = up_row_of<L>(mine ? neuron : neuron0, I);
+  staged.load(x + static_cast<size_t>(slot / K) * H);  // in flight beside the id's read
+  const probe::GateUpLane<I, E, L, W, S> me(topk_ids, slot);
+  const int t = me.t, part = me.part, e = me.e, gate_n = me.gate_n, up_n = me.up_n, neuron = me.neuron;
+  const bool routed = me.routed, mine = me.mine;
   const GateUpTileRows<F, H, I> rows(w_gate_up, routed ? e : 0, gate_n, up_n);
   TileStep<F> step[U];
   auto load_group = [&](int s0) {
@@ -286,17 +270,12 @@ __device__ __forceinline__ void down_overlapped(const __nv_bfloat16* __restrict_
   extern __shared__ __align__(16) unsigned char smem[];
   const int token = blockIdx.y;
   if (token >= num_tokens) return;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warp = threadIdx.x >> 5, part = warp % S;
-  const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
-  const bool active = h0 < H;
-  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
-  const float lane_weight = lane < K && active ? __ldg(topk_weights + token * K + lane) : 0.0f;
   StagedRows<K, I, 32 * W> staged;
-  staged.load(inter + static_cast<size_t>(token) * K * I);
-  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
-  const float routing_weight = lane_routed ? lane_weight : 0.0f;
-  const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  staged.load(inter + static_cast<size_t>(token) * K * I);  // in flight beside the routing's reads
+  const probe::DownLane<H, E, K, W, S, true> me(topk_ids, topk_weights, token);
+  const int t = me.t, part = me.part, lane_expert = me.lane_expert, h_lo = me.h_lo, h_hi = me.h_hi;
+  const float routing_weight = me.routing_weight;
+  const bool active = me.active;
   DownTileGroup<F, H, I, E, K, U> group;
   if (active) group.load(w_down, part * U, lane_expert, routing_weight, h_lo, h_hi, t);
   uint4* xs = reinterpret_cast<uint4*>(smem);
@@ -331,15 +310,9 @@ __device__ __forceinline__ void gate_up_ring(const __nv_bfloat16* __restrict__ x
   uint4* xs = reinterpret_cast<uint4*>(smem);
   stage_tile_activations<1, H>(x + static_cast<size_t>(slot / K) * H, xs);
   stamps.mark(2);
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warp = threadIdx.x >> 5, part = warp % S;
-  const int neuron0 = (blockIdx.x * (W / S) + warp / S) * 8;
-  const int neuron = neuron0 + g;
-  const bool active = neuron0 < I;
-  const int e = active ? __ldg(topk_ids + slot) : -1;
-  const bool routed = static_cast<unsigned>(e) < static_cast<unsigned>(E);
-  const bool mine = routed && neuron < I;
-  const int gate_n = gate_row_of<L>(mine ? neuron : neuron0, I), up_n = up_row_of<L>(mine ? neuron : neuron0, I);
+  const probe::GateUpLane<I, E, L, W, S> me(topk_ids, slot);
+  const int t = me.t, part = me.part, e = me.e, gate_n = me.gate_n, up_n = me.up_n, neuron = me.neuron;
+  const bool routed = me.routed, mine = me.mine;
   float gate = 0.0f, up = 0.0f;
   if (routed) {
     const GateUpTileRows<F, H, I> rows(w_gate_up, e, gate_n, up_n);
@@ -357,7 +330,7 @@ __device__ __forceinline__ void gate_up_ring(const __nv_bfloat16* __restrict__ x
     for (int k = 0; k < kGroups; ++k) {
       if (k + D < kGroups) issue(k + D);
       if constexpr (PREFETCH_DOWN) {
-        if (k + D == kGroups && warp == 0 && lane == 0) {
+        if (k + D == kGroups && threadIdx.x == 0) {
           constexpr unsigned kCodes = H * (I * F::kCodeBits / 8), kScales = H * (I / (F::kBlock ? F::kBlock : I)) * 1;
           const unsigned code_share = (kCodes / gridDim.x) & ~15u, scale_share = (kScales / gridDim.x) & ~15u;
           const char* codes = static_cast<const char*>(w_down.codes) + static_cast<size_t>(e) * kCodes + blockIdx.x * code_share;
@@ -403,14 +376,10 @@ __device__ __forceinline__ void down_ring(const __nv_bfloat16* __restrict__ inte
     stamps.mark(2);
   };
   if constexpr (!EARLY) stage();
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warp = threadIdx.x >> 5, part = warp % S;
-  const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
-  const bool active = h0 < H;
-  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
-  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
-  const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
-  const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  const probe::DownLane<H, E, K, W, S> me(topk_ids, topk_weights, token);
+  const int t = me.t, part = me.part, lane_expert = me.lane_expert, h_lo = me.h_lo, h_hi = me.h_hi;
+  const float routing_weight = me.routing_weight;
+  const bool active = me.active;
   float lo = 0.0f, hi = 0.0f;
   DownTileGroup<F, H, I, E, K, U> ring[kGroups];
   if (active) {
@@ -461,15 +430,9 @@ __device__ __forceinline__ void gate_up_direct(const __nv_bfloat16* __restrict__
   if (slot >= num_tokens * K) return;
   const __nv_bfloat16* x_row = x + static_cast<size_t>(slot / K) * H;
   prefetch_l1(x_row, 2 * H);
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warp = threadIdx.x >> 5, part = warp % S;
-  const int neuron0 = (blockIdx.x * (W / S) + warp / S) * 8;
-  const int neuron = neuron0 + g;
-  const bool active = neuron0 < I;
-  const int e = active ? __ldg(topk_ids + slot) : -1;
-  const bool routed = static_cast<unsigned>(e) < static_cast<unsigned>(E);
-  const bool mine = routed && neuron < I;
-  const int gate_n = gate_row_of<L>(mine ? neuron : neuron0, I), up_n = up_row_of<L>(mine ? neuron : neuron0, I);
+  const probe::GateUpLane<I, E, L, W, S> me(topk_ids, slot);
+  const int t = me.t, part = me.part, e = me.e, gate_n = me.gate_n, up_n = me.up_n, neuron = me.neuron;
+  const bool routed = me.routed, mine = me.mine;
   float gate = 0.0f, up = 0.0f, gate_factor = 0.0f, up_factor = 0.0f;
   if (routed) {
     const GateUpTileRows<F, H, I> rows(w_gate_up, e, gate_n, up_n);
@@ -524,14 +487,10 @@ __device__ __forceinline__ void down_direct(const __nv_bfloat16* __restrict__ in
   if (token >= num_tokens) return;
   const __nv_bfloat16* rows_x = inter + static_cast<size_t>(token) * K * I;
   prefetch_l1(rows_x, 2 * K * I);
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int warp = threadIdx.x >> 5, part = warp % S;
-  const int h0 = (blockIdx.x * (W / S) + warp / S) * 16;
-  const bool active = h0 < H;
-  const int lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
-  const bool lane_routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
-  const float routing_weight = lane_routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
-  const int h_lo = h0 + g, h_hi = h0 + g + 8;
+  const probe::DownLane<H, E, K, W, S> me(topk_ids, topk_weights, token);
+  const int t = me.t, part = me.part, lane_expert = me.lane_expert, h_lo = me.h_lo, h_hi = me.h_hi;
+  const float routing_weight = me.routing_weight;
+  const bool active = me.active;
   float lo = 0.0f, hi = 0.0f;
   auto reduce = [&](const DownTileGroup<F, H, I, E, K, U>& group, int s0) {
 #pragma unroll

@@ -34,6 +34,51 @@ __global__ void __launch_bounds__(32 * W, 1) tc_down(const __nv_bfloat16* inter,
   mf::down_tensor_core<F, H, I, E, K, W, U, S>(inter, w, ids, tw, y, m, Combine{});
 }
 
+// Where a lane sits in a gate_up tile of the tensor-core kernels (gate_up_tensor_core works the
+// same out inline): its mma row group g and thread t, its warp's part of the tile (S warps share a
+// tile of 8 neurons, W warps a block), its neuron, the slot's expert and the rows it reads.
+template <int I, int E, mf::GateUpLayout L, int W, int S>
+struct GateUpLane {
+  int lane, g, t, warp, part, neuron0, neuron, e, gate_n, up_n;
+  bool active, routed, mine;
+
+  __device__ __forceinline__ GateUpLane(const int* __restrict__ topk_ids, int slot)
+      : lane(threadIdx.x & 31), g(lane >> 2), t(lane & 3), warp(threadIdx.x >> 5), part(warp % S),
+        neuron0((blockIdx.x * (W / S) + warp / S) * 8), neuron(neuron0 + g) {
+    active = neuron0 < I;  // uniform over the warp
+    e = active ? __ldg(topk_ids + slot) : -1;
+    routed = static_cast<unsigned>(e) < static_cast<unsigned>(E);
+    mine = routed && neuron < I;
+    gate_n = mf::gate_row_of<L>(mine ? neuron : neuron0, I);
+    up_n = mf::up_row_of<L>(mine ? neuron : neuron0, I);
+  }
+};
+
+// Where a lane sits in a down tile of the tensor-core kernels (down_tensor_core works the same out
+// inline): its row group g and thread t, its warp's part of the tile (S warps share a tile of 16
+// hidden outputs), its rows h_lo and h_hi, and routed slot `lane`'s expert and routing weight (0
+// where unrouted). WEIGHT_BESIDE_ID: the weight is read beside the id instead of after it.
+template <int H, int E, int K, int W, int S, bool WEIGHT_BESIDE_ID = false>
+struct DownLane {
+  int lane, g, t, warp, part, h0, h_lo, h_hi, lane_expert;
+  float routing_weight;
+  bool active;
+
+  __device__ __forceinline__ DownLane(const int* __restrict__ topk_ids, const float* __restrict__ topk_weights, int token)
+      : lane(threadIdx.x & 31), g(lane >> 2), t(lane & 3), warp(threadIdx.x >> 5), part(warp % S),
+        h0((blockIdx.x * (W / S) + warp / S) * 16), h_lo(h0 + g), h_hi(h0 + g + 8) {
+    active = h0 < H;  // uniform over the warp
+    lane_expert = lane < K && active ? __ldg(topk_ids + token * K + lane) : -1;
+    const bool routed = static_cast<unsigned>(lane_expert) < static_cast<unsigned>(E);
+    if constexpr (WEIGHT_BESIDE_ID) {
+      const float w = lane < K && active ? __ldg(topk_weights + token * K + lane) : 0.0f;
+      routing_weight = routed ? w : 0.0f;
+    } else {
+      routing_weight = routed ? __ldg(topk_weights + token * K + lane) : 0.0f;
+    }
+  }
+};
+
 // One layer's device buffers: gate_up and down codes, K-block scales, FP32 row (or tensor) factors,
 // and the routing of its tokens.
 struct Layer {

@@ -64,22 +64,14 @@ class MoeLayerGpuTest extends GpuSession {
 
         RouterKernel router = new RouterKernel(runtime.load(routerSpec), tokens);
         MoeLayer layer = new MoeLayer(router, new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down())));
-        try (DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr); DeviceBuffer dgu = upload(wgu); DeviceBuffer ddn = upload(wdn);
-             DeviceBuffer ids = DeviceBuffer.allocate(DType.INT32, (long) tokens * topk);
-             DeviceBuffer weights = DeviceBuffer.allocate(DType.FP32, (long) tokens * topk);
-             DeviceBuffer inter = DeviceBuffer.allocate(DType.BF16, (long) tokens * topk * intermediate);
-             DeviceBuffer y = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden)) {
-            ids.fillWords32(-1);
-            weights.fillWords32(0x7FC00000);
-            y.fillBytes16(Bf16.NAN);
-            layer.enqueue(stream, tokens, dx, dwr, Map.of(), dgu, ddn, ids, weights, inter, y);
-            stream.synchronize();
-            int[] gotIds = new int[tokens * topk];
-            float[] gotWeights = new float[tokens * topk];
-            short[] gotY = new short[tokens * hidden];
-            ids.copyTo(gotIds);
-            weights.copyTo(gotWeights);
-            y.copyTo(gotY);
+        try (DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr); DeviceBuffer dguBuffer = upload(wgu);
+             DeviceBuffer ddnBuffer = upload(wdn); Scratch scratch = Scratch.of(tokens, shape)) {
+            DeviceWeights dgu = DeviceWeights.bf16(dguBuffer), ddn = DeviceWeights.bf16(ddnBuffer);
+            DeviceBuffer ids = scratch.ids(), weights = scratch.weights(), inter = scratch.inter(), y = scratch.y();
+            Written first = runPoisoned(layer, tokens, dx, dwr, dgu, ddn, scratch);
+            int[] gotIds = first.ids();
+            float[] gotWeights = first.weights();
+            short[] gotY = first.y();
 
             // the routing against the router reference: same experts unless their FP64 scores are a near-tie
             RouterReference.Result ref = RouterReference.run(routerSpec, x, WeightRows.bf16(wr, 1, experts, hidden), Map.of());
@@ -117,9 +109,7 @@ class MoeLayerGpuTest extends GpuSession {
             // input before its predecessor finished would show)
             MoeLayer serial = new MoeLayer(router, new ExpertLayer(layer.experts().gateUp(), layer.experts().down(),
                     LaunchOrder.AFTER_PREVIOUS));
-            assertArrayEquals(chainOfThree(serial, tokens, hidden, dx, dwr, DeviceWeights.bf16(dgu), DeviceWeights.bf16(ddn), ids, weights,
-                            inter, y),
-                    chainOfThree(layer, tokens, hidden, dx, dwr, DeviceWeights.bf16(dgu), DeviceWeights.bf16(ddn), ids, weights, inter, y),
+            assertArrayEquals(chainOfThree(serial, tokens, dx, dwr, dgu, ddn, scratch), chainOfThree(layer, tokens, dx, dwr, dgu, ddn, scratch),
                     "overlapping and serial launches differ (" + where + ")");
         } finally {
             router.close();
@@ -160,53 +150,77 @@ class MoeLayerGpuTest extends GpuSession {
                 LaunchOrder.AFTER_PREVIOUS));
         try (DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr);
              DeviceWeights dgu = DeviceWeights.upload(gu); DeviceWeights ddn = DeviceWeights.upload(dn);
-             DeviceBuffer ids = DeviceBuffer.allocate(DType.INT32, (long) tokens * topk);
-             DeviceBuffer weights = DeviceBuffer.allocate(DType.FP32, (long) tokens * topk);
-             DeviceBuffer inter = DeviceBuffer.allocate(DType.BF16, (long) tokens * topk * intermediate);
-             DeviceBuffer y = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden)) {
-            ids.fillWords32(-1);
-            weights.fillWords32(0x7FC00000);
-            y.fillBytes16(Bf16.NAN);
-            layer.enqueue(stream, tokens, dx, dwr, Map.of(), dgu, ddn, ids, weights, inter, y);
-            stream.synchronize();
-            int[] gotIds = new int[tokens * topk];
-            float[] gotWeights = new float[tokens * topk];
-            short[] gotY = new short[tokens * hidden];
-            ids.copyTo(gotIds);
-            weights.copyTo(gotWeights);
-            y.copyTo(gotY);
+             Scratch scratch = Scratch.of(tokens, shape)) {
+            Written first = runPoisoned(layer, tokens, dx, dwr, dgu, ddn, scratch);
             ExpertReference.LayerResult expected = ExpertReference.layer(specs.gateUp(), specs.down(), x, WeightRows.of(gu),
-                    WeightRows.of(dn), new Routing(tokens, topk, gotIds, gotWeights));
-            ErrorStats e = ErrorStats.of(expected.y().exact(), gotY);
+                    WeightRows.of(dn), new Routing(tokens, topk, first.ids(), first.weights()));
+            ErrorStats e = ErrorStats.of(expected.y().exact(), first.y());
             System.out.println("quantised moe layer " + formatName + " H=" + hidden + " E=" + experts + " M=" + tokens + ": y " + e);
             assertTrue(e.within(1e-2), "y: " + e + " (" + where + ")");
 
-            assertArrayEquals(chainOfThree(serial, tokens, hidden, dx, dwr, dgu, ddn, ids, weights, inter, y),
-                    chainOfThree(layer, tokens, hidden, dx, dwr, dgu, ddn, ids, weights, inter, y),
+            assertArrayEquals(chainOfThree(serial, tokens, dx, dwr, dgu, ddn, scratch), chainOfThree(layer, tokens, dx, dwr, dgu, ddn, scratch),
                     "overlapping and serial launches differ (" + where + ")");
         } finally {
             router.close();
         }
     }
 
+    /** A layer's routing table, intermediate and output on the device, for {@code tokens} tokens. */
+    record Scratch(DeviceBuffer ids, DeviceBuffer weights, DeviceBuffer inter, DeviceBuffer y) implements AutoCloseable {
+        static Scratch of(int tokens, ExpertShape shape) {
+            long slots = (long) tokens * shape.topk();
+            return new Scratch(DeviceBuffer.allocate(DType.INT32, slots), DeviceBuffer.allocate(DType.FP32, slots),
+                    DeviceBuffer.allocate(DType.BF16, slots * shape.intermediate()),
+                    DeviceBuffer.allocate(DType.BF16, (long) tokens * shape.hidden()));
+        }
+
+        @Override
+        public void close() {
+            ids.close();
+            weights.close();
+            inter.close();
+            y.close();
+        }
+    }
+
+    /** What one layer wrote: its routing and y. */
+    record Written(int[] ids, float[] weights, short[] y) {}
+
+    /** One layer launched into poisoned routing and output buffers (ids -1, weights and y NaN), then read back. */
+    private static Written runPoisoned(MoeLayer layer, int tokens, DeviceBuffer x, DeviceBuffer wRouter, DeviceWeights gateUp,
+                                       DeviceWeights down, Scratch s) {
+        s.ids().fillWords32(-1);
+        s.weights().fillWords32(0x7FC00000);
+        s.y().fillBytes16(Bf16.NAN);
+        layer.enqueue(stream, tokens, x, wRouter, Map.of(), gateUp, down, s.ids(), s.weights(), s.inter(), s.y());
+        stream.synchronize();
+        int k = layer.experts().shape().topk();
+        Written w = new Written(new int[tokens * k], new float[tokens * k], new short[tokens * layer.experts().shape().hidden()]);
+        s.ids().copyTo(w.ids());
+        s.weights().copyTo(w.weights());
+        s.y().copyTo(w.y());
+        return w;
+    }
+
     /**
      * y after three layers chained in one graph, each layer's y the next one's x, launched as
      * {@code l} launches (so a kernel that read its input before its predecessor finished shows).
      */
-    private static short[] chainOfThree(MoeLayer l, int tokens, int hidden, DeviceBuffer x, DeviceBuffer wRouter, DeviceWeights gateUp,
-                                        DeviceWeights down, DeviceBuffer ids, DeviceBuffer weights, DeviceBuffer inter, DeviceBuffer y) {
-        try (DeviceBuffer y1 = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden);
-             DeviceBuffer y2 = DeviceBuffer.allocate(DType.BF16, (long) tokens * hidden);
+    private static short[] chainOfThree(MoeLayer l, int tokens, DeviceBuffer x, DeviceBuffer wRouter, DeviceWeights gateUp,
+                                        DeviceWeights down, Scratch s) {
+        long outputs = (long) tokens * l.experts().shape().hidden();
+        try (DeviceBuffer y1 = DeviceBuffer.allocate(DType.BF16, outputs);
+             DeviceBuffer y2 = DeviceBuffer.allocate(DType.BF16, outputs);
              CudaGraph g = CudaGraph.capture(stream, () -> {
-                 l.enqueue(stream, tokens, x, wRouter, Map.of(), gateUp, down, ids, weights, inter, y1);
-                 l.enqueue(stream, tokens, y1, wRouter, Map.of(), gateUp, down, ids, weights, inter, y2);
-                 l.enqueue(stream, tokens, y2, wRouter, Map.of(), gateUp, down, ids, weights, inter, y);
+                 l.enqueue(stream, tokens, x, wRouter, Map.of(), gateUp, down, s.ids(), s.weights(), s.inter(), y1);
+                 l.enqueue(stream, tokens, y1, wRouter, Map.of(), gateUp, down, s.ids(), s.weights(), s.inter(), y2);
+                 l.enqueue(stream, tokens, y2, wRouter, Map.of(), gateUp, down, s.ids(), s.weights(), s.inter(), s.y());
              })) {
-            y.fillBytes16(Bf16.NAN);
+            s.y().fillBytes16(Bf16.NAN);
             g.launch(stream);
             stream.synchronize();
-            short[] out = new short[tokens * hidden];
-            y.copyTo(out);
+            short[] out = new short[(int) outputs];
+            s.y().copyTo(out);
             return out;
         }
     }
