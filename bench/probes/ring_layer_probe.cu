@@ -1,0 +1,475 @@
+// Probe (not part of the toolkit): the M=1 4-bit expert layer as one kernel fed by a copy ring.
+// One block per SM; warp 0's lane 0 streams the block's share of BOTH halves' weights into a ring of
+// S stages of shared memory by cp.async.bulk (an mbarrier per stage); CW consumer warps decode each
+// stage on the tensor cores with the header's pieces (TileStep, decode_tile_chunk, mma m16n8k16).
+//   * gate_up tiles (8 neurons of one routed slot: 8 gate rows + 8 up rows, all of K) are dealt
+//     slot-major over the blocks, so slot j's tiles are done early for small j;
+//   * each block then owns one down tile (16 hidden rows) and streams its rows of every slot's
+//     expert; slot j's down stage waits only for slot j's gate_up tiles (a counter per slot,
+//     release/acquire), so down's bytes are in flight while gate_up still runs;
+//   * a stage's partial sums are added in warp order by the warp that arrives last (no barrier
+//     per stage), and the down tile's slot results in slot order: outputs are deterministic.
+// Checked against the catalogue's tensor-core pair on the same random layers (inter and y), then
+// both are timed over 16 layers rotated in one graph with programmatic dependent launch.
+// Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I<dir of moeforge_device.cuh> ring_layer_probe.cu -o ring_layer_probe
+// Run:   ring_layer_probe [reps]
+#include "moeforge_device.cuh"
+#include "expert_probe.cuh"
+#include "probe_harness.cuh"
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+namespace ring {
+using namespace mf;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void bar_init(uint64_t* b, unsigned n) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_expect(uint64_t* b, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint64_t* b) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory"); }
+__device__ __forceinline__ void bar_wait(uint64_t* b, unsigned parity) {
+  asm volatile("{\n.reg .pred d;\nW_%=:\nmbarrier.try_wait.parity.shared::cta.b64 d, [%0], %1;\n@!d bra W_%=;\n}\n" ::"r"(smem_u32(b)), "r"(parity)
+               : "memory");
+}
+__device__ __forceinline__ void bulk(void* dst, const void* src, unsigned bytes, uint64_t* b) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(bytes), "r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void consumers_sync(int cw) { asm volatile("bar.sync 1, %0;\n" ::"r"(32 * cw) : "memory"); }
+
+// Bytes of 4-bit rows of length L and their K-block scales; a stage holds 16 rows then their scales.
+template <class F, int L>
+struct Rows {
+  static constexpr int kCodes = L / 2;
+  static constexpr int kScales = F::kBlockScale == BlockScale::kNone ? 0 : (L / F::kBlock) * (F::kBlockScale == BlockScale::kF32 ? 4 : 1);
+  static constexpr int kStage = 16 * (kCodes + kScales);
+  static constexpr int kSteps = L / 128;
+  static_assert(L % 128 == 0, "the probe takes whole 128-code steps");
+  static_assert((8 * kScales) % 16 == 0, "scale runs are whole 16-byte units");
+};
+
+// Raw K-block scales of chunk c (32 codes) of a row in shared memory (load_tile_scales reads global).
+template <class F>
+__device__ __forceinline__ uint32_t smem_scales(const unsigned char* row, int c) {
+  if constexpr (F::kBlockScale == BlockScale::kNone) return 0u;
+  else if constexpr (F::kBlockScale == BlockScale::kF32) return reinterpret_cast<const uint32_t*>(row)[c / 4];
+  else if constexpr (F::kBlock == 16) return reinterpret_cast<const unsigned short*>(row)[c];
+  else return row[c];
+}
+
+// One step (chunk c of rows g and g + 8 of a stage); x words from shared memory (gate_up) or
+// from registers (down).
+template <class F, int L>
+__device__ __forceinline__ TileStep<F> stage_step(const unsigned char* stage, int g, int c) {
+  using R = Rows<F, L>;
+  TileStep<F> st;
+  const uint4 lo = reinterpret_cast<const uint4*>(stage + g * R::kCodes)[c];
+  const uint4 hi = reinterpret_cast<const uint4*>(stage + (g + 8) * R::kCodes)[c];
+  st.lo.w[0] = lo.x; st.lo.w[1] = lo.y; st.lo.w[2] = lo.z; st.lo.w[3] = lo.w;
+  st.hi.w[0] = hi.x; st.hi.w[1] = hi.y; st.hi.w[2] = hi.z; st.hi.w[3] = hi.w;
+  st.lo_scales = smem_scales<F>(stage + 16 * R::kCodes + g * R::kScales, c);
+  st.hi_scales = smem_scales<F>(stage + 16 * R::kCodes + (g + 8) * R::kScales, c);
+  return st;
+}
+
+template <class F>
+__device__ __forceinline__ StepSums reduce_regs(const TileStep<F>& st, const uint4 (&x)[4]) {
+  uint32_t a_lo[16], a_hi[16];
+  decode_tile_chunk<F>(st.lo, st.lo_scales, a_lo);
+  decode_tile_chunk<F>(st.hi, st.hi_scales, a_hi);
+  float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint32_t a0[4] = {a_lo[4 * q], a_hi[4 * q], a_lo[4 * q + 1], a_hi[4 * q + 1]};
+    const uint32_t a1[4] = {a_lo[4 * q + 2], a_hi[4 * q + 2], a_lo[4 * q + 3], a_hi[4 * q + 3]};
+    mma_bf16_16816(d0, a0, x[q].x, x[q].y);
+    mma_bf16_16816(d1, a1, x[q].z, x[q].w);
+  }
+  StepSums s{d0[0] + d1[0], d0[2] + d1[2]};
+  if constexpr (TileDecode<F>::kStepScale) {
+    s.lo *= __uint_as_float(st.lo_scales);
+    s.hi *= __uint_as_float(st.hi_scales);
+  }
+  return s;
+}
+
+template <class F, int H, int I, int E, int K, int CW, int S>
+struct RingLayer {
+  using GU = Rows<F, H>;
+  using DN = Rows<F, I>;
+  static constexpr int kStage = ((GU::kStage > DN::kStage ? GU::kStage : DN::kStage) + 127) / 128 * 128;
+  static constexpr int kGateTiles = K * (I / 8);
+  static constexpr int kDownTiles = H / 16;
+  static constexpr int kXsBytes = 64 * TileRow<H>::kPadded;
+  static constexpr int kPartialBytes = S * CW * 16 * 4;
+  static constexpr int kResBytes = K * 16 * 4;
+  static constexpr int kOffXs = S * kStage, kOffPartial = kOffXs + kXsBytes, kOffRes = kOffPartial + kPartialBytes;
+  static constexpr int kOffBars = kOffRes + kResBytes;
+  static constexpr int kOffInts = kOffBars + 2 * S * 8;
+  static constexpr int kBytes = kOffInts + 4 * (S + 2 + 2 * K);
+  static constexpr int kThreads = 32 * (CW + 1);
+};
+
+// Every thread walks the same sequence of live items (gate tiles, then down slots; unrouted slots
+// skipped) so that producer and consumers agree on each item's ring stage.
+template <class L, int K>
+struct Items {
+  int gate, down;  // counts of this block's items before skipping
+  __device__ __forceinline__ Items(int block, int blocks) {
+    gate = block < L::kGateTiles ? (L::kGateTiles - 1 - block) / blocks + 1 : 0;
+    down = block < L::kDownTiles ? K : 0;
+  }
+};
+
+struct Args {
+  const __nv_bfloat16* x;
+  WeightArgs gu, dn;
+  const int* ids;
+  const float* tw;
+  __nv_bfloat16* inter;
+  __nv_bfloat16* y;
+  unsigned* counters;  // [K] gate tiles done per slot, then [K] the blocks' exit ticket
+};
+
+template <class F, int H, int I, int E, int K, int CW, int S, class GateEpi>
+__global__ void __launch_bounds__(32 * (CW + 1), 1) ring_layer(Args a, unsigned long long* stamps) {
+  using Lay = RingLayer<F, H, I, E, K, CW, S>;
+  using GU = typename Lay::GU;
+  using DN = typename Lay::DN;
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint4* xs = reinterpret_cast<uint4*>(smem + Lay::kOffXs);
+  float* partial = reinterpret_cast<float*>(smem + Lay::kOffPartial);
+  float* res = reinterpret_cast<float*>(smem + Lay::kOffRes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Lay::kOffBars);
+  uint64_t* empty = full + S;
+  int* arrivals = reinterpret_cast<int*>(smem + Lay::kOffInts);
+  int* down_done = arrivals + S;
+  int* s_ids = down_done + 2;
+  float* s_tw = reinterpret_cast<float*>(s_ids + K);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int block = blockIdx.x, blocks = gridDim.x;
+  begin_after_previous_kernel();
+  if (stamps && threadIdx.x == 0) stamps[block * 8] = probe::now_ns();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) { bar_init(full + s, 1); bar_init(empty + s, CW); arrivals[s] = 0; }
+    *down_done = 0;
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if (threadIdx.x < K) {
+    const int e = __ldg(a.ids + threadIdx.x);
+    s_ids[threadIdx.x] = static_cast<unsigned>(e) < static_cast<unsigned>(E) ? e : -1;
+    s_tw[threadIdx.x] = __ldg(a.tw + threadIdx.x);
+  }
+  __syncthreads();
+  const Items<Lay, K> items(block, blocks);
+  int live_down = 0;
+  for (int j = 0; j < items.down; ++j) live_down += s_ids[j] >= 0;
+  const int h0 = block * 16;
+
+  if (warp == 0) {  // the producer
+    if (lane == 0) {
+      int r = 0;
+      for (int n = 0; n < items.gate + items.down; ++n) {
+        const bool gate = n < items.gate;
+        const int tile = block + n * blocks;
+        const int slot = gate ? tile / (I / 8) : n - items.gate;
+        const int e = s_ids[slot];
+        if (e < 0) continue;
+        const int st = r % S, round = r / S;
+        if (round > 0) bar_wait(empty + st, (round - 1) & 1);
+        unsigned char* dst = smem + st * Lay::kStage;
+        if (gate) {
+          const int n0 = (tile % (I / 8)) * 8;
+          bar_expect(full + st, GU::kStage);
+          const char* codes = static_cast<const char*>(a.gu.codes) + (static_cast<size_t>(e) * 2 * I) * GU::kCodes;
+          bulk(dst, codes + static_cast<size_t>(n0) * GU::kCodes, 8 * GU::kCodes, full + st);
+          bulk(dst + 8 * GU::kCodes, codes + static_cast<size_t>(I + n0) * GU::kCodes, 8 * GU::kCodes, full + st);
+          if constexpr (GU::kScales > 0) {
+            const char* sc = static_cast<const char*>(a.gu.block_scales) + (static_cast<size_t>(e) * 2 * I) * GU::kScales;
+            bulk(dst + 16 * GU::kCodes, sc + static_cast<size_t>(n0) * GU::kScales, 8 * GU::kScales, full + st);
+            bulk(dst + 16 * GU::kCodes + 8 * GU::kScales, sc + static_cast<size_t>(I + n0) * GU::kScales, 8 * GU::kScales, full + st);
+          }
+        } else {
+          bar_expect(full + st, DN::kStage);
+          const char* codes = static_cast<const char*>(a.dn.codes) + (static_cast<size_t>(e) * H + h0) * DN::kCodes;
+          bulk(dst, codes, 16 * DN::kCodes, full + st);
+          if constexpr (DN::kScales > 0) {
+            const char* sc = static_cast<const char*>(a.dn.block_scales) + (static_cast<size_t>(e) * H + h0) * DN::kScales;
+            bulk(dst + 16 * DN::kCodes, sc, 16 * DN::kScales, full + st);
+          }
+        }
+        ++r;
+      }
+    }
+  } else {  // the consumers
+    const int cw = warp - 1;
+    {  // the token's x, staged as the mma reads it (consumers only)
+      using Row = TileRow<H>;
+      for (int p = threadIdx.x - 32; p < 4 * Row::kPadded; p += 32 * CW) {
+        const int q = p % 4, c = p / 4;
+        const uint4* word = reinterpret_cast<const uint4*>(a.x + 32 * c) + q;
+        xs[q * Row::kPadded + c] = c < Row::kChunks ? pair_activation_word(__ldg(word)) : make_uint4(0u, 0u, 0u, 0u);
+      }
+      consumers_sync(CW);
+    }
+    if (stamps && threadIdx.x == 32) stamps[block * 8 + 1] = probe::now_ns();
+    int r = 0;
+    for (int n = 0; n < items.gate + items.down; ++n) {
+      const bool gate = n < items.gate;
+      const int tile = block + n * blocks;
+      const int slot = gate ? tile / (I / 8) : n - items.gate;
+      const int e = s_ids[slot];
+      if (e < 0) continue;
+      const int st = r % S, round = r / S;
+      const unsigned char* stage = smem + st * Lay::kStage;
+      float* part = partial + (st * CW) * 16;
+      const int steps = gate ? GU::kSteps : DN::kSteps;
+      // every warp waits for the stage, steps or not: a warp without steps must not run a round
+      // ahead on the stage's empty barrier and arrival count
+      bar_wait(full + st, round & 1);
+      if (cw < steps) {
+        float lo = 0.0f, hi = 0.0f;
+        if (gate) {
+          for (int s = cw; s < GU::kSteps; s += CW) {
+            const StepSums sums = stage_step<F, H>(stage, g, 4 * s + t).reduce(xs + 4 * s + t, TileRow<H>::kPadded);
+            lo += sums.lo;
+            hi += sums.hi;
+          }
+        } else {
+          while (ld_acquire(a.counters + slot) < static_cast<unsigned>(I / 8)) {}
+          for (int s = cw; s < DN::kSteps; s += CW) {
+            const int c = 4 * s + t;
+            const uint4* src = reinterpret_cast<const uint4*>(a.inter + static_cast<size_t>(slot) * I + 32 * c);
+            uint4 xw[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) xw[q] = pair_activation_word(__ldcg(src + q));
+            const StepSums sums = reduce_regs<F>(stage_step<F, I>(stage, g, c), xw);
+            lo += sums.lo;
+            hi += sums.hi;
+          }
+        }
+        if (t == 0) { part[cw * 16 + g] = lo; part[cw * 16 + 8 + g] = hi; }
+      }
+      __syncwarp();
+      int last = 0;
+      if (lane == 0) {
+        __threadfence_block();
+        last = atomicAdd(arrivals + st, 1) == CW - 1;
+      }
+      last = __shfl_sync(kFullMask, last, 0);
+      if (!last) {
+        if (lane == 0) bar_arrive(empty + st);
+      } else {
+        __threadfence_block();
+        const int used = steps < CW ? steps : CW;
+        float lo = 0.0f, hi = 0.0f;
+        for (int w = 0; w < used; ++w) { lo += part[w * 16 + g]; hi += part[w * 16 + 8 + g]; }
+        constexpr float kUnscale = TileDecode<F>::kUnscale;
+        if (gate) {
+          const int n0 = (tile % (I / 8)) * 8;
+          if (t == 0) {
+            const float gv = apply_factor<F>(lo, row_factor<F, 2 * I, 2>(a.gu, e, n0 + g, 0)) * kUnscale;
+            const float uv = apply_factor<F>(hi, row_factor<F, 2 * I, 2>(a.gu, e, I + n0 + g, 1)) * kUnscale;
+            store_bf16(a.inter + static_cast<size_t>(slot) * I + n0 + g, GateEpi{}(gv, uv));
+          }
+          __syncwarp();
+          if (lane == 0) {
+            __threadfence();
+            atomicAdd(a.counters + slot, 1u);
+          }
+        } else {
+          const float w = s_tw[slot];
+          if (t == 0) {
+            res[slot * 16 + g] = apply_factor<F>(w, row_factor<F, H, 1>(a.dn, e, h0 + g, 0)) * lo;
+            res[slot * 16 + 8 + g] = apply_factor<F>(w, row_factor<F, H, 1>(a.dn, e, h0 + 8 + g, 0)) * hi;
+          }
+          __syncwarp();
+          int final_slot = 0;
+          if (lane == 0) {
+            __threadfence_block();
+            final_slot = atomicAdd(down_done, 1) == live_down - 1;
+          }
+          final_slot = __shfl_sync(kFullMask, final_slot, 0);
+          if (final_slot) {
+            __threadfence_block();
+            if (t == 0) {
+              float ylo = 0.0f, yhi = 0.0f;
+              for (int j = 0; j < K; ++j) {
+                if (s_ids[j] >= 0) { ylo += res[j * 16 + g]; yhi += res[j * 16 + 8 + g]; }
+              }
+              store_bf16(a.y + h0 + g, ylo * kUnscale);
+              store_bf16(a.y + h0 + 8 + g, yhi * kUnscale);
+            }
+            if (stamps && lane == 0) stamps[block * 8 + 3] = probe::now_ns();
+          }
+        }
+        if (lane == 0) {
+          arrivals[st] = 0;
+          bar_arrive(empty + st);
+        }
+      }
+      if (gate && n == items.gate - 1 && stamps && lane == 0) stamps[block * 8 + 2] = probe::now_ns();
+      ++r;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // the last block out leaves the counters zero for the next launch
+    __threadfence();
+    if (atomicAdd(a.counters + K, 1u) == static_cast<unsigned>(blocks - 1)) {
+      for (int j = 0; j <= K; ++j) a.counters[j] = 0u;
+      __threadfence();
+    }
+  }
+}
+
+}  // namespace ring
+
+namespace {
+constexpr int kLayers = 16;
+using probe::float_to_bf16;
+using probe::Layer;
+using probe::rel_diff;
+
+template <class F, int H, int I, int E, int K, int CW, int S>
+struct RingRun {
+  static constexpr auto kernel = ring::ring_layer<F, H, I, E, K, CW, S, probe::Silu>;
+  using Lay = ring::RingLayer<F, H, I, E, K, CW, S>;
+};
+
+template <class F, int H, int I, int E, int K, int CW, int S>
+void run_ring(const char* name, const std::vector<Layer>& layers, __nv_bfloat16* x, __nv_bfloat16* inter, __nv_bfloat16* y, unsigned* counters,
+              cudaStream_t s, int reps, int sms, const std::vector<uint16_t>& inter_ref, const std::vector<uint16_t>& y_ref, int unrouted, double bytes) {
+  using R = RingRun<F, H, I, E, K, CW, S>;
+  auto kernel = R::kernel;
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, R::Lay::kBytes));
+  cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, kernel));
+  auto launch = [&](int l, __nv_bfloat16* out, unsigned long long* stamps) {
+    const Layer& b = layers[l];
+    ring::Args a{x + (size_t)l * H, mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr},
+                 b.ids, b.tw, inter, out, counters};
+    probe::launch(false, kernel, dim3(sms), dim3(R::Lay::kThreads), R::Lay::kBytes, s, a, stamps);
+  };
+  CK(cudaMemsetAsync(inter, 0xff, (size_t)K * I * 2, s)); CK(cudaMemsetAsync(y, 0xff, (size_t)H * 2, s));
+  launch(0, y, nullptr);
+  CK(cudaStreamSynchronize(s));
+  std::vector<uint16_t> ib((size_t)K * I), yb(H);
+  CK(cudaMemcpy(ib.data(), inter, ib.size() * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(yb.data(), y, yb.size() * 2, cudaMemcpyDeviceToHost));
+  if (reps == 0) {  // where the ring's inter and the pair's part (slot, neuron, ring, pair): the first eight
+    int shown = 0;
+    for (size_t i = 0; i < ib.size() && shown < 8; ++i) {
+      const float u = probe::bf16_to_float(ib[i]), v = probe::bf16_to_float(inter_ref[i]);
+      if (!(std::fabs(u - v) <= 1e-2f * std::fabs(v) + 1e-3f)) {
+        std::printf("  [slot %zu neuron %zu: ring %g pair %g]", i / I, i % I, u, v);
+        ++shown;
+      }
+    }
+  }
+  std::vector<uint16_t> ir(inter_ref);
+  ib.erase(ib.begin(), ib.begin() + (size_t)unrouted * I); ir.erase(ir.begin(), ir.begin() + (size_t)unrouted * I);
+  std::vector<unsigned> cnt(2 * K);
+  CK(cudaMemcpy(cnt.data(), counters, cnt.size() * 4, cudaMemcpyDeviceToHost));
+  unsigned left = 0;
+  for (unsigned c : cnt) left |= c;
+  std::printf("%-14s ring CW%-2d S%d (%d regs, %d B shared, %d B stage): inter diff %.2e  y diff %.2e  counters %s", name, CW, S, fa.numRegs, R::Lay::kBytes,
+              R::Lay::kStage, rel_diff(ib, ir), rel_diff(yb, y_ref), left == 0 ? "zero" : "NOT ZERO");
+  if (reps > 0) {
+    const float t = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) launch(l, x + (size_t)(l + 1) * H, nullptr); });
+    std::printf("  layer %6.2f us (%.1f%% of 3.10 TB/s)", t, 100.0 * bytes / (t * 1e3) / 3100.0);
+  }
+  std::printf("\n");
+  if (reps > 0 && unrouted == 0) {  // one launch traced per block
+    unsigned long long* stamps; CK(cudaMalloc(&stamps, sms * 64)); CK(cudaMemset(stamps, 0, sms * 64));
+    launch(5, y, stamps);
+    CK(cudaStreamSynchronize(s));
+    std::vector<unsigned long long> st((size_t)sms * 8);
+    CK(cudaMemcpy(st.data(), stamps, st.size() * 8, cudaMemcpyDeviceToHost));
+    unsigned long long t0 = ~0ull;
+    for (int b = 0; b < sms; ++b) if (st[b * 8]) t0 = std::min(t0, st[b * 8]);
+    const char* names[4] = {"start", "x staged", "gate tiles read", "y stored"};
+    std::printf("      trace us (min/median/max over blocks):");
+    for (int k = 0; k < 4; ++k) {
+      std::vector<double> v;
+      for (int b = 0; b < sms; ++b) if (st[b * 8 + k] != 0) v.push_back((st[b * 8 + k] - t0) * 1e-3);
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      std::printf(" %s %.2f/%.2f/%.2f", names[k], v.front(), v[v.size() / 2], v.back());
+    }
+    std::printf("\n");
+    cudaFree(stamps);
+  }
+}
+
+// The catalogue-like tensor-core pair (gate_up W GU GS, down W DU DS) against the rings.
+template <class F, int H, int I, int E, int K, int PGW, int PGU, int PGS, int PDW, int PDU, int PDS>
+void compare(const char* name, std::mt19937& rng, int reps, int unrouted) {
+  using namespace probe;
+  std::vector<Layer> layers = make_layers<F, H, I, E, K>(kLayers, 1, unrouted, rng);
+  std::vector<uint16_t> xh((size_t)(kLayers + 1) * H);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : xh) v = float_to_bf16(nd(rng));
+  __nv_bfloat16 *x, *inter, *y;
+  CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&inter, (size_t)K * I * 2)); CK(cudaMalloc(&y, (size_t)H * 2));
+  unsigned* counters; CK(cudaMalloc(&counters, 2 * K * 4)); CK(cudaMemset(counters, 0, 2 * K * 4));
+  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const dim3 ng(mf::ceil_div(I, 8 * (PGW / PGS)), K), nd2(mf::ceil_div(H, 16 * (PDW / PDS)), 1);
+  const size_t ngs = 64 * mf::TileRow<H>::kPadded + (PGS > 1 ? PGW * 64 : 0);
+  const size_t nds = 64 * K * mf::TileRow<I>::kPadded + (PDS > 1 ? PDW * 64 : 0);
+  auto gu = [&](int l, __nv_bfloat16* out) { const Layer& b = layers[l]; launch(false, tc_gate_up<F, H, I, E, K, mf::GateUpLayout::kStacked, PGW, PGU, PGS>, ng, dim3(32 * PGW), ngs, s, (const __nv_bfloat16*)(x + (size_t)l * H), mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, (const int*)b.ids, out, 1); };
+  auto dn = [&](int l, __nv_bfloat16* out) { const Layer& b = layers[l]; launch(false, tc_down<F, H, I, E, K, PDW, PDU, PDS>, nd2, dim3(32 * PDW), nds, s, (const __nv_bfloat16*)inter, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr}, (const int*)b.ids, (const float*)b.tw, out, 1); };
+  CK(cudaMemsetAsync(inter, 0xff, (size_t)K * I * 2, s)); CK(cudaMemsetAsync(y, 0xff, (size_t)H * 2, s));
+  gu(0, inter); dn(0, y);
+  CK(cudaStreamSynchronize(s));
+  std::vector<uint16_t> inter_ref((size_t)K * I), y_ref(H);
+  CK(cudaMemcpy(inter_ref.data(), inter, inter_ref.size() * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(y_ref.data(), y, y_ref.size() * 2, cudaMemcpyDeviceToHost));
+  const double bytes = LayerBytes<F, H, I, E>::routed(K - unrouted);
+  if (reps > 0) {
+    const float t = graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) { gu(l, inter); dn(l, x + (size_t)(l + 1) * H); } });
+    std::printf("%-14s tensor-core pair gu(W%d U%d S%d) dn(W%d U%d S%d): layer %6.2f us (%.1f%% of 3.10 TB/s, %.1f MB)\n", name, PGW, PGU, PGS, PDW, PDU, PDS,
+                t, 100.0 * bytes / (t * 1e3) / 3100.0, bytes / 1e6);
+  }
+  run_ring<F, H, I, E, K, 16, 4>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
+  run_ring<F, H, I, E, K, 16, 6>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
+  run_ring<F, H, I, E, K, 16, 8>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
+  run_ring<F, H, I, E, K, 24, 6>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
+  run_ring<F, H, I, E, K, 8, 6>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
+  if (reps > 0) {
+    const float t = graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) { gu(l, inter); dn(l, x + (size_t)(l + 1) * H); } });
+    std::printf("%-14s tensor-core pair again: layer %6.2f us\n", name, t);
+  }
+  free_layers(layers);
+  cudaFree(x); cudaFree(inter); cudaFree(y); cudaFree(counters);
+  cudaStreamDestroy(s);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 60;
+  std::mt19937 rng(20261125);
+  if (argc > 2) {  // checks only, with the first mismatches shown: the all-routed NVFP4 layers
+    for (int i = 0; i < 3; ++i) compare<mf::Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 32, 1, 32>("nvfp4 check", rng, 0, 0);
+    compare<mf::Mxfp4Weights, 2048, 768, 128, 8, 4, 2, 4, 32, 1, 32>("mxfp4 check", rng, 0, 0);
+    return 0;
+  }
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 32, 1, 32>("nvfp4 unrouted", rng, 0, 2);  // two slots unrouted: checks only
+  compare<mf::Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 32, 1, 32>("nvfp4", rng, reps, 0);
+  compare<mf::Mxfp4Weights, 2048, 768, 128, 8, 4, 2, 4, 32, 1, 32>("mxfp4", rng, reps, 0);
+  compare<mf::Int4Group128Weights, 2048, 768, 128, 8, 8, 2, 4, 32, 1, 32>("int4_group128", rng, reps, 0);
+  compare<mf::Int4ChannelWeights, 2048, 768, 128, 8, 8, 2, 4, 24, 1, 24>("int4_channel", rng, reps, 0);
+  compare<mf::Nvfp4Weights, 2048, 512, 512, 10, 8, 2, 4, 24, 1, 24>("nvfp4 q3next", rng, reps, 0);
+  return 0;
+}
