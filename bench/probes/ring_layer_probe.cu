@@ -1,24 +1,29 @@
-// Probe (not part of the toolkit): the M=1 4-bit expert layer as one kernel fed by a copy ring.
-// One block per SM; warp 0's lane 0 streams the block's share of BOTH halves' weights into a ring of
-// S stages of shared memory by cp.async.bulk (an mbarrier per stage); CW consumer warps decode each
-// stage on the tensor cores with the header's pieces (TileStep, decode_tile_chunk, mma m16n8k16).
+// Probe (not part of the toolkit): the M=1 4-bit expert layer as one kernel fed by the copy engine.
+// One block per SM; warp 0's lane 0 streams the block's share of gate_up through a ring of S stages
+// of shared memory by cp.async.bulk (an mbarrier per stage) and copies the block's rows of down into
+// a region of their own; CW consumer warps decode on the tensor cores with the header's pieces
+// (TileStep, decode_tile_chunk, mma m16n8k16).
 //   * gate_up tiles (8 neurons of one routed slot: 8 gate rows + 8 up rows, all of K) are dealt
 //     slot-major over the blocks, so slot j's tiles are done early for small j;
-//   * each block then owns one down tile (16 hidden rows) and streams its rows of every slot's
-//     expert; slot j's down stage waits only for slot j's gate_up tiles (a counter per slot,
-//     release/acquire), so down's bytes are in flight while gate_up still runs;
-//   * a stage's partial sums are added in warp order by the warp that arrives last (no barrier
-//     per stage), and the down tile's slot results in slot order: outputs are deterministic.
-// Checked against the catalogue's tensor-core pair on the same random layers (inter and y), then
-// both are timed over 16 layers rotated in one graph with programmatic dependent launch.
+//   * each block then owns one down tile (16 hidden rows) over every slot's expert; slot j waits only
+//     for slot j's gate_up tiles (a counter per slot, release/acquire), and its bytes were copied
+//     while gate_up ran (after the first S tiles, or after the last: `late`);
+//   * an item's partial sums are added in warp order by the warp that arrives last (no barrier per
+//     item), and the down tile's slot results in slot order: outputs are deterministic.
+// Checked against the tensor-core pair on the same random layers (inter and y), then both are timed
+// over 16 layers rotated in one graph with programmatic dependent launch; one launch traced per block.
+// Findings: bench/NOTES.md, "One kernel fed by the copy engine".
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I<dir of moeforge_device.cuh> ring_layer_probe.cu -o ring_layer_probe
-// Run:   ring_layer_probe [reps]
+// Run:   ring_layer_probe [reps]            the five workloads: pair, then the rings
+//        ring_layer_probe 0 check           checks only (all slots routed), the first mismatches shown
+//        ring_layer_probe [reps] nodecode   NVFP4 with the E2M1 decode replaced by one XOR per pair
 #include "moeforge_device.cuh"
 #include "expert_probe.cuh"
 #include "probe_harness.cuh"
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -108,27 +113,29 @@ template <class F, int H, int I, int E, int K, int CW, int S>
 struct RingLayer {
   using GU = Rows<F, H>;
   using DN = Rows<F, I>;
-  static constexpr int kStage = ((GU::kStage > DN::kStage ? GU::kStage : DN::kStage) + 127) / 128 * 128;
+  static constexpr int kStage = (GU::kStage + 127) / 128 * 128;      // a gate_up tile
+  static constexpr int kDownSlot = (DN::kStage + 127) / 128 * 128;   // a slot's rows of the block's down tile
   static constexpr int kGateTiles = K * (I / 8);
   static constexpr int kDownTiles = H / 16;
+  static constexpr int kMaxGate = 8;  // gate tiles per block at most (the grid must be >= kGateTiles / 8)
+  static constexpr int kItems = kMaxGate + K;
   static constexpr int kXsBytes = 64 * TileRow<H>::kPadded;
-  static constexpr int kPartialBytes = S * CW * 16 * 4;
-  static constexpr int kResBytes = K * 16 * 4;
-  static constexpr int kOffXs = S * kStage, kOffPartial = kOffXs + kXsBytes, kOffRes = kOffPartial + kPartialBytes;
-  static constexpr int kOffBars = kOffRes + kResBytes;
-  static constexpr int kOffInts = kOffBars + 2 * S * 8;
-  static constexpr int kBytes = kOffInts + 4 * (S + 2 + 2 * K);
+  static constexpr int kOffDown = S * kStage, kOffXs = kOffDown + K * kDownSlot, kOffPartial = kOffXs + kXsBytes;
+  static constexpr int kOffRes = kOffPartial + kItems * CW * 16 * 4;
+  static constexpr int kOffBars = kOffRes + K * 16 * 4;
+  static constexpr int kOffInts = kOffBars + (2 * S + K) * 8;
+  static constexpr int kBytes = kOffInts + 4 * (kItems + 1 + 2 * K);
   static constexpr int kThreads = 32 * (CW + 1);
 };
 
-// Every thread walks the same sequence of live items (gate tiles, then down slots; unrouted slots
-// skipped) so that producer and consumers agree on each item's ring stage.
-template <class L, int K>
+// This block's items: gate tiles block, block + blocks, ... (slot-major), then the K slots of its
+// down tile (if it has one). Producer and consumers walk the same list; unrouted slots are skipped.
+template <class L>
 struct Items {
-  int gate, down;  // counts of this block's items before skipping
-  __device__ __forceinline__ Items(int block, int blocks) {
+  int gate, down;
+  __device__ __forceinline__ Items(int block, int blocks, int k) {
     gate = block < L::kGateTiles ? (L::kGateTiles - 1 - block) / blocks + 1 : 0;
-    down = block < L::kDownTiles ? K : 0;
+    down = block < L::kDownTiles ? k : 0;
   }
 };
 
@@ -139,10 +146,18 @@ struct Args {
   const float* tw;
   __nv_bfloat16* inter;
   __nv_bfloat16* y;
-  unsigned* counters;  // [K] gate tiles done per slot, then [K] the blocks' exit ticket
+  unsigned* counters;  // [K] gate tiles done per slot, then the blocks' exit ticket
 };
 
-template <class F, int H, int I, int E, int K, int CW, int S, class GateEpi>
+// Version 2 (version 1, commit b341836, put down's rows through the same ring and released
+// a stage only after its last warp's reduction, store, fence and count: 27-31 us per layer):
+//   * a warp releases a ring stage as soon as its own steps have read it; the partial sums live
+//     per item, so the reduction and inter's store happen off the ring's path;
+//   * down's rows of every slot are copied at the start into a region of their own (one mbarrier
+//     per slot), behind the first S gate_up tiles: their bytes are in flight during gate_up;
+//   * each warp loads its rows' FP32 factors when it starts an item, before its steps;
+//   * a slot's count is published with red.release.gpu after a __syncwarp (no membar.gl).
+template <class F, int H, int I, int E, int K, int CW, int S, bool DOWN_LATE, class GateEpi>
 __global__ void __launch_bounds__(32 * (CW + 1), 1) ring_layer(Args a, unsigned long long* stamps) {
   using Lay = RingLayer<F, H, I, E, K, CW, S>;
   using GU = typename Lay::GU;
@@ -153,64 +168,68 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) ring_layer(Args a, unsigned 
   float* res = reinterpret_cast<float*>(smem + Lay::kOffRes);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Lay::kOffBars);
   uint64_t* empty = full + S;
+  uint64_t* down_full = empty + S;
   int* arrivals = reinterpret_cast<int*>(smem + Lay::kOffInts);
-  int* down_done = arrivals + S;
-  int* s_ids = down_done + 2;
+  int* down_done = arrivals + Lay::kItems;
+  int* s_ids = down_done + 1;
   float* s_tw = reinterpret_cast<float*>(s_ids + K);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int block = blockIdx.x, blocks = gridDim.x;
   begin_after_previous_kernel();
   if (stamps && threadIdx.x == 0) stamps[block * 8] = probe::now_ns();
+  const Items<Lay> items(block, blocks, K);
+  if (items.gate > Lay::kMaxGate) __trap();  // the grid is too small for the partial buffers
   if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) { bar_init(full + s, 1); bar_init(empty + s, CW); arrivals[s] = 0; }
-    *down_done = 0;
+    for (int s = 0; s < S; ++s) { bar_init(full + s, 1); bar_init(empty + s, CW); }
+    for (int j = 0; j < K; ++j) bar_init(down_full + j, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+  for (int i = threadIdx.x; i < Lay::kItems + 1; i += blockDim.x) arrivals[i] = 0;  // and down_done
   if (threadIdx.x < K) {
     const int e = __ldg(a.ids + threadIdx.x);
     s_ids[threadIdx.x] = static_cast<unsigned>(e) < static_cast<unsigned>(E) ? e : -1;
     s_tw[threadIdx.x] = __ldg(a.tw + threadIdx.x);
   }
   __syncthreads();
-  const Items<Lay, K> items(block, blocks);
   int live_down = 0;
   for (int j = 0; j < items.down; ++j) live_down += s_ids[j] >= 0;
   const int h0 = block * 16;
 
   if (warp == 0) {  // the producer
     if (lane == 0) {
+      auto issue_down = [&] {
+        for (int j = 0; j < items.down; ++j) {
+          const int e = s_ids[j];
+          if (e < 0) continue;
+          unsigned char* dst = smem + Lay::kOffDown + j * Lay::kDownSlot;
+          bar_expect(down_full + j, DN::kStage);
+          bulk(dst, static_cast<const char*>(a.dn.codes) + (static_cast<size_t>(e) * H + h0) * DN::kCodes, 16 * DN::kCodes, down_full + j);
+          if constexpr (DN::kScales > 0)
+            bulk(dst + 16 * DN::kCodes, static_cast<const char*>(a.dn.block_scales) + (static_cast<size_t>(e) * H + h0) * DN::kScales,
+                 16 * DN::kScales, down_full + j);
+        }
+      };
       int r = 0;
-      for (int n = 0; n < items.gate + items.down; ++n) {
-        const bool gate = n < items.gate;
-        const int tile = block + n * blocks;
-        const int slot = gate ? tile / (I / 8) : n - items.gate;
-        const int e = s_ids[slot];
+      for (int n = 0; n < items.gate; ++n) {
+        const int tile = block + n * blocks, slot = tile / (I / 8), e = s_ids[slot];
         if (e < 0) continue;
         const int st = r % S, round = r / S;
+        if (!DOWN_LATE && r == S) issue_down();  // behind the first S tiles
         if (round > 0) bar_wait(empty + st, (round - 1) & 1);
         unsigned char* dst = smem + st * Lay::kStage;
-        if (gate) {
-          const int n0 = (tile % (I / 8)) * 8;
-          bar_expect(full + st, GU::kStage);
-          const char* codes = static_cast<const char*>(a.gu.codes) + (static_cast<size_t>(e) * 2 * I) * GU::kCodes;
-          bulk(dst, codes + static_cast<size_t>(n0) * GU::kCodes, 8 * GU::kCodes, full + st);
-          bulk(dst + 8 * GU::kCodes, codes + static_cast<size_t>(I + n0) * GU::kCodes, 8 * GU::kCodes, full + st);
-          if constexpr (GU::kScales > 0) {
-            const char* sc = static_cast<const char*>(a.gu.block_scales) + (static_cast<size_t>(e) * 2 * I) * GU::kScales;
-            bulk(dst + 16 * GU::kCodes, sc + static_cast<size_t>(n0) * GU::kScales, 8 * GU::kScales, full + st);
-            bulk(dst + 16 * GU::kCodes + 8 * GU::kScales, sc + static_cast<size_t>(I + n0) * GU::kScales, 8 * GU::kScales, full + st);
-          }
-        } else {
-          bar_expect(full + st, DN::kStage);
-          const char* codes = static_cast<const char*>(a.dn.codes) + (static_cast<size_t>(e) * H + h0) * DN::kCodes;
-          bulk(dst, codes, 16 * DN::kCodes, full + st);
-          if constexpr (DN::kScales > 0) {
-            const char* sc = static_cast<const char*>(a.dn.block_scales) + (static_cast<size_t>(e) * H + h0) * DN::kScales;
-            bulk(dst + 16 * DN::kCodes, sc, 16 * DN::kScales, full + st);
-          }
+        const int n0 = (tile % (I / 8)) * 8;
+        bar_expect(full + st, GU::kStage);
+        const char* codes = static_cast<const char*>(a.gu.codes) + (static_cast<size_t>(e) * 2 * I) * GU::kCodes;
+        bulk(dst, codes + static_cast<size_t>(n0) * GU::kCodes, 8 * GU::kCodes, full + st);
+        bulk(dst + 8 * GU::kCodes, codes + static_cast<size_t>(I + n0) * GU::kCodes, 8 * GU::kCodes, full + st);
+        if constexpr (GU::kScales > 0) {
+          const char* sc = static_cast<const char*>(a.gu.block_scales) + (static_cast<size_t>(e) * 2 * I) * GU::kScales;
+          bulk(dst + 16 * GU::kCodes, sc + static_cast<size_t>(n0) * GU::kScales, 8 * GU::kScales, full + st);
+          bulk(dst + 16 * GU::kCodes + 8 * GU::kScales, sc + static_cast<size_t>(I + n0) * GU::kScales, 8 * GU::kScales, full + st);
         }
         ++r;
       }
+      if (DOWN_LATE || r <= S) issue_down();
     }
   } else {  // the consumers
     const int cw = warp - 1;
@@ -224,6 +243,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) ring_layer(Args a, unsigned 
       consumers_sync(CW);
     }
     if (stamps && threadIdx.x == 32) stamps[block * 8 + 1] = probe::now_ns();
+    constexpr float kUnscale = TileDecode<F>::kUnscale;
     int r = 0;
     for (int n = 0; n < items.gate + items.down; ++n) {
       const bool gate = n < items.gate;
@@ -231,96 +251,99 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) ring_layer(Args a, unsigned 
       const int slot = gate ? tile / (I / 8) : n - items.gate;
       const int e = s_ids[slot];
       if (e < 0) continue;
-      const int st = r % S, round = r / S;
-      const unsigned char* stage = smem + st * Lay::kStage;
-      float* part = partial + (st * CW) * 16;
       const int steps = gate ? GU::kSteps : DN::kSteps;
-      // every warp waits for the stage, steps or not: a warp without steps must not run a round
-      // ahead on the stage's empty barrier and arrival count
-      bar_wait(full + st, round & 1);
-      if (cw < steps) {
-        float lo = 0.0f, hi = 0.0f;
-        if (gate) {
-          for (int s = cw; s < GU::kSteps; s += CW) {
+      float* part = partial + (n * CW) * 16;
+      float lo = 0.0f, hi = 0.0f, f_lo = 1.0f, f_hi = 1.0f;
+      const int n0 = (tile % (I / 8)) * 8;
+      if (gate) {
+        if (t == 0) {
+          f_lo = row_factor<F, 2 * I, 2>(a.gu, e, n0 + g, 0);
+          f_hi = row_factor<F, 2 * I, 2>(a.gu, e, I + n0 + g, 1);
+        }
+        const int st = r % S, round = r / S;
+        bar_wait(full + st, round & 1);
+        if (stamps && r == 0 && threadIdx.x == 32) stamps[block * 8 + 4] = probe::now_ns();
+        const unsigned char* stage = smem + st * Lay::kStage;
+        constexpr int kPer = (GU::kSteps + CW - 1) / CW;
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          const int s = cw + i * CW;
+          if (s < GU::kSteps) {
             const StepSums sums = stage_step<F, H>(stage, g, 4 * s + t).reduce(xs + 4 * s + t, TileRow<H>::kPadded);
             lo += sums.lo;
             hi += sums.hi;
           }
-        } else {
+        }
+        __syncwarp();
+        if (lane == 0) bar_arrive(empty + st);
+        ++r;
+      } else {
+        if (t == 0) {
+          f_lo = apply_factor<F>(s_tw[slot], row_factor<F, H, 1>(a.dn, e, h0 + g, 0));
+          f_hi = apply_factor<F>(s_tw[slot], row_factor<F, H, 1>(a.dn, e, h0 + 8 + g, 0));
+        }
+        if (cw < steps) {
+          const unsigned char* rows = smem + Lay::kOffDown + slot * Lay::kDownSlot;
+          bar_wait(down_full + slot, 0);
           while (ld_acquire(a.counters + slot) < static_cast<unsigned>(I / 8)) {}
-          for (int s = cw; s < DN::kSteps; s += CW) {
-            const int c = 4 * s + t;
-            const uint4* src = reinterpret_cast<const uint4*>(a.inter + static_cast<size_t>(slot) * I + 32 * c);
-            uint4 xw[4];
+          constexpr int kPer = (DN::kSteps + CW - 1) / CW;
 #pragma unroll
-            for (int q = 0; q < 4; ++q) xw[q] = pair_activation_word(__ldcg(src + q));
-            const StepSums sums = reduce_regs<F>(stage_step<F, I>(stage, g, c), xw);
-            lo += sums.lo;
-            hi += sums.hi;
+          for (int i = 0; i < kPer; ++i) {
+            const int s = cw + i * CW;
+            if (s < DN::kSteps) {
+              const int c = 4 * s + t;
+              const uint4* src = reinterpret_cast<const uint4*>(a.inter + static_cast<size_t>(slot) * I + 32 * c);
+              uint4 xw[4];
+#pragma unroll
+              for (int q = 0; q < 4; ++q) xw[q] = pair_activation_word(__ldcg(src + q));
+              const StepSums sums = reduce_regs<F>(stage_step<F, I>(rows, g, c), xw);
+              lo += sums.lo;
+              hi += sums.hi;
+            }
           }
         }
-        if (t == 0) { part[cw * 16 + g] = lo; part[cw * 16 + 8 + g] = hi; }
       }
+      if (cw < steps && t == 0) { part[cw * 16 + g] = lo; part[cw * 16 + 8 + g] = hi; }
       __syncwarp();
       int last = 0;
       if (lane == 0) {
         __threadfence_block();
-        last = atomicAdd(arrivals + st, 1) == CW - 1;
+        last = atomicAdd(arrivals + n, 1) == CW - 1;
       }
-      last = __shfl_sync(kFullMask, last, 0);
-      if (!last) {
-        if (lane == 0) bar_arrive(empty + st);
+      if (!__shfl_sync(kFullMask, last, 0)) continue;
+      __threadfence_block();  // the item's last warp: add the partial sums in warp order
+      const int used = steps < CW ? steps : CW;
+      lo = 0.0f;
+      hi = 0.0f;
+      for (int w = 0; w < used; ++w) { lo += part[w * 16 + g]; hi += part[w * 16 + 8 + g]; }
+      if (gate) {
+        if (t == 0)
+          store_bf16(a.inter + static_cast<size_t>(slot) * I + n0 + g,
+                     GateEpi{}(apply_factor<F>(lo, f_lo) * kUnscale, apply_factor<F>(hi, f_hi) * kUnscale));
+        __syncwarp();
+        if (lane == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(a.counters + slot) : "memory");
       } else {
-        __threadfence_block();
-        const int used = steps < CW ? steps : CW;
-        float lo = 0.0f, hi = 0.0f;
-        for (int w = 0; w < used; ++w) { lo += part[w * 16 + g]; hi += part[w * 16 + 8 + g]; }
-        constexpr float kUnscale = TileDecode<F>::kUnscale;
-        if (gate) {
-          const int n0 = (tile % (I / 8)) * 8;
-          if (t == 0) {
-            const float gv = apply_factor<F>(lo, row_factor<F, 2 * I, 2>(a.gu, e, n0 + g, 0)) * kUnscale;
-            const float uv = apply_factor<F>(hi, row_factor<F, 2 * I, 2>(a.gu, e, I + n0 + g, 1)) * kUnscale;
-            store_bf16(a.inter + static_cast<size_t>(slot) * I + n0 + g, GateEpi{}(gv, uv));
-          }
-          __syncwarp();
-          if (lane == 0) {
-            __threadfence();
-            atomicAdd(a.counters + slot, 1u);
-          }
-        } else {
-          const float w = s_tw[slot];
-          if (t == 0) {
-            res[slot * 16 + g] = apply_factor<F>(w, row_factor<F, H, 1>(a.dn, e, h0 + g, 0)) * lo;
-            res[slot * 16 + 8 + g] = apply_factor<F>(w, row_factor<F, H, 1>(a.dn, e, h0 + 8 + g, 0)) * hi;
-          }
-          __syncwarp();
-          int final_slot = 0;
-          if (lane == 0) {
-            __threadfence_block();
-            final_slot = atomicAdd(down_done, 1) == live_down - 1;
-          }
-          final_slot = __shfl_sync(kFullMask, final_slot, 0);
-          if (final_slot) {
-            __threadfence_block();
-            if (t == 0) {
-              float ylo = 0.0f, yhi = 0.0f;
-              for (int j = 0; j < K; ++j) {
-                if (s_ids[j] >= 0) { ylo += res[j * 16 + g]; yhi += res[j * 16 + 8 + g]; }
-              }
-              store_bf16(a.y + h0 + g, ylo * kUnscale);
-              store_bf16(a.y + h0 + 8 + g, yhi * kUnscale);
-            }
-            if (stamps && lane == 0) stamps[block * 8 + 3] = probe::now_ns();
-          }
-        }
+        if (t == 0) { res[slot * 16 + g] = f_lo * lo; res[slot * 16 + 8 + g] = f_hi * hi; }
+        __syncwarp();
+        int final_slot = 0;
         if (lane == 0) {
-          arrivals[st] = 0;
-          bar_arrive(empty + st);
+          __threadfence_block();
+          final_slot = atomicAdd(down_done, 1) == live_down - 1;
+        }
+        if (__shfl_sync(kFullMask, final_slot, 0)) {
+          __threadfence_block();
+          if (t == 0) {
+            float ylo = 0.0f, yhi = 0.0f;
+            for (int j = 0; j < K; ++j) {
+              if (s_ids[j] >= 0) { ylo += res[j * 16 + g]; yhi += res[j * 16 + 8 + g]; }
+            }
+            store_bf16(a.y + h0 + g, ylo * kUnscale);
+            store_bf16(a.y + h0 + 8 + g, yhi * kUnscale);
+          }
+          if (stamps && lane == 0) stamps[block * 8 + 3] = probe::now_ns();
         }
       }
       if (gate && n == items.gate - 1 && stamps && lane == 0) stamps[block * 8 + 2] = probe::now_ns();
-      ++r;
     }
   }
   __syncthreads();
@@ -335,23 +358,37 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) ring_layer(Args a, unsigned 
 
 }  // namespace ring
 
+// NVFP4 with the decode replaced by one XOR per pair (wrong values; timing only), as in dataflow_probe.
+struct NoDecodeNvfp4 : mf::Nvfp4Weights {};
+namespace mf {
+template <>
+__device__ __forceinline__ void decode_tile_chunk<NoDecodeNvfp4>(const Lane<16>& codes, uint32_t raw_scales, uint32_t (&p)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) p[i] = codes.w[i & 3] ^ (raw_scales << (i & 7));
+}
+}  // namespace mf
+
 namespace {
 constexpr int kLayers = 16;
 using probe::float_to_bf16;
 using probe::Layer;
 using probe::rel_diff;
 
-template <class F, int H, int I, int E, int K, int CW, int S>
+template <class F, int H, int I, int E, int K, int CW, int S, bool LATE>
 struct RingRun {
-  static constexpr auto kernel = ring::ring_layer<F, H, I, E, K, CW, S, probe::Silu>;
+  static constexpr auto kernel = ring::ring_layer<F, H, I, E, K, CW, S, LATE, probe::Silu>;
   using Lay = ring::RingLayer<F, H, I, E, K, CW, S>;
 };
 
-template <class F, int H, int I, int E, int K, int CW, int S>
+template <class F, int H, int I, int E, int K, int CW, int S, bool LATE = false>
 void run_ring(const char* name, const std::vector<Layer>& layers, __nv_bfloat16* x, __nv_bfloat16* inter, __nv_bfloat16* y, unsigned* counters,
               cudaStream_t s, int reps, int sms, const std::vector<uint16_t>& inter_ref, const std::vector<uint16_t>& y_ref, int unrouted, double bytes) {
-  using R = RingRun<F, H, I, E, K, CW, S>;
+  using R = RingRun<F, H, I, E, K, CW, S, LATE>;
   auto kernel = R::kernel;
+  if (R::Lay::kBytes > 232448) {
+    std::printf("%-14s ring CW%-2d S%d: %d B of shared memory, over the 227 KB a block may have\n", name, CW, S, R::Lay::kBytes);
+    return;
+  }
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, R::Lay::kBytes));
   cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, kernel));
   auto launch = [&](int l, __nv_bfloat16* out, unsigned long long* stamps) {
@@ -382,7 +419,7 @@ void run_ring(const char* name, const std::vector<Layer>& layers, __nv_bfloat16*
   CK(cudaMemcpy(cnt.data(), counters, cnt.size() * 4, cudaMemcpyDeviceToHost));
   unsigned left = 0;
   for (unsigned c : cnt) left |= c;
-  std::printf("%-14s ring CW%-2d S%d (%d regs, %d B shared, %d B stage): inter diff %.2e  y diff %.2e  counters %s", name, CW, S, fa.numRegs, R::Lay::kBytes,
+  std::printf("%-14s ring CW%-2d S%d%s (%d regs, %d B shared, %d B stage): inter diff %.2e  y diff %.2e  counters %s", name, CW, S, LATE ? " late" : "", fa.numRegs, R::Lay::kBytes,
               R::Lay::kStage, rel_diff(ib, ir), rel_diff(yb, y_ref), left == 0 ? "zero" : "NOT ZERO");
   if (reps > 0) {
     const float t = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) launch(l, x + (size_t)(l + 1) * H, nullptr); });
@@ -397,9 +434,9 @@ void run_ring(const char* name, const std::vector<Layer>& layers, __nv_bfloat16*
     CK(cudaMemcpy(st.data(), stamps, st.size() * 8, cudaMemcpyDeviceToHost));
     unsigned long long t0 = ~0ull;
     for (int b = 0; b < sms; ++b) if (st[b * 8]) t0 = std::min(t0, st[b * 8]);
-    const char* names[4] = {"start", "x staged", "gate tiles read", "y stored"};
+    const char* names[5] = {"start", "x staged", "last gate tile reduced", "y stored", "first tile in"};
     std::printf("      trace us (min/median/max over blocks):");
-    for (int k = 0; k < 4; ++k) {
+    for (int k : {0, 1, 4, 2, 3}) {
       std::vector<double> v;
       for (int b = 0; b < sms; ++b) if (st[b * 8 + k] != 0) v.push_back((st[b * 8 + k] - t0) * 1e-3);
       if (v.empty()) continue;
@@ -442,11 +479,12 @@ void compare(const char* name, std::mt19937& rng, int reps, int unrouted) {
     std::printf("%-14s tensor-core pair gu(W%d U%d S%d) dn(W%d U%d S%d): layer %6.2f us (%.1f%% of 3.10 TB/s, %.1f MB)\n", name, PGW, PGU, PGS, PDW, PDU, PDS,
                 t, 100.0 * bytes / (t * 1e3) / 3100.0, bytes / 1e6);
   }
-  run_ring<F, H, I, E, K, 16, 4>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
-  run_ring<F, H, I, E, K, 16, 6>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
   run_ring<F, H, I, E, K, 16, 8>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
-  run_ring<F, H, I, E, K, 24, 6>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
-  run_ring<F, H, I, E, K, 8, 6>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
+  run_ring<F, H, I, E, K, 16, 2, true>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
+  run_ring<F, H, I, E, K, 16, 3, true>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
+  run_ring<F, H, I, E, K, 16, 4, true>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
+  run_ring<F, H, I, E, K, 8, 2, true>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
+  run_ring<F, H, I, E, K, 8, 3, true>(name, layers, x, inter, y, counters, s, reps, sms, inter_ref, y_ref, unrouted, bytes);
   if (reps > 0) {
     const float t = graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) { gu(l, inter); dn(l, x + (size_t)(l + 1) * H); } });
     std::printf("%-14s tensor-core pair again: layer %6.2f us\n", name, t);
@@ -460,6 +498,11 @@ void compare(const char* name, std::mt19937& rng, int reps, int unrouted) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 60;
   std::mt19937 rng(20261125);
+  if (argc > 2 && std::strcmp(argv[2], "nodecode") == 0) {  // the pair and the rings with and without the decode
+    compare<mf::Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 32, 1, 32>("nvfp4", rng, reps, 0);
+    compare<NoDecodeNvfp4, 2048, 768, 128, 8, 8, 2, 4, 32, 1, 32>("nvfp4 nodecode", rng, reps, 0);
+    return 0;
+  }
   if (argc > 2) {  // checks only, with the first mismatches shown: the all-routed NVFP4 layers
     for (int i = 0; i < 3; ++i) compare<mf::Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 32, 1, 32>("nvfp4 check", rng, 0, 0);
     compare<mf::Mxfp4Weights, 2048, 768, 128, 8, 4, 2, 4, 32, 1, 32>("mxfp4 check", rng, 0, 0);
