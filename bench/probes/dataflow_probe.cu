@@ -129,7 +129,7 @@ void compare(const char* name, std::mt19937& rng, int reps, int unrouted, bool e
   CK(cudaMalloc(&inter_tc, (size_t)K * I * 2)); CK(cudaMalloc(&inter_df, (size_t)K * I * 2));
   CK(cudaMalloc(&y_tc, (size_t)H * 2)); CK(cudaMalloc(&y_df, (size_t)H * 2)); CK(cudaMalloc(&y_chk, (size_t)H * 2));
   unsigned* counters; CK(cudaMalloc(&counters, 2 * K * 4)); CK(cudaMemset(counters, 0, 2 * K * 4));
-  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = probe::stream_after_setup();
 
   int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const dim3 ng(mf::ceil_div(I, 8 * (PGW / PGS)), K), nd2(mf::ceil_div(H, 16 * (PDW / PDS)), 1);

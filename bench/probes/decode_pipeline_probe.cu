@@ -618,7 +618,7 @@ struct Bench {
     CK(cudaMalloc(&inter, (size_t)K * I * 2)); CK(cudaMalloc(&inter_ref, (size_t)K * I * 2));
     CK(cudaMalloc(&y, (size_t)H * 2)); CK(cudaMalloc(&y_ref, (size_t)H * 2)); CK(cudaMalloc(&sink, (size_t)(kLayers + 1) * H * 2));
     CK(cudaMalloc(&stamps, (size_t)K * I * 64));
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    s = probe::stream_after_setup();
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     using B = probe::LayerBytes<F, H, I, E>;
     bytes_gu = (double)(B::kGateUpCodes + B::gate_up_scales()) / E * K;

@@ -15,7 +15,7 @@ __global__ void empty_kernel(int* sink) {
 int main() {
   int* sink; CK(cudaMalloc(&sink, 4)); CK(cudaMemset(sink, 0, 4));
   CK(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = probe::stream_after_setup();
   const int grids[][2] = {{128, 256}, {132, 512}, {264, 256}, {384, 256}, {528, 256}, {768, 256}, {768, 128}, {1056, 256}, {1536, 128}, {2112, 128}, {4224, 128}};
   const int smems[] = {0, 100 * 1024};
   std::printf("# per kernel in a chain of 100 (us): grid x threads, shared bytes per block: PDL | plain\n");

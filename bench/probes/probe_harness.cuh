@@ -32,6 +32,18 @@ inline void fill_dev(void* p, size_t bytes, uint32_t seed, uint32_t mask = 0xfff
   CK(cudaGetLastError());
 }
 
+// The stream a probe times on, created once its setup has landed. The setup (fills, pageable
+// cudaMemcpy) runs on the legacy default stream, which a non-blocking stream does not wait for, and a
+// pageable copy may return before its bytes are on the device: ring_layer_probe's first launch once
+// read the previous run's x at the same reused address (bench/NOTES.md, "One kernel fed by the copy
+// engine").
+inline cudaStream_t stream_after_setup() {
+  CK(cudaDeviceSynchronize());
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
 // How a launch is made: with programmatic stream serialization (PDL, as the runtime launches the
 // layer's kernels) or plainly after its predecessor (as `bench router` launches); cooperative; in
 // clusters of `cluster` blocks along x (sizes above 8 allowed).

@@ -776,7 +776,7 @@ void seed_shapes(int reps, std::mt19937& rng, const char* catalogue_name) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : xh) v = float_to_bf16(nd(rng));
   __nv_bfloat16* x; CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
-  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = probe::stream_after_setup();
   const SeedResult base = E == 64 ? seed_run<H, E, 32, 16, 8, 64, 4, 1, 1>(x, w, copies, M, reps, s) : seed_run<H, E, 32, 16, 16, 64, 3, 1, 1>(x, w, copies, M, reps, s);
   std::printf("seed (%d, %d, %d), k=4: catalogue router_tiled (%s) %.2f us\n", M, E, H, catalogue_name, base.us);
   auto report = [&](const char* what, const SeedResult& r) {
@@ -838,7 +838,7 @@ void run(const char* name, int copies, int reps, std::mt19937& rng) {
   float *scores, *tw; int *counters, *ids;
   CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4));
   CK(cudaMalloc(&tw, 4096 * R::kK * 4)); CK(cudaMalloc(&ids, 4096 * R::kK * 4));
-  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = probe::stream_after_setup();
   const dim3 grid(R::kE / R::kEpc), block(32 * R::kW);
   auto wc = [&](int c) { return w + (size_t)c * R::kE * R::kH; };
   auto threads = [](auto rule) { return dim3(decltype(rule)::kAllWarps ? 32 * R::kW : 32); };
@@ -1046,7 +1046,7 @@ void run_pdl(const char* name, int copies, int reps, std::mt19937& rng) {
   float *scores, *tw, *sink; int *counters, *ids;
   CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4));
   CK(cudaMalloc(&tw, copies * R::kK * 4)); CK(cudaMalloc(&ids, copies * R::kK * 4)); CK(cudaMalloc(&sink, 64));
-  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = probe::stream_after_setup();
   const dim3 grid(R::kE / R::kEpc), block(32 * R::kW);
   auto wc = [&](int c) { return w + (size_t)c * R::kE * R::kH; };
   // every call writes its own token's outputs, so the chains' results can be compared call by call
@@ -1186,7 +1186,7 @@ void run_scores_parts(const char* name, int copies, int reps, std::mt19937& rng)
   float *scores, *sink, *tw; int *counters, *ids;
   CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4)); CK(cudaMalloc(&sink, 64));
   CK(cudaMalloc(&tw, 64 * 4)); CK(cudaMalloc(&ids, 64 * 4));
-  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = probe::stream_after_setup();
   const dim3 grid(R::kE / R::kEpc), block(32 * R::kW);
   const size_t wbytes = (size_t)R::kE * R::kH * 2;
   auto wc = [&](int c) { return in.w + (size_t)c * R::kE * R::kH; };
@@ -1235,7 +1235,7 @@ void run_await(const char* name, int copies, int reps, std::mt19937& rng) {
   CK(cudaMalloc(&scores, R::kE * 4)); CK(cudaMalloc(&counters, 4)); CK(cudaMemset(counters, 0, 4));
   CK(cudaMalloc(&scores_await, R::kSplit * R::kE * 4)); CK(cudaMemset(scores_await, 0, R::kSplit * R::kE * 4));
   CK(cudaMalloc(&tw, copies * R::kK * 4)); CK(cudaMalloc(&ids, copies * R::kK * 4)); CK(cudaMalloc(&sink, 64));
-  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = probe::stream_after_setup();
   const dim3 grid(R::kE / R::kEpc), block(32 * R::kW);
   auto wc = [&](int c) { return w + (size_t)c * R::kE * R::kH; };
   auto call = [&](auto kernel, bool pdl, int c) {

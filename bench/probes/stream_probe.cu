@@ -167,7 +167,7 @@ void run() {
   float* sink;
   CK(cudaMalloc(&x, (size_t)kM * kH * 2)); CK(cudaMalloc(&w, w_elems * 2 * copies)); CK(cudaMalloc(&sink, 64));
   probe::fill_dev(x, (size_t)kM * kH * 2, 3); probe::fill_dev(w, w_elems * 2 * copies, 5);
-  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = probe::stream_after_setup();
   const double bytes = (double)kM * kH * 2 + 128.0 * E * kHalf * 2;
   std::printf("E=%d: %d blocks, each 64 rows of x + %d rows of W_r over K/2; %.1f MB moved per call\n", E, kM / kBM * 2, E, bytes * 1e-6);
   constexpr int kRows = kBM + E;

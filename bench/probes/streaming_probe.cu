@@ -143,8 +143,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&p, kDownBytes)); probe::fill_dev(p, kDownBytes, 303 + l); b.dn.push_back(p);
   }
   CK(cudaMalloc(&b.out, 64));
-  cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  CK(cudaDeviceSynchronize());
+  cudaStream_t st = probe::stream_after_setup();
   auto report = [&](const char* name, double bytes, float us) {
     std::printf("  %-44s %7.2f us  %6.0f GB/s\n", name, us, bytes / us / 1e3);
   };

@@ -116,7 +116,7 @@ void compare(const char* name, int m, std::mt19937& rng, int reps, bool time) {
   CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&inter_old, (size_t)m * K * I * 2)); CK(cudaMalloc(&inter_new, (size_t)m * K * I * 2));
   CK(cudaMalloc(&y_old, (size_t)m * H * 2)); CK(cudaMalloc(&y_new, (size_t)m * H * 2));
-  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = probe::stream_after_setup();
 
   const dim3 og(mf::ceil_div(I, 4), m * K), od(mf::ceil_div(H, 4), m);
   const dim3 ng(mf::ceil_div(I, 8 * (GW / GS)), m * K), nd2(mf::ceil_div(H, 16 * (DW / DS)), m);

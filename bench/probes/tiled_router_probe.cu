@@ -109,7 +109,7 @@ void shape(int reps, std::mt19937& rng) {
   __nv_bfloat16 *w, *x;
   CK(cudaMalloc(&w, wh.size() * 2)); CK(cudaMemcpy(w, wh.data(), wh.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&x, xh.size() * 2)); CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
-  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = probe::stream_after_setup();
   const std::vector<int> ref = reference_ids<H, E>(xh, wh, M);
   const Result base = Base::template run<H, E>(x, w, copies, M, reps, s);
   auto report = [&](const char* what, const Result& r) {
