@@ -79,6 +79,41 @@ struct DownLane {
   }
 };
 
+// Weights in shared memory (rows copied by the bulk-copy engine). Bytes of 4-bit rows of length L and their K-block scales; a stage holds 16 rows then their scales.
+template <class F, int L>
+struct Rows {
+  static constexpr int kCodes = L / 2;
+  static constexpr int kScales = F::kBlockScale == mf::BlockScale::kNone ? 0 : (L / F::kBlock) * (F::kBlockScale == mf::BlockScale::kF32 ? 4 : 1);
+  static constexpr int kStage = 16 * (kCodes + kScales);
+  static constexpr int kSteps = L / 128;
+  static_assert(L % 128 == 0, "the probe takes whole 128-code steps");
+  static_assert((8 * kScales) % 16 == 0, "scale runs are whole 16-byte units");
+};
+
+// Raw K-block scales of chunk c (32 codes) of a row in shared memory (load_tile_scales reads global).
+template <class F>
+__device__ __forceinline__ uint32_t smem_scales(const unsigned char* row, int c) {
+  if constexpr (F::kBlockScale == mf::BlockScale::kNone) return 0u;
+  else if constexpr (F::kBlockScale == mf::BlockScale::kF32) return reinterpret_cast<const uint32_t*>(row)[c / 4];
+  else if constexpr (F::kBlock == 16) return reinterpret_cast<const unsigned short*>(row)[c];
+  else return row[c];
+}
+
+// One step (chunk c of rows g and g + 8 of a stage); x words from shared memory (gate_up) or
+// from registers (down).
+template <class F, int L>
+__device__ __forceinline__ mf::TileStep<F> stage_step(const unsigned char* stage, int g, int c) {
+  using R = Rows<F, L>;
+  mf::TileStep<F> st;
+  const uint4 lo = reinterpret_cast<const uint4*>(stage + g * R::kCodes)[c];
+  const uint4 hi = reinterpret_cast<const uint4*>(stage + (g + 8) * R::kCodes)[c];
+  st.lo.w[0] = lo.x; st.lo.w[1] = lo.y; st.lo.w[2] = lo.z; st.lo.w[3] = lo.w;
+  st.hi.w[0] = hi.x; st.hi.w[1] = hi.y; st.hi.w[2] = hi.z; st.hi.w[3] = hi.w;
+  st.lo_scales = smem_scales<F>(stage + 16 * R::kCodes + g * R::kScales, c);
+  st.hi_scales = smem_scales<F>(stage + 16 * R::kCodes + (g + 8) * R::kScales, c);
+  return st;
+}
+
 // One layer's device buffers: gate_up and down codes, K-block scales, FP32 row (or tensor) factors,
 // and the routing of its tokens.
 struct Layer {

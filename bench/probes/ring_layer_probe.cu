@@ -30,22 +30,12 @@
 namespace ring {
 using namespace mf;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void bar_init(uint64_t* b, unsigned n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint64_t* b, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint64_t* b) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory"); }
-__device__ __forceinline__ void bar_wait(uint64_t* b, unsigned parity) {
-  asm volatile("{\n.reg .pred d;\nW_%=:\nmbarrier.try_wait.parity.shared::cta.b64 d, [%0], %1;\n@!d bra W_%=;\n}\n" ::"r"(smem_u32(b)), "r"(parity)
-               : "memory");
-}
-__device__ __forceinline__ void bulk(void* dst, const void* src, unsigned bytes, uint64_t* b) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(bytes), "r"(smem_u32(b)) : "memory");
-}
+using probe::bar_arrive;
+using probe::bar_expect;
+using probe::bar_init;
+using probe::bar_wait;
+using probe::bulk;
+
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
@@ -53,40 +43,8 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 __device__ __forceinline__ void consumers_sync(int cw) { asm volatile("bar.sync 1, %0;\n" ::"r"(32 * cw) : "memory"); }
 
-// Bytes of 4-bit rows of length L and their K-block scales; a stage holds 16 rows then their scales.
-template <class F, int L>
-struct Rows {
-  static constexpr int kCodes = L / 2;
-  static constexpr int kScales = F::kBlockScale == BlockScale::kNone ? 0 : (L / F::kBlock) * (F::kBlockScale == BlockScale::kF32 ? 4 : 1);
-  static constexpr int kStage = 16 * (kCodes + kScales);
-  static constexpr int kSteps = L / 128;
-  static_assert(L % 128 == 0, "the probe takes whole 128-code steps");
-  static_assert((8 * kScales) % 16 == 0, "scale runs are whole 16-byte units");
-};
-
-// Raw K-block scales of chunk c (32 codes) of a row in shared memory (load_tile_scales reads global).
-template <class F>
-__device__ __forceinline__ uint32_t smem_scales(const unsigned char* row, int c) {
-  if constexpr (F::kBlockScale == BlockScale::kNone) return 0u;
-  else if constexpr (F::kBlockScale == BlockScale::kF32) return reinterpret_cast<const uint32_t*>(row)[c / 4];
-  else if constexpr (F::kBlock == 16) return reinterpret_cast<const unsigned short*>(row)[c];
-  else return row[c];
-}
-
-// One step (chunk c of rows g and g + 8 of a stage); x words from shared memory (gate_up) or
-// from registers (down).
-template <class F, int L>
-__device__ __forceinline__ TileStep<F> stage_step(const unsigned char* stage, int g, int c) {
-  using R = Rows<F, L>;
-  TileStep<F> st;
-  const uint4 lo = reinterpret_cast<const uint4*>(stage + g * R::kCodes)[c];
-  const uint4 hi = reinterpret_cast<const uint4*>(stage + (g + 8) * R::kCodes)[c];
-  st.lo.w[0] = lo.x; st.lo.w[1] = lo.y; st.lo.w[2] = lo.z; st.lo.w[3] = lo.w;
-  st.hi.w[0] = hi.x; st.hi.w[1] = hi.y; st.hi.w[2] = hi.z; st.hi.w[3] = hi.w;
-  st.lo_scales = smem_scales<F>(stage + 16 * R::kCodes + g * R::kScales, c);
-  st.hi_scales = smem_scales<F>(stage + 16 * R::kCodes + (g + 8) * R::kScales, c);
-  return st;
-}
+using probe::Rows;
+using probe::stage_step;
 
 template <class F>
 __device__ __forceinline__ StepSums reduce_regs(const TileStep<F>& st, const uint4 (&x)[4]) {

@@ -23,24 +23,12 @@ constexpr int kLayers = 16;
 constexpr size_t kGateUpBytes = 8ull * 1536 * (1024 + 128);  // 8 experts x 1536 rows x (codes + E4M3 scales)
 constexpr size_t kDownBytes = 8ull * 2048 * (384 + 48);
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void bar_init(uint64_t* b, unsigned n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint64_t* b, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint64_t* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(b)) : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t* b, unsigned parity) {
-  asm volatile("{\n.reg .pred d;\nW:\nmbarrier.try_wait.parity.shared::cta.b64 d, [%0], %1;\n@!d bra W;\n}\n" ::"r"(smem_addr(b)),
-               "r"(parity) : "memory");
-}
-__device__ __forceinline__ void bulk(void* dst, const void* src, unsigned bytes, uint64_t* b) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(b)) : "memory");
-}
+using probe::bar_arrive;
+using probe::bar_expect;
+using probe::bar_init;
+using probe::bar_wait;
+using probe::bulk;
+
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
