@@ -789,6 +789,8 @@ void seed_shapes(int reps, std::mt19937& rng, const char* catalogue_name) {
   V(64, 16, 16, 64, 4, 1, 2);
   if constexpr (E == 64) {
     V(64, 32, 16, 64, 4, 4, 2);
+    V(64, 32, 16, 64, 6, 4, 2);  // deeper pipelines: more of each block's bytes in flight
+    V(64, 32, 16, 64, 8, 4, 2);
     V(64, 32, 16, 64, 3, 4, 2);
     V(128, 32, 16, 64, 4, 4, 4);
     report("(64, 32, 16, 64, 4, 4, 2), __cluster_dims__", seed_run<H, E, 64, 32, 16, 64, 4, 4, 2, true, true>(x, w, copies, M, reps, s));
@@ -798,6 +800,9 @@ void seed_shapes(int reps, std::mt19937& rng, const char* catalogue_name) {
   } else {
     V(64, 32, 16, 64, 4, 2, 2);
     V(64, 32, 16, 64, 3, 2, 2);
+    V(64, 32, 16, 64, 6, 2, 2);  // deeper pipelines: more of each block's bytes in flight
+    V(64, 32, 16, 64, 8, 2, 2);
+    V(64, 32, 16, 64, 6, 4, 2);
     V(128, 32, 16, 64, 4, 2, 4);
   }
 #undef V
