@@ -4,20 +4,24 @@ import dev.moeforge.codegen.cuda.CudaEmitter;
 import dev.moeforge.codegen.cuda.GeneratedKernel;
 import dev.moeforge.codegen.cuda.LaunchGeometry;
 import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.text.SpecParser;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.compile.CompileResult;
 import dev.moeforge.runtime.compile.CudaSource;
+import dev.moeforge.runtime.compile.PtxasReport;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaFunction;
 import dev.moeforge.runtime.cuda.CudaModule;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.logging.Logger;
 
 /**
  * Spec to launchable kernel on one device: generate, compile through the content-addressed
@@ -25,6 +29,7 @@ import java.util.concurrent.ConcurrentHashMap;
  * device's architecture, so the catalogue's text loads on any supported GPU.
  */
 public final class KernelRuntime implements AutoCloseable {
+    private static final Logger LOG = Logger.getLogger(KernelRuntime.class.getName());
     private final CudaContext context;
     private final KernelCache cache;
     private final Target target;
@@ -91,7 +96,36 @@ public final class KernelRuntime implements AutoCloseable {
         if (shared > 48 * 1024) {
             function.setMaxDynamicSharedBytes(shared);
         }
-        return new KernelHandle(spec, generated.specText(), function, compiled.report().function(spec.name()));
+        PtxasReport.FunctionResources resources = compiled.report().function(spec.name());
+        spillWarning(spec, resources).ifPresent(LOG::warning);
+        return new KernelHandle(spec, generated.specText(), function, resources);
+    }
+
+    /**
+     * What to tell the author of a kernel that ptxas made spill registers to local memory: it still
+     * computes the right thing, but slower (nvcc 13.0: 32-warp tensor-core downs of E2M1 weights from
+     * k_unroll 3; bench/NOTES.md, "Which tensor-core downs spill"). Empty when nothing spilled.
+     */
+    static Optional<String> spillWarning(KernelSpec spec, PtxasReport.FunctionResources resources) {
+        if (!resources.spills()) {
+            return Optional.empty();
+        }
+        String remedy = switch (spec.schedule()) {
+            case Schedule.OutputCentric s -> "fewer loads in flight (k_unroll " + s.kUnroll() + "), fewer warps per block (warps_per_cta "
+                    + s.warpsPerCta() + ") or no blocks-per-SM promise (min_blocks_per_sm " + s.minBlocksPerSm() + ")";
+            case Schedule.OutputTensorCore s -> "fewer steps in flight (k_unroll " + s.kUnroll() + "; a warp holds two groups of them), "
+                    + "fewer warps per block (warps_per_cta " + s.warpsPerCta() + ") or no blocks-per-SM promise (min_blocks_per_sm "
+                    + s.minBlocksPerSm() + ")";
+            case Schedule.RouterGemv s -> "fewer loads in flight (k_unroll " + s.kUnroll() + ") or fewer warps per block (warps_per_cta "
+                    + s.warpsPerCta() + ")";
+            case Schedule.RouterCluster s -> "fewer loads in flight (k_unroll " + s.kUnroll() + ") or fewer warps per block (warps_per_cta "
+                    + s.warpsPerCta() + ")";
+            case Schedule.RouterTiled s -> "fewer tokens per warp (tokens_per_warp " + s.tokensPerWarp() + ") or fewer warps per block "
+                    + "(warps_per_cta " + s.warpsPerCta() + ")";
+        };
+        return Optional.of(spec.name() + " (" + spec.target().text() + ") spills " + resources.spillStoreBytes() + " bytes of stores and "
+                + resources.spillLoadBytes() + " bytes of loads per thread to local memory at " + resources.registers()
+                + " registers: it computes the same outputs, more slowly. ptxas has more registers per thread with " + remedy + ".");
     }
 
     @Override
