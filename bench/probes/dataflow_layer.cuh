@@ -19,6 +19,7 @@
 // clears it.
 #pragma once
 
+#include "expert_probe.cuh"
 #include "moeforge_device.cuh"
 
 namespace mf {
@@ -41,18 +42,6 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 }
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// One step of a tile with the activations in registers (b[q] = word q of the chunk, mma order).
-__device__ __forceinline__ void tile_step_regs(float (&d0)[4], float (&d1)[4], const uint32_t (&lo)[16], const uint32_t (&hi)[16],
-                                               const uint4 (&b)[4]) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const uint32_t a0[4] = {lo[4 * q], hi[4 * q], lo[4 * q + 1], hi[4 * q + 1]};
-    const uint32_t a1[4] = {lo[4 * q + 2], hi[4 * q + 2], lo[4 * q + 3], hi[4 * q + 3]};
-    mma_bf16_16816(d0, a0, b[q].x, b[q].y);
-    mma_bf16_16816(d1, a1, b[q].z, b[q].w);
-  }
 }
 
 template <class F, int H, int I, int K, int GW>
@@ -233,7 +222,7 @@ __device__ __forceinline__ void dataflow_mlp(const __nv_bfloat16* __restrict__ x
         a_hi[4 * q] = h.x; a_hi[4 * q + 1] = h.y; a_hi[4 * q + 2] = h.z; a_hi[4 * q + 3] = h.w;
       }
       float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      tile_step_regs(d0, d1, a_lo, a_hi, b);
+      probe::tile_step_regs(d0, d1, a_lo, a_hi, b);
       float s_lo = d0[0] + d1[0], s_hi = d0[2] + d1[2];
       if constexpr (D::kStepScale) {
         const float2 sc = my_scales[s * 32 + lane];

@@ -18,16 +18,7 @@
 #include <random>
 #include <vector>
 
-// NVFP4 with the decode replaced by one XOR per pair (wrong values; timing only): how much of the
-// tensor-core kernels' time the E2M1 decode and scale take.
-struct NoDecodeNvfp4 : mf::Nvfp4Weights {};
-namespace mf {
-template <>
-__device__ __forceinline__ void decode_tile_chunk<NoDecodeNvfp4>(const Lane<16>& codes, uint32_t raw_scales, uint32_t (&p)[16]) {
-#pragma unroll
-  for (int i = 0; i < 16; ++i) p[i] = codes.w[i & 3] ^ (raw_scales << (i & 7));
-}
-}  // namespace mf
+using probe::NoDecodeNvfp4;
 
 namespace {
 constexpr int kLayers = 16;

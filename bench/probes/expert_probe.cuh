@@ -1,5 +1,7 @@
 // Probe helpers (not part of the toolkit) shared by the expert-layer probes (tensor_core_probe.cu,
-// dataflow_probe.cu): random 4-bit layers on the device, bf16 conversions, output differences.
+// dataflow_probe.cu, decode_pipeline_probe.cu, ring_layer_probe.cu, coresident_down_probe.cu): random
+// 4-bit layers on the device, the catalogue's tensor-core kernels as launched, 4-bit rows in shared
+// memory and a step of them with the activations in registers, bf16 conversions, output differences.
 #pragma once
 
 #include "moeforge_device.cuh"
@@ -114,6 +116,22 @@ __device__ __forceinline__ mf::TileStep<F> stage_step(const unsigned char* stage
   return st;
 }
 
+// One step of a tile with the activations in registers (b[q] = word q of the chunk, mma order).
+__device__ __forceinline__ void tile_step_regs(float (&d0)[4], float (&d1)[4], const uint32_t (&lo)[16], const uint32_t (&hi)[16],
+                                               const uint4 (&b)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint32_t a0[4] = {lo[4 * q], hi[4 * q], lo[4 * q + 1], hi[4 * q + 1]};
+    const uint32_t a1[4] = {lo[4 * q + 2], hi[4 * q + 2], lo[4 * q + 3], hi[4 * q + 3]};
+    mf::mma_bf16_16816(d0, a0, b[q].x, b[q].y);
+    mf::mma_bf16_16816(d1, a1, b[q].z, b[q].w);
+  }
+}
+
+// NVFP4 with the decode replaced by one XOR per pair (wrong values; timing only): how much of the
+// tensor-core kernels' time the E2M1 decode and scale take.
+struct NoDecodeNvfp4 : mf::Nvfp4Weights {};
+
 // One layer's device buffers: gate_up and down codes, K-block scales, FP32 row (or tensor) factors,
 // and the routing of its tokens.
 struct Layer {
@@ -211,3 +229,11 @@ inline double rel_diff(const std::vector<uint16_t>& a, const std::vector<uint16_
 }
 
 }  // namespace probe
+
+namespace mf {
+template <>
+__device__ __forceinline__ void decode_tile_chunk<probe::NoDecodeNvfp4>(const Lane<16>& codes, uint32_t raw_scales, uint32_t (&p)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) p[i] = codes.w[i & 3] ^ (raw_scales << (i & 7));
+}
+}  // namespace mf

@@ -52,13 +52,7 @@ __device__ __forceinline__ StepSums reduce_regs(const TileStep<F>& st, const uin
   decode_tile_chunk<F>(st.lo, st.lo_scales, a_lo);
   decode_tile_chunk<F>(st.hi, st.hi_scales, a_hi);
   float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const uint32_t a0[4] = {a_lo[4 * q], a_hi[4 * q], a_lo[4 * q + 1], a_hi[4 * q + 1]};
-    const uint32_t a1[4] = {a_lo[4 * q + 2], a_hi[4 * q + 2], a_lo[4 * q + 3], a_hi[4 * q + 3]};
-    mma_bf16_16816(d0, a0, x[q].x, x[q].y);
-    mma_bf16_16816(d1, a1, x[q].z, x[q].w);
-  }
+  probe::tile_step_regs(d0, d1, a_lo, a_hi, x);
   StepSums s{d0[0] + d1[0], d0[2] + d1[2]};
   if constexpr (TileDecode<F>::kStepScale) {
     s.lo *= __uint_as_float(st.lo_scales);
@@ -316,15 +310,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) ring_layer(Args a, unsigned 
 
 }  // namespace ring
 
-// NVFP4 with the decode replaced by one XOR per pair (wrong values; timing only), as in dataflow_probe.
-struct NoDecodeNvfp4 : mf::Nvfp4Weights {};
-namespace mf {
-template <>
-__device__ __forceinline__ void decode_tile_chunk<NoDecodeNvfp4>(const Lane<16>& codes, uint32_t raw_scales, uint32_t (&p)[16]) {
-#pragma unroll
-  for (int i = 0; i < 16; ++i) p[i] = codes.w[i & 3] ^ (raw_scales << (i & 7));
-}
-}  // namespace mf
+using probe::NoDecodeNvfp4;
 
 namespace {
 constexpr int kLayers = 16;
