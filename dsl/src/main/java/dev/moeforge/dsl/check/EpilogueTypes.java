@@ -44,8 +44,7 @@ public final class EpilogueTypes {
             types.typeOf(root, "epilogue");
             return;
         }
-        types.typeOf(root, "epilogue");
-        ValueType stored = types.typeOf(store.input(), "epilogue.store.input");
+        ValueType stored = types.typeOf(root, "epilogue");  // a store's type is its input's: the tree is typed once
         if (stored == null) {
             return;
         }
@@ -111,8 +110,9 @@ public final class EpilogueTypes {
                 yield l;
             }
             case Scale s -> {
-                if (!Double.isFinite(s.factor())) {
-                    errors.add(new SpecError(path + ".scale.factor", Double.toString(s.factor()), "a finite number"));
+                if (!Float.isFinite((float) s.factor())) {  // the kernels multiply in FP32
+                    errors.add(new SpecError(path + ".scale.factor", Double.toString(s.factor()),
+                            "a finite number within FP32's range (magnitude at most " + Float.MAX_VALUE + ")"));
                 }
                 yield typeOf(s.input(), path + ".scale.input");
             }

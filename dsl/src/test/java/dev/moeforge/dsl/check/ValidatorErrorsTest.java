@@ -41,6 +41,8 @@ class ValidatorErrorsTest {
             for (String fragment : fragments) {
                 assertTrue(e.getMessage().contains(fragment), "no '" + fragment + "' in:\n" + e.getMessage());
             }
+            // each problem once: a tree is typed once, not once per enclosing node
+            assertEquals(e.errors().size(), new java.util.HashSet<>(e.errors()).size(), "a problem reported twice in:\n" + e.getMessage());
         }));
     }
 

@@ -80,6 +80,9 @@ public final class RouterKernel implements AutoCloseable {
             throw new IllegalArgumentException("router " + handle.spec().name() + " takes the rows " + rowParams + ", given "
                     + rows.keySet());
         }
+        Map<String, Long> lengths = new java.util.TreeMap<>();
+        rows.forEach((name, buffer) -> lengths.put(name, buffer.elements()));
+        requireRowLengths(handle.spec().name(), problem.experts(), lengths);
         List<DeviceBuffer> args = new ArrayList<>();
         int output = 0;
         for (KernelParam p : handle.signature().tensors()) {
@@ -96,6 +99,21 @@ public final class RouterKernel implements AutoCloseable {
                     + outputs.length + " buffers given");
         }
         handle.launch(stream, order, tokens, args.toArray(DeviceBuffer[]::new));
+    }
+
+    /**
+     * A {@code row(name)} holds one value per expert, so its buffer must hold exactly E values: a
+     * shorter one would be read past its end, and a longer one (e.g. a bias of another layer's E)
+     * is a mistake the kernel could not see. The spec cannot get this wrong (a row is E wide by
+     * construction); the buffer can, so the check is here.
+     */
+    static void requireRowLengths(String router, int experts, Map<String, Long> lengths) {
+        lengths.forEach((name, elements) -> {
+            if (elements != experts) {
+                throw new IllegalArgumentException("router " + router + ": row(" + name + ") holds one fp32 value per expert, "
+                        + "exactly " + experts + "; the buffer given holds " + elements);
+            }
+        });
     }
 
     /** Whether the kernel adds to an {@code expert_counts} output (zero it per step with {@link #zeroCounts}). */

@@ -81,6 +81,83 @@ class FormatGpuTest extends GpuSession {
             }
             """;
 
+    /**
+     * The tensor-core kernels' decoder (decode_tile_chunk): thread b decodes four words whose nibble i
+     * of word q is code (b + 8q + i) & 15, so that every code sits at every position over the
+     * threads, with block scale byte b (NVFP4: words 0-1, and (b + 77) & 255 for words 2-3; MXFP4:
+     * all four words), and writes the 32 values (bf16x2 pair j of word q holds nibbles j and j + 4)
+     * as floats. NVFP4's bf16 values carry 2^-9 (TileDecode::kUnscale takes it back with the row
+     * factor); INT4's block scales multiply the sums instead, so it decodes the codes alone.
+     */
+    static final String TILE_DECODE_KERNELS = """
+            #include "moeforge_device.cuh"
+            template <class F>
+            __device__ void tile_decode(uint32_t raw_scales, float* out) {
+              const uint32_t b = threadIdx.x;
+              mf::Lane<16> codes;
+              for (int q = 0; q < 4; ++q) {
+                uint32_t w = 0;
+                for (uint32_t i = 0; i < 8; ++i) w |= ((b + 8 * q + i) & 0xfu) << (4 * i);
+                codes.w[q] = w;
+              }
+              uint32_t p[16];
+              mf::decode_tile_chunk<F>(codes, raw_scales, p);
+              for (int i = 0; i < 16; ++i) {
+                out[32 * b + 2 * i] = __uint_as_float(p[i] << 16);
+                out[32 * b + 2 * i + 1] = __uint_as_float(p[i] & 0xffff0000u);
+              }
+            }
+            extern "C" __global__ void tile_decode_all(float* nvfp4, float* mxfp4, float* int4) {
+              const uint32_t b = threadIdx.x;  // 256 threads
+              tile_decode<mf::Nvfp4Weights>(b | (((b + 77) & 0xffu) << 8), nvfp4);
+              tile_decode<mf::Mxfp4Weights>(b, mxfp4);
+              tile_decode<mf::Int4ChannelWeights>(0u, int4);
+            }
+            """;
+
+    @Test
+    void tensorCoreDecoderMatchesJavaOnEveryCodeAndScale() {
+        CudaSource source = new CudaSource("tile_decode_all.cu", TILE_DECODE_KERNELS,
+                Map.of(DeviceHeader.FILE_NAME, DeviceHeader.content()), "");
+        try (CudaModule module = CudaModule.load(new NvccCompiler().compile(source, runtime.target()).cubin());
+             DeviceBuffer nvfp4 = DeviceBuffer.allocate(DType.FP32, 256 * 32);
+             DeviceBuffer mxfp4 = DeviceBuffer.allocate(DType.FP32, 256 * 32);
+             DeviceBuffer int4 = DeviceBuffer.allocate(DType.FP32, 256 * 32)) {
+            nvfp4.fillBytes16((short) 0x7FC0);
+            mxfp4.fillBytes16((short) 0x7FC0);
+            int4.fillBytes16((short) 0x7FC0);
+            module.function("tile_decode_all").launch(1, 1, 1, 256, 1, 1, 0, stream, nvfp4, mxfp4, int4);
+            stream.synchronize();
+            checkTileCodes(nvfp4, "NVFP4", (code, b, q) -> Minifloat.E2M1.decode(code)
+                    * Minifloat.E4M3.decode(q < 2 ? b : (b + 77) & 0xFF) * 0x1p-9f);
+            checkTileCodes(mxfp4, "MXFP4", (code, b, q) -> Minifloat.E2M1.decode(code) * E8M0.decode(b));
+            checkTileCodes(int4, "INT4", (code, b, q) -> (code ^ 8) - 8);
+        }
+    }
+
+    @FunctionalInterface
+    interface TileValue {
+        float apply(int code, int scaleByte, int word);
+    }
+
+    /** Thread b's values: pair j of word q at out[32 b + 8 q + 2 j] (nibble j) and + 1 (nibble j + 4). */
+    private static void checkTileCodes(DeviceBuffer out, String name, TileValue expected) {
+        float[] got = new float[256 * 32];
+        out.copyTo(got);
+        for (int b = 0; b < 256; b++) {
+            for (int q = 0; q < 4; q++) {
+                for (int j = 0; j < 4; j++) {
+                    for (int half = 0; half < 2; half++) {
+                        int nibble = j + 4 * half;
+                        int code = (b + 8 * q + nibble) & 0xF;
+                        assertSameFloat(expected.apply(code, b, q), got[32 * b + 8 * q + 2 * j + half],
+                                name + " code " + code + " with scale byte " + b + " (word " + q + ", nibble " + nibble + ")");
+                    }
+                }
+            }
+        }
+    }
+
     @Test
     void deviceDecodersMatchJavaOnEveryCodePoint() {
         CudaSource source = new CudaSource("decode_all.cu", DECODE_KERNELS,
@@ -276,8 +353,12 @@ class FormatGpuTest extends GpuSession {
             }
             ExpertShape s = g.shape();
             long seed = RUN_SEED + 31L * WeightFormat.ALL.indexOf(f) + g.name().hashCode();
-            EncodedWeights gu = EncodedWeights.encode(f, RowSource.normal(seed, 2 * s.intermediate(), 1.0 / Math.sqrt(s.hidden())),
-                    s.experts(), 2 * s.intermediate(), s.hidden(), Projections.of(g.layout()), "gate_up");
+            RowSource gateUpRows = RowSource.normal(seed, 2 * s.intermediate(), 1.0 / Math.sqrt(s.hidden()));
+            if (f == WeightFormat.NVFP4) {
+                gateUpRows = upRowsLarger(gateUpRows, g.layout(), s.intermediate());
+            }
+            EncodedWeights gu = EncodedWeights.encode(f, gateUpRows, s.experts(), 2 * s.intermediate(), s.hidden(),
+                    Projections.of(g.layout()), "gate_up");
             EncodedWeights dn = EncodedWeights.encode(f, RowSource.normal(seed + 1, s.hidden(), 1.0 / Math.sqrt(s.intermediate())),
                     s.experts(), s.hidden(), s.intermediate(), Projections.ONE, "down");
             if (g.bias()) {
@@ -291,6 +372,26 @@ class FormatGpuTest extends GpuSession {
             }
         }
         return weights;
+    }
+
+    /**
+     * Up rows drawn 4 times as large as gate rows: NVFP4's per-tensor scales of gate and up then differ
+     * 4-fold (ModelOpt keeps one per projection), so a kernel that applied one projection's scale to
+     * the other's rows would be off by 4x instead of by the few percent two random draws differ.
+     */
+    static RowSource upRowsLarger(RowSource rows, GateUpLayout layout, int intermediate) {
+        return (expert, row, out) -> {
+            rows.row(expert, row, out);
+            boolean up = switch (layout) {
+                case STACKED -> row >= intermediate;
+                case INTERLEAVED -> (row & 1) == 1;
+            };
+            if (up) {
+                for (int i = 0; i < out.length; i++) {
+                    out[i] *= 4.0f;
+                }
+            }
+        };
     }
 
     /** gpt-oss's layer at a small geometry, as a checkpoint under its real names. */

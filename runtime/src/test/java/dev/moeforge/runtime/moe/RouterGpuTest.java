@@ -76,7 +76,10 @@ class RouterGpuTest extends GpuSession {
                     new int[] {2}),
             // the seed's six (M, N, K) shapes, top-4, softmax over the top-4
             seed(512, 8, 128), seed(512, 16, 128), seed(1024, 64, 512), seed(2048, 128, 1024), seed(4096, 64, 2048),
-            seed(4096, 128, 2048));
+            seed(4096, 128, 2048),
+            // the largest k the issue names, and a k that is not a power of two above 10
+            new Case("e512_softmax_renorm_k16", 2048, 512, RoutingRules.softmaxTopKRenormalized(16, DType.FP32), new int[] {1, 9}),
+            new Case("e256_softmax_renorm_k13", 1024, 256, RoutingRules.softmaxTopKRenormalized(13, DType.FP32), new int[] {1, 20}));
 
     static Case seed(int m, int n, int k) {
         return new Case("seed_" + m + "x" + n + "x" + k, k, n, new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32), new int[] {m});
@@ -190,8 +193,36 @@ class RouterGpuTest extends GpuSession {
         // softmax over all experts first: every probability is NaN, so the k lowest ids tie
         Case softmaxFirst = new Case("nan_softmax_first", hidden, experts, RoutingRules.softmaxTopKRenormalized(4, DType.FP32), new int[] {2});
         KernelSpec s2 = spec(softmaxFirst, schedule).withName("r_nan_softmax_first_s" + schedule);
-        RouterReference.Result ref = check(s2, softmaxFirst, 2, x, w, Map.of(), "NaN, softmax first, seed=" + seed);
+        RouterReference.Result ref = check(s2, softmaxFirst, 2, x, w, Map.of(), "NaN, softmax first, seed=" + seed).ref();
         assertArrayEquals(new int[] {0, 1, 2, 3}, ((RouterReference.Selection) ref.stored()[0]).ids());
+    }
+
+    /**
+     * Exact ties: experts 3, 9 and 17 share one weight row, aligned with the token so that they lead
+     * every other expert by far. The lower index wins on the GPU as in the reference, decode and tiled
+     * alike (the random cases only meet near-ties, where either order is accepted).
+     */
+    @ParameterizedTest(name = "schedule {0}")
+    @MethodSource("decodeAndTiled")
+    void exactTiesGoToTheLowerExpert(int schedule) {
+        long seed = System.nanoTime();
+        int hidden = 256;
+        int experts = 32;
+        int tokens = 2;
+        short[] token = RandomInputs.bf16Normal(seed, hidden, 1.0);
+        short[] x = new short[tokens * hidden];
+        for (int t = 0; t < tokens; t++) {
+            System.arraycopy(token, 0, x, t * hidden, hidden);
+        }
+        short[] w = RandomInputs.bf16Normal(seed + 1, experts * hidden, 1.0 / Math.sqrt(hidden));
+        for (int e : new int[] {17, 3, 9}) {
+            System.arraycopy(token, 0, w, e * hidden, hidden);
+        }
+        Case tie = new Case("ties_k2_of_3", hidden, experts, RoutingRules.softmaxTopKRenormalized(2, DType.FP32), new int[] {tokens});
+        KernelSpec spec = spec(tie, schedule).withName("r_ties_s" + schedule);
+        Checked checked = check(spec, tie, tokens, x, w, Map.of(), "exact ties, seed=" + seed);
+        assertArrayEquals(new int[] {3, 9}, ((RouterReference.Selection) checked.ref().stored()[0]).ids(), "reference");
+        assertArrayEquals(new int[] {3, 9, 3, 9}, checked.ids(), "GPU ids with experts 3, 9 and 17 tied at the top, seed=" + seed);
     }
 
     /** The expert histogram counts every routed (token, slot), and a graph zeroes and refills it each replay. */
@@ -240,8 +271,10 @@ class RouterGpuTest extends GpuSession {
         }
     }
 
-    private RouterReference.Result check(KernelSpec spec, Case c, int tokens, short[] x, short[] w, Map<String, float[]> rows,
-                                         String where) {
+    /** The reference's result and the GPU's ids (empty for a dense router) of one checked launch. */
+    record Checked(RouterReference.Result ref, int[] ids) {}
+
+    private Checked check(KernelSpec spec, Case c, int tokens, short[] x, short[] w, Map<String, float[]> rows, String where) {
         RouterKernel router = new RouterKernel(runtime.load(spec), tokens);
         RouterReference.Result ref = RouterReference.run(spec, x, WeightRows.bf16(w, 1, c.experts(), c.hidden()), rows);
         Store store = (Store) spec.epilogue();
@@ -287,10 +320,10 @@ class RouterGpuTest extends GpuSession {
                 assertArrayEquals(new int[scoreWords.length], scoreWords, "scores workspace not left at zero: " + where);
             }
             deviceRows.values().forEach(DeviceBuffer::close);
+            return new Checked(ref, k > 0 ? gotIds : new int[0]);
         } finally {
             router.close();
         }
-        return ref;
     }
 
     private static void compare(KernelSpec spec, RouterReference.Result ref, Map<String, float[]> rows, int k, int experts,
