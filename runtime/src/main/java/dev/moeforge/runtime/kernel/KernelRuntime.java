@@ -97,7 +97,10 @@ public final class KernelRuntime implements AutoCloseable {
             function.setMaxDynamicSharedBytes(shared);
         }
         PtxasReport.FunctionResources resources = compiled.report().function(spec.name());
-        spillWarning(spec, resources).ifPresent(LOG::warning);
+        Optional<String> spilled = spillWarning(spec, resources);
+        if (spilled.isPresent()) {  // logged from here, so that the record names this method as its source
+            LOG.warning(spilled.get());
+        }
         return new KernelHandle(spec, generated.specText(), function, resources);
     }
 
