@@ -5,6 +5,7 @@ import dev.moeforge.dsl.ir.WeightFormat.BlockScale;
 import dev.moeforge.dsl.ir.WeightFormat.RowScale;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.Arrays;
 import java.util.stream.IntStream;
 
 /**
@@ -53,8 +54,9 @@ public record EncodedWeights(WeightFormat format, int experts, int rows, int col
      * the result does not depend on the thread count.
      *
      * @param tensor the tensor's name, for errors
-     * @throws IllegalArgumentException naming the tensor and the first index of a NaN or infinity,
-     *                                  or a row length that is not whole blocks of the format
+     * @throws NonFiniteWeightException naming the tensor and the first index (in {@code [E][N][K]} of
+     *                                   {@code source}) of a NaN or infinity
+     * @throws IllegalArgumentException naming the tensor, for a row length that is not whole blocks of the format
      */
     public static EncodedWeights encode(WeightFormat format, RowSource source, int experts, int rows, int cols,
                                         Projections projections, String tensor) {
@@ -81,13 +83,57 @@ public record EncodedWeights(WeightFormat format, int experts, int rows, int col
         for (int e = 0; e < experts; e++) {
             if (firstBad[e] >= 0) {
                 long i = firstBad[e];
-                float v = encoder.valueAt(e, i);
-                throw new IllegalArgumentException("tensor " + tensor + ": " + (Float.isNaN(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf")
-                        + " at [" + e + ", " + i / cols + ", " + i % cols + "]; weights to quantise must be finite");
+                throw new NonFiniteWeightException(tensor, e, (int) (i / cols), (int) (i % cols), encoder.valueAt(e, i));
             }
         }
         IntStream.range(0, experts).parallel().forEach(encoder::encodeExpert);
         return new EncodedWeights(format, experts, rows, cols, projections, codes, blockScales, rowScales);
+    }
+
+    /**
+     * A NaN or infinite weight given to {@link #encode}, at {@code [expert, row, col]} of the
+     * {@link RowSource}'s {@code [E][N][K]}. A caller whose rows come from a tensor of another layout
+     * (a slice, a 2-D weight, a transposed one) names the stored index with {@link #messageAt}.
+     */
+    public static final class NonFiniteWeightException extends IllegalArgumentException {
+        private final int expert;
+        private final int row;
+        private final int col;
+        private final float value;
+
+        public NonFiniteWeightException(String tensor, int expert, int row, int col, float value) {
+            super(message(tensor, value, expert, row, col));
+            this.expert = expert;
+            this.row = row;
+            this.col = col;
+            this.value = value;
+        }
+
+        private static String message(String tensor, float value, long... index) {
+            return "tensor " + tensor + ": " + (Float.isNaN(value) ? "NaN" : value > 0 ? "+Inf" : "-Inf") + " at "
+                    + Arrays.toString(index) + "; weights to quantise must be finite";
+        }
+
+        /** This message for the same value at {@code index} of {@code tensor}, e.g. the tensor the rows were read from. */
+        public String messageAt(String tensor, long... index) {
+            return message(tensor, value, index);
+        }
+
+        public int expert() {
+            return expert;
+        }
+
+        public int row() {
+            return row;
+        }
+
+        public int col() {
+            return col;
+        }
+
+        public float value() {
+            return value;
+        }
     }
 
     /** BF16 weights given as bits, row-major {@code [E][N][K]}. */

@@ -162,10 +162,18 @@ public final class QuantizeCommand implements Callable<Integer> {
 
     // ---------------------------------------------------------------- the conversion
 
+    /** Where element {@code [expert, row, col]} of a job's rows is in the stored tensor: its index there. */
+    @FunctionalInterface
+    private interface StoredIndex {
+        long[] of(int expert, int row, int col);
+    }
+
     /** One {@link EncodedWeights#encode} call and the tensors its result is written as. */
     private static final class Job {
         final int order;
         final String label;       // the tensor name the encoder's errors carry
+        final String tensor;      // the stored tensor the rows are read from
+        final StoredIndex stored;
         final Path file;
         final String group;       // the layer's experts prefix: jobs of one group are encoded together
         final RowSource source;
@@ -177,10 +185,12 @@ public final class QuantizeCommand implements Callable<Integer> {
         int remaining;
         boolean done;
 
-        Job(int order, String label, Path file, String group, RowSource source, int experts, int rows, int cols,
-            List<ExpertTensors.Entry> outputs) {
+        Job(int order, String label, String tensor, StoredIndex stored, Path file, String group, RowSource source,
+            int experts, int rows, int cols, List<ExpertTensors.Entry> outputs) {
             this.order = order;
             this.label = label;
+            this.tensor = tensor;
+            this.stored = stored;
             this.file = file;
             this.group = group;
             this.source = source;
@@ -194,6 +204,9 @@ public final class QuantizeCommand implements Callable<Integer> {
         void encode(WeightFormat format) {
             try {
                 result = EncodedWeights.encode(format, source, experts, rows, cols, Projections.ONE, label);
+            } catch (EncodedWeights.NonFiniteWeightException e) {
+                // the index in the tensor as stored, not in this job's (sliced, transposed) rows
+                throw new CheckpointException(file + ": " + e.messageAt(tensor, stored.of(e.expert(), e.row(), e.col())), e);
             } catch (IllegalArgumentException e) {
                 throw new CheckpointException(file + ": " + e.getMessage(), e);
             }
@@ -293,8 +306,8 @@ public final class QuantizeCommand implements Callable<Integer> {
                 straddle |= format.blockScale().blockRows() && !proj.equals("down_proj") && !proj.equals("w2") && rows % 128 != 0;
                 checkBlocks(ckpt, name, format, cols);
                 RowSource src = rows(ckpt.data(name), t.dtype(), 0, 0, cols, 1);
-                jobs.add(new Job(jobs.size(), name, ckpt.fileOf(name).path(), group, src, 1, rows, cols,
-                        ExpertTensors.perExpert(format, base, rows, cols)));
+                jobs.add(new Job(jobs.size(), name, name, (x, n, k) -> new long[] {n, k}, ckpt.fileOf(name).path(), group,
+                        src, 1, rows, cols, ExpertTensors.perExpert(format, base, rows, cols)));
                 items.add(jobs.getLast());
                 before += t.byteSize();
                 expertTensors++;
@@ -448,16 +461,20 @@ public final class QuantizeCommand implements Callable<Integer> {
             for (int x = 0; x < e; x++) {
                 String base = prefix + "." + x + ".";
                 long guBase = (long) x * a * b;
-                jobs.add(new Job(jobs.size(), guName + " (expert " + x + ", gate rows 0.." + (i - 1) + ")", guFile, prefix,
+                int expert = x;
+                jobs.add(new Job(jobs.size(), guName + " (expert " + x + ", gate rows 0.." + (i - 1) + ")", guName,
+                        (ignored, n, k) -> new long[] {expert, n, k}, guFile, prefix,
                         rows(guData, gu.dtype(), guBase, 0, h, 1), 1, i, h,
                         ExpertTensors.perExpert(format, base + "gate_proj", i, h)));
-                jobs.add(new Job(jobs.size(), guName + " (expert " + x + ", up rows " + i + ".." + (2 * i - 1) + ")", guFile, prefix,
+                jobs.add(new Job(jobs.size(), guName + " (expert " + x + ", up rows " + i + ".." + (2 * i - 1) + ")", guName,
+                        (ignored, n, k) -> new long[] {expert, i + n, k}, guFile, prefix,
                         rows(guData, gu.dtype(), guBase + (long) i * h, 0, h, 1), 1, i, h,
                         ExpertTensors.perExpert(format, base + "up_proj", i, h)));
             }
             for (int x = 0; x < e; x++) {
-                jobs.add(new Job(jobs.size(), dnName + " (expert " + x + ")", dnFile, prefix,
-                        rows(dnData, dn.dtype(), (long) x * c * d, 0, i, 1), 1, h, i,
+                int expert = x;
+                jobs.add(new Job(jobs.size(), dnName + " (expert " + x + ")", dnName, (ignored, n, k) -> new long[] {expert, n, k},
+                        dnFile, prefix, rows(dnData, dn.dtype(), (long) x * c * d, 0, i, 1), 1, h, i,
                         ExpertTensors.perExpert(format, prefix + "." + x + ".down_proj", h, i)));
             }
         } else if (b == 2 * c && a == d) {  // gpt-oss [E, H, 2I] + [E, I, H], gate/up interleaved
@@ -471,9 +488,12 @@ public final class QuantizeCommand implements Callable<Integer> {
             checkBlocks(ckpt, guName, format, h);
             checkBlocks(ckpt, dnName, format, i);
             // output row n, input column k of expert x is stored at [x][k][n]
-            jobs.add(new Job(jobs.size(), guName, guFile, prefix, rows(guData, gu.dtype(), 0, (long) h * 2 * i, 1, 2 * i),
+            StoredIndex transposed = (x, n, k) -> new long[] {x, k, n};
+            jobs.add(new Job(jobs.size(), guName, guName, transposed, guFile, prefix,
+                    rows(guData, gu.dtype(), 0, (long) h * 2 * i, 1, 2 * i),
                     e, 2 * i, h, ExpertTensors.gptOssMxfp4(prefix, "gate_up_proj", e, 2 * i, h)));
-            jobs.add(new Job(jobs.size(), dnName, dnFile, prefix, rows(dnData, dn.dtype(), 0, (long) i * h, 1, h),
+            jobs.add(new Job(jobs.size(), dnName, dnName, transposed, dnFile, prefix,
+                    rows(dnData, dn.dtype(), 0, (long) i * h, 1, h),
                     e, h, i, ExpertTensors.gptOssMxfp4(prefix, "down_proj", e, h, i)));
         } else {
             throw new CheckpointException(dnFile + ": tensor '" + dnName + "' " + dn.shape() + " does not pair with '" + guName

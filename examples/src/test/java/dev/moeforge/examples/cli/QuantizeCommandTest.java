@@ -466,9 +466,76 @@ class QuantizeCommandTest {
                 "--shard-size", "20kB");
         assertEquals(1, rc);
         assertInstanceOf(CheckpointException.class, error[0]);
-        assertMentions(error[0].getMessage(), file, tensor, "NaN", "[0, 5, 7]");
+        // the index of the 2-D [out, in] tensor as stored: [row, col], no expert dimension
+        assertEquals(in.resolve(file) + ": tensor " + tensor + ": NaN at [5, 7]; weights to quantise must be finite",
+                error[0].getMessage());
         // layer 0's shards were written before the NaN was met; none of them is left behind
         assertEquals(Map.of(), sizes(outDir));
+    }
+
+    /** Runs quantize on {@code in}, expecting it to fail; returns the message. */
+    String quantizeFails(Path in, String format) {
+        Exception[] error = new Exception[1];
+        int rc = quantize(error, new StringWriter(), "--in", in.toString(), "--format", format, "--out", tmp.resolve("out").toString());
+        assertEquals(1, rc);
+        assertInstanceOf(CheckpointException.class, error[0]);
+        return error[0].getMessage();
+    }
+
+    static String fileOf(Path dir, String tensor) {
+        try (Checkpoint ckpt = Checkpoint.open(dir)) {
+            return ckpt.fileOf(tensor).path().toString();
+        }
+    }
+
+    /** Fused [E, 2I, H]: the up half is quantised from its own slice, but a NaN there is named at its row in the fused tensor. */
+    @Test
+    void nanInFusedGateUpNamesTheIndexInTheFusedTensor() throws IOException {
+        Model m = new Model(64, 32);
+        // layer 1, expert 2, up row 5 (fused row I + 5 = 37), column 7
+        m.gateUp[1][((2 * 2 * 32) + 32 + 5) * 64 + 7] = Float.NaN;
+        Path in = tmp.resolve("in");
+        m.writeFused(in);
+        String tensor = "model.layers.1.mlp.experts.gate_up_proj";
+        assertEquals(fileOf(in, tensor) + ": tensor " + tensor + ": NaN at [2, 37, 7]; weights to quantise must be finite",
+                quantizeFails(in, "nvfp4"));
+        // down [E, H, I] of expert 3: [3, 60, 9]
+        m.gateUp[1][((2 * 2 * 32) + 32 + 5) * 64 + 7] = 0f;
+        m.down[0][(3 * 64 + 60) * 32 + 9] = Float.NEGATIVE_INFINITY;
+        Path in2 = tmp.resolve("in2");
+        m.writeFused(in2);
+        String down = "model.layers.0.mlp.experts.down_proj";
+        assertEquals(fileOf(in2, down) + ": tensor " + down + ": -Inf at [3, 60, 9]; weights to quantise must be finite",
+                quantizeFails(in2, "nvfp4"));
+    }
+
+    /** gpt-oss's [E, H, 2I] is read transposed; a non-finite weight is named at its index in the stored tensor. */
+    @Test
+    void nonFiniteInGptOssTransposedNamesTheStoredIndex() {
+        int e = 2;
+        int h = 64;
+        int i = 32;
+        float[] gu = weights(1, e * 2 * i * h);  // [E][2I][H]
+        float[] dn = weights(2, e * h * i);      // [E][H][I]
+        gu[(1 * 2 * i + 5) * h + 40] = Float.POSITIVE_INFINITY;  // expert 1, output row 5, input 40: stored [1, 40, 5]
+        String p = "model.layers.0.mlp.experts";
+        Path in = tmp.resolve("in");
+        new CheckpointWriter(1)  // one tensor per shard: the message must name gate_up's
+                .add(p + ".down_proj", SafetensorsDType.BF16, List.of((long) e, (long) i, (long) h), bf16Bytes(transpose(dn, e, h, i)))
+                .add(p + ".gate_up_proj", SafetensorsDType.BF16, List.of((long) e, (long) h, 2L * i), bf16Bytes(transpose(gu, e, 2 * i, h)))
+                .write(in);
+        assertEquals(fileOf(in, p + ".gate_up_proj") + ": tensor " + p + ".gate_up_proj: +Inf at [1, 40, 5]; "
+                + "weights to quantise must be finite", quantizeFails(in, "mxfp4"));
+        // down [E, I, H] stored, read as [E][H][I]: output row 50, input 3 of expert 0 is stored at [0, 3, 50]
+        gu[(1 * 2 * i + 5) * h + 40] = 0f;
+        dn[50 * i + 3] = Float.NaN;
+        Path in2 = tmp.resolve("in2");
+        new CheckpointWriter(1)
+                .add(p + ".down_proj", SafetensorsDType.BF16, List.of((long) e, (long) i, (long) h), bf16Bytes(transpose(dn, e, h, i)))
+                .add(p + ".gate_up_proj", SafetensorsDType.BF16, List.of((long) e, (long) h, 2L * i), bf16Bytes(transpose(gu, e, 2 * i, h)))
+                .write(in2);
+        assertEquals(fileOf(in2, p + ".down_proj") + ": tensor " + p + ".down_proj: NaN at [0, 3, 50]; "
+                + "weights to quantise must be finite", quantizeFails(in2, "mxfp4"));
     }
 
     @Test

@@ -261,8 +261,14 @@ class CheckpointExpertsTest {
     // ---------------------------------------------------------------- bad input
 
     private CheckpointException loadFails(WeightFormat format, Predicate<String> skip, UnaryOperator<CheckpointWriter> extra) {
+        return loadFails(format, skip, extra, 200_000);
+    }
+
+    /** As above, in shards of at most {@code maxShardBytes} (1: one tensor per file, so a message must name the right one). */
+    private CheckpointException loadFails(WeightFormat format, Predicate<String> skip, UnaryOperator<CheckpointWriter> extra,
+                                          long maxShardBytes) {
         Layer layer = Layer.random(7);
-        CheckpointWriter w = new CheckpointWriter(200_000).metadata(Map.of("format", "pt"));
+        CheckpointWriter w = new CheckpointWriter(maxShardBytes).metadata(Map.of("format", "pt"));
         for (int e = 0; e < E; e++) {
             String base = P + ".experts." + e + ".";
             addQuantised(w, format, base + "gate_proj", layer.gate(e), I, H, skip);
@@ -292,6 +298,52 @@ class CheckpointExpertsTest {
         String missing = P + ".experts.1.up_proj.weight_scale";
         CheckpointException e = loadFails(WeightFormat.NVFP4, missing::equals, w -> w);
         assertMentions(e.getMessage(), "'" + missing + "'", fileOf(P + ".experts.1.up_proj.weight"), "not in this checkpoint");
+    }
+
+    /** ModelOpt NVFP4 without its per-tensor weight_scale_2: U8 + F8_E4M3 block scales is NVFP4, not MXFP4. */
+    @Test
+    void missingNvfp4WeightScale2NamesTensorAndFile() {
+        String missing = P + ".experts.2.gate_proj.weight_scale_2";
+        CheckpointException e = loadFails(WeightFormat.NVFP4, missing::equals, w -> w, 1);
+        String weightFile = fileOf(P + ".experts.2.gate_proj.weight");
+        assertTrue(!weightFile.equals(fileOf(P + ".experts.2.gate_proj.weight_scale")), "one tensor per shard");
+        assertMentions(e.getMessage(), "'" + missing + "'", weightFile, "not in this checkpoint",
+                "'" + P + ".experts.2.gate_proj.weight_scale'");
+    }
+
+    /** gpt-oss MXFP4 without its E8M0 {@code _scales} (gate_up's or down's): named, with the file of the blocks beside it. */
+    @ParameterizedTest
+    @MethodSource("gptOssProjections")
+    void missingGptOssScalesNamesTensorAndFile(String proj) {
+        int e = 2;
+        int h = 64;
+        int i = 32;
+        String p = "model.layers.0.mlp.experts";
+        EncodedWeights gu = EncodedWeights.encode(WeightFormat.MXFP4, RowSource.of(weights(1, e * 2 * i * h), 2 * i, h), e, 2 * i, h,
+                Projections.INTERLEAVED_GATE_UP, "gu");
+        EncodedWeights dn = EncodedWeights.encode(WeightFormat.MXFP4, RowSource.of(weights(2, e * h * i), h, i), e, h, i,
+                Projections.ONE, "dn");
+        String missing = p + "." + proj + "_scales";
+        CheckpointWriter w = new CheckpointWriter(1);  // one tensor per file
+        w.add(p + ".gate_up_proj_blocks", SafetensorsDType.U8, List.of((long) e, 2L * i, h / 32L, 16L), gu.codes());
+        w.add(p + ".down_proj_blocks", SafetensorsDType.U8, List.of((long) e, (long) h, i / 32L, 16L), dn.codes());
+        if (!missing.equals(p + ".gate_up_proj_scales")) {
+            w.add(p + ".gate_up_proj_scales", SafetensorsDType.U8, List.of((long) e, 2L * i, h / 32L), gu.blockScales());
+        }
+        if (!missing.equals(p + ".down_proj_scales")) {
+            w.add(p + ".down_proj_scales", SafetensorsDType.U8, List.of((long) e, (long) h, i / 32L), dn.blockScales());
+        }
+        w.write(dir);
+        try (Checkpoint ckpt = Checkpoint.open(dir)) {
+            assertTrue(ckpt.find(missing).isEmpty());
+            CheckpointException ex = assertThrows(CheckpointException.class, () -> CheckpointExperts.load(ckpt, "model.layers.0.mlp"));
+            assertMentions(ex.getMessage(), "'" + missing + "'", fileOf(p + "." + proj + "_blocks"), "not in this checkpoint",
+                    "'" + p + "." + proj + "_blocks'");
+        }
+    }
+
+    static List<String> gptOssProjections() {
+        return List.of("gate_up_proj", "down_proj");
     }
 
     @Test
