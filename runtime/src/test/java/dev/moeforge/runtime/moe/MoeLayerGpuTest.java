@@ -1,6 +1,7 @@
 package dev.moeforge.runtime.moe;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
@@ -18,6 +19,7 @@ import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
@@ -68,7 +70,7 @@ class MoeLayerGpuTest extends GpuSession {
              DeviceBuffer ddnBuffer = upload(wdn); Scratch scratch = Scratch.of(tokens, shape)) {
             DeviceWeights dgu = DeviceWeights.bf16(dguBuffer), ddn = DeviceWeights.bf16(ddnBuffer);
             DeviceBuffer ids = scratch.ids(), weights = scratch.weights(), inter = scratch.inter(), y = scratch.y();
-            Written first = runPoisoned(layer, tokens, dx, dwr, dgu, ddn, scratch);
+            Written first = runPoisoned(layer, tokens, dx, dwr, Map.of(), dgu, ddn, scratch);
             int[] gotIds = first.ids();
             float[] gotWeights = first.weights();
             short[] gotY = first.y();
@@ -109,7 +111,7 @@ class MoeLayerGpuTest extends GpuSession {
             // input before its predecessor finished would show)
             MoeLayer serial = new MoeLayer(router, new ExpertLayer(layer.experts().gateUp(), layer.experts().down(),
                     LaunchOrder.AFTER_PREVIOUS));
-            assertArrayEquals(chainOfThree(serial, tokens, dx, dwr, dgu, ddn, scratch), chainOfThree(layer, tokens, dx, dwr, dgu, ddn, scratch),
+            assertArrayEquals(chainOfThree(serial, tokens, dx, dwr, Map.of(), dgu, ddn, scratch), chainOfThree(layer, tokens, dx, dwr, Map.of(), dgu, ddn, scratch),
                     "overlapping and serial launches differ (" + where + ")");
         } finally {
             router.close();
@@ -151,15 +153,101 @@ class MoeLayerGpuTest extends GpuSession {
         try (DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr);
              DeviceWeights dgu = DeviceWeights.upload(gu); DeviceWeights ddn = DeviceWeights.upload(dn);
              Scratch scratch = Scratch.of(tokens, shape)) {
-            Written first = runPoisoned(layer, tokens, dx, dwr, dgu, ddn, scratch);
+            Written first = runPoisoned(layer, tokens, dx, dwr, Map.of(), dgu, ddn, scratch);
             ExpertReference.LayerResult expected = ExpertReference.layer(specs.gateUp(), specs.down(), x, WeightRows.of(gu),
                     WeightRows.of(dn), new Routing(tokens, topk, first.ids(), first.weights()));
             ErrorStats e = ErrorStats.of(expected.y().exact(), first.y());
             System.out.println("quantised moe layer " + formatName + " H=" + hidden + " E=" + experts + " M=" + tokens + ": y " + e);
             assertTrue(e.within(1e-2), "y: " + e + " (" + where + ")");
 
-            assertArrayEquals(chainOfThree(serial, tokens, dx, dwr, dgu, ddn, scratch), chainOfThree(layer, tokens, dx, dwr, dgu, ddn, scratch),
+            assertArrayEquals(chainOfThree(serial, tokens, dx, dwr, Map.of(), dgu, ddn, scratch), chainOfThree(layer, tokens, dx, dwr, Map.of(), dgu, ddn, scratch),
                     "overlapping and serial launches differ (" + where + ")");
+        } finally {
+            router.close();
+        }
+    }
+
+    /**
+     * gpt-oss-20b's whole layer (H = I = 2880, E = 32, k = 4) as the model runs it: the router adds its
+     * bias to the logits before the top-k and takes the softmax of the k best, then MXFP4 experts with
+     * gate and up rows interleaved, the clamped SwiGLU and a bias in both projections. The routing is
+     * checked against the router reference wherever its selection is not a near-tie, y against the
+     * expert reference on the routing the router wrote, and three chained layers under overlapping
+     * launches against serial ones.
+     */
+    @ParameterizedTest(name = "M={0}")
+    @CsvSource({"1", "3"})
+    void gptOss20bLayerWithItsRouterBiasAndExpertBiases(int tokens) {
+        long seed = System.nanoTime();
+        String where = "gpt-oss-20b M=" + tokens + " seed=" + seed;
+        int hidden = 2880;
+        int intermediate = 2880;
+        int experts = 32;
+        int topk = 4;
+        ExpertShape shape = new ExpertShape(hidden, intermediate, experts, topk);
+        KernelSpec routerSpec = KernelBuilder.named("g_router_gpt_oss_20b").router(hidden, experts)
+                .epilogue(RoutingRules.biasedTopKSoftmax(topk, "router_bias", DType.FP32)).target(runtime.target()).build();
+        ExpertLayerSpecs specs = ExpertLayerSpecs.of("g_gpt_oss_20b", shape, GateUpLayout.INTERLEAVED, WeightFormat.MXFP4,
+                        OutputTensorCoreBuilder.create().build(),
+                        OutputTensorCoreBuilder.create().warpsPerCta(32).warpsPerTile(32).kUnroll(1).build(), runtime.target())
+                .withGate(GateFunction.CLAMPED_SWIGLU).withBias();
+        EncodedWeights gu = EncodedWeights.encode(WeightFormat.MXFP4, RowSource.normal(seed, 2 * intermediate, 1.0 / Math.sqrt(hidden)),
+                experts, 2 * intermediate, hidden, Projections.of(GateUpLayout.INTERLEAVED), "gate_up");
+        EncodedWeights dn = EncodedWeights.encode(WeightFormat.MXFP4, RowSource.normal(seed + 1, hidden, 1.0 / Math.sqrt(intermediate)),
+                experts, hidden, intermediate, Projections.ONE, "down");
+        // biases of the size of a row's typical sum, so that they move the clamps', the selection's and the combine's inputs
+        float[] guBias = RandomInputs.floatNormal(seed + 2, experts * 2 * intermediate, 0.5);
+        float[] dnBias = RandomInputs.floatNormal(seed + 3, experts * hidden, 0.5);
+        float[] routerBias = RandomInputs.floatNormal(seed + 4, experts, 0.5);
+        short[] x = RandomInputs.bf16Normal(seed + 5, tokens * hidden, 1.0);
+        short[] wr = RandomInputs.bf16Normal(seed + 6, experts * hidden, 1.0 / Math.sqrt(hidden));
+
+        RouterKernel router = new RouterKernel(runtime.load(routerSpec), tokens);
+        MoeLayer layer = new MoeLayer(router, new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down())));
+        MoeLayer serial = new MoeLayer(router, new ExpertLayer(layer.experts().gateUp(), layer.experts().down(),
+                LaunchOrder.AFTER_PREVIOUS));
+        try (DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr); DeviceBuffer bias = DeviceBuffer.allocate(DType.FP32, experts);
+             DeviceWeights dgu = DeviceWeights.upload(gu, guBias); DeviceWeights ddn = DeviceWeights.upload(dn, dnBias);
+             Scratch scratch = Scratch.of(tokens, shape)) {
+            bias.copyFrom(routerBias);
+            Map<String, DeviceBuffer> rows = Map.of("router_bias", bias);
+            Written first = runPoisoned(layer, tokens, dx, dwr, rows, dgu, ddn, scratch);
+
+            RouterReference.Result routing = RouterReference.run(routerSpec, x, WeightRows.bf16(wr, 1, experts, hidden),
+                    Map.of("router_bias", routerBias));
+            int compared = 0;
+            for (int t = 0; t < tokens; t++) {
+                double[] biased = new double[experts];
+                for (int e = 0; e < experts; e++) {
+                    biased[e] = routing.scores()[t][e] + routerBias[e];
+                }
+                double[] sorted = biased.clone();
+                java.util.Arrays.sort(sorted);
+                if (sorted[experts - topk] - sorted[experts - topk - 1] <= 1e-4 * Math.abs(sorted[experts - 1])) {
+                    continue;  // a near-tie at the k-th place: FP32 sums may take either expert
+                }
+                RouterReference.Selection want = (RouterReference.Selection) routing.exact()[t];
+                for (int j = 0; j < topk; j++) {
+                    int slot = -1;
+                    for (int i = 0; i < topk; i++) {
+                        if (first.ids()[t * topk + i] == want.ids()[j]) {
+                            slot = i;
+                        }
+                    }
+                    assertTrue(slot >= 0, "token " + t + ": expert " + want.ids()[j] + " not routed (" + where + ")");
+                    assertEquals(want.values()[j], first.weights()[t * topk + slot], 1e-4 * Math.abs(want.values()[j]) + 1e-6,
+                            "token " + t + " expert " + want.ids()[j] + "'s weight (" + where + ")");
+                }
+                compared++;
+            }
+            ExpertReference.LayerResult expected = ExpertReference.layer(specs.gateUp(), specs.down(), x, WeightRows.of(gu).withBias(guBias),
+                    WeightRows.of(dn).withBias(dnBias), new Routing(tokens, topk, first.ids(), first.weights()));
+            ErrorStats e = ErrorStats.of(expected.y().exact(), first.y());
+            System.out.println("gpt-oss-20b layer M=" + tokens + ": routing of " + compared + " of " + tokens + " tokens checked, y " + e);
+            assertTrue(e.within(1e-2), "y: " + e + " (" + where + ")");
+
+            assertArrayEquals(chainOfThree(serial, tokens, dx, dwr, rows, dgu, ddn, scratch),
+                    chainOfThree(layer, tokens, dx, dwr, rows, dgu, ddn, scratch), "overlapping and serial launches differ (" + where + ")");
         } finally {
             router.close();
         }
@@ -187,12 +275,12 @@ class MoeLayerGpuTest extends GpuSession {
     record Written(int[] ids, float[] weights, short[] y) {}
 
     /** One layer launched into poisoned routing and output buffers (ids -1, weights and y NaN), then read back. */
-    private static Written runPoisoned(MoeLayer layer, int tokens, DeviceBuffer x, DeviceBuffer wRouter, DeviceWeights gateUp,
-                                       DeviceWeights down, Scratch s) {
+    private static Written runPoisoned(MoeLayer layer, int tokens, DeviceBuffer x, DeviceBuffer wRouter, Map<String, DeviceBuffer> rows,
+                                       DeviceWeights gateUp, DeviceWeights down, Scratch s) {
         s.ids().fillWords32(-1);
         s.weights().fillWords32(0x7FC00000);
         s.y().fillBytes16(Bf16.NAN);
-        layer.enqueue(stream, tokens, x, wRouter, Map.of(), gateUp, down, s.ids(), s.weights(), s.inter(), s.y());
+        layer.enqueue(stream, tokens, x, wRouter, rows, gateUp, down, s.ids(), s.weights(), s.inter(), s.y());
         stream.synchronize();
         int k = layer.experts().shape().topk();
         Written w = new Written(new int[tokens * k], new float[tokens * k], new short[tokens * layer.experts().shape().hidden()]);
@@ -206,15 +294,15 @@ class MoeLayerGpuTest extends GpuSession {
      * y after three layers chained in one graph, each layer's y the next one's x, launched as
      * {@code l} launches (so a kernel that read its input before its predecessor finished shows).
      */
-    private static short[] chainOfThree(MoeLayer l, int tokens, DeviceBuffer x, DeviceBuffer wRouter, DeviceWeights gateUp,
-                                        DeviceWeights down, Scratch s) {
+    private static short[] chainOfThree(MoeLayer l, int tokens, DeviceBuffer x, DeviceBuffer wRouter, Map<String, DeviceBuffer> rows,
+                                        DeviceWeights gateUp, DeviceWeights down, Scratch s) {
         long outputs = (long) tokens * l.experts().shape().hidden();
         try (DeviceBuffer y1 = DeviceBuffer.allocate(DType.BF16, outputs);
              DeviceBuffer y2 = DeviceBuffer.allocate(DType.BF16, outputs);
              CudaGraph g = CudaGraph.capture(stream, () -> {
-                 l.enqueue(stream, tokens, x, wRouter, Map.of(), gateUp, down, s.ids(), s.weights(), s.inter(), y1);
-                 l.enqueue(stream, tokens, y1, wRouter, Map.of(), gateUp, down, s.ids(), s.weights(), s.inter(), y2);
-                 l.enqueue(stream, tokens, y2, wRouter, Map.of(), gateUp, down, s.ids(), s.weights(), s.inter(), s.y());
+                 l.enqueue(stream, tokens, x, wRouter, rows, gateUp, down, s.ids(), s.weights(), s.inter(), y1);
+                 l.enqueue(stream, tokens, y1, wRouter, rows, gateUp, down, s.ids(), s.weights(), s.inter(), y2);
+                 l.enqueue(stream, tokens, y2, wRouter, rows, gateUp, down, s.ids(), s.weights(), s.inter(), s.y());
              })) {
             s.y().fillBytes16(Bf16.NAN);
             g.launch(stream);
