@@ -204,25 +204,15 @@ void compare(const char* name, std::mt19937& rng, int reps) {
     const float t_gu4 = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) r.template gate_up<GW, GU, GS, 4>(l); });
     std::printf("   gate_up alone: MB 1 %.2f us, MB 4 %.2f us\n", t_gu1, t_gu4);
     // one pair traced: when down's blocks start, pass their wait, have their weights, store y
-    int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     unsigned long long* stamps; CK(cudaMalloc(&stamps, (H / 16) * 32)); CK(cudaMemset(stamps, 0, (H / 16) * 32));
-    unsigned long long* gstart; CK(cudaMalloc(&gstart, 8));
     for (int rep = 0; rep < 3; ++rep) { r.template gate_up<GW, GU, GS, 4>(5); r.template down<8, 2>(5, y, stamps); }
     CK(cudaStreamSynchronize(s));
     std::vector<unsigned long long> st((size_t)(H / 16) * 4);
     CK(cudaMemcpy(st.data(), stamps, st.size() * 8, cudaMemcpyDeviceToHost));
-    unsigned long long t0 = ~0ull;
-    for (int b = 0; b < H / 16; ++b) t0 = std::min(t0, st[b * 4]);
     const char* names[4] = {"down start", "wait passed", "weights in", "y stored"};
-    std::printf("   down_smem W8 U2 after gate_up MB 4, us from its first block's start (min/median/max):");
-    for (int k = 0; k < 4; ++k) {
-      std::vector<double> v;
-      for (int b = 0; b < H / 16; ++b) v.push_back((st[b * 4 + k] - t0) * 1e-3);
-      std::sort(v.begin(), v.end());
-      std::printf(" %s %.2f/%.2f/%.2f", names[k], v.front(), v[v.size() / 2], v.back());
-    }
-    std::printf("\n");
-    cudaFree(stamps); cudaFree(gstart);
+    std::printf("   down_smem W8 U2 after gate_up MB 4,");
+    probe::print_trace(st, H / 16, 4, names, {0, 1, 2, 3});
+    cudaFree(stamps);
   }
   probe::free_layers(layers);
   cudaFree(x); cudaFree(inter); cudaFree(y);

@@ -209,18 +209,9 @@ void compare(const char* name, std::mt19937& rng, int reps, int unrouted, bool e
       CK(cudaStreamSynchronize(s));
     }
     CK(cudaMemcpy(st.data(), stamps, st.size() * 8, cudaMemcpyDeviceToHost));
-    unsigned long long t0 = ~0ull;
-    for (int b = 0; b < sms; ++b) t0 = std::min(t0, st[b * 8]);
     const char* names[6] = {"start", "x staged", "down parked", "gate done", "slot 0 ready", "y stored"};
-    std::printf("   trace, us from the first block's start (min/median/max over blocks):");
-    for (int k = 0; k < 6; ++k) {
-      std::vector<double> v;
-      for (int b = 0; b < sms; ++b) if (st[b * 8 + k] != 0) v.push_back((st[b * 8 + k] - t0) * 1e-3);
-      if (v.empty()) continue;
-      std::sort(v.begin(), v.end());
-      std::printf(" %s %.2f/%.2f/%.2f", names[k], v.front(), v[v.size() / 2], v.back());
-    }
-    std::printf("\n");
+    std::printf("   trace,");
+    probe::print_trace(st, sms, 8, names, {0, 1, 2, 3, 4, 5});
     cudaFree(stamps);
   }
   probe::free_layers(layers);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <vector>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); std::exit(1); } } while (0)
@@ -101,6 +102,23 @@ void launch_as(LaunchAs how, KernelT kernel, dim3 grid, dim3 block, size_t smem,
 template <class KernelT, class... Args>
 void launch(bool cooperative, KernelT kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
   launch_as(LaunchAs{true, cooperative, 1}, kernel, grid, block, smem, s, args...);
+}
+
+// A per-block trace: `stride` %globaltimer stamps per block (0: not recorded). Prints, for each
+// stamp k in `order`, its min/median/max over the blocks in us from the earliest stamp 0.
+inline void print_trace(const std::vector<unsigned long long>& st, int blocks, int stride, const char* const* names,
+                        std::initializer_list<int> order) {
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < blocks; ++b) if (st[(size_t)b * stride]) t0 = std::min(t0, st[(size_t)b * stride]);
+  std::printf(" us from the first block's start (min/median/max over blocks):");
+  for (int k : order) {
+    std::vector<double> v;
+    for (int b = 0; b < blocks; ++b) if (st[(size_t)b * stride + k] != 0) v.push_back((st[(size_t)b * stride + k] - t0) * 1e-3);
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    std::printf(" %s %.2f/%.2f/%.2f", names[k], v.front(), v[v.size() / 2], v.back());
+  }
+  std::printf("\n");
 }
 
 // Captures capture() into a graph and returns the median of `reps` replays (after 10 warm-ups)

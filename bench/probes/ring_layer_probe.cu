@@ -376,18 +376,9 @@ void run_ring(const char* name, const std::vector<Layer>& layers, __nv_bfloat16*
     CK(cudaStreamSynchronize(s));
     std::vector<unsigned long long> st((size_t)sms * 8);
     CK(cudaMemcpy(st.data(), stamps, st.size() * 8, cudaMemcpyDeviceToHost));
-    unsigned long long t0 = ~0ull;
-    for (int b = 0; b < sms; ++b) if (st[b * 8]) t0 = std::min(t0, st[b * 8]);
     const char* names[5] = {"start", "x staged", "last gate tile reduced", "y stored", "first tile in"};
-    std::printf("      trace us (min/median/max over blocks):");
-    for (int k : {0, 1, 4, 2, 3}) {
-      std::vector<double> v;
-      for (int b = 0; b < sms; ++b) if (st[b * 8 + k] != 0) v.push_back((st[b * 8 + k] - t0) * 1e-3);
-      if (v.empty()) continue;
-      std::sort(v.begin(), v.end());
-      std::printf(" %s %.2f/%.2f/%.2f", names[k], v.front(), v[v.size() / 2], v.back());
-    }
-    std::printf("\n");
+    std::printf("      trace");
+    probe::print_trace(st, sms, 8, names, {0, 1, 4, 2, 3});
     cudaFree(stamps);
   }
 }

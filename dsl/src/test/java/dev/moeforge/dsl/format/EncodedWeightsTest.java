@@ -156,9 +156,7 @@ class EncodedWeightsTest {
         }
         float[][] scale = {{0.0123f, 3.5f}, {1.7e-5f, 250.25f}};  // [row][group]; channel: group 0 for the whole row
         boolean channel = f.equals(WeightFormat.INT8_CHANNEL);
-        EncodedWeights w = new EncodedWeights(f, 1, rows, cols, Projections.ONE, codes,
-                channel ? new byte[0] : f32Bytes(scale[0][0], scale[0][1], scale[1][0], scale[1][1]),
-                channel ? new float[] {scale[0][0], scale[1][0]} : new float[0]);
+        EncodedWeights w = integerRows(f, cols, codes, scale, channel);
         double[] out = new double[cols];
         for (int n = 0; n < rows; n++) {
             w.decodeRow(0, n, out);
@@ -174,6 +172,16 @@ class EncodedWeightsTest {
         assertEquals(-128 * upper, out[0x80], "0x80 is -128");
         assertEquals(-1 * upper, out[0xFF], "0xFF is -1");
         assertEquals(127 * (double) 0.0123f, out[0x7F], "0x7F is 127");
+    }
+
+    /**
+     * One expert of two integer rows of {@code cols} codes with {@code scale[row][group]}: per channel
+     * group 0 is the row's scale (FP32 row scales), per group of 128 the two groups' FP32 block scales.
+     */
+    private static EncodedWeights integerRows(WeightFormat f, int cols, byte[] codes, float[][] scale, boolean channel) {
+        return new EncodedWeights(f, 1, 2, cols, Projections.ONE, codes,
+                channel ? new byte[0] : f32Bytes(scale[0][0], scale[0][1], scale[1][0], scale[1][1]),
+                channel ? new float[] {scale[0][0], scale[1][0]} : new float[0]);
     }
 
     static Stream<WeightFormat> int8Formats() {
@@ -201,9 +209,7 @@ class EncodedWeightsTest {
         assertEquals((byte) 0x10, codes[0]);  // elements 0 and 1: 0 low, 1 high
         float[][] scale = {{0.375f, 1.1f}, {3e-3f, 77.5f}};
         boolean channel = f.equals(WeightFormat.INT4_CHANNEL);
-        EncodedWeights w = new EncodedWeights(f, 1, rows, cols, Projections.ONE, codes,
-                channel ? new byte[0] : f32Bytes(scale[0][0], scale[0][1], scale[1][0], scale[1][1]),
-                channel ? new float[] {scale[0][0], scale[1][0]} : new float[0]);
+        EncodedWeights w = integerRows(f, cols, codes, scale, channel);
         double[] out = new double[cols];
         for (int n = 0; n < rows; n++) {
             w.decodeRow(0, n, out);

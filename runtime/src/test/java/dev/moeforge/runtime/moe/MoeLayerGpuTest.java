@@ -64,10 +64,9 @@ class MoeLayerGpuTest extends GpuSession {
         short[] wdn = RandomInputs.bf16Normal(seed + 3, experts * hidden * intermediate, 1.0 / Math.sqrt(intermediate));
         String where = "seed=" + seed;
 
-        RouterKernel router = new RouterKernel(runtime.load(routerSpec), tokens);
-        MoeLayer layer = new MoeLayer(router, new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down())));
-        try (DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr); DeviceBuffer dguBuffer = upload(wgu);
-             DeviceBuffer ddnBuffer = upload(wdn); Scratch scratch = Scratch.of(tokens, shape)) {
+        try (Layers layers = Layers.load(routerSpec, specs, tokens); DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr);
+             DeviceBuffer dguBuffer = upload(wgu); DeviceBuffer ddnBuffer = upload(wdn); Scratch scratch = Scratch.of(tokens, shape)) {
+            MoeLayer layer = layers.overlapping();
             DeviceWeights dgu = DeviceWeights.bf16(dguBuffer), ddn = DeviceWeights.bf16(ddnBuffer);
             DeviceBuffer ids = scratch.ids(), weights = scratch.weights(), inter = scratch.inter(), y = scratch.y();
             Written first = runPoisoned(layer, tokens, dx, dwr, Map.of(), dgu, ddn, scratch);
@@ -109,12 +108,8 @@ class MoeLayerGpuTest extends GpuSession {
             // overlapping launches (the default) and serial ones write the same bytes, in a graph of
             // three chained layers (each layer's y is the next one's x, so a kernel that read its
             // input before its predecessor finished would show)
-            MoeLayer serial = new MoeLayer(router, new ExpertLayer(layer.experts().gateUp(), layer.experts().down(),
-                    LaunchOrder.AFTER_PREVIOUS));
-            assertArrayEquals(chainOfThree(serial, tokens, dx, dwr, Map.of(), dgu, ddn, scratch), chainOfThree(layer, tokens, dx, dwr, Map.of(), dgu, ddn, scratch),
-                    "overlapping and serial launches differ (" + where + ")");
-        } finally {
-            router.close();
+            assertArrayEquals(chainOfThree(layers.serial(), tokens, dx, dwr, Map.of(), dgu, ddn, scratch),
+                    chainOfThree(layer, tokens, dx, dwr, Map.of(), dgu, ddn, scratch), "overlapping and serial launches differ (" + where + ")");
         }
     }
 
@@ -146,24 +141,19 @@ class MoeLayerGpuTest extends GpuSession {
         short[] x = RandomInputs.bf16Normal(seed + 2, tokens * hidden, 1.0);
         short[] wr = RandomInputs.bf16Normal(seed + 3, experts * hidden, 1.0 / Math.sqrt(hidden));
 
-        RouterKernel router = new RouterKernel(runtime.load(routerSpec), tokens);
-        MoeLayer layer = new MoeLayer(router, new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down())));
-        MoeLayer serial = new MoeLayer(router, new ExpertLayer(layer.experts().gateUp(), layer.experts().down(),
-                LaunchOrder.AFTER_PREVIOUS));
-        try (DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr);
+        try (Layers layers = Layers.load(routerSpec, specs, tokens); DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr);
              DeviceWeights dgu = DeviceWeights.upload(gu); DeviceWeights ddn = DeviceWeights.upload(dn);
              Scratch scratch = Scratch.of(tokens, shape)) {
-            Written first = runPoisoned(layer, tokens, dx, dwr, Map.of(), dgu, ddn, scratch);
+            Written first = runPoisoned(layers.overlapping(), tokens, dx, dwr, Map.of(), dgu, ddn, scratch);
             ExpertReference.LayerResult expected = ExpertReference.layer(specs.gateUp(), specs.down(), x, WeightRows.of(gu),
                     WeightRows.of(dn), new Routing(tokens, topk, first.ids(), first.weights()));
             ErrorStats e = ErrorStats.of(expected.y().exact(), first.y());
             System.out.println("quantised moe layer " + formatName + " H=" + hidden + " E=" + experts + " M=" + tokens + ": y " + e);
             assertTrue(e.within(1e-2), "y: " + e + " (" + where + ")");
 
-            assertArrayEquals(chainOfThree(serial, tokens, dx, dwr, Map.of(), dgu, ddn, scratch), chainOfThree(layer, tokens, dx, dwr, Map.of(), dgu, ddn, scratch),
+            assertArrayEquals(chainOfThree(layers.serial(), tokens, dx, dwr, Map.of(), dgu, ddn, scratch),
+                    chainOfThree(layers.overlapping(), tokens, dx, dwr, Map.of(), dgu, ddn, scratch),
                     "overlapping and serial launches differ (" + where + ")");
-        } finally {
-            router.close();
         }
     }
 
@@ -202,16 +192,13 @@ class MoeLayerGpuTest extends GpuSession {
         short[] x = RandomInputs.bf16Normal(seed + 5, tokens * hidden, 1.0);
         short[] wr = RandomInputs.bf16Normal(seed + 6, experts * hidden, 1.0 / Math.sqrt(hidden));
 
-        RouterKernel router = new RouterKernel(runtime.load(routerSpec), tokens);
-        MoeLayer layer = new MoeLayer(router, new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down())));
-        MoeLayer serial = new MoeLayer(router, new ExpertLayer(layer.experts().gateUp(), layer.experts().down(),
-                LaunchOrder.AFTER_PREVIOUS));
-        try (DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr); DeviceBuffer bias = DeviceBuffer.allocate(DType.FP32, experts);
+        try (Layers layers = Layers.load(routerSpec, specs, tokens); DeviceBuffer dx = upload(x); DeviceBuffer dwr = upload(wr);
+             DeviceBuffer bias = DeviceBuffer.allocate(DType.FP32, experts);
              DeviceWeights dgu = DeviceWeights.upload(gu, guBias); DeviceWeights ddn = DeviceWeights.upload(dn, dnBias);
              Scratch scratch = Scratch.of(tokens, shape)) {
             bias.copyFrom(routerBias);
             Map<String, DeviceBuffer> rows = Map.of("router_bias", bias);
-            Written first = runPoisoned(layer, tokens, dx, dwr, rows, dgu, ddn, scratch);
+            Written first = runPoisoned(layers.overlapping(), tokens, dx, dwr, rows, dgu, ddn, scratch);
 
             RouterReference.Result routing = RouterReference.run(routerSpec, x, WeightRows.bf16(wr, 1, experts, hidden),
                     Map.of("router_bias", routerBias));
@@ -246,9 +233,23 @@ class MoeLayerGpuTest extends GpuSession {
             System.out.println("gpt-oss-20b layer M=" + tokens + ": routing of " + compared + " of " + tokens + " tokens checked, y " + e);
             assertTrue(e.within(1e-2), "y: " + e + " (" + where + ")");
 
-            assertArrayEquals(chainOfThree(serial, tokens, dx, dwr, rows, dgu, ddn, scratch),
-                    chainOfThree(layer, tokens, dx, dwr, rows, dgu, ddn, scratch), "overlapping and serial launches differ (" + where + ")");
-        } finally {
+            assertArrayEquals(chainOfThree(layers.serial(), tokens, dx, dwr, rows, dgu, ddn, scratch),
+                    chainOfThree(layers.overlapping(), tokens, dx, dwr, rows, dgu, ddn, scratch),
+                    "overlapping and serial launches differ (" + where + ")");
+        }
+    }
+
+    /** A router and its expert kernels as one layer launched overlapping (as the runtime does) and one launched serially. */
+    record Layers(RouterKernel router, MoeLayer overlapping, MoeLayer serial) implements AutoCloseable {
+        static Layers load(KernelSpec routerSpec, ExpertLayerSpecs specs, int tokens) {
+            RouterKernel router = new RouterKernel(runtime.load(routerSpec), tokens);
+            ExpertLayer experts = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()));
+            return new Layers(router, new MoeLayer(router, experts),
+                    new MoeLayer(router, new ExpertLayer(experts.gateUp(), experts.down(), LaunchOrder.AFTER_PREVIOUS)));
+        }
+
+        @Override
+        public void close() {
             router.close();
         }
     }
