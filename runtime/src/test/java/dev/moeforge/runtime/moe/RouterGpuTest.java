@@ -68,6 +68,8 @@ class RouterGpuTest extends GpuSession {
             new Case("olmoe_softmax_k8", 2048, 64, RoutingRules.softmaxTopK(8, DType.FP32), new int[] {1, 5}),
             new Case("dense_out_k4", 1024, 64, new Store(new Dense(new Renormalize(TopK.of(new Softmax(Acc.MAIN), 4))), DType.FP32),
                     new int[] {1, 9}),
+            new Case("dense_bf16_out_k4", 1024, 64, new Store(new Dense(new Renormalize(TopK.of(new Softmax(Acc.MAIN), 4))), DType.BF16),
+                    new int[] {1, 9}),
             new Case("bf16_weights_k6_of_96", 512, 96, RoutingRules.softmaxTopKRenormalized(6, DType.BF16), new int[] {1, 3}),
             // H not a whole number of k tiles, E not a whole number of mma columns
             new Case("ragged_h200_e60_k5", 200, 60, RoutingRules.softmaxTopKRenormalized(5, DType.FP32), new int[] {3, 50, 100}),
@@ -112,17 +114,21 @@ class RouterGpuTest extends GpuSession {
     static final int FIRST_TILED = java.util.stream.IntStream.range(0, SCHEDULES.size())
             .filter(i -> SCHEDULES.get(i) instanceof Schedule.RouterTiled).findFirst().orElseThrow();
 
-    /** A decode schedule and a tiled one. */
+    /** Index of the first router_cluster schedule in {@link #SCHEDULES}. */
+    static final int FIRST_CLUSTER = java.util.stream.IntStream.range(0, SCHEDULES.size())
+            .filter(i -> SCHEDULES.get(i) instanceof Schedule.RouterCluster).findFirst().orElseThrow();
+
+    /** Each schedule family once: router_gemv, router_cluster and router_tiled. */
     static java.util.stream.IntStream decodeAndTiled() {
-        return java.util.stream.IntStream.of(0, FIRST_TILED);
+        return java.util.stream.IntStream.of(0, FIRST_CLUSTER, FIRST_TILED);
     }
 
     /**
-     * A decode schedule, a tiled one other than {@link #decodeAndTiled()}'s, and the catalogue's
-     * prefill schedule (split over a cluster: each block flushes its own rows' counts).
+     * The decode schedules (gemv and cluster), a tiled one other than {@link #decodeAndTiled()}'s, and
+     * the catalogue's prefill schedule (split over a cluster: each block flushes its own rows' counts).
      */
     static java.util.stream.IntStream decodeAndOtherTiled() {
-        return java.util.stream.IntStream.of(0, FIRST_TILED + 1, SCHEDULES.indexOf(CATALOGUE_PREFILL));
+        return java.util.stream.IntStream.of(0, FIRST_CLUSTER, FIRST_TILED + 1, SCHEDULES.indexOf(CATALOGUE_PREFILL));
     }
 
 
