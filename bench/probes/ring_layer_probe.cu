@@ -318,28 +318,22 @@ using probe::float_to_bf16;
 using probe::Layer;
 using probe::rel_diff;
 
-template <class F, int H, int I, int E, int K, int CW, int S, bool LATE>
-struct RingRun {
-  static constexpr auto kernel = ring::ring_layer<F, H, I, E, K, CW, S, LATE, probe::Silu>;
-  using Lay = ring::RingLayer<F, H, I, E, K, CW, S>;
-};
-
 template <class F, int H, int I, int E, int K, int CW, int S, bool LATE = false>
 void run_ring(const char* name, const std::vector<Layer>& layers, __nv_bfloat16* x, __nv_bfloat16* inter, __nv_bfloat16* y, unsigned* counters,
               cudaStream_t s, int reps, int sms, const std::vector<uint16_t>& inter_ref, const std::vector<uint16_t>& y_ref, int unrouted, double bytes) {
-  using R = RingRun<F, H, I, E, K, CW, S, LATE>;
-  auto kernel = R::kernel;
-  if (R::Lay::kBytes > 232448) {
-    std::printf("%-14s ring CW%-2d S%d: %d B of shared memory, over the 227 KB a block may have\n", name, CW, S, R::Lay::kBytes);
+  using Lay = ring::RingLayer<F, H, I, E, K, CW, S>;
+  auto kernel = ring::ring_layer<F, H, I, E, K, CW, S, LATE, probe::Silu>;
+  if (Lay::kBytes > 232448) {
+    std::printf("%-14s ring CW%-2d S%d: %d B of shared memory, over the 227 KB a block may have\n", name, CW, S, Lay::kBytes);
     return;
   }
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, R::Lay::kBytes));
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Lay::kBytes));
   cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, kernel));
   auto launch = [&](int l, __nv_bfloat16* out, unsigned long long* stamps) {
     const Layer& b = layers[l];
     ring::Args a{x + (size_t)l * H, mf::WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, mf::WeightArgs{b.dn_codes, b.dn_scales, b.dn_row, nullptr},
                  b.ids, b.tw, inter, out, counters};
-    probe::launch(false, kernel, dim3(sms), dim3(R::Lay::kThreads), R::Lay::kBytes, s, a, stamps);
+    probe::launch(false, kernel, dim3(sms), dim3(Lay::kThreads), Lay::kBytes, s, a, stamps);
   };
   CK(cudaMemsetAsync(inter, 0xff, (size_t)K * I * 2, s)); CK(cudaMemsetAsync(y, 0xff, (size_t)H * 2, s));
   launch(0, y, nullptr);
@@ -363,8 +357,8 @@ void run_ring(const char* name, const std::vector<Layer>& layers, __nv_bfloat16*
   CK(cudaMemcpy(cnt.data(), counters, cnt.size() * 4, cudaMemcpyDeviceToHost));
   unsigned left = 0;
   for (unsigned c : cnt) left |= c;
-  std::printf("%-14s ring CW%-2d S%d%s (%d regs, %d B shared, %d B stage): inter diff %.2e  y diff %.2e  counters %s", name, CW, S, LATE ? " late" : "", fa.numRegs, R::Lay::kBytes,
-              R::Lay::kStage, rel_diff(ib, ir), rel_diff(yb, y_ref), left == 0 ? "zero" : "NOT ZERO");
+  std::printf("%-14s ring CW%-2d S%d%s (%d regs, %d B shared, %d B stage): inter diff %.2e  y diff %.2e  counters %s", name, CW, S, LATE ? " late" : "", fa.numRegs, Lay::kBytes,
+              Lay::kStage, rel_diff(ib, ir), rel_diff(yb, y_ref), left == 0 ? "zero" : "NOT ZERO");
   if (reps > 0) {
     const float t = probe::graph_us(s, reps, kLayers, [&] { for (int l = 0; l < kLayers; ++l) launch(l, x + (size_t)(l + 1) * H, nullptr); });
     std::printf("  layer %6.2f us (%.1f%% of 3.10 TB/s)", t, 100.0 * bytes / (t * 1e3) / 3100.0);

@@ -119,16 +119,18 @@ public final class KernelRuntime implements AutoCloseable {
             case Schedule.OutputTensorCore s -> "fewer steps in flight (k_unroll " + s.kUnroll() + "; a warp holds two groups of them), "
                     + "fewer warps per block (warps_per_cta " + s.warpsPerCta() + ") or no blocks-per-SM promise (min_blocks_per_sm "
                     + s.minBlocksPerSm() + ")";
-            case Schedule.RouterGemv s -> "fewer loads in flight (k_unroll " + s.kUnroll() + ") or fewer warps per block (warps_per_cta "
-                    + s.warpsPerCta() + ")";
-            case Schedule.RouterCluster s -> "fewer loads in flight (k_unroll " + s.kUnroll() + ") or fewer warps per block (warps_per_cta "
-                    + s.warpsPerCta() + ")";
+            case Schedule.RouterGemv s -> fewerLoadsOrWarps(s.kUnroll(), s.warpsPerCta());
+            case Schedule.RouterCluster s -> fewerLoadsOrWarps(s.kUnroll(), s.warpsPerCta());
             case Schedule.RouterTiled s -> "fewer tokens per warp (tokens_per_warp " + s.tokensPerWarp() + ") or fewer warps per block "
                     + "(warps_per_cta " + s.warpsPerCta() + ")";
         };
         return Optional.of(spec.name() + " (" + spec.target().text() + ") spills " + resources.spillStoreBytes() + " bytes of stores and "
                 + resources.spillLoadBytes() + " bytes of loads per thread to local memory at " + resources.registers()
                 + " registers: it computes the same outputs, more slowly. ptxas has more registers per thread with " + remedy + ".");
+    }
+
+    private static String fewerLoadsOrWarps(int kUnroll, int warpsPerCta) {
+        return "fewer loads in flight (k_unroll " + kUnroll + ") or fewer warps per block (warps_per_cta " + warpsPerCta + ")";
     }
 
     @Override

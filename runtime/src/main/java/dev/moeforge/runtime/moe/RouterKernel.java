@@ -102,10 +102,11 @@ public final class RouterKernel implements AutoCloseable {
     }
 
     /**
-     * A {@code row(name)} holds one value per expert, so its buffer must hold exactly E values: a
-     * shorter one would be read past its end, and a longer one (e.g. a bias of another layer's E)
-     * is a mistake the kernel could not see. The spec cannot get this wrong (a row is E wide by
-     * construction); the buffer can, so the check is here.
+     * A {@code row(name)} holds one value per expert, so its buffer must hold exactly E values. The
+     * launch refuses any buffer that is too short, but takes longer ones (token-sized buffers may be
+     * sized for the largest batch); a longer row, e.g. the bias of a layer with more experts, is a
+     * mistake it could not see. The spec cannot get this wrong (a row is E wide by construction); the
+     * buffer can, so the check is here.
      */
     static void requireRowLengths(String router, int experts, Map<String, Long> lengths) {
         lengths.forEach((name, elements) -> {
