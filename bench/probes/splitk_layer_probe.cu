@@ -14,21 +14,27 @@
 //     columns, so lane (g, t) keeps mma t's rows g and g + 8;
 //   * the sums go into y (FP32) by `red.global.add.f32`, scaled by the routing weight and factor.
 //     The kernel zeroes the buffer two layers on (three rotate), so no memset node is needed.
-// Modes: kLate (down's loads issued after gate_up's loop), kEarly (with the activations, before
-// gate_up's loop), kMid (right after the warp's last group of gate_up loads), kLateStore (kLate with plain stores to a per-block scratch instead of atomics:
-// what the atomics cost).
-// Checked against the catalogue's pair on the same random layers (y rounded to bf16), then both
-// timed over 16 layers rotated in one graph with programmatic dependent launch.
+// The hand-written kernel (splitk_layer, NVFP4 only) takes template switches for where down's loads
+// are issued (kLate: after gate_up's loop; kEarly: before it; kMid: with the warp's last group of
+// gate_up loads), how the sums reach y (scalar or float4 adds; clusters of 2-8 adding first through
+// distributed shared memory; warps' runs rotated), and diagnostics (8 copies of y; kLateStore:
+// plain stores to a per-block scratch; kNoOut: no output at all). V4 lays the rows out so that a
+// lane ends with four consecutive ones (one float4 add). general_split_down runs split_down.cuh's
+// general form (every 4-bit format) with and without its forced load order.
+// Each is checked against the catalogue's pair on the same random layers (y rounded to bf16), then
+// both timed over 16 layers rotated in one graph with programmatic dependent launch.
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I<dir of moeforge_device.cuh> splitk_layer_probe.cu -o splitk_layer_probe
 // Run:   splitk_layer_probe [reps]      (0: the checks alone)
 #include "moeforge_device.cuh"
 #include "expert_probe.cuh"
 #include "probe_harness.cuh"
+#include "split_down.cuh"
 
 #include <cooperative_groups.h>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -37,13 +43,13 @@ using probe::Layer;
 using probe::rel_diff;
 constexpr int kLayers = 16;
 
-enum Mode { kLate, kEarly, kLateStore, kMid, kNoOut };
+enum Mode { kLate, kEarly, kLateStore, kMid, kNoOut, kGeneral };
 
 // Down repacked: for expert e and column tile j (16 neurons), 64-row quad q, lane (g, t): word m of
 // the lane's 16 bytes holds rows 64q + 16m + g (nibbles 0, 4, 2, 6) and + 8 (1, 5, 3, 7) at columns
 // 2t, 2t + 1, 2t + 8, 2t + 9 (the mma's A fragment; nibbles j and j + 4 make pair j). Scales: per
 // quad, [g][m][row g, row g + 8] bytes.
-template <int H, int I, int E, bool V4>
+template <class F, int H, int I, int E, bool V4>
 __global__ void repack_down(const unsigned char* codes, const unsigned char* scales, uint4* rc, uint2* rs) {
   constexpr int kQuads = H / 64, kTiles = I / 16;
   const size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -55,20 +61,37 @@ __global__ void repack_down(const unsigned char* codes, const unsigned char* sca
     return (k & 1) ? b >> 4 : b & 15u;
   };
   uint32_t w[4];
-  unsigned char sb[8];
+  int rows[8];  // the lane group's rows: [m][row 8g + m (V4), row 8g + 4 + m]
   for (int m = 0; m < 4; ++m) {
     // V4: fragment rows g and g + 8 of mma m are rows 8g + m and 8g + 4 + m, so lanes t = 0, 1 of
     // group g end with four consecutive rows each
     const int h = V4 ? 64 * q + 8 * g + m : 64 * q + 16 * m + g, h8 = V4 ? h + 4 : h + 8;
     w[m] = nib(h, 2 * t) | nib(h8, 2 * t) << 4 | nib(h, 2 * t + 8) << 8 | nib(h8, 2 * t + 8) << 12 | nib(h, 2 * t + 1) << 16 |
            nib(h8, 2 * t + 1) << 20 | nib(h, 2 * t + 9) << 24 | nib(h8, 2 * t + 9) << 28;
-    sb[2 * m] = scales[((size_t)e * H + h) * (I / 16) + tile];
-    sb[2 * m + 1] = scales[((size_t)e * H + h8) * (I / 16) + tile];
+    rows[2 * m] = h;
+    rows[2 * m + 1] = h8;
   }
   const size_t quad = ((size_t)e * kTiles + tile) * kQuads + q;
   rc[quad * 32 + lane] = make_uint4(w[0], w[1], w[2], w[3]);
-  if (t == 0) {
-    rs[quad * 8 + g] = make_uint2(sb[0] | sb[1] << 8 | sb[2] << 16 | (uint32_t)sb[3] << 24, sb[4] | sb[5] << 8 | sb[6] << 16 | (uint32_t)sb[7] << 24);
+  if (t != 0) return;
+  if constexpr (F::kBlockScale == BlockScale::kE4M3 || F::kBlockScale == BlockScale::kE8M0) {
+    // bytes [g][m][2] of the scale block the tile lies in (E8M0: one per 32, so every second tile)
+    constexpr int kPer = F::kBlock / 16, kBlocks = I / F::kBlock;
+    if (tile % kPer != 0) return;
+    unsigned char sb[8];
+    for (int r = 0; r < 8; ++r) sb[r] = scales[((size_t)e * H + rows[r]) * kBlocks + tile / kPer];
+    rs[(((size_t)e * kBlocks + tile / kPer) * kQuads + q) * 8 + g] =
+        make_uint2(sb[0] | sb[1] << 8 | sb[2] << 16 | (uint32_t)sb[3] << 24, sb[4] | sb[5] << 8 | sb[6] << 16 | (uint32_t)sb[7] << 24);
+  } else if constexpr (F::kBlockScale == BlockScale::kF32) {
+    // FP32 [g][rows 8g .. 8g + 7] of the tile's group of 128 (V4 only)
+    constexpr int kPer = 8, kGroups = I / 128;
+    if (tile % kPer != 0 || !V4) return;
+    float* out = reinterpret_cast<float*>(rs) + (((size_t)e * kGroups + tile / kPer) * kQuads + q) * 64 + g * 8;
+    const float* in = reinterpret_cast<const float*>(scales);
+    for (int m = 0; m < 4; ++m) {
+      out[m] = in[((size_t)e * H + rows[2 * m]) * kGroups + tile / kPer];
+      out[4 + m] = in[((size_t)e * H + rows[2 * m + 1]) * kGroups + tile / kPer];
+    }
   }
 }
 
@@ -227,6 +250,15 @@ __global__ void __launch_bounds__(32 * W, MB)
   }
 }
 
+// The general form of the float4 variant (split_down.cuh's mlp_split_down), as a generated kernel
+// would call it; the token count arrives at run time, as there.
+template <class F, int H, int I, int E, int K, int W, int U, int S, int MB, bool ORDER>
+__global__ void __launch_bounds__(32 * W, MB)
+    general_split_down(const __nv_bfloat16* x, WeightArgs wgu, WeightArgs wdn, const int* ids, const float* tw, float* y, float* y_zero, int m) {
+  begin_after_previous_kernel();
+  mlp_split_down<F, H, I, E, K, GateUpLayout::kStacked, W, U, S, ORDER>(x, wgu, wdn, ids, tw, y, y_zero, m, probe::Silu{});
+}
+
 template <class F, int H, int I, int E, int K>
 struct Run {
   const std::vector<Layer>& layers;
@@ -242,31 +274,39 @@ struct Run {
   template <int W, int U, int S, int MB, Mode MODE, int CL = 1, bool ROT = false, bool V4 = false, int R = 1>
   void fused(int l, float* acc, float* clear) const {
     const Layer& b = layers[l];
-    const size_t smem = 64 * TileRow<H>::kPadded + W * 64 + 64 + (CL > 1 ? H * 4 : 0);
-    probe::launch_as(probe::LaunchAs{true, false, CL}, splitk_layer<F, H, I, E, K, W, U, S, MB, MODE, CL, ROT, V4, R>, dim3(I / 16, K), dim3(32 * W), smem, s,
-                  (const __nv_bfloat16*)(x + (size_t)l * H), WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr},
-                  (const uint4*)(V4 ? rcodes4[l] : rcodes[l]), (const uint2*)(V4 ? rscales4[l] : rscales[l]), (const float*)b.dn_row, (const int*)b.ids, (const float*)b.tw,
-                  acc, clear, scratch);
+    if constexpr (MODE == kGeneral) {
+      probe::launch(false, general_split_down<F, H, I, E, K, W, U, S, MB, R == 1>, dim3(I / 16, K), dim3(32 * W),
+                    64 * TileRow<H>::kPadded + W * 64 + 32, s, (const __nv_bfloat16*)(x + (size_t)l * H),
+                    WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr}, WeightArgs{rcodes4[l], rscales4[l], b.dn_row, nullptr},
+                    (const int*)b.ids, (const float*)b.tw, acc, clear, 1);
+    } else {
+      const size_t smem = 64 * TileRow<H>::kPadded + W * 64 + 64 + (CL > 1 ? H * 4 : 0);
+      probe::launch_as(probe::LaunchAs{true, false, CL}, splitk_layer<F, H, I, E, K, W, U, S, MB, MODE, CL, ROT, V4, R>, dim3(I / 16, K),
+                       dim3(32 * W), smem, s, (const __nv_bfloat16*)(x + (size_t)l * H), WeightArgs{b.gu_codes, b.gu_scales, b.gu_row, nullptr},
+                       (const uint4*)(V4 ? rcodes4[l] : rcodes[l]), (const uint2*)(V4 ? rscales4[l] : rscales[l]), (const float*)b.dn_row,
+                       (const int*)b.ids, (const float*)b.tw, acc, clear, scratch);
+    }
   }
 
   template <int W, int U, int S, int MB, Mode MODE, int CL = 1, bool ROT = false, bool V4 = false, int R = 1>
   void time_fused(const char* label) const {
+    constexpr int RB = MODE == kGeneral ? 1 : R;  // kGeneral: R == 1 forces the load order
     CK(cudaMemsetAsync(ybuf, 0, 3 * 8 * H * 4, s));
-    fused<W, U, S, MB, MODE, CL, ROT, V4, R>(0, ybuf, ybuf + R * H);
+    fused<W, U, S, MB, MODE, CL, ROT, V4, R>(0, ybuf, ybuf + RB * H);
     CK(cudaStreamSynchronize(s));
-    std::vector<float> yf(R * H);
-    CK(cudaMemcpy(yf.data(), ybuf, R * H * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> yf(RB * H);
+    CK(cudaMemcpy(yf.data(), ybuf, RB * H * 4, cudaMemcpyDeviceToHost));
     std::vector<uint16_t> yb(H);
     for (int i = 0; i < H; ++i) {
       float v = 0.0f;
-      for (int c = 0; c < R; ++c) v += yf[c * H + i];
+      for (int c = 0; c < RB; ++c) v += yf[c * H + i];
       yb[i] = probe::float_to_bf16(v);
     }
     const double d = MODE == kLateStore || MODE == kNoOut ? -1.0 : rel_diff(yb, y_ref);
     float us = 0.0f;
     if (reps > 0)
       us = probe::graph_us(s, reps, kLayers, [&] {
-        for (int l = 0; l < kLayers; ++l) fused<W, U, S, MB, MODE, CL, ROT, V4, R>(l, ybuf + (l % 3) * R * H, ybuf + ((l + 1) % 3) * R * H);
+        for (int l = 0; l < kLayers; ++l) fused<W, U, S, MB, MODE, CL, ROT, V4, R>(l, ybuf + (l % 3) * RB * H, ybuf + ((l + 1) % 3) * RB * H);
       });
     if (reps <= 0) std::printf("   %-58s y diff %9.2e\n", label, d);
     else if (d < 0) std::printf("   %-58s y unchecked  layer %6.2f us (%.1f%% of 3.10 TB/s)\n", label, us, 100.0 * bytes / (us * 1e3) / 3100.0);
@@ -292,8 +332,8 @@ void compare(const char* name, std::mt19937& rng, int reps) {
   for (int l = 0; l < kLayers; ++l) {
     CK(cudaMalloc(&rc[l], quads * 32 * 16)); CK(cudaMalloc(&rs[l], quads * 64));
     CK(cudaMalloc(&rc4[l], quads * 32 * 16)); CK(cudaMalloc(&rs4[l], quads * 64));
-    repack_down<H, I, E, false><<<(quads * 32 + 255) / 256, 256>>>((const unsigned char*)layers[l].dn_codes, (const unsigned char*)layers[l].dn_scales, rc[l], rs[l]);
-    repack_down<H, I, E, true><<<(quads * 32 + 255) / 256, 256>>>((const unsigned char*)layers[l].dn_codes, (const unsigned char*)layers[l].dn_scales, rc4[l], rs4[l]);
+    repack_down<F, H, I, E, false><<<(quads * 32 + 255) / 256, 256>>>((const unsigned char*)layers[l].dn_codes, (const unsigned char*)layers[l].dn_scales, rc[l], rs[l]);
+    repack_down<F, H, I, E, true><<<(quads * 32 + 255) / 256, 256>>>((const unsigned char*)layers[l].dn_codes, (const unsigned char*)layers[l].dn_scales, rc4[l], rs4[l]);
     CK(cudaGetLastError());
   }
   cudaStream_t s = probe::stream_after_setup();
@@ -325,26 +365,30 @@ void compare(const char* name, std::mt19937& rng, int reps) {
     std::printf("   %-58s               layer %6.2f us (%.1f%% of 3.10 TB/s); its gate_up alone %.2f us\n", "catalogue pair", t_pair,
                 100.0 * r.bytes / (t_pair * 1e3) / 3100.0, t_gu);
   }
-  // where down's loads are issued, and the register promise (MB 1: about 100 registers, two blocks
-  // per SM, two waves; MB 3: 80 registers, one wave)
-  r.template time_fused<GW, GU, GS, 1, kLate>("late (down's loads after gate_up's loop), MB 1");
-  r.template time_fused<GW, GU, GS, 1, kEarly>("early (down's loads before gate_up's), MB 1");
-  r.template time_fused<GW, GU, GS, 3, kLate>("late, MB 3");
-  r.template time_fused<GW, GU, GS, 3, kEarly>("early, MB 3");
-  r.template time_fused<GW, GU, GS, 3, kMid>("mid (with the warp's last gate_up loads), MB 3");
-  // how the sums reach y (all late, MB 3)
-  r.template time_fused<GW, GU, GS, 3, kLate, 1, true>("scalar adds, runs rotated");
-  r.template time_fused<GW, GU, GS, 3, kLate, 2>("scalar, clusters of 2 add first (DSMEM)");
-  r.template time_fused<GW, GU, GS, 3, kLate, 4>("scalar, clusters of 4 add first");
-  r.template time_fused<GW, GU, GS, 3, kLate, 8>("scalar, clusters of 8 add first");
-  r.template time_fused<GW, GU, GS, 3, kLate, 1, false, true>("float4 adds");
-  r.template time_fused<GW, GU, GS, 3, kLate, 1, true, true>("float4 adds, runs rotated");
-  r.template time_fused<GW, GU, GS, 3, kLate, 2, false, true>("float4, clusters of 2 add first");
-  // diagnostics: y is not a usable output in these
-  r.template time_fused<GW, GU, GS, 3, kLate, 1, false, false, 8>("diagnostic: scalar, 8 copies of y (summed on the host)");
-  r.template time_fused<GW, GU, GS, 3, kLate, 1, false, true, 8>("diagnostic: float4, 8 copies of y (summed on the host)");
-  r.template time_fused<GW, GU, GS, 3, kLateStore>("diagnostic: plain stores to a per-block scratch");
-  r.template time_fused<GW, GU, GS, 3, kNoOut, 1, false, true>("diagnostic: no output at all (the ceiling)");
+  // the fused kernel: 8 warps, two tiles of 8 neurons, 4 warps per tile, 2 steps in flight
+  r.template time_fused<8, 2, 4, 3, kGeneral, 1, false, true, 1>("split_down.cuh (general form), load order forced");
+  r.template time_fused<8, 2, 4, 3, kGeneral, 1, false, true, 2>("split_down.cuh, ptxas's load order");
+  if constexpr (std::is_same_v<F, Nvfp4Weights>) {  // the hand-written variants decode NVFP4 only
+    // where down's loads are issued, and the register promise (MB 1: about 100 registers, two blocks
+    // per SM, two waves; MB 3: 80 registers, one wave)
+    r.template time_fused<8, 2, 4, 1, kLate>("late (down's loads after gate_up's loop), MB 1");
+    r.template time_fused<8, 2, 4, 1, kEarly>("early (down's loads before gate_up's), MB 1");
+    r.template time_fused<8, 2, 4, 3, kLate>("late, MB 3");
+    r.template time_fused<8, 2, 4, 3, kEarly>("early, MB 3");
+    r.template time_fused<8, 2, 4, 3, kMid>("mid (with the warp's last gate_up loads), MB 3");
+    // how the sums reach y (all late, MB 3)
+    r.template time_fused<8, 2, 4, 3, kLate, 1, true>("scalar adds, runs rotated");
+    r.template time_fused<8, 2, 4, 3, kLate, 2>("scalar, clusters of 2 add first (DSMEM)");
+    r.template time_fused<8, 2, 4, 3, kLate, 4>("scalar, clusters of 4 add first");
+    r.template time_fused<8, 2, 4, 3, kLate, 8>("scalar, clusters of 8 add first");
+    r.template time_fused<8, 2, 4, 3, kLate, 1, false, true>("float4 adds");
+    r.template time_fused<8, 2, 4, 3, kLate, 1, true, true>("float4 adds, runs rotated");
+    // diagnostics: y is not a usable output in these
+    r.template time_fused<8, 2, 4, 3, kLate, 1, false, false, 8>("diagnostic: scalar, 8 copies of y (summed on the host)");
+    r.template time_fused<8, 2, 4, 3, kLate, 1, false, true, 8>("diagnostic: float4, 8 copies of y (summed on the host)");
+    r.template time_fused<8, 2, 4, 3, kLateStore>("diagnostic: plain stores to a per-block scratch");
+    r.template time_fused<8, 2, 4, 3, kNoOut, 1, false, true>("diagnostic: no output at all (the ceiling)");
+  }
   probe::free_layers(layers);
   for (int l = 0; l < kLayers; ++l) { cudaFree(rc[l]); cudaFree(rs[l]); cudaFree(rc4[l]); cudaFree(rs4[l]); }
   cudaFree(x); cudaFree(inter); cudaFree(y); cudaFree(ybuf); cudaFree(scratch);
@@ -356,6 +400,9 @@ int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 60;
   std::mt19937 rng(20261126);
   compare<Nvfp4Weights, 2048, 768, 128, 8, 8, 2, 4, 32>("nvfp4, Qwen3-30B-A3B", rng, reps);
+  compare<Mxfp4Weights, 2048, 768, 128, 8, 4, 2, 4, 32>("mxfp4, Qwen3-30B-A3B", rng, reps);
+  compare<Int4Group128Weights, 2048, 768, 128, 8, 8, 2, 4, 32>("int4_group128, Qwen3-30B-A3B", rng, reps);
+  compare<Int4ChannelWeights, 2048, 768, 128, 8, 8, 2, 4, 24>("int4_channel, Qwen3-30B-A3B", rng, reps);
   compare<Nvfp4Weights, 2048, 512, 512, 10, 8, 2, 4, 24>("nvfp4, Qwen3-Next-80B-A3B", rng, reps);
   return 0;
 }
