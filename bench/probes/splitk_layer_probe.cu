@@ -19,8 +19,8 @@
 // gate_up loads), how the sums reach y (scalar or float4 adds; clusters of 2-8 adding first through
 // distributed shared memory; warps' runs rotated), and diagnostics (8 copies of y; kLateStore:
 // plain stores to a per-block scratch; kNoOut: no output at all). V4 lays the rows out so that a
-// lane ends with four consecutive ones (one float4 add). general_split_down runs split_down.cuh's
-// general form (every 4-bit format) with and without its forced load order.
+// lane ends with four consecutive ones (one float4 add). general_split_down runs the device
+// header's general form (mf::mlp_split_down, every 4-bit format) with and without its forced load order.
 // Each is checked against the catalogue's pair on the same random layers (y rounded to bf16), then
 // both timed over 16 layers rotated in one graph with programmatic dependent launch.
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I<dir of moeforge_device.cuh> splitk_layer_probe.cu -o splitk_layer_probe
@@ -28,7 +28,6 @@
 #include "moeforge_device.cuh"
 #include "expert_probe.cuh"
 #include "probe_harness.cuh"
-#include "split_down.cuh"
 
 #include <cooperative_groups.h>
 #include <cstdio>
@@ -250,8 +249,8 @@ __global__ void __launch_bounds__(32 * W, MB)
   }
 }
 
-// The general form of the float4 variant (split_down.cuh's mlp_split_down), as a generated kernel
-// would call it; the token count arrives at run time, as there.
+// The general form of the float4 variant (the device header's mlp_split_down, schedule split_down),
+// as a generated kernel calls it; the token count arrives at run time, as there.
 template <class F, int H, int I, int E, int K, int W, int U, int S, int MB, bool ORDER>
 __global__ void __launch_bounds__(32 * W, MB)
     general_split_down(const __nv_bfloat16* x, WeightArgs wgu, WeightArgs wdn, const int* ids, const float* tw, float* y, float* y_zero, int m) {
@@ -366,8 +365,8 @@ void compare(const char* name, std::mt19937& rng, int reps) {
                 100.0 * r.bytes / (t_pair * 1e3) / 3100.0, t_gu);
   }
   // the fused kernel: 8 warps, two tiles of 8 neurons, 4 warps per tile, 2 steps in flight
-  r.template time_fused<8, 2, 4, 3, kGeneral, 1, false, true, 1>("split_down.cuh (general form), load order forced");
-  r.template time_fused<8, 2, 4, 3, kGeneral, 1, false, true, 2>("split_down.cuh, ptxas's load order");
+  r.template time_fused<8, 2, 4, 3, kGeneral, 1, false, true, 1>("header's mlp_split_down (general form), load order forced");
+  r.template time_fused<8, 2, 4, 3, kGeneral, 1, false, true, 2>("header's mlp_split_down, ptxas's load order");
   if constexpr (std::is_same_v<F, Nvfp4Weights>) {  // the hand-written variants decode NVFP4 only
     // where down's loads are issued, and the register promise (MB 1: about 100 registers, two blocks
     // per SM, two waves; MB 3: 80 registers, one wave)

@@ -3,24 +3,26 @@ package dev.moeforge.codegen.cuda;
 import dev.moeforge.dsl.check.EpilogueTypes;
 import dev.moeforge.dsl.check.OutputCentricLayout;
 import dev.moeforge.dsl.check.RouterTileLayout;
+import dev.moeforge.dsl.check.SplitDownLayout;
 import dev.moeforge.dsl.check.TensorCoreTileLayout;
 import dev.moeforge.dsl.check.Validator;
+import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.Combine;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.text.SpecPrinter;
+import freemarker.core.TemplateClassResolver;
 import freemarker.template.Configuration;
 import freemarker.template.Template;
 import freemarker.template.TemplateException;
 import freemarker.template.TemplateExceptionHandler;
-import freemarker.core.TemplateClassResolver;
 import java.io.IOException;
 import java.io.StringWriter;
 import java.io.UncheckedIOException;
@@ -46,6 +48,7 @@ public final class CudaEmitter {
         String source = switch (spec.schedule()) {
             case OutputCentric oc -> render("output_centric.cu.ftl", outputCentricModel(spec, oc, specText));
             case Schedule.OutputTensorCore tc -> render("output_centric.cu.ftl", outputTensorCoreModel(spec, tc, specText));
+            case Schedule.SplitDown sd -> render("output_centric.cu.ftl", splitDownModel(spec, sd, specText));
             case Schedule.RouterGemv g -> render("router_gemv.cu.ftl", routerModel(spec, g, specText));
             case Schedule.RouterCluster c -> render("router_cluster.cu.ftl", routerClusterModel(spec, c, specText));
             case Schedule.RouterTiled t -> render("router_tiled.cu.ftl", routerTiledModel(spec, t, specText));
@@ -251,19 +254,67 @@ public final class CudaEmitter {
                 notes, layout.sharedBytes(), tc.warpsPerCta(), tc.minBlocksPerSm()));
     }
 
-    private static Map<String, Object> expertModel(KernelSpec spec, String specText, ExpertLowering lowering) {
-        Problem.ExpertProblem problem = (Problem.ExpertProblem) spec.problem();  // validated pairing
+    private static Map<String, Object> splitDownModel(KernelSpec spec, Schedule.SplitDown sd, String specText) {
+        Problem.ExpertMlp problem = (Problem.ExpertMlp) spec.problem();  // validated pairing
+        SplitDownLayout layout = SplitDownLayout.of(problem, sd);
         var shape = problem.shape();
+        List<Map<String, String>> constants = shapeConstants(shape);
+        constants.add(Map.of("type", "mf::GateUpLayout", "name", "kLayout", "value", gateUpLayout(problem.layout())));
+        constant(constants, "int", "kWarpsPerCta", sd.warpsPerCta());
+        constant(constants, "int", "kUnroll", sd.kUnroll());
+        constant(constants, "int", "kWarpsPerTile", sd.warpsPerTile());
+        constants.add(Map.of("type", "bool", "name", "kOrderLoads", "value", Boolean.toString(sd.orderLoads())));
+        List<String> notes = new ArrayList<>();
+        notes.add("expert MLP: one block per (token, routed slot, 16 neurons): two gate_up tiles of 8 neurons (gate and up rows "
+                + (problem.layout() == GateUpLayout.STACKED ? "stacked" : "interleaved") + ", " + sd.warpsPerTile()
+                + " warps per tile, " + sd.kUnroll() + " steps in flight per lane) give the 16 h, rounded to "
+                + ((Store) spec.epilogue()).dtype().text() + "; the block then multiplies them into down's 16 matching columns "
+                + "for all " + shape.hidden() + " rows (" + layout.quads() + " quads of 64, mma.sync m16n8k16) and adds the "
+                + "products times the routing weight into y with 16-byte atomic adds.");
+        notes.add(formatNote(problem.weights(), true));
+        notes.add("Down's codes and K-block scales come repacked in 16-column tiles (SplitDownWeights); its row or tensor "
+                + "scales as loaded.");
+        if (sd.orderLoads()) {
+            notes.add("Each gate_up group's code words depend on its scale loads, so ptxas issues all of them before the "
+                    + "first decode.");
+        }
+        notes.add("y (FP32) is added to and must be zero before the launch; y_zero is set to zero for a later launch. "
+                + "The order of the adds, and so y's last bits, vary from launch to launch.");
+        notes.add("Dynamic shared memory: " + layout.sharedBytes() + " bytes.");
+        notes.add("Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.");
+        EpilogueNode root = spec.epilogue();
+        Map<EpilogueNode, String> bound = new LinkedHashMap<>();
+        bound.put(Acc.GATE, "gate");
+        bound.put(Acc.UP, "up");
+        return kernelModel(spec, specText, notes, constants, problem.weights(), root, "float gate, float up", bound,
+                launchBounds(sd.warpsPerCta(), sd.minBlocksPerSm()), "mlp_split_down",
+                "Format, kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kUnroll, kWarpsPerTile, kOrderLoads",
+                "x, " + weightArgs("w_gate_up", problem.weights(), false) + ", " + weightArgs("w_down", problem.weights(), false)
+                        + ", topk_ids, topk_weights, y, y_zero, num_tokens");
+    }
+
+    /** kHidden, kIntermediate, kExperts, kTopk of an expert kernel. */
+    private static List<Map<String, String>> shapeConstants(ExpertShape shape) {
         List<Map<String, String>> constants = new ArrayList<>();
         constant(constants, "int", "kHidden", shape.hidden());
         constant(constants, "int", "kIntermediate", shape.intermediate());
         constant(constants, "int", "kExperts", shape.experts());
         constant(constants, "int", "kTopk", shape.topk());
+        return constants;
+    }
+
+    private static String gateUpLayout(GateUpLayout layout) {
+        return switch (layout) {
+            case STACKED -> "mf::GateUpLayout::kStacked";
+            case INTERLEAVED -> "mf::GateUpLayout::kInterleaved";
+        };
+    }
+
+    private static Map<String, Object> expertModel(KernelSpec spec, String specText, ExpertLowering lowering) {
+        Problem.ExpertProblem problem = (Problem.ExpertProblem) spec.problem();  // validated pairing
+        List<Map<String, String>> constants = shapeConstants(problem.shape());
         if (problem instanceof Problem.ExpertGateUp g) {
-            constants.add(Map.of("type", "mf::GateUpLayout", "name", "kLayout", "value", switch (g.layout()) {
-                case STACKED -> "mf::GateUpLayout::kStacked";
-                case INTERLEAVED -> "mf::GateUpLayout::kInterleaved";
-            }));
+            constants.add(Map.of("type", "mf::GateUpLayout", "name", "kLayout", "value", gateUpLayout(g.layout())));
         }
         constants.addAll(lowering.constants());
         if (problem.bias()) {
@@ -312,19 +363,27 @@ public final class CudaEmitter {
         }
         notes.add("Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.");
 
-        KernelSignature signature = KernelSignature.of(spec);
+        return kernelModel(spec, specText, notes, constants, problem.weights(), root, epilogueParams, bound,
+                launchBounds(lowering.warpsPerCta(), lowering.minBlocksPerSm()), body, templateArgs, callArgs);
+    }
+
+    /** The model of output_centric.cu.ftl: one device body called with the spec's epilogue. */
+    private static Map<String, Object> kernelModel(KernelSpec spec, String specText, List<String> notes,
+                                                   List<Map<String, String>> constants, WeightFormat format, EpilogueNode root,
+                                                   String epilogueParams, Map<EpilogueNode, String> bound, String launchBounds,
+                                                   String body, String templateArgs, String callArgs) {
         Map<String, Object> model = new LinkedHashMap<>();
         model.put("specLines", specText.lines().toList());
         model.put("notes", notes);
         model.put("header", DeviceHeader.FILE_NAME);
         model.put("constants", constants);
-        model.put("format", deviceFormat(problem.weights()));
+        model.put("format", deviceFormat(format));
         model.put("epilogueText", EpilogueTypes.describe(root));
         model.put("epilogueParams", epilogueParams);
         model.put("epilogueLines", EpilogueEmitter.emit(root, bound));
-        model.put("launchBounds", launchBounds(lowering.warpsPerCta(), lowering.minBlocksPerSm()));
+        model.put("launchBounds", launchBounds);
         model.put("name", spec.name());
-        model.put("params", signature.params().stream().map(KernelParam::cudaDeclaration).toList());
+        model.put("params", KernelSignature.of(spec).params().stream().map(KernelParam::cudaDeclaration).toList());
         model.put("body", body);
         model.put("templateArgs", templateArgs);
         model.put("callArgs", callArgs);
@@ -391,10 +450,13 @@ public final class CudaEmitter {
 
     /** {@code mf::WeightArgs{codes, block scales, row scales[, bias]}}, null where the format has none. */
     private static String weightArgs(String name, Problem.ExpertProblem problem) {
-        WeightFormat format = problem.weights();
+        return weightArgs(name, problem.weights(), problem.bias());
+    }
+
+    private static String weightArgs(String name, WeightFormat format, boolean hasBias) {
         String blockScales = format.blockScale() == WeightFormat.BlockScale.NONE ? "nullptr" : KernelSignature.blockScalesName(name);
         String rowScales = format.rowScale() == WeightFormat.RowScale.NONE ? "nullptr" : KernelSignature.rowScalesName(name, format);
-        String bias = problem.bias() ? ", " + KernelSignature.biasName(name) : "";
+        String bias = hasBias ? ", " + KernelSignature.biasName(name) : "";
         return "mf::WeightArgs{" + name + ", " + blockScales + ", " + rowScales + bias + "}";
     }
 

@@ -25,6 +25,7 @@ public record KernelSignature(List<KernelParam> params) {
         DType act = spec.problem().activations();
         return switch (spec.problem()) {
             case Problem.ExpertProblem p -> expert(p, act, tokens);
+            case Problem.ExpertMlp m -> mlp(m, act, tokens);
             case Problem.Router r -> router(spec, r, act, tokens);
         };
     }
@@ -55,6 +56,51 @@ public record KernelSignature(List<KernelParam> params) {
                 params.add(new KernelParam("y", Role.OUTPUT, act, List.of(m, s.hidden()), "the layer's output"));
             }
         }
+        params.add(tokens);
+        return new KernelSignature(params);
+    }
+
+    /**
+     * The whole expert MLP (split_down): x, gate_up's weights as gate_up takes them, down's weights
+     * repacked in 16-column tiles ({@code SplitDownWeights}: codes, K-block scales per 64-row quad,
+     * row or tensor scales as loaded), the routing, then y (FP32, added to) and the buffer the
+     * kernel zeroes for a later launch.
+     */
+    private static KernelSignature mlp(Problem.ExpertMlp p, DType act, KernelParam tokens) {
+        ExpertShape s = p.shape();
+        WeightFormat f = p.weights();
+        int m = KernelParam.TOKENS;
+        int tiles = s.intermediate() / 16;
+        int quads = s.hidden() / 64;
+        List<KernelParam> params = new ArrayList<>();
+        params.add(new KernelParam("x", Role.INPUT, act, List.of(m, s.hidden()), "activations"));
+        params.addAll(weights("w_gate_up", f, s.experts(), 2 * s.intermediate(), s.hidden(), 2, false,
+                "gate and up rows of every expert"));
+        params.add(new KernelParam("w_down", Role.WEIGHTS, DType.U8, List.of(s.experts(), tiles, quads, 512),
+                "down's columns in tiles of 16, 64 rows per 512 bytes (" + f.text() + " codes repacked: SplitDownWeights)"));
+        WeightFormat.BlockScale bs = f.blockScale();
+        switch (bs) {
+            case NONE -> { }
+            case E4M3_PER_16, E8M0_PER_32 -> params.add(new KernelParam(blockScalesName("w_down"), Role.WEIGHTS, DType.U8,
+                    List.of(s.experts(), s.intermediate() / bs.block(), quads, 64), "down's K-block scales per 64-row quad (repacked)"));
+            case F32_GROUP_128 -> params.add(new KernelParam(blockScalesName("w_down"), Role.WEIGHTS, DType.FP32,
+                    List.of(s.experts(), s.intermediate() / bs.block(), quads, 64), "down's K-block scales per 64-row quad (repacked)"));
+            case F32_BLOCK_128X128 -> throw new IllegalArgumentException("split_down takes 4-bit formats, not " + f.text());
+        }
+        switch (f.rowScale()) {
+            case NONE -> { }
+            case PER_ROW -> params.add(new KernelParam(rowScalesName("w_down", f), Role.WEIGHTS, DType.FP32,
+                    List.of(s.experts(), s.hidden()), "one scale per down row"));
+            case PER_TENSOR -> params.add(new KernelParam(rowScalesName("w_down", f), Role.WEIGHTS, DType.FP32,
+                    List.of(s.experts(), 1), "down's per-tensor scale"));
+        }
+        params.add(new KernelParam("topk_ids", Role.ROUTING, DType.INT32, List.of(m, s.topk()), "routed expert of each (token, slot)"));
+        params.add(new KernelParam("topk_weights", Role.ROUTING, DType.FP32, List.of(m, s.topk()),
+                "routing weight of each (token, slot)"));
+        params.add(new KernelParam("y", Role.OUTPUT, DType.FP32, List.of(m, s.hidden()),
+                "the layer's output, added to: zero before the launch"));
+        params.add(new KernelParam("y_zero", Role.OUTPUT, DType.FP32, List.of(m, s.hidden()),
+                "set to zero by this launch, for a later one to add into (not y)"));
         params.add(tokens);
         return new KernelSignature(params);
     }

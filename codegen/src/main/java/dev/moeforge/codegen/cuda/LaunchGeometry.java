@@ -2,11 +2,12 @@ package dev.moeforge.codegen.cuda;
 
 import dev.moeforge.dsl.check.OutputCentricLayout;
 import dev.moeforge.dsl.check.RouterTileLayout;
+import dev.moeforge.dsl.check.SplitDownLayout;
 import dev.moeforge.dsl.check.TensorCoreTileLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.ir.Schedule;
 
 /**
  * Grid, block and dynamic shared memory of a generated kernel for a token count. The grid is
@@ -49,6 +50,13 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
                 yield new LaunchGeometry(ceilDiv(outputs, layout.outputsPerTile() * tc.tilesPerCta()), gridY,
                         32 * tc.warpsPerCta(), Math.toIntExact(layout.sharedBytes()));
             }
+            // one block per (16 neurons, token, routed slot)
+            case Schedule.SplitDown sd -> {
+                Problem.ExpertMlp problem = (Problem.ExpertMlp) spec.problem();  // validated pairing
+                SplitDownLayout layout = SplitDownLayout.of(problem, sd);
+                yield new LaunchGeometry(layout.tiles(), tokens * problem.shape().topk(), 32 * sd.warpsPerCta(),
+                        Math.toIntExact(layout.sharedBytes()));
+            }
             // one block per (slice of experts, token); the token's tail block (last start ticket) runs the epilogue
             case Schedule.RouterGemv g -> new LaunchGeometry(routerBlocksPerToken(spec), tokens, 32 * g.warpsPerCta(), 0);
             // one cluster of clusterSize blocks per token
@@ -76,7 +84,7 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
         return switch (spec.schedule()) {
             case Schedule.RouterGemv g -> warpsPerScore(g.warpsPerCta(), g.expertsPerCta());
             case Schedule.RouterCluster c -> warpsPerScore(c.warpsPerCta(), ceilDiv(experts, c.clusterSize()));
-            case Schedule.RouterTiled _, OutputCentric _, Schedule.OutputTensorCore _ ->
+            case Schedule.RouterTiled _, OutputCentric _, Schedule.OutputTensorCore _, Schedule.SplitDown _ ->
                     throw new IllegalArgumentException("only router_gemv and router_cluster score with warps: " + spec.name());
         };
     }
@@ -101,6 +109,11 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
             }
             case Schedule.OutputTensorCore _ -> spec.problem() instanceof Problem.ExpertGateUp g
                     ? MAX_GRID_Y / g.shape().topk() : MAX_GRID_Y;
+            // the kernel zeroes M * H floats counted in an int
+            case Schedule.SplitDown _ -> {
+                Problem.ExpertMlp m = (Problem.ExpertMlp) spec.problem();
+                yield Math.min(MAX_GRID_Y / m.shape().topk(), Integer.MAX_VALUE / m.shape().hidden());
+            }
             case Schedule.RouterGemv _, Schedule.RouterCluster _ -> MAX_GRID_Y;
             // a tile's first token plus its row (< 128) must stay an int
             case Schedule.RouterTiled _ -> Integer.MAX_VALUE - 127;

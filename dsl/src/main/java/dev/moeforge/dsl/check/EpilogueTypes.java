@@ -51,6 +51,9 @@ public final class EpilogueTypes {
         String wanted = switch (problem) {
             case Problem.ExpertGateUp _ -> stored.kind() == ValueType.Kind.PER_SLOT ? null
                     : "gate_up stores one value per (token, routed slot, neuron); remove the combine";
+            case Problem.ExpertMlp _ -> stored.kind() == ValueType.Kind.PER_SLOT ? null
+                    : "the expert MLP's epilogue is its activation, one value per (token, routed slot, neuron) that "
+                            + "down then reads; the combine over the slots is the problem's own: remove the combine";
             case Problem.ExpertDown _ -> stored.kind() == ValueType.Kind.PER_TOKEN ? null
                     : "down stores one value per (token, hidden output): wrap the accumulator in combine(...) to sum "
                             + "over the routed experts";
@@ -71,8 +74,9 @@ public final class EpilogueTypes {
         return switch (node) {
             case Acc acc -> {
                 String rule = switch (problem) {
-                    case Problem.ExpertGateUp _ -> acc.channel() == AccChannel.GATE || acc.channel() == AccChannel.UP ? null
-                            : "a gate_up kernel has the accumulators acc(gate) and acc(up)";
+                    case Problem.ExpertGateUp _, Problem.ExpertMlp _ -> acc.channel() == AccChannel.GATE
+                            || acc.channel() == AccChannel.UP ? null
+                            : "a gate_up kernel (and the expert MLP's activation) has the accumulators acc(gate) and acc(up)";
                     case Problem.ExpertDown _ -> acc.channel() == AccChannel.MAIN ? null
                             : "a down kernel has one accumulator, acc";
                     case Problem.Router _ -> acc.channel() == AccChannel.MAIN ? null
@@ -82,7 +86,7 @@ public final class EpilogueTypes {
                     yield fail(path, acc, rule);
                 }
                 yield switch (problem) {
-                    case Problem.ExpertProblem _ -> ValueType.PER_SLOT;
+                    case Problem.ExpertProblem _, Problem.ExpertMlp _ -> ValueType.PER_SLOT;
                     case Problem.Router r -> ValueType.row(r.experts());
                 };
             }
@@ -95,7 +99,7 @@ public final class EpilogueTypes {
                     }
                     yield ValueType.row(r.experts());
                 }
-                case Problem.ExpertProblem _ -> fail(path, p, "row(...) is a per-expert vector of a router");
+                case Problem.ExpertProblem _, Problem.ExpertMlp _ -> fail(path, p, "row(...) is a per-expert vector of a router");
             };
             case Add a -> {
                 ValueType l = typeOf(a.left(), path + ".add.left");
@@ -182,6 +186,9 @@ public final class EpilogueTypes {
                     case Problem.ExpertProblem p -> s.dtype() == p.activations() ? null
                             : "the output type must be the problem's activation type, " + p.activations().text()
                                     + " (the down kernel reads gate_up's output as its activation)";
+                    case Problem.ExpertMlp p -> s.dtype() == p.activations() ? null
+                            : "the intermediate's type, which must be the problem's activation type, " + p.activations().text()
+                                    + " (down reads it as its activation; y is FP32 whatever this says)";
                     case Problem.Router _ -> s.dtype() == DType.FP32 || s.dtype() == DType.BF16 ? null
                             : "fp32 or bf16 routing weights";
                 };

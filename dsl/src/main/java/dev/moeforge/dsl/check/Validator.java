@@ -55,6 +55,10 @@ public final class Validator {
         }
         switch (spec.problem()) {
             case Problem.ExpertProblem p -> checkExpertProblem(p, errors);
+            case Problem.ExpertMlp m -> {
+                checkShape(m.shape(), errors);
+                checkFormats(m, errors);
+            }
             case Problem.Router r -> checkRouter(r, errors);
         }
         checkSchedule(spec, errors);
@@ -64,7 +68,11 @@ public final class Validator {
     }
 
     private static void checkExpertProblem(Problem.ExpertProblem problem, List<SpecError> errors) {
-        ExpertShape s = problem.shape();
+        checkShape(problem.shape(), errors);
+        checkFormats(problem, errors);
+    }
+
+    private static void checkShape(ExpertShape s, List<SpecError> errors) {
         range(errors, "problem.hidden", s.hidden(), 1, MAX_DIMENSION);
         range(errors, "problem.intermediate", s.intermediate(), 1, MAX_DIMENSION);
         range(errors, "problem.experts", s.experts(), 1, MAX_EXPERTS);
@@ -73,7 +81,6 @@ public final class Validator {
                     "1.." + Math.min(MAX_TOPK, Math.max(1, s.experts())) + " (at most the number of experts, "
                             + s.experts() + ", and at most " + MAX_TOPK + ")"));
         }
-        checkFormats(problem, errors);
     }
 
     private static void checkRouter(Problem.Router r, List<SpecError> errors) {
@@ -101,6 +108,10 @@ public final class Validator {
                 }
             }
             case Problem.ExpertDown d -> checkBlocks(d.weights(), "problem.intermediate", d.shape().intermediate(), errors);
+            case Problem.ExpertMlp m -> {  // gate_up's rows run along hidden, down's along intermediate
+                checkBlocks(m.weights(), "problem.hidden", m.shape().hidden(), errors);
+                checkBlocks(m.weights(), "problem.intermediate", m.shape().intermediate(), errors);
+            }
         }
         if (problem.activations() != DType.BF16) {
             errors.add(new SpecError("problem.activations", problem.activations().text(), "bf16"));
@@ -128,7 +139,7 @@ public final class Validator {
             case OutputCentric oc -> {
                 if (!(spec.problem() instanceof Problem.ExpertProblem p)) {
                     errors.add(new SpecError("schedule", "output_centric", "output_centric lowers expert_gate_up and "
-                            + "expert_down; a router takes router_gemv, router_cluster or router_tiled"));
+                            + "expert_down; expert_mlp takes split_down, a router router_gemv, router_cluster or router_tiled"));
                     return;
                 }
                 range(errors, "schedule.warps_per_cta", oc.warpsPerCta(), 1, maxWarps);
@@ -162,6 +173,7 @@ public final class Validator {
                 }
             }
             case Schedule.OutputTensorCore tc -> checkOutputTensorCore(spec, tc, target, maxWarps, errors);
+            case Schedule.SplitDown sd -> checkSplitDown(spec, sd, target, maxWarps, errors);
             case Schedule.RouterGemv g -> {
                 if (!(spec.problem() instanceof Problem.Router r)) {
                     errors.add(new SpecError("schedule", "router_gemv", "router_gemv lowers a router problem; expert "
@@ -275,7 +287,7 @@ public final class Validator {
         String name = switch (spec.schedule()) {
             case OutputCentric _ -> "output_centric";
             case Schedule.OutputTensorCore _ -> "output_tensor_core";
-            case Schedule.RouterGemv _, Schedule.RouterCluster _, Schedule.RouterTiled _ -> null;
+            case Schedule.SplitDown _, Schedule.RouterGemv _, Schedule.RouterCluster _, Schedule.RouterTiled _ -> null;
         };
         if (name != null && spec.problem() instanceof Problem.ExpertDown
                 && spec.epilogue() instanceof Store(Combine(EpilogueNode in), _)
@@ -290,7 +302,7 @@ public final class Validator {
                                               List<SpecError> errors) {
         if (!(spec.problem() instanceof Problem.ExpertProblem p)) {
             errors.add(new SpecError("schedule", "output_tensor_core", "output_tensor_core lowers expert_gate_up and "
-                    + "expert_down; a router takes router_gemv, router_cluster or router_tiled"));
+                    + "expert_down; expert_mlp takes split_down, a router router_gemv, router_cluster or router_tiled"));
             return;
         }
         if (p.weights().element().bits() != 4) {
@@ -318,6 +330,48 @@ public final class Validator {
                 errors.add(new SpecError("schedule", shared + " bytes of shared memory",
                         "at most " + target.maxSharedBytesPerBlock() + " bytes per thread block on " + target.text()
                                 + " (the staged activations grow with the reduction and, for down, with topk)"));
+            }
+        }
+    }
+
+    private static void checkSplitDown(KernelSpec spec, Schedule.SplitDown sd, Target target, int maxWarps,
+                                       List<SpecError> errors) {
+        if (!(spec.problem() instanceof Problem.ExpertMlp m)) {
+            errors.add(new SpecError("schedule", "split_down", "split_down lowers expert_mlp; expert_gate_up and "
+                    + "expert_down take output_centric or output_tensor_core, a router router_gemv, router_cluster or router_tiled"));
+            return;
+        }
+        if (m.weights().element().bits() != 4) {
+            errors.add(new SpecError("problem.weights", m.weights().text(), "a 4-bit format (nvfp4, mxfp4, int4_channel, "
+                    + "int4_group128) under split_down: down's columns are decoded on the tensor cores"));
+        }
+        range(errors, "schedule.warps_per_tile", sd.warpsPerTile(), 1, maxWarps / 2);
+        if (sd.warpsPerTile() >= 1 && sd.warpsPerCta() != 2 * sd.warpsPerTile()) {
+            errors.add(new SpecError("schedule.warps_per_cta", Integer.toString(sd.warpsPerCta()),
+                    "2 x warps_per_tile = " + 2 * sd.warpsPerTile() + ": a block is two gate_up tiles of 8 neurons, the "
+                            + SplitDownLayout.TILE_COLUMNS + " columns of down it multiplies"));
+        }
+        range(errors, "schedule.k_unroll", sd.kUnroll(), 1, 8);
+        if (sd.warpsPerCta() >= 1 && sd.warpsPerCta() <= maxWarps) {
+            range(errors, "schedule.min_blocks_per_sm", sd.minBlocksPerSm(), 0, target.maxWarpsPerSm() / sd.warpsPerCta());
+        }
+        if (!dimensionsInRange(m.shape())) {
+            return;
+        }
+        if (m.shape().hidden() % SplitDownLayout.QUAD_ROWS != 0) {
+            errors.add(new SpecError("problem.hidden", Integer.toString(m.shape().hidden()), "a multiple of "
+                    + SplitDownLayout.QUAD_ROWS + " under split_down: down's rows are multiplied in quads of 64 (one "
+                    + "16-byte load per lane holds four mmas' fragments)"));
+        }
+        if (m.shape().intermediate() % SplitDownLayout.TILE_COLUMNS != 0) {
+            errors.add(new SpecError("problem.intermediate", Integer.toString(m.shape().intermediate()), "a multiple of "
+                    + SplitDownLayout.TILE_COLUMNS + " under split_down: a block multiplies 16 neurons into down"));
+        }
+        if (sd.warpsPerCta() >= 1 && sd.warpsPerTile() >= 1) {
+            long shared = SplitDownLayout.of(m, sd).sharedBytes();
+            if (shared > target.maxSharedBytesPerBlock()) {
+                errors.add(new SpecError("schedule", shared + " bytes of shared memory",
+                        "at most " + target.maxSharedBytesPerBlock() + " bytes per thread block on " + target.text()));
             }
         }
     }

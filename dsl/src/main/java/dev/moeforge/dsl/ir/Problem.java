@@ -5,7 +5,7 @@ package dev.moeforge.dsl.ir;
  * kernels are token-major: {@code topk_ids [M][k] int32} and {@code topk_weights [M][k]}
  * (DESIGN section 9).
  */
-public sealed interface Problem permits Problem.ExpertProblem, Problem.Router {
+public sealed interface Problem permits Problem.ExpertProblem, Problem.ExpertMlp, Problem.Router {
 
     WeightFormat weights();
 
@@ -53,6 +53,17 @@ public sealed interface Problem permits Problem.ExpertProblem, Problem.Router {
             this(shape, weights, activations, false);
         }
     }
+
+    /**
+     * The whole expert MLP with routing given, in one kernel: for token {@code m} and routed slot
+     * {@code j} with expert {@code e = topk_ids[m][j]}, gate_up and its epilogue as in
+     * {@link ExpertGateUp} (the epilogue's store type rounds the intermediate, as a stored inter
+     * would be), then {@code y[m][h] += topk_weights[m][j] * (W_down[e][h] . inter[m][j])} for every
+     * hidden output {@code h}, summed into an FP32 {@code y} that is zero before the kernel. The
+     * order of the additions is not fixed, so y's last bits may differ from run to run. Down's
+     * weights arrive repacked for the schedule (see {@code SplitDownWeights}).
+     */
+    record ExpertMlp(ExpertShape shape, WeightFormat weights, DType activations, GateUpLayout layout) implements Problem {}
 
     /**
      * The router: for token {@code m}, the row of {@code experts} scores

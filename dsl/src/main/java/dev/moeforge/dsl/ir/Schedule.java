@@ -1,7 +1,8 @@
 package dev.moeforge.dsl.ir;
 
 /** How a {@link Problem} is mapped onto the GPU. One problem can be lowered with several schedules. */
-public sealed interface Schedule permits Schedule.OutputCentric, Schedule.OutputTensorCore, Schedule.RouterGemv, Schedule.RouterCluster, Schedule.RouterTiled {
+public sealed interface Schedule permits Schedule.OutputCentric, Schedule.OutputTensorCore, Schedule.SplitDown, Schedule.RouterGemv,
+        Schedule.RouterCluster, Schedule.RouterTiled {
 
     /**
      * Warp decode (seeds 000 and 004): one warp owns one output scalar and streams the weight rows
@@ -63,6 +64,25 @@ public sealed interface Schedule permits Schedule.OutputCentric, Schedule.Output
             return warpsPerCta / warpsPerTile;
         }
     }
+
+    /**
+     * The expert MLP of 4-bit weights as one kernel with no wait between blocks (bench/NOTES.md,
+     * "down split along its K inside gate_up's blocks"). A block takes one (token, routed slot) and
+     * 16 neurons: two gate_up tiles as in {@link OutputTensorCore} give their h; then the same warps
+     * multiply the 16 h into down's 16 matching columns, for every hidden row, on the tensor cores,
+     * and add the products, times the routing weight, into y with 16-byte atomic adds. Down's
+     * columns come repacked in tiles of 16 (a one-time repack on load), so one 16-byte load per lane
+     * holds four mmas' fragments.
+     *
+     * @param warpsPerCta    warps per thread block: twice warpsPerTile (two tiles of 8 neurons)
+     * @param kUnroll        gate_up steps in a group, whose loads each lane issues before the first is used
+     * @param warpsPerTile   warps that share a gate_up tile, as in {@link OutputTensorCore}
+     * @param minBlocksPerSm the occupancy promise given to ptxas, as in {@link OutputCentric}
+     * @param orderLoads     make every code word of a gate_up group depend on the group's scale
+     *                       loads, so that ptxas issues all of them before the first decode (NVFP4
+     *                       at Qwen3-30B-A3B: 14.48 -> 13.80 us; it costs others up to 0.2 us)
+     */
+    record SplitDown(int warpsPerCta, int kUnroll, int warpsPerTile, int minBlocksPerSm, boolean orderLoads) implements Schedule {}
 
     /**
      * The decode router (seed 000's warp GEMV, seed 002's fused epilogue): the experts of a token

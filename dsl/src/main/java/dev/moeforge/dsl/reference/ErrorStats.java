@@ -3,22 +3,31 @@ package dev.moeforge.dsl.reference;
 import dev.moeforge.dsl.format.Bf16;
 
 /**
- * How far a kernel's bf16 output is from the reference: {@code ||out - ref|| / ||ref||} (L2),
+ * How far a kernel's bf16 (or FP32) output is from the reference: {@code ||out - ref|| / ||ref||} (L2),
  * the largest absolute difference, and how many outputs are not finite (an unwritten output,
  * poisoned with NaN before the launch, counts here).
  */
 public record ErrorStats(double relativeL2, double maxAbs, long nonFinite, long count) {
 
     public static ErrorStats of(double[] reference, short[] output) {
-        if (reference.length != output.length) {
-            throw new IllegalArgumentException("reference has " + reference.length + " values, output " + output.length);
+        return of(reference, output.length, i -> Bf16.toFloat(output[i]));
+    }
+
+    /** The same for an FP32 output. */
+    public static ErrorStats of(double[] reference, float[] output) {
+        return of(reference, output.length, i -> output[i]);
+    }
+
+    private static ErrorStats of(double[] reference, int length, java.util.function.IntToDoubleFunction output) {
+        if (reference.length != length) {
+            throw new IllegalArgumentException("reference has " + reference.length + " values, output " + length);
         }
         double diff = 0;
         double norm = 0;
         double maxAbs = 0;
         long nonFinite = 0;
-        for (int i = 0; i < output.length; i++) {
-            double got = Bf16.toFloat(output[i]);
+        for (int i = 0; i < length; i++) {
+            double got = output.applyAsDouble(i);
             if (!Double.isFinite(got)) {
                 nonFinite++;
                 continue;
@@ -29,7 +38,7 @@ public record ErrorStats(double relativeL2, double maxAbs, long nonFinite, long 
             maxAbs = Math.max(maxAbs, Math.abs(d));
         }
         double rel = norm > 0 ? Math.sqrt(diff / norm) : Math.sqrt(diff);
-        return new ErrorStats(rel, maxAbs, nonFinite, output.length);
+        return new ErrorStats(rel, maxAbs, nonFinite, length);
     }
 
     /** True when every output is finite and the relative error is at most {@code tolerance}. */

@@ -3,9 +3,11 @@ package dev.moeforge.dsl.reference;
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import java.util.stream.IntStream;
 
@@ -51,8 +53,13 @@ public final class ExpertReference {
     /** gate_up on activations given as exact values (e.g. activations quantised to a weight format). */
     public static Result gateUp(KernelSpec spec, double[] x, WeightRows w, Routing routing) {
         Problem.ExpertGateUp p = (Problem.ExpertGateUp) spec.problem();
-        ExpertShape s = p.shape();
-        checkInputs(s, p, routing, w, 2 * s.intermediate(), s.hidden());
+        return gateUp(p.shape(), p.layout(), p.bias(), spec.epilogue(), x, w, routing);
+    }
+
+    /** gate_up of a shape and layout, its epilogue the tree {@code epilogue} (a store); x exact. */
+    private static Result gateUp(ExpertShape s, GateUpLayout layout, boolean bias, EpilogueNode epilogue, double[] x,
+                                 WeightRows w, Routing routing) {
+        checkInputs(s, bias, routing, w, 2 * s.intermediate(), s.hidden());
         requireLength("x", x.length, (long) routing.tokens() * s.hidden());
         int k = s.topk();
         int n = s.intermediate();
@@ -64,17 +71,52 @@ public final class ExpertReference {
             for (int j = 0; j < k; j++) {
                 int e = routing.id(m, j);
                 for (int i = 0; i < n; i++) {
-                    int g = p.layout().gateRow(i, n);
-                    int u = p.layout().upRow(i, n);
+                    int g = layout.gateRow(i, n);
+                    int u = layout.upRow(i, n);
                     w.decode(e, g, gateRow);
                     w.decode(e, u, upRow);
                     double gate = dot(gateRow, xm) + w.bias(e, g);
                     double up = dot(upRow, xm) + w.bias(e, u);
-                    exact[(m * k + j) * n + i] = EpilogueEvaluator.evaluate(spec.epilogue(), perSlot(gate, up), 0);
+                    exact[(m * k + j) * n + i] = EpilogueEvaluator.evaluate(epilogue, perSlot(gate, up), 0);
                 }
             }
         });
-        return new Result(exact, round(exact, storedType(spec)));
+        return new Result(exact, round(exact, ((Store) epilogue).dtype()));
+    }
+
+    /** The whole expert MLP's outputs: the intermediate as stored, and y in FP64 (the kernel adds into FP32). */
+    public record MlpResult(Result inter, double[] y) {}
+
+    /**
+     * expert_mlp: gate_up with the spec's epilogue, its output rounded to the epilogue's store type as
+     * a stored intermediate would be, then {@code y[m][h] = sum_j topk_weights[m][j] * (W_down[e_j][h] .
+     * inter[m][j])}; {@code x} is {@code [M][H]} bf16, the weights decoded in their natural layout.
+     */
+    public static MlpResult mlp(KernelSpec spec, short[] x, WeightRows gateUp, WeightRows down, Routing routing) {
+        Problem.ExpertMlp p = (Problem.ExpertMlp) spec.problem();
+        ExpertShape s = p.shape();
+        Result inter = gateUp(s, p.layout(), false, spec.epilogue(), widen(x, 0, x.length), gateUp, routing);
+        checkInputs(s, false, routing, down, s.hidden(), s.intermediate());
+        double[] a = widen(inter.stored(), 0, inter.stored().length);
+        int k = s.topk();
+        int in = s.intermediate();
+        double[] y = new double[routing.tokens() * s.hidden()];
+        IntStream.range(0, routing.tokens()).parallel().forEach(m -> {
+            double[] row = new double[in];
+            for (int h = 0; h < s.hidden(); h++) {
+                double sum = 0;
+                for (int j = 0; j < k; j++) {
+                    down.decode(routing.id(m, j), h, row);
+                    double acc = 0;
+                    for (int i = 0; i < in; i++) {
+                        acc += row[i] * a[(m * k + j) * in + i];
+                    }
+                    sum += routing.weight(m, j) * acc;
+                }
+                y[m * s.hidden() + h] = sum;
+            }
+        });
+        return new MlpResult(inter, y);
     }
 
     /**
@@ -89,7 +131,7 @@ public final class ExpertReference {
     public static Result down(KernelSpec spec, double[] inter, WeightRows w, Routing routing) {
         Problem.ExpertProblem p = (Problem.ExpertProblem) spec.problem();
         ExpertShape s = p.shape();
-        checkInputs(s, p, routing, w, s.hidden(), s.intermediate());
+        checkInputs(s, p.bias(), routing, w, s.hidden(), s.intermediate());
         int k = s.topk();
         int in = s.intermediate();
         requireLength("inter", inter.length, (long) routing.tokens() * k * in);
@@ -170,10 +212,10 @@ public final class ExpertReference {
         return out;
     }
 
-    private static void checkInputs(ExpertShape s, Problem.ExpertProblem p, Routing routing, WeightRows w, int rows,
+    private static void checkInputs(ExpertShape s, boolean bias, Routing routing, WeightRows w, int rows,
                                     int rowLength) {
-        if (p.bias() != w.hasBias()) {
-            throw new IllegalArgumentException(p.bias() ? "the spec has bias=true but the weights carry no bias (WeightRows.withBias)"
+        if (bias != w.hasBias()) {
+            throw new IllegalArgumentException(bias ? "the spec has bias=true but the weights carry no bias (WeightRows.withBias)"
                     : "the weights carry a bias but the spec has none (bias=true)");
         }
         if (routing.topk() != s.topk()) {

@@ -62,6 +62,14 @@ final class FunctionRegistry {
                         Boolean bias = a.choice("bias", BOOLEANS, Boolean.FALSE);
                         return a.ok() ? new Problem.ExpertDown(shape, weights, activations, bias) : null;
                     }),
+            new Entry<>("expert_mlp",
+                    List.of("hidden", "intermediate", "experts", "topk", "weights", "activations", "layout"), a -> {
+                        ExpertShape shape = shape(a);
+                        WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
+                        DType activations = a.choice("activations", DTYPES);
+                        GateUpLayout layout = a.choice("layout", LAYOUTS);
+                        return a.ok() ? new Problem.ExpertMlp(shape, weights, activations, layout) : null;
+                    }),
             new Entry<>("router", List.of("hidden", "experts", "weights", "activations", "expert_counts"), a -> {
                 Integer hidden = a.integer("hidden");
                 Integer experts = a.integer("experts");
@@ -89,6 +97,14 @@ final class FunctionRegistry {
                 Integer perTile = a.integer("warps_per_tile");
                 Integer minBlocks = a.integer("min_blocks_per_sm");
                 return a.ok() ? new Schedule.OutputTensorCore(warps, kUnroll, perTile, minBlocks) : null;
+            }),
+            new Entry<>("split_down", List.of("warps_per_cta", "k_unroll", "warps_per_tile", "min_blocks_per_sm", "order_loads"), a -> {
+                Integer warps = a.integer("warps_per_cta");
+                Integer kUnroll = a.integer("k_unroll");
+                Integer perTile = a.integer("warps_per_tile");
+                Integer minBlocks = a.integer("min_blocks_per_sm");
+                Boolean order = a.choice("order_loads", BOOLEANS, Boolean.FALSE);
+                return a.ok() ? new Schedule.SplitDown(warps, kUnroll, perTile, minBlocks, order) : null;
             }),
             new Entry<>("router_gemv", List.of("warps_per_cta", "load_bytes", "k_unroll", "experts_per_cta"), a -> {
                 Integer warps = a.integer("warps_per_cta");

@@ -75,6 +75,7 @@ public final class SpecPrinter {
             case Problem.ExpertGateUp g -> "expert_gate_up(" + expertShape(g.shape()) + ", " + formats
                     + ", layout=" + g.layout().text() + bias(g) + ")";
             case Problem.ExpertDown d -> "expert_down(" + expertShape(d.shape()) + ", " + formats + bias(d) + ")";
+            case Problem.ExpertMlp m -> "expert_mlp(" + expertShape(m.shape()) + ", " + formats + ", layout=" + m.layout().text() + ")";
             case Problem.Router r -> "router(hidden=" + r.hidden() + ", experts=" + r.experts() + ", " + formats
                     + ", expert_counts=" + r.expertCounts() + ")";
         };
@@ -96,6 +97,9 @@ public final class SpecPrinter {
                     + ", min_blocks_per_sm=" + oc.minBlocksPerSm() + ")";
             case Schedule.OutputTensorCore tc -> "output_tensor_core(warps_per_cta=" + tc.warpsPerCta() + ", k_unroll="
                     + tc.kUnroll() + ", warps_per_tile=" + tc.warpsPerTile() + ", min_blocks_per_sm=" + tc.minBlocksPerSm() + ")";
+            case Schedule.SplitDown sd -> "split_down(warps_per_cta=" + sd.warpsPerCta() + ", k_unroll=" + sd.kUnroll()
+                    + ", warps_per_tile=" + sd.warpsPerTile() + ", min_blocks_per_sm=" + sd.minBlocksPerSm()
+                    + ", order_loads=" + sd.orderLoads() + ")";
             case Schedule.RouterGemv g -> "router_gemv(warps_per_cta=" + g.warpsPerCta() + ", load_bytes=" + g.loadBytes()
                     + ", k_unroll=" + g.kUnroll() + ", experts_per_cta=" + g.expertsPerCta() + ")";
             case Schedule.RouterCluster c -> "router_cluster(cluster_size=" + c.clusterSize() + ", warps_per_cta="

@@ -1,14 +1,20 @@
 package dev.moeforge.dsl.reference;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
 import org.junit.jupiter.api.Test;
 
 /** The whole-layer reference is gate_up, then down on gate_up's stored (bf16) intermediate. */
@@ -35,6 +41,27 @@ class ExpertLayerReferenceTest {
         assertArrayEquals(inter.stored(), layer.inter().stored());
         assertArrayEquals(y.exact(), layer.y().exact());
         assertArrayEquals(y.stored(), layer.y().stored());
+    }
+
+    /** expert_mlp's reference is the layer's: gate_up, then the routing-weighted sum of down on the stored intermediate. */
+    @Test
+    void mlpIsTheLayerWithAnUnroundedOutput() {
+        ExpertLayerSpecs specs = specs(SHAPE);
+        KernelSpec mlp = new KernelSpec("ref_mlp", new Problem.ExpertMlp(SHAPE, WeightFormat.BF16, DType.BF16, GateUpLayout.STACKED),
+                new Schedule.SplitDown(8, 2, 4, 3, false), specs.gateUp().epilogue(), Target.SM_90A);
+        short[] x = RandomInputs.bf16Normal(5, 3 * SHAPE.hidden(), 1.0);
+        WeightRows gu = WeightRows.bf16(RandomInputs.bf16Normal(6, SHAPE.experts() * 2 * SHAPE.intermediate() * SHAPE.hidden(), 0.25),
+                SHAPE.experts(), 2 * SHAPE.intermediate(), SHAPE.hidden());
+        WeightRows dn = WeightRows.bf16(RandomInputs.bf16Normal(7, SHAPE.experts() * SHAPE.hidden() * SHAPE.intermediate(), 0.35),
+                SHAPE.experts(), SHAPE.hidden(), SHAPE.intermediate());
+        Routing routing = RandomInputs.uniformRouting(8, 3, SHAPE.experts(), SHAPE.topk());
+
+        ExpertReference.MlpResult result = ExpertReference.mlp(mlp, x, gu, dn, routing);
+        ExpertReference.LayerResult layer = ExpertReference.layer(specs.gateUp(), specs.down(), x, gu, dn, routing);
+        assertArrayEquals(layer.inter().stored(), result.inter().stored());
+        for (int i = 0; i < result.y().length; i++) {
+            assertEquals(layer.y().exact()[i], result.y()[i], 1e-12 * Math.max(1, Math.abs(result.y()[i])), "y[" + i + "]");
+        }
     }
 
     @Test

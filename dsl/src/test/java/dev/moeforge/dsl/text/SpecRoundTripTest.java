@@ -81,6 +81,7 @@ class SpecRoundTripTest {
         assertTrue(specs.stream().anyMatch(s -> s.problem() instanceof Problem.ExpertDown));
         assertTrue(specs.stream().anyMatch(s -> s.problem() instanceof Problem.ExpertGateUp));
         assertTrue(specs.stream().anyMatch(s -> s.schedule() instanceof Schedule.OutputTensorCore));
+        assertTrue(specs.stream().anyMatch(s -> s.schedule() instanceof Schedule.SplitDown));
         for (Target t : Target.values()) {
             assertTrue(specs.stream().anyMatch(s -> s.target() == t), t.text());
         }
@@ -152,6 +153,16 @@ class SpecRoundTripTest {
         int experts = 1 + r.nextInt(512);
         ExpertShape shape = new ExpertShape(8 * (1 + r.nextInt(1024)), 8 * (1 + r.nextInt(1024)), experts,
                 1 + r.nextInt(Math.min(experts, 32)));
+        // one spec in eight is the whole expert MLP under split_down, in whole quads and scale blocks
+        if (r.nextInt(8) == 0) {
+            int warpsPerTile = 1 + r.nextInt(8);
+            ExpertShape mlpShape = new ExpertShape(64 * (1 + r.nextInt(64)), 128 * (1 + r.nextInt(16)), experts, shape.topk());
+            Problem mlp = new Problem.ExpertMlp(mlpShape, List.of(WeightFormat.NVFP4, WeightFormat.MXFP4, WeightFormat.INT4_CHANNEL,
+                    WeightFormat.INT4_GROUP128).get(r.nextInt(4)), DType.BF16, GateUpLayout.values()[r.nextInt(GateUpLayout.values().length)]);
+            return new KernelSpec("mlp_" + index, mlp, new Schedule.SplitDown(2 * warpsPerTile, 1 + r.nextInt(8), warpsPerTile,
+                    r.nextInt(2), r.nextBoolean()), new Store(randomGateUpValue(r, 3), DType.BF16),
+                    Target.values()[r.nextInt(Target.values().length)]);
+        }
         boolean gateUp = r.nextBoolean();
         boolean bias = r.nextBoolean();
         // one spec in four on the tensor cores, which take 4-bit weights (the Validator redraws ragged shapes)

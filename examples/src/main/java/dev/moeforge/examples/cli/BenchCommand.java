@@ -136,10 +136,15 @@ public final class BenchCommand implements Callable<Integer> {
         System.out.printf(Locale.ROOT, "%-24s %4s %10s %10s %10s %9s %11s %8s %8s%n", "variant", "M", "layer us", "gate_up us",
                 "down us", "experts", "MB distinct", "GB/s", "of read");
         for (ExpertLayerBenchmark.Result r : results) {
-            System.out.printf(Locale.ROOT, "%-24s %4d %10.2f %10.2f %10.2f %9.1f %11.1f %8.0f %7.1f%%%n", r.variant(), r.tokens(),
-                    r.layer().medianMicros(), r.gateUp().medianMicros(), r.down().medianMicros(), r.distinctExpertsPerLayer(),
+            System.out.printf(Locale.ROOT, "%-24s %4d %10.2f %10s %10s %9.1f %11.1f %8.0f %7.1f%%%n", r.variant(), r.tokens(),
+                    r.layer().medianMicros(), micros(r.gateUp()), micros(r.down()), r.distinctExpertsPerLayer(),
                     r.distinctBytesPerLayer() / 1e6, r.gbPerSecond(), 100 * r.fractionOfRead());
         }
+    }
+
+    /** A half's median, or "-" for a one-kernel layer (no halves). */
+    private static String micros(GpuTimer.Timing t) {
+        return t == null ? "-" : String.format(Locale.ROOT, "%.2f", t.medianMicros());
     }
 
     private Path writeJson(CudaContext ctx, double readBw, GpuTimer.Timing read, ExpertShape shape,
@@ -174,6 +179,21 @@ public final class BenchCommand implements Callable<Integer> {
         return vs;
     }
 
+    /** One-kernel layers' kernels: spec text, registers and spills. */
+    static List<Map<String, Object>> mlpVariantRows(List<ExpertLayerBenchmark.MlpVariant> variants) {
+        List<Map<String, Object>> vs = new ArrayList<>();
+        for (ExpertLayerBenchmark.MlpVariant v : variants) {
+            KernelHandle h = v.mlp().kernel();
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("name", v.name());
+            m.put("mlp_spec", SpecPrinter.print(h.spec()));
+            m.put("mlp_registers", h.resources().registers());
+            m.put("mlp_spill_bytes", h.resources().spillStoreBytes() + h.resources().spillLoadBytes());
+            vs.add(m);
+        }
+        return vs;
+    }
+
     /** One JSON row per timed (variant, token count). */
     static List<Map<String, Object>> resultRows(List<ExpertLayerBenchmark.Result> results, double readBw) {
         List<Map<String, Object>> rows = new ArrayList<>();
@@ -182,8 +202,10 @@ public final class BenchCommand implements Callable<Integer> {
             m.put("variant", r.variant());
             m.put("tokens", r.tokens());
             m.put("layer_us", BenchReports.timing(r.layer()));
-            m.put("gate_up_us", BenchReports.timing(r.gateUp()));
-            m.put("down_us", BenchReports.timing(r.down()));
+            if (r.gateUp() != null) {  // a one-kernel layer has no halves
+                m.put("gate_up_us", BenchReports.timing(r.gateUp()));
+                m.put("down_us", BenchReports.timing(r.down()));
+            }
             m.put("distinct_experts_per_layer", r.distinctExpertsPerLayer());
             m.put("distinct_bytes_per_layer", r.distinctBytesPerLayer());
             m.put("gb_per_second", r.gbPerSecond());

@@ -6,11 +6,17 @@ import dev.moeforge.dsl.build.OutputTensorCoreBuilder;
 import dev.moeforge.dsl.format.EncodedWeights;
 import dev.moeforge.dsl.format.Projections;
 import dev.moeforge.dsl.format.RowSource;
+import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.GateFunction;
+import dev.moeforge.dsl.ir.epilogue.GatedActivation;
+import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.reference.FormatAccuracy;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.runtime.bench.BenchKernels;
@@ -21,6 +27,7 @@ import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.ExpertLayer;
+import dev.moeforge.runtime.moe.ExpertMlpLayer;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -104,9 +111,13 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             // every workload's kernels compiled in parallel up front; the runtime's cache serves them below
             ExecutorService pool = Executors.newFixedThreadPool(Math.max(2, Runtime.getRuntime().availableProcessors()));
             Map<Workload, Future<List<ExpertLayerBenchmark.Variant>>> loaded = new LinkedHashMap<>();
+            Map<Workload, List<ExpertLayerBenchmark.MlpVariant>> mlpVariants = new LinkedHashMap<>();
             try {
                 for (Workload w : workloads) {
                     loaded.put(w, pool.submit(() -> variants(runtime, w, maxTokens, sweep)));
+                }
+                for (Workload w : workloads) {
+                    mlpVariants.put(w, mlpVariants(runtime, w));
                 }
                 for (Future<?> f : loaded.values()) {
                     f.get();
@@ -132,6 +143,10 @@ public final class BenchFormatsCommand implements Callable<Integer> {
                     for (int m : tokens) {
                         results.addAll(bench.run(stream, variants, m, seed, options.warmup, options.reps, readBw,
                                 msg -> System.out.println("  timing " + w.format().text() + " " + msg)));
+                        if (bench.hasSplitDown()) {
+                            results.addAll(bench.runMlp(stream, mlpVariants.get(w), m, seed, options.warmup, options.reps, readBw,
+                                    msg -> System.out.println("  timing " + w.format().text() + " " + msg)));
+                        }
                     }
                     // accuracy on the last run's layer 0: the kernel's y against the FP64 references
                     ExpertLayer first = variants.getFirst().layer();
@@ -156,7 +171,9 @@ public final class BenchFormatsCommand implements Callable<Integer> {
                 section.put("accuracy", Map.of("tokens", maxTokens, "kernel", errors.kernel(), "format", errors.format(),
                         "bf16_activation_path", errors.bf16ActivationPath(), "quantised_activation_path",
                         errors.quantisedActivationPath(), "ratio", errors.ratio(), "variant", variants.getFirst().name()));
-                section.put("variants", BenchCommand.variantRows(variants));
+                List<Map<String, Object>> variantRows = new ArrayList<>(BenchCommand.variantRows(variants));
+                variantRows.addAll(BenchCommand.mlpVariantRows(mlpVariants.get(w)));
+                section.put("variants", variantRows);
                 section.put("results", BenchCommand.resultRows(results, readBw));
                 sections.add(section);
             }
@@ -263,6 +280,27 @@ public final class BenchFormatsCommand implements Callable<Integer> {
                 v.add(variant(runtime, w, "t1_u" + u + "_s2_down_s4", OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2)
                         .kUnroll(u).build(), OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(4).kUnroll(u).build()));
             }
+        }
+        return v;
+    }
+
+    /**
+     * The one-kernel layer (expert_mlp under split_down, bench/NOTES.md "down split along its K") for the 4-bit
+     * formats: 8 warps, 4 per gate_up tile, 2 steps in flight, 3 blocks per SM promised; for NVFP4 also with
+     * gate_up's loads ordered before its decode.
+     */
+    private static List<ExpertLayerBenchmark.MlpVariant> mlpVariants(KernelRuntime runtime, Workload w) {
+        List<ExpertLayerBenchmark.MlpVariant> v = new ArrayList<>();
+        if (w.format().element().bits() != 4) {
+            return v;
+        }
+        for (boolean ordered : w.format() == WeightFormat.NVFP4 ? new boolean[] {false, true} : new boolean[] {false}) {
+            String name = "split_down" + (ordered ? "_ordered" : "");
+            KernelSpec spec = new KernelSpec("fmt_" + w.model() + "_" + w.format().text() + "_" + name,
+                    new Problem.ExpertMlp(w.shape(), w.format(), DType.BF16, GateUpLayout.STACKED),
+                    new Schedule.SplitDown(8, 2, 4, 3, ordered),
+                    new Store(new GatedActivation(GateFunction.SILU, Acc.GATE, Acc.UP), DType.BF16), runtime.target());
+            v.add(new ExpertLayerBenchmark.MlpVariant(w.format().text() + " " + name, new ExpertMlpLayer(runtime.load(spec))));
         }
         return v;
     }

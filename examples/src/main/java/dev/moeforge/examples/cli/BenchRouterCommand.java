@@ -221,7 +221,8 @@ public final class BenchRouterCommand implements Callable<Integer> {
             case Schedule.RouterCluster c -> "cluster_c" + c.clusterSize() + "w" + c.warpsPerCta();
             case Schedule.RouterTiled t -> "tiled_m" + t.tokensPerCta() + "t" + t.tokensPerWarp() + "w" + t.warpsPerCta() + "k"
                     + t.kTile() + "s" + t.stages() + "g" + t.kGroups() + "c" + t.clusterSplit();
-            case Schedule.OutputCentric _, Schedule.OutputTensorCore _ -> throw new IllegalArgumentException("not a router schedule");
+            case Schedule.OutputCentric _, Schedule.OutputTensorCore _, Schedule.SplitDown _ ->
+                    throw new IllegalArgumentException("not a router schedule");
         };
     }
 

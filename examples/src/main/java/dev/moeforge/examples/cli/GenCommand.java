@@ -121,12 +121,14 @@ public final class GenCommand implements Callable<Integer> {
         String family = switch (spec.schedule()) {
             case Schedule.OutputCentric _ -> "output_centric";
             case Schedule.OutputTensorCore _ -> "output_tensor_core";
+            case Schedule.SplitDown _ -> "split_down";
             case Schedule.RouterGemv _ -> "router_gemv";
             case Schedule.RouterCluster _ -> "router_cluster";
             case Schedule.RouterTiled _ -> "router_tiled";
         } + switch (spec.problem()) {
             case Problem.ExpertGateUp _ -> "_gate_up";
             case Problem.ExpertDown _ -> "_down";
+            case Problem.ExpertMlp _ -> "_mlp";
             case Problem.Router _ -> "";
         };
         long smem = f.sharedBytes() + LaunchGeometry.of(spec, 1).sharedBytes();

@@ -52,7 +52,7 @@ class GenCommandNvccTest {
             assertTrue(source.contains("target " + k.get("target").asText()), "the spec in " + where + " names another target");
             assertTrue(List.of("output_centric_gate_up", "output_centric_down", "output_tensor_core_gate_up",
                             "output_tensor_core_down", "router_gemv", "router_cluster",
-                            "router_tiled").contains(k.get("family").asText()),
+                            "split_down_mlp", "router_tiled").contains(k.get("family").asText()),
                     "family of " + where + ": " + k.get("family").asText());
             assertEquals(Catalogue.named(k.get("name").asText()).problem().weights().text(), k.get("format").asText(),
                     "format of " + where);

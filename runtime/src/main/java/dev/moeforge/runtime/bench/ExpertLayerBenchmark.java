@@ -1,7 +1,9 @@
 package dev.moeforge.runtime.bench;
 
+import dev.moeforge.dsl.check.SplitDownLayout;
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.format.EncodedWeights;
+import dev.moeforge.dsl.format.SplitDownWeights;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.reference.RandomInputs;
@@ -12,11 +14,12 @@ import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.moe.DeviceWeights;
 import dev.moeforge.runtime.moe.ExpertLayer;
+import dev.moeforge.runtime.moe.ExpertMlpLayer;
 import dev.moeforge.runtime.moe.MoeLayer;
 import dev.moeforge.runtime.moe.RouterKernel;
-import java.util.Map;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.function.Consumer;
 
 /**
@@ -30,6 +33,10 @@ import java.util.function.Consumer;
 public final class ExpertLayerBenchmark implements AutoCloseable {
     public record Variant(String name, ExpertLayer layer) {}
 
+    /** A one-kernel layer (expert_mlp under split_down). */
+    public record MlpVariant(String name, ExpertMlpLayer mlp) {}
+
+    /** gateUp and down: each half alone, null for a one-kernel layer. */
     public record Result(String variant, int tokens, Timing layer, Timing gateUp, Timing down,
                          double distinctExpertsPerLayer, double distinctBytesPerLayer, double gbPerSecond,
                          double fractionOfRead) {}
@@ -52,6 +59,9 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
     private final DeviceBuffer x;
     private final DeviceBuffer inter;
     private final DeviceBuffer y;
+    /** Down repacked for split_down, per layer (4-bit weights of whole quads and tiles only), and its FP32 outputs. */
+    private final List<DeviceWeights> splitDownWeights = new ArrayList<>();
+    private final List<DeviceBuffer> mlpOutputs = new ArrayList<>();
 
     /** Allocates and fills {@code layers} layers of BF16 weights (uniform random, on the device) for up to {@code maxTokens} tokens. */
     public ExpertLayerBenchmark(BenchKernels kernels, CudaStream stream, ExpertShape shape, int layers, int maxTokens, long seed) {
@@ -73,6 +83,18 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
                                 EncodedWeights gateUp, EncodedWeights down) {
         this(stream, shape, layers, maxTokens, seed, gateUp.bytesPerExpert() + down.bytesPerExpert(),
                 l -> new DeviceWeights[] {DeviceWeights.upload(gateUp), DeviceWeights.upload(down)});
+        if (down.format().element().bits() == 4 && shape.hidden() % SplitDownLayout.QUAD_ROWS == 0
+                && shape.intermediate() % SplitDownLayout.TILE_COLUMNS == 0) {
+            SplitDownWeights split = SplitDownWeights.of(down);
+            for (int l = 0; l < layers; l++) {
+                splitDownWeights.add(DeviceWeights.upload(split));
+            }
+            for (int i = 0; i < 3; i++) {
+                DeviceBuffer out = DeviceBuffer.allocate(DType.FP32, (long) maxTokens * shape.hidden());
+                out.copyFrom(new float[maxTokens * shape.hidden()]);
+                mlpOutputs.add(out);
+            }
+        }
     }
 
     private ExpertLayerBenchmark(CudaStream stream, ExpertShape shape, int layers, int maxTokens, long seed,
@@ -103,25 +125,16 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
         for (int l = 0; l < layers; l++) {
             b += gateUpWeights.get(l).bytes() + downWeights.get(l).bytes();
         }
+        for (DeviceWeights w : splitDownWeights) {
+            b += w.bytes();
+        }
         return b;
     }
 
     /** Times every variant at {@code tokens} tokens with fresh routing per layer. */
     public List<Result> run(CudaStream stream, List<Variant> variants, int tokens, long seed, int warmup, int reps,
                             double readBytesPerSecond, Consumer<String> progress) {
-        if (tokens < 1 || tokens > maxTokens) {
-            throw new IllegalArgumentException("tokens = " + tokens + ", this benchmark was sized for 1.." + maxTokens);
-        }
-        long distinct = 0;
-        routings.clear();
-        for (int l = 0; l < layers; l++) {
-            Routing r = RandomInputs.uniformRouting(seed + 7919L * l + tokens, tokens, shape.experts(), shape.topk());
-            routings.add(r);
-            ids.get(l).copyFrom(r.ids());
-            weights.get(l).copyFrom(r.weights());
-            distinct += r.distinctExperts();
-        }
-        double expertsPerLayer = (double) distinct / layers;
+        double expertsPerLayer = drawRouting(tokens, seed);
         double bytesPerLayer = expertsPerLayer * bytesPerExpert;
         List<Result> results = new ArrayList<>();
         for (Variant v : variants) {
@@ -141,6 +154,65 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
             double gbps = bytesPerLayer / seconds / 1e9;
             results.add(new Result(v.name(), tokens, whole, gateUp, down, expertsPerLayer, bytesPerLayer, gbps,
                     bytesPerLayer / seconds / readBytesPerSecond));
+        }
+        return results;
+    }
+
+    /** Draws each layer's routing (the same for the same tokens and seed) and returns the distinct experts per layer. */
+    private double drawRouting(int tokens, long seed) {
+        if (tokens < 1 || tokens > maxTokens) {
+            throw new IllegalArgumentException("tokens = " + tokens + ", this benchmark was sized for 1.." + maxTokens);
+        }
+        long distinct = 0;
+        routings.clear();
+        for (int l = 0; l < layers; l++) {
+            Routing r = RandomInputs.uniformRouting(seed + 7919L * l + tokens, tokens, shape.experts(), shape.topk());
+            routings.add(r);
+            ids.get(l).copyFrom(r.ids());
+            weights.get(l).copyFrom(r.weights());
+            distinct += r.distinctExperts();
+        }
+        return (double) distinct / layers;
+    }
+
+    /** Whether the weights were also repacked for split_down (4-bit, whole quads and tiles). */
+    public boolean hasSplitDown() {
+        return !splitDownWeights.isEmpty();
+    }
+
+    /**
+     * Times one-kernel layers as {@link #run} times pairs, on the same routing for the same tokens and
+     * seed: layer l adds into output {@code l % 3} and zeroes output {@code (l + 1) % 3}. Across
+     * replays an output is added to twice now and then; that changes its values, not the work.
+     */
+    public List<Result> runMlp(CudaStream stream, List<MlpVariant> variants, int tokens, long seed, int warmup, int reps,
+                               double readBytesPerSecond, Consumer<String> progress) {
+        if (!hasSplitDown()) {
+            throw new IllegalStateException("these weights were not repacked for split_down (4-bit, H a multiple of 64, "
+                    + "I a multiple of 16)");
+        }
+        double expertsPerLayer = drawRouting(tokens, seed);
+        double bytesPerLayer = expertsPerLayer * bytesPerExpert;
+        List<Result> results = new ArrayList<>();
+        for (MlpVariant v : variants) {
+            if (tokens > v.mlp().maxTokens()) {
+                continue;
+            }
+            progress.accept(v.name() + " at M=" + tokens);
+            Timing whole = timeGraph(stream, warmup, reps, l -> v.mlp().enqueue(stream, tokens, x, gateUpWeights.get(l),
+                    splitDownWeights.get(l), ids.get(l), weights.get(l), mlpOutputs.get(l % 3), mlpOutputs.get((l + 1) % 3)));
+            for (DeviceBuffer out : mlpOutputs) {
+                float[] values = new float[tokens * shape.hidden()];
+                out.copyTo(values);
+                for (int i = 0; i < values.length; i++) {
+                    if (!Float.isFinite(values[i])) {
+                        throw new IllegalStateException(v.name() + " at M=" + tokens + " left an output non-finite at " + i);
+                    }
+                }
+            }
+            double seconds = whole.medianMicros() * 1e-6;
+            results.add(new Result(v.name(), tokens, whole, null, null, expertsPerLayer, bytesPerLayer,
+                    bytesPerLayer / seconds / 1e9, bytesPerLayer / seconds / readBytesPerSecond));
         }
         return results;
     }
@@ -234,5 +306,7 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
         x.close();
         inter.close();
         y.close();
+        splitDownWeights.forEach(DeviceWeights::close);
+        mlpOutputs.forEach(DeviceBuffer::close);
     }
 }

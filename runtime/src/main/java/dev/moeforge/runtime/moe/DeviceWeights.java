@@ -1,6 +1,7 @@
 package dev.moeforge.runtime.moe;
 
 import dev.moeforge.dsl.format.EncodedWeights;
+import dev.moeforge.dsl.format.SplitDownWeights;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
@@ -37,17 +38,27 @@ public record DeviceWeights(WeightFormat format, List<DeviceBuffer> buffers) imp
             throw new IllegalArgumentException("a bias for [" + w.experts() + ", " + w.rows() + ", " + w.cols()
                     + "] weights needs " + (long) w.experts() * w.rows() + " values, got " + bias.length);
         }
+        return upload(w.format(), w.codes(), w.blockScales(), w.rowScales(), bias);
+    }
+
+    /** Copies down's weights repacked for split_down (codes, K-block scales, row scales as loaded) to the device. */
+    public static DeviceWeights upload(SplitDownWeights w) {
+        return upload(w.format(), w.codes(), w.blockScales(), w.rowScales(), null);
+    }
+
+    /** The codes, then the K-block scales and row scales where the format has them, then the bias if any. */
+    private static DeviceWeights upload(WeightFormat format, byte[] codes, byte[] blockScales, float[] rowScales, float[] bias) {
         List<DeviceBuffer> buffers = new ArrayList<>();
         try {
-            buffers.add(copy(w.format().element() == WeightFormat.Element.BF16 ? DType.BF16 : DType.U8, w.codes()));
-            switch (w.format().blockScale()) {
+            buffers.add(copy(format.element() == WeightFormat.Element.BF16 ? DType.BF16 : DType.U8, codes));
+            switch (format.blockScale()) {
                 case NONE -> { }
-                case F32_BLOCK_128X128, F32_GROUP_128 -> buffers.add(copy(DType.FP32, w.blockScales()));
-                case E4M3_PER_16, E8M0_PER_32 -> buffers.add(copy(DType.U8, w.blockScales()));
+                case F32_BLOCK_128X128, F32_GROUP_128 -> buffers.add(copy(DType.FP32, blockScales));
+                case E4M3_PER_16, E8M0_PER_32 -> buffers.add(copy(DType.U8, blockScales));
             }
-            switch (w.format().rowScale()) {
+            switch (format.rowScale()) {
                 case NONE -> { }
-                case PER_ROW, PER_TENSOR -> buffers.add(copy(w.rowScales()));
+                case PER_ROW, PER_TENSOR -> buffers.add(copy(rowScales));
             }
             if (bias != null) {
                 buffers.add(copy(bias));
@@ -56,7 +67,7 @@ public record DeviceWeights(WeightFormat format, List<DeviceBuffer> buffers) imp
             buffers.forEach(DeviceBuffer::close);
             throw e;
         }
-        return new DeviceWeights(w.format(), buffers);
+        return new DeviceWeights(format, buffers);
     }
 
     private static DeviceBuffer copy(float[] values) {

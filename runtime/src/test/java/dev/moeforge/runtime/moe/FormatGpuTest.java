@@ -261,6 +261,8 @@ class FormatGpuTest extends GpuSession {
             case OutputCentric oc -> "w" + oc.warpsPerCta() + "b" + oc.loadBytes() + "u" + oc.kUnroll() + "t" + oc.tokensPerCta()
                     + "s" + oc.warpsPerOutput() + (oc.minBlocksPerSm() > 0 ? "m" + oc.minBlocksPerSm() : "");
             case OutputTensorCore tc -> "tc_w" + tc.warpsPerCta() + "u" + tc.kUnroll() + "s" + tc.warpsPerTile();
+            case Schedule.SplitDown sd -> "split_w" + sd.warpsPerCta() + "u" + sd.kUnroll() + "s" + sd.warpsPerTile()
+                    + (sd.orderLoads() ? "o" : "");
             case Schedule.RouterGemv _, Schedule.RouterCluster _, Schedule.RouterTiled _ ->
                     throw new IllegalArgumentException("not an expert schedule");
         };
