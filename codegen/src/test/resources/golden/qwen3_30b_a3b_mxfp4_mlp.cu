@@ -7,12 +7,12 @@
 //   target sm_90a
 // }
 //
-// expert MLP: one block per (token, routed slot, 16 neurons): two gate_up tiles of 8 neurons (gate and up rows stacked, 4 warps per tile, 2 steps in flight per lane) give the 16 h, rounded to bf16; the block then multiplies them into down's 16 matching columns for all 2048 rows (32 quads of 64, mma.sync m16n8k16) and adds the products times the routing weight into y with 16-byte atomic adds.
+// expert MLP: one block per (token, routed slot, 16 neurons): two gate_up tiles of 8 neurons (gate and up rows stacked, 4 warps per tile, 2 steps in flight per lane) give the 16 h, rounded to bf16; the block then multiplies them into down's 16 matching columns for all 2048 rows (32 quads of 64, at most 4 per warp, mma.sync m16n8k16) and adds the products times the routing weight into y with 16-byte atomic adds.
 // Weights mxfp4: E2M1 codes, two per byte with element 2j low (decoded arithmetically to bf16x2, a shift and two masks per pair); an E8M0 scale per 32 along K (folded into the block's bf16 codes: exact, the products have at most 6 significant bits).
 // Down's codes and K-block scales come repacked in 16-column tiles (SplitDownWeights); its row or tensor scales as loaded.
-// y (FP32) is added to and must be zero before the launch; y_zero is set to zero for a later launch. The order of the adds, and so y's last bits, vary from launch to launch.
+// y (FP32) is added to and must be zero before the launch; y_zero's first M rows are set to zero for a later launch. The order of the adds, and so y's last bits, vary from launch to launch.
 // Dynamic shared memory: 4640 bytes.
-// Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
+// Each (token, slot) adds on its own: ids outside [0, E) contribute nothing.
 #include "moeforge_device.cuh"
 
 namespace {

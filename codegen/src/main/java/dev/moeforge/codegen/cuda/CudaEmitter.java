@@ -10,19 +10,19 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 import dev.moeforge.dsl.ir.Schedule;
+import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.Combine;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.text.SpecPrinter;
-import freemarker.core.TemplateClassResolver;
 import freemarker.template.Configuration;
 import freemarker.template.Template;
 import freemarker.template.TemplateException;
 import freemarker.template.TemplateExceptionHandler;
+import freemarker.core.TemplateClassResolver;
 import java.io.IOException;
 import java.io.StringWriter;
 import java.io.UncheckedIOException;
@@ -269,8 +269,8 @@ public final class CudaEmitter {
                 + (problem.layout() == GateUpLayout.STACKED ? "stacked" : "interleaved") + ", " + sd.warpsPerTile()
                 + " warps per tile, " + sd.kUnroll() + " steps in flight per lane) give the 16 h, rounded to "
                 + ((Store) spec.epilogue()).dtype().text() + "; the block then multiplies them into down's 16 matching columns "
-                + "for all " + shape.hidden() + " rows (" + layout.quads() + " quads of 64, mma.sync m16n8k16) and adds the "
-                + "products times the routing weight into y with 16-byte atomic adds.");
+                + "for all " + shape.hidden() + " rows (" + layout.quads() + " quads of 64, at most " + layout.quadsPerWarp()
+                + " per warp, mma.sync m16n8k16) and adds the products times the routing weight into y with 16-byte atomic adds.");
         notes.add(formatNote(problem.weights(), true));
         notes.add("Down's codes and K-block scales come repacked in 16-column tiles (SplitDownWeights); its row or tensor "
                 + "scales as loaded.");
@@ -278,10 +278,10 @@ public final class CudaEmitter {
             notes.add("Each gate_up group's code words depend on its scale loads, so ptxas issues all of them before the "
                     + "first decode.");
         }
-        notes.add("y (FP32) is added to and must be zero before the launch; y_zero is set to zero for a later launch. "
-                + "The order of the adds, and so y's last bits, vary from launch to launch.");
+        notes.add("y (FP32) is added to and must be zero before the launch; y_zero's first M rows are set to zero for a later "
+                + "launch. The order of the adds, and so y's last bits, vary from launch to launch.");
         notes.add("Dynamic shared memory: " + layout.sharedBytes() + " bytes.");
-        notes.add("Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.");
+        notes.add("Each (token, slot) adds on its own: ids outside [0, E) contribute nothing.");
         EpilogueNode root = spec.epilogue();
         Map<EpilogueNode, String> bound = new LinkedHashMap<>();
         bound.put(Acc.GATE, "gate");

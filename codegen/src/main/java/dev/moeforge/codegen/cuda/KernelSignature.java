@@ -1,6 +1,7 @@
 package dev.moeforge.codegen.cuda;
 
 import dev.moeforge.codegen.cuda.KernelParam.Role;
+import dev.moeforge.dsl.check.SplitDownLayout;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
@@ -70,21 +71,23 @@ public record KernelSignature(List<KernelParam> params) {
         ExpertShape s = p.shape();
         WeightFormat f = p.weights();
         int m = KernelParam.TOKENS;
-        int tiles = s.intermediate() / 16;
-        int quads = s.hidden() / 64;
+        int tiles = s.intermediate() / SplitDownLayout.TILE_COLUMNS;
+        int quads = s.hidden() / SplitDownLayout.QUAD_ROWS;
+        int quadCodeBytes = SplitDownLayout.QUAD_ROWS * SplitDownLayout.TILE_COLUMNS / 2;
+        int quadScales = SplitDownLayout.QUAD_ROWS;
         List<KernelParam> params = new ArrayList<>();
         params.add(new KernelParam("x", Role.INPUT, act, List.of(m, s.hidden()), "activations"));
         params.addAll(weights("w_gate_up", f, s.experts(), 2 * s.intermediate(), s.hidden(), 2, false,
                 "gate and up rows of every expert"));
-        params.add(new KernelParam("w_down", Role.WEIGHTS, DType.U8, List.of(s.experts(), tiles, quads, 512),
+        params.add(new KernelParam("w_down", Role.WEIGHTS, DType.U8, List.of(s.experts(), tiles, quads, quadCodeBytes),
                 "down's columns in tiles of 16, 64 rows per 512 bytes (" + f.text() + " codes repacked: SplitDownWeights)"));
         WeightFormat.BlockScale bs = f.blockScale();
         switch (bs) {
             case NONE -> { }
             case E4M3_PER_16, E8M0_PER_32 -> params.add(new KernelParam(blockScalesName("w_down"), Role.WEIGHTS, DType.U8,
-                    List.of(s.experts(), s.intermediate() / bs.block(), quads, 64), "down's K-block scales per 64-row quad (repacked)"));
+                    List.of(s.experts(), s.intermediate() / bs.block(), quads, quadScales), "down's K-block scales per 64-row quad (repacked)"));
             case F32_GROUP_128 -> params.add(new KernelParam(blockScalesName("w_down"), Role.WEIGHTS, DType.FP32,
-                    List.of(s.experts(), s.intermediate() / bs.block(), quads, 64), "down's K-block scales per 64-row quad (repacked)"));
+                    List.of(s.experts(), s.intermediate() / bs.block(), quads, quadScales), "down's K-block scales per 64-row quad (repacked)"));
             case F32_BLOCK_128X128 -> throw new IllegalArgumentException("split_down takes 4-bit formats, not " + f.text());
         }
         switch (f.rowScale()) {

@@ -6,8 +6,8 @@ import dev.moeforge.dsl.check.SplitDownLayout;
 import dev.moeforge.dsl.check.TensorCoreTileLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 import dev.moeforge.dsl.ir.Schedule;
+import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 
 /**
  * Grid, block and dynamic shared memory of a generated kernel for a token count. The grid is
@@ -93,7 +93,7 @@ public record LaunchGeometry(int gridX, int gridY, int blockX, int sharedBytes) 
         return warps >= 2 * expertsPerBlock ? warps / expertsPerBlock : 1;
     }
 
-    /** The largest token count one launch takes (gridDim.y bound). */
+    /** The largest token count one launch takes: gridDim.y's bound, and split_down's M * H that must stay an int. */
     public static int maxTokens(KernelSpec spec) {
         return switch (spec.schedule()) {
             case OutputCentric oc -> {

@@ -999,6 +999,24 @@ __device__ __forceinline__ uint32_t load_tile_scales(const unsigned char* block_
   else return __ldg(block_scales + c);
 }
 
+// Two E4M3 block scales (low byte first) as bf16x2 broadcasts times 2^117 (TileDecode's fold: the
+// E2M1 codes carry 2^-126).
+__device__ __forceinline__ void e4m3_scale_pair_bf16x2(uint32_t two_scales, uint32_t& lo, uint32_t& hi) {
+  const uint32_t s2 = e4m3x2_to_half2(two_scales);
+  lo = bf16x2_bits(__float2bfloat162_rn(half_lo(s2) * 0x1p117f));
+  hi = bf16x2_bits(__float2bfloat162_rn(half_hi(s2) * 0x1p117f));
+}
+
+// 2^126 as bf16x2: an E2M1 pair times it is the codes' values (exact), before an E8M0 scale.
+constexpr uint32_t kE2m1Unbias = 0x7e807e80u;
+
+// An E8M0 scale byte b as a bf16x2 broadcast of 2^(b - 127) (same exponent range; 0 is the
+// subnormal 2^-127, 0xFF NaN).
+__device__ __forceinline__ uint32_t e8m0_scale_bf16x2(uint32_t b) {
+  const uint32_t s = b == 0xffu ? 0x7fc0u : b == 0u ? 0x0040u : b << 7;
+  return s | (s << 16);
+}
+
 // A row's chunk of 32 codes as 16 bf16x2 (pair j of word q at 4q + j), folded scales applied.
 template <class F>
 __device__ __forceinline__ void decode_tile_chunk(const Lane<16>& codes, uint32_t raw_scales, uint32_t (&p)[16]) {
@@ -1009,19 +1027,15 @@ __device__ __forceinline__ void decode_tile_chunk(const Lane<16>& codes, uint32_
       p[4 * q + 2] = e2m1_pair_bf16<2>(codes.w[q]); p[4 * q + 3] = e2m1_pair_bf16<3>(codes.w[q]);
     }
     if constexpr (F::kBlockScale == BlockScale::kE4M3) {  // words 0-1: block 0, words 2-3: block 1
-      const uint32_t s2 = e4m3x2_to_half2(raw_scales);
-      const uint32_t s0 = bf16x2_bits(__float2bfloat162_rn(half_lo(s2) * 0x1p117f));
-      const uint32_t s1 = bf16x2_bits(__float2bfloat162_rn(half_hi(s2) * 0x1p117f));
+      uint32_t s0, s1;
+      e4m3_scale_pair_bf16x2(raw_scales, s0, s1);
 #pragma unroll
       for (int i = 0; i < 16; ++i) p[i] = bf16x2_mul(p[i], i < 8 ? s0 : s1);
     } else {
       static_assert(F::kBlockScale == BlockScale::kE8M0, "E2M1 takes E4M3 or E8M0 block scales");
-      // 2^126 first (exact: the result is the code's value), then 2^(b - 127) as a bf16 (same
-      // exponent range as E8M0; 0 is the subnormal 2^-127, 0xFF NaN)
-      const uint32_t b = raw_scales & 0xffu;
-      const uint32_t s = b == 0xffu ? 0x7fc0u : b == 0u ? 0x0040u : b << 7;
+      const uint32_t s = e8m0_scale_bf16x2(raw_scales & 0xffu);
 #pragma unroll
-      for (int i = 0; i < 16; ++i) p[i] = bf16x2_mul(bf16x2_mul(p[i], 0x7e807e80u), s | (s << 16));
+      for (int i = 0; i < 16; ++i) p[i] = bf16x2_mul(bf16x2_mul(p[i], kE2m1Unbias), s);
     }
   } else {
     static_assert(F::kElement == Element::kInt4, "tensor-core decode takes E2M1 or INT4 codes");
@@ -1402,19 +1416,14 @@ struct SplitDownQuad {
         a[2] = e2m1_pair_bf16<2>(word); a[3] = e2m1_pair_bf16<3>(word);
         const uint32_t pair = ((m < 2 ? folded.x : folded.y) >> (16 * (m & 1))) & 0xffffu;  // rows 8g+m, 8g+4+m
         uint32_t s_lo, s_hi;
-        if constexpr (F::kBlockScale == BlockScale::kE4M3) {  // times 2^117 as in decode_tile_chunk
-          const uint32_t s2 = e4m3x2_to_half2(pair);
-          s_lo = bf16x2_bits(__float2bfloat162_rn(half_lo(s2) * 0x1p117f));
-          s_hi = bf16x2_bits(__float2bfloat162_rn(half_hi(s2) * 0x1p117f));
+        if constexpr (F::kBlockScale == BlockScale::kE4M3) {
+          e4m3_scale_pair_bf16x2(pair, s_lo, s_hi);
         } else {
           static_assert(F::kBlockScale == BlockScale::kE8M0, "E2M1 takes E4M3 or E8M0 block scales");
-          const uint32_t b_lo = pair & 0xffu, b_hi = pair >> 8;
-          const uint32_t e_lo = b_lo == 0xffu ? 0x7fc0u : b_lo == 0u ? 0x0040u : b_lo << 7;
-          const uint32_t e_hi = b_hi == 0xffu ? 0x7fc0u : b_hi == 0u ? 0x0040u : b_hi << 7;
-          s_lo = e_lo | (e_lo << 16);
-          s_hi = e_hi | (e_hi << 16);
+          s_lo = e8m0_scale_bf16x2(pair & 0xffu);
+          s_hi = e8m0_scale_bf16x2(pair >> 8);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) a[j] = bf16x2_mul(a[j], 0x7e807e80u);  // 2^126 first: the code's value
+          for (int j = 0; j < 4; ++j) a[j] = bf16x2_mul(a[j], kE2m1Unbias);
         }
         a[0] = bf16x2_mul(a[0], s_lo); a[2] = bf16x2_mul(a[2], s_lo);
         a[1] = bf16x2_mul(a[1], s_hi); a[3] = bf16x2_mul(a[3], s_hi);
@@ -1461,7 +1470,7 @@ __device__ __forceinline__ void mlp_split_down(const __nv_bfloat16* __restrict__
   static_assert(W % S == 0 && W / S == 2, "a block is two tiles of 8 neurons: one 16-column tile of down");
   constexpr int kQuadsPerWarp = ceil_div(D::kQuads, W);
   extern __shared__ __align__(16) unsigned char smem[];
-  zero_share(y_zero, num_tokens * H);  // M * H < 2^31: M <= 65535 / k, H <= 2^16
+  zero_share(y_zero, num_tokens * H);  // an int: LaunchGeometry.maxTokens keeps M * H under 2^31
   const int slot = blockIdx.y;
   if (slot >= num_tokens * K) return;  // uniform over the block
   const int e = __ldg(topk_ids + slot);

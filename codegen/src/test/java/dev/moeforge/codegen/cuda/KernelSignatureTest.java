@@ -11,7 +11,15 @@ import dev.moeforge.dsl.build.OutputCentricBuilder;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.GateFunction;
+import dev.moeforge.dsl.ir.epilogue.GatedActivation;
+import dev.moeforge.dsl.ir.epilogue.Store;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 
@@ -43,6 +51,38 @@ class KernelSignatureTest {
         assertParam(p.get(3), "topk_weights", Role.ROUTING, DType.FP32, List.of(M, 8));
         assertParam(p.get(4), "y", Role.OUTPUT, DType.BF16, List.of(M, 2048));
         assertParam(p.get(5), "num_tokens", Role.TOKEN_COUNT, DType.INT32, List.of());
+    }
+
+    /**
+     * expert_mlp: gate_up's weights as gate_up takes them, down's as SplitDownWeights lays them out
+     * (as many bytes as the source: codes E*H*I/2, E4M3 scales E*H*I/16, E8M0 E*H*I/32, FP32 4*E*H*I/128).
+     */
+    @Test
+    void mlpParametersHoldTheRepackedDown() {
+        ExpertShape shape = new ExpertShape(2048, 768, 128, 8);
+        for (WeightFormat f : List.of(WeightFormat.NVFP4, WeightFormat.MXFP4, WeightFormat.INT4_CHANNEL, WeightFormat.INT4_GROUP128)) {
+            KernelSpec spec = new KernelSpec("mlp", new Problem.ExpertMlp(shape, f, DType.BF16, GateUpLayout.STACKED),
+                    new Schedule.SplitDown(8, 2, 4, 3, false), new Store(new GatedActivation(GateFunction.SILU, Acc.GATE, Acc.UP),
+                    DType.BF16), Target.SM_90A);
+            KernelSignature sig = KernelSignature.of(spec);
+            KernelParam codes = sig.param("w_down");
+            assertEquals(List.of(128, 48, 32, 512), codes.shape(), f.text());
+            assertEquals(128L * 2048 * 768 / 2, codes.elements(1), f.text());
+            long scales = switch (f.blockScale()) {
+                case NONE -> 0;
+                case E4M3_PER_16 -> 128L * 2048 * 768 / 16;
+                case E8M0_PER_32 -> 128L * 2048 * 768 / 32;
+                case F32_GROUP_128 -> 128L * 2048 * 768 / 128;
+                case F32_BLOCK_128X128 -> throw new AssertionError();
+            };
+            if (scales > 0) {
+                assertEquals(scales, sig.param("w_down_scales").elements(1), f.text());
+            }
+            List<String> names = sig.params().stream().map(KernelParam::name).toList();
+            assertEquals(List.of("topk_ids", "topk_weights", "y", "y_zero", "num_tokens"), names.subList(names.size() - 5, names.size()));
+            assertParam(sig.param("y"), "y", Role.OUTPUT, DType.FP32, List.of(M, 2048));
+            assertParam(sig.param("y_zero"), "y_zero", Role.OUTPUT, DType.FP32, List.of(M, 2048));
+        }
     }
 
     @Test

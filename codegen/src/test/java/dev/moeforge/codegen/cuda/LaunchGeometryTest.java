@@ -8,10 +8,19 @@ import dev.moeforge.dsl.build.KernelBuilder;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
 import dev.moeforge.dsl.build.OutputTensorCoreBuilder;
 import dev.moeforge.dsl.check.OutputCentricLayout;
+import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
-import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.GateFunction;
+import dev.moeforge.dsl.ir.epilogue.GatedActivation;
+import dev.moeforge.dsl.ir.epilogue.Store;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -54,6 +63,23 @@ class LaunchGeometryTest {
         assertTrue(g.sharedBytes() > 0);
         // T = 32: min(32 * 8, 128) = 128 (capped by E); M = 33 -> 2 tiles
         assertEquals(2 * 128, LaunchGeometry.of(gateUp(QWEN3, 4, 32), 33).gridY());
+    }
+
+    /** split_down: one block per (16 neurons, token, slot); M * H stays an int, so large H caps the tokens. */
+    @Test
+    void splitDownGridAndTokenCap() {
+        KernelSpec qwen3 = mlp(new ExpertShape(2048, 768, 128, 8), new Schedule.SplitDown(8, 2, 4, 3, false));
+        // staged x 64 * 64 chunks + partials 8 warps * 64 + the 16 h
+        assertEquals(new LaunchGeometry(48, 3 * 8, 256, 64 * 64 + 8 * 64 + 32), LaunchGeometry.of(qwen3, 3));
+        assertEquals(65_535 / 8, LaunchGeometry.maxTokens(qwen3));
+        KernelSpec wide = mlp(new ExpertShape(65_536, 128, 4, 1), new Schedule.SplitDown(2, 1, 1, 0, false));
+        assertEquals(Integer.MAX_VALUE / 65_536, LaunchGeometry.maxTokens(wide));
+        assertEquals(new LaunchGeometry(8, 1, 64, 64 * 4 * 512 + 32), LaunchGeometry.of(wide, 1));
+    }
+
+    private static KernelSpec mlp(ExpertShape shape, Schedule.SplitDown schedule) {
+        return new KernelSpec("mlp", new Problem.ExpertMlp(shape, WeightFormat.INT4_CHANNEL, DType.BF16, GateUpLayout.STACKED), schedule,
+                new Store(new GatedActivation(GateFunction.SILU, Acc.GATE, Acc.UP), DType.BF16), Target.SM_90A);
     }
 
     @Test

@@ -2,6 +2,7 @@ package dev.moeforge.dsl.check;
 
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Schedule.SplitDown;
+import dev.moeforge.dsl.ir.WeightFormat;
 
 /**
  * The derived sizes of a split_down kernel, the single statement of them for validation, the CUDA
@@ -18,6 +19,16 @@ public record SplitDownLayout(int quads, int tiles, int quadsPerWarp, long share
     public static final int QUAD_ROWS = 64;
     /** Columns of down (neurons) in one tile: a block's two gate_up tiles of 8. */
     public static final int TILE_COLUMNS = 16;
+
+    /**
+     * Whether down weights {@code [E][hidden][intermediate]} in {@code format} can be repacked for
+     * split_down: 4-bit codes with scales along K, whole quads and tiles (the Validator says why a
+     * spec is refused; this is the same rule for weights).
+     */
+    public static boolean fits(WeightFormat format, int hidden, int intermediate) {
+        return format.element().bits() == 4 && !format.blockScale().blockRows() && hidden % QUAD_ROWS == 0
+                && intermediate % TILE_COLUMNS == 0;
+    }
 
     public static SplitDownLayout of(Problem.ExpertMlp problem, SplitDown s) {
         int hidden = problem.shape().hidden();

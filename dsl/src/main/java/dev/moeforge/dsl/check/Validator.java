@@ -352,6 +352,10 @@ public final class Validator {
                             + SplitDownLayout.TILE_COLUMNS + " columns of down it multiplies"));
         }
         range(errors, "schedule.k_unroll", sd.kUnroll(), 1, 8);
+        if (sd.orderLoads() && m.weights().blockScale() == WeightFormat.BlockScale.NONE) {
+            errors.add(new SpecError("schedule.order_loads", "true", "false for " + m.weights().text() + ", which has no "
+                    + "K-block scales to order the code loads after (true takes nvfp4, mxfp4 or int4_group128)"));
+        }
         if (sd.warpsPerCta() >= 1 && sd.warpsPerCta() <= maxWarps) {
             range(errors, "schedule.min_blocks_per_sm", sd.minBlocksPerSm(), 0, target.maxWarpsPerSm() / sd.warpsPerCta());
         }
@@ -371,7 +375,8 @@ public final class Validator {
             long shared = SplitDownLayout.of(m, sd).sharedBytes();
             if (shared > target.maxSharedBytesPerBlock()) {
                 errors.add(new SpecError("schedule", shared + " bytes of shared memory",
-                        "at most " + target.maxSharedBytesPerBlock() + " bytes per thread block on " + target.text()));
+                        "at most " + target.maxSharedBytesPerBlock() + " bytes per thread block on " + target.text()
+                                + " (the token's staged x grows with hidden, the partial sums with warps_per_cta)"));
             }
         }
     }

@@ -22,6 +22,20 @@ public record SplitDownWeights(WeightFormat format, int experts, int hidden, int
     private static final int LANES = 32;
     private static final int QUAD_CODE_BYTES = LANES * 16;
 
+    /** Sizes as {@link #of} makes them: the source's, in a layout split_down can read. */
+    public SplitDownWeights {
+        if (!SplitDownLayout.fits(format, hidden, intermediate)) {
+            throw new IllegalArgumentException("split_down weights are 4-bit with scales along K, whole quads and tiles; got "
+                    + format.text() + " [" + experts + ", " + hidden + ", " + intermediate + "]");
+        }
+        long codeBytes = (long) experts * hidden * intermediate / 2;
+        long scaleBytes = (long) experts * format.blockScale().perExpert(hidden, intermediate) * format.blockScale().bytes();
+        if (codes.length != codeBytes || blockScales.length != scaleBytes) {
+            throw new IllegalArgumentException("split_down weights [" + experts + ", " + hidden + ", " + intermediate + "] need "
+                    + codeBytes + " code bytes and " + scaleBytes + " scale bytes, got " + codes.length + " and " + blockScales.length);
+        }
+    }
+
     /**
      * Repacks down {@code [E][H][I]} (rows: hidden outputs, columns: intermediate neurons).
      *
@@ -29,18 +43,18 @@ public record SplitDownWeights(WeightFormat format, int experts, int hidden, int
      *                                  that is not whole quads and tiles
      */
     public static SplitDownWeights of(EncodedWeights down) {
-        WeightFormat f = down.format();
-        if (f.element().bits() != 4 || f.blockScale().blockRows()) {
-            throw new IllegalArgumentException("split_down repacks 4-bit weights with scales along K, not " + f.text());
+        WeightFormat format = down.format();
+        int hidden = down.rows();
+        int intermediate = down.cols();
+        if (!SplitDownLayout.fits(format, hidden, intermediate)) {
+            throw new IllegalArgumentException("split_down repacks 4-bit down weights with scales along K, of whole 64-row "
+                    + "quads and 16-column tiles; got " + format.text() + " with " + hidden + " rows x " + intermediate + " columns");
         }
-        int h = down.rows();
-        int in = down.cols();
-        if (h % SplitDownLayout.QUAD_ROWS != 0 || in % SplitDownLayout.TILE_COLUMNS != 0) {
-            throw new IllegalArgumentException("split_down repacks down weights of whole 64-row quads and 16-column tiles; got "
-                    + h + " rows x " + in + " columns");
+        if (down.projections() != Projections.ONE) {
+            throw new IllegalArgumentException("down is one projection; these weights have " + down.projections());
         }
-        int quads = h / SplitDownLayout.QUAD_ROWS;
-        int tiles = in / SplitDownLayout.TILE_COLUMNS;
+        int quads = hidden / SplitDownLayout.QUAD_ROWS;
+        int tiles = intermediate / SplitDownLayout.TILE_COLUMNS;
         byte[] codes = new byte[down.codes().length];
         IntStream.range(0, down.experts()).parallel().forEach(e -> {
             for (int j = 0; j < tiles; j++) {
@@ -58,7 +72,7 @@ public record SplitDownWeights(WeightFormat format, int experts, int hidden, int
                 }
             }
         });
-        return new SplitDownWeights(f, down.experts(), h, in, codes, scales(down, quads), down.rowScales().clone());
+        return new SplitDownWeights(format, down.experts(), hidden, intermediate, codes, scales(down, quads), down.rowScales().clone());
     }
 
     /** Word m of lane (g, t) in quad q of tile j: the A fragment described above. */

@@ -1,6 +1,7 @@
 package dev.moeforge.dsl.reference;
 
 import dev.moeforge.dsl.format.Bf16;
+import java.util.function.IntToDoubleFunction;
 
 /**
  * How far a kernel's bf16 (or FP32) output is from the reference: {@code ||out - ref|| / ||ref||} (L2),
@@ -18,7 +19,7 @@ public record ErrorStats(double relativeL2, double maxAbs, long nonFinite, long 
         return of(reference, output.length, i -> output[i]);
     }
 
-    private static ErrorStats of(double[] reference, int length, java.util.function.IntToDoubleFunction output) {
+    private static ErrorStats of(double[] reference, int length, IntToDoubleFunction output) {
         if (reference.length != length) {
             throw new IllegalArgumentException("reference has " + reference.length + " values, output " + length);
         }

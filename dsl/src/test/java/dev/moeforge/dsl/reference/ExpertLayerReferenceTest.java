@@ -47,7 +47,8 @@ class ExpertLayerReferenceTest {
     @Test
     void mlpIsTheLayerWithAnUnroundedOutput() {
         ExpertLayerSpecs specs = specs(SHAPE);
-        KernelSpec mlp = new KernelSpec("ref_mlp", new Problem.ExpertMlp(SHAPE, WeightFormat.BF16, DType.BF16, GateUpLayout.STACKED),
+        // the reference reads the weights it is given (bf16 here); the spec's format is split_down's kind
+        KernelSpec mlp = new KernelSpec("ref_mlp", new Problem.ExpertMlp(SHAPE, WeightFormat.NVFP4, DType.BF16, GateUpLayout.STACKED),
                 new Schedule.SplitDown(8, 2, 4, 3, false), specs.gateUp().epilogue(), Target.SM_90A);
         short[] x = RandomInputs.bf16Normal(5, 3 * SHAPE.hidden(), 1.0);
         WeightRows gu = WeightRows.bf16(RandomInputs.bf16Normal(6, SHAPE.experts() * 2 * SHAPE.intermediate() * SHAPE.hidden(), 0.25),

@@ -111,16 +111,18 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             // every workload's kernels compiled in parallel up front; the runtime's cache serves them below
             ExecutorService pool = Executors.newFixedThreadPool(Math.max(2, Runtime.getRuntime().availableProcessors()));
             Map<Workload, Future<List<ExpertLayerBenchmark.Variant>>> loaded = new LinkedHashMap<>();
+            Map<Workload, Future<List<ExpertLayerBenchmark.MlpVariant>>> loadedMlp = new LinkedHashMap<>();
             Map<Workload, List<ExpertLayerBenchmark.MlpVariant>> mlpVariants = new LinkedHashMap<>();
             try {
                 for (Workload w : workloads) {
                     loaded.put(w, pool.submit(() -> variants(runtime, w, maxTokens, sweep)));
-                }
-                for (Workload w : workloads) {
-                    mlpVariants.put(w, mlpVariants(runtime, w));
+                    loadedMlp.put(w, pool.submit(() -> mlpVariants(runtime, w)));
                 }
                 for (Future<?> f : loaded.values()) {
                     f.get();
+                }
+                for (Workload w : workloads) {
+                    mlpVariants.put(w, loadedMlp.get(w).get());
                 }
             } finally {
                 pool.shutdown();

@@ -83,8 +83,7 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
                                 EncodedWeights gateUp, EncodedWeights down) {
         this(stream, shape, layers, maxTokens, seed, gateUp.bytesPerExpert() + down.bytesPerExpert(),
                 l -> new DeviceWeights[] {DeviceWeights.upload(gateUp), DeviceWeights.upload(down)});
-        if (down.format().element().bits() == 4 && shape.hidden() % SplitDownLayout.QUAD_ROWS == 0
-                && shape.intermediate() % SplitDownLayout.TILE_COLUMNS == 0) {
+        if (SplitDownLayout.fits(down.format(), shape.hidden(), shape.intermediate())) {
             SplitDownWeights split = SplitDownWeights.of(down);
             for (int l = 0; l < layers; l++) {
                 splitDownWeights.add(DeviceWeights.upload(split));

@@ -119,8 +119,10 @@ public final class KernelRuntime implements AutoCloseable {
             case Schedule.OutputTensorCore s -> "fewer steps in flight (k_unroll " + s.kUnroll() + "; a warp holds two groups of them), "
                     + "fewer warps per block (warps_per_cta " + s.warpsPerCta() + ") or no blocks-per-SM promise (min_blocks_per_sm "
                     + s.minBlocksPerSm() + ")";
-            case Schedule.SplitDown s -> "fewer steps in flight (k_unroll " + s.kUnroll() + ") or a lower blocks-per-SM promise "
-                    + "(min_blocks_per_sm " + s.minBlocksPerSm() + "; 3 blocks of 8 warps leave 80 registers)";
+            case Schedule.SplitDown s -> "more warps per tile (warps_per_tile " + s.warpsPerTile() + "; each warp holds its "
+                    + "quads of down's rows, 64 per quad, in registers), fewer steps in flight (k_unroll " + s.kUnroll()
+                    + ") or a lower blocks-per-SM promise (min_blocks_per_sm " + s.minBlocksPerSm()
+                    + "; 3 blocks of 8 warps leave 80 registers)";
             case Schedule.RouterGemv s -> fewerLoadsOrWarps(s.kUnroll(), s.warpsPerCta());
             case Schedule.RouterCluster s -> fewerLoadsOrWarps(s.kUnroll(), s.warpsPerCta());
             case Schedule.RouterTiled s -> "fewer tokens per warp (tokens_per_warp " + s.tokensPerWarp() + ") or fewer warps per block "

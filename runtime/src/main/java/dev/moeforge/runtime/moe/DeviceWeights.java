@@ -13,15 +13,34 @@ import java.util.List;
  * scales and row scales where it has them, then the FP32 bias if the projection has one (the
  * order of the kernel's weight parameters).
  */
-public record DeviceWeights(WeightFormat format, List<DeviceBuffer> buffers) implements AutoCloseable {
+public record DeviceWeights(WeightFormat format, Layout layout, List<DeviceBuffer> buffers) implements AutoCloseable {
+
+    /**
+     * How the codes and K-block scales are laid out. Both layouts have the same sizes, so a launch's
+     * buffer checks cannot tell them apart: the layer executors check this instead.
+     */
+    public enum Layout {
+        /** As the checkpoints ship them ({@code EncodedWeights}): what the gate_up, down and router kernels read. */
+        NATURAL,
+        /** Down repacked in 16-column tiles ({@code SplitDownWeights}): what an expert_mlp kernel reads. */
+        SPLIT_DOWN
+    }
 
     public DeviceWeights {
         buffers = List.copyOf(buffers);
     }
 
+    /** Throws unless these weights are in {@code expected} layout; {@code what} names them in the message. */
+    public void requireLayout(Layout expected, String what) {
+        if (layout != expected) {
+            throw new IllegalArgumentException(what + " are in the " + layout + " layout, the kernel reads " + expected
+                    + (expected == Layout.SPLIT_DOWN ? " (upload SplitDownWeights.of(down))" : " (upload the EncodedWeights)"));
+        }
+    }
+
     /** Plain BF16 weights. */
     public static DeviceWeights bf16(DeviceBuffer weights) {
-        return new DeviceWeights(WeightFormat.BF16, List.of(weights));
+        return new DeviceWeights(WeightFormat.BF16, Layout.NATURAL, List.of(weights));
     }
 
     /** Copies {@code w} to the device. */
@@ -38,16 +57,17 @@ public record DeviceWeights(WeightFormat format, List<DeviceBuffer> buffers) imp
             throw new IllegalArgumentException("a bias for [" + w.experts() + ", " + w.rows() + ", " + w.cols()
                     + "] weights needs " + (long) w.experts() * w.rows() + " values, got " + bias.length);
         }
-        return upload(w.format(), w.codes(), w.blockScales(), w.rowScales(), bias);
+        return upload(w.format(), Layout.NATURAL, w.codes(), w.blockScales(), w.rowScales(), bias);
     }
 
     /** Copies down's weights repacked for split_down (codes, K-block scales, row scales as loaded) to the device. */
     public static DeviceWeights upload(SplitDownWeights w) {
-        return upload(w.format(), w.codes(), w.blockScales(), w.rowScales(), null);
+        return upload(w.format(), Layout.SPLIT_DOWN, w.codes(), w.blockScales(), w.rowScales(), null);
     }
 
     /** The codes, then the K-block scales and row scales where the format has them, then the bias if any. */
-    private static DeviceWeights upload(WeightFormat format, byte[] codes, byte[] blockScales, float[] rowScales, float[] bias) {
+    private static DeviceWeights upload(WeightFormat format, Layout layout, byte[] codes, byte[] blockScales, float[] rowScales,
+                                        float[] bias) {
         List<DeviceBuffer> buffers = new ArrayList<>();
         try {
             buffers.add(copy(format.element() == WeightFormat.Element.BF16 ? DType.BF16 : DType.U8, codes));
@@ -67,7 +87,7 @@ public record DeviceWeights(WeightFormat format, List<DeviceBuffer> buffers) imp
             buffers.forEach(DeviceBuffer::close);
             throw e;
         }
-        return new DeviceWeights(format, buffers);
+        return new DeviceWeights(format, layout, buffers);
     }
 
     private static DeviceBuffer copy(float[] values) {

@@ -78,12 +78,14 @@ public final class ExpertLayer {
     /** gate_up alone: {@code inter = act(x W_gu^T)} for each routed (token, slot). */
     public void enqueueGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds,
                               DeviceBuffer inter) {
+        wGateUp.requireLayout(DeviceWeights.Layout.NATURAL, "gate_up's weights");
         gateUp.launch(stream, order, tokens, args(List.of(x), wGateUp, List.of(topkIds, inter)));
     }
 
     /** down alone: {@code y = sum_j topk_weights[j] * (inter_j W_down^T)}. */
     public void enqueueDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
                             DeviceBuffer topkWeights, DeviceBuffer y) {
+        wDown.requireLayout(DeviceWeights.Layout.NATURAL, "down's weights");
         down.launch(stream, order, tokens, args(List.of(inter), wDown, List.of(topkIds, topkWeights, y)));
     }
 

@@ -12,8 +12,10 @@ import java.util.List;
 /**
  * The MoE expert layer with routing given as one kernel (expert_mlp, schedule split_down): gate_up,
  * its activation and down in one launch, adding into an FP32 y. y must be zero before the launch;
- * the launch zeroes {@code yZero} for a later one, so a chain of layers needs no memset: layer l adds
- * into buffer {@code l % 3} and zeroes buffer {@code (l + 1) % 3}.
+ * the launch zeroes the first M rows of {@code yZero} for a later one. So a chain of layers needs no
+ * memset: layer l adds into buffer {@code l % 3} and zeroes buffer {@code (l + 1) % 3}, as long as
+ * no launch takes more tokens than the one before it zeroed, and a chain of L layers that is replayed
+ * (a graph per decode step) either has L a multiple of 3 or clears buffer {@code L % 3} itself.
  */
 public final class ExpertMlpLayer {
     private final KernelHandle kernel;
@@ -51,6 +53,8 @@ public final class ExpertMlpLayer {
      */
     public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceWeights wDown,
                         DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer y, DeviceBuffer yZero) {
+        wGateUp.requireLayout(DeviceWeights.Layout.NATURAL, "gate_up's weights");
+        wDown.requireLayout(DeviceWeights.Layout.SPLIT_DOWN, "down's weights");
         if (y == yZero) {
             throw new IllegalArgumentException("y and y_zero are the same buffer: the launch would zero the output it adds into");
         }

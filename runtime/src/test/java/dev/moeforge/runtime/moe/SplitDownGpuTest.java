@@ -49,19 +49,25 @@ class SplitDownGpuTest extends GpuSession {
      */
     static final double TOLERANCE = 1e-4;
 
+    /** The catalogue's schedule: 8 warps, 4 per gate_up tile, 2 steps in flight, 3 blocks per SM. */
+    static final Schedule.SplitDown CATALOGUE = new Schedule.SplitDown(8, 2, 4, 3, false);
+
     record Case(WeightFormat format, String geometry, ExpertShape shape, GateUpLayout layout, GateFunction gate, int tokens,
-                boolean orderLoads, boolean unroutedSlot) {
+                Schedule.SplitDown schedule, boolean unroutedSlot) {
         @Override
         public String toString() {
-            return format.text() + " " + geometry + " M=" + tokens + (orderLoads ? " ordered loads" : "")
-                    + (unroutedSlot ? " one slot unrouted" : "");
+            return format.text() + " " + geometry + " M=" + tokens + " " + tag() + (unroutedSlot ? " one slot unrouted" : "");
+        }
+
+        String tag() {
+            return "w" + schedule.warpsPerCta() + "u" + schedule.kUnroll() + "s" + schedule.warpsPerTile() + "m"
+                    + schedule.minBlocksPerSm() + (schedule.orderLoads() ? "o" : "");
         }
 
         KernelSpec spec() {
-            String name = "sd_" + format.text() + "_" + geometry + "_m" + tokens + (orderLoads ? "_o" : "");
-            return new KernelSpec(name, new Problem.ExpertMlp(shape, format, DType.BF16, layout),
-                    new Schedule.SplitDown(8, 2, 4, 3, orderLoads), new Store(new GatedActivation(gate, Acc.GATE, Acc.UP), DType.BF16),
-                    runtime.target());
+            return new KernelSpec("sd_" + format.text() + "_" + geometry + "_m" + tokens + "_" + tag(),
+                    new Problem.ExpertMlp(shape, format, DType.BF16, layout), schedule,
+                    new Store(new GatedActivation(gate, Acc.GATE, Acc.UP), DType.BF16), runtime.target());
         }
     }
 
@@ -70,23 +76,30 @@ class SplitDownGpuTest extends GpuSession {
 
     static List<Case> cases() {
         List<Case> cases = new ArrayList<>();
+        ExpertShape small = new ExpertShape(256, 128, 9, 3);
         for (WeightFormat f : FOUR_BIT) {
             // 4 quads for 8 warps (half the warps multiply nothing), 3 tokens
-            cases.add(new Case(f, "small_256x128_e9_k3", new ExpertShape(256, 128, 9, 3), GateUpLayout.STACKED, GateFunction.SILU,
-                    3, false, false));
+            cases.add(new Case(f, "small_256x128_e9_k3", small, GateUpLayout.STACKED, GateFunction.SILU, 3, CATALOGUE, false));
             // 6 quads, interleaved gate/up rows, an unrouted slot
             cases.add(new Case(f, "small_384x256_e5_k2_interleaved", new ExpertShape(384, 256, 5, 2), GateUpLayout.INTERLEAVED,
-                    GateFunction.SILU, 2, false, true));
+                    GateFunction.SILU, 2, CATALOGUE, true));
             cases.add(new Case(f, "qwen3_30b_a3b", new ExpertShape(2048, 768, 128, 8), GateUpLayout.STACKED, GateFunction.SILU,
-                    1, false, false));
+                    1, CATALOGUE, false));
+        }
+        // other block shapes: one warp per tile (no combine), 2 per tile with single steps, 16 per tile with 8 in flight
+        for (Schedule.SplitDown s : List.of(new Schedule.SplitDown(2, 2, 1, 0, false), new Schedule.SplitDown(4, 1, 2, 0, false),
+                new Schedule.SplitDown(32, 8, 16, 1, true))) {
+            cases.add(new Case(WeightFormat.NVFP4, "small_256x128_e9_k3", small, GateUpLayout.STACKED, GateFunction.SILU, 2, s, false));
+            cases.add(new Case(WeightFormat.INT4_GROUP128, "small_256x128_e9_k3", small, GateUpLayout.STACKED, GateFunction.SILU, 2, s,
+                    false));
         }
         cases.add(new Case(WeightFormat.NVFP4, "qwen3_30b_a3b", new ExpertShape(2048, 768, 128, 8), GateUpLayout.STACKED,
-                GateFunction.SILU, 1, true, false));
+                GateFunction.SILU, 1, new Schedule.SplitDown(8, 2, 4, 3, true), false));
         cases.add(new Case(WeightFormat.NVFP4, "qwen3_next_80b", new ExpertShape(2048, 512, 512, 10), GateUpLayout.STACKED,
-                GateFunction.SILU, 1, false, false));
+                GateFunction.SILU, 1, CATALOGUE, false));
         // 45 quads for 8 warps, gpt-oss's activation (no biases: expert_mlp has none)
         cases.add(new Case(WeightFormat.MXFP4, "gpt_oss_20b", new ExpertShape(2880, 2880, 32, 4), GateUpLayout.INTERLEAVED,
-                GateFunction.CLAMPED_SWIGLU, 2, false, false));
+                GateFunction.CLAMPED_SWIGLU, 2, CATALOGUE, false));
         return cases;
     }
 
@@ -127,42 +140,49 @@ class SplitDownGpuTest extends GpuSession {
         String where = c + " seed=" + seed;
 
         int outputs = c.tokens() * s.hidden();
+        int tail = s.hidden();  // a row past the M rows the launch zeroes, which it must leave alone
+        ExpertMlpLayer layer = new ExpertMlpLayer(kernel);
         try (DeviceWeights dgu = DeviceWeights.upload(gu);
              DeviceWeights ddn = DeviceWeights.upload(SplitDownWeights.of(dn));
              DeviceBuffer dx = DeviceBuffer.allocate(DType.BF16, x.length);
              DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, deviceIds.length);
              DeviceBuffer dw = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
              DeviceBuffer dy = DeviceBuffer.allocate(DType.FP32, outputs);
-             DeviceBuffer dzero = DeviceBuffer.allocate(DType.FP32, outputs)) {
+             DeviceBuffer dzero = DeviceBuffer.allocate(DType.FP32, outputs + tail)) {
             dx.copyFrom(x);
             dids.copyFrom(deviceIds);
             dw.copyFrom(routing.weights());
-            List<DeviceBuffer> args = new ArrayList<>(List.of(dx));
-            args.addAll(dgu.buffers());
-            args.addAll(ddn.buffers());
-            args.addAll(List.of(dids, dw, dy, dzero));
-            DeviceBuffer[] buffers = args.toArray(DeviceBuffer[]::new);
+            Runnable launch = () -> layer.enqueue(stream, c.tokens(), dx, dgu, ddn, dids, dw, dy, dzero);
 
-            dy.copyFrom(new float[outputs]);
-            float[] nan = new float[outputs];
+            // y is added to: start it at 0.25 everywhere and expect the reference plus 0.25
+            float[] start = new float[outputs];
+            Arrays.fill(start, 0.25f);
+            dy.copyFrom(start);
+            float[] nan = new float[outputs + tail];
             Arrays.fill(nan, Float.NaN);
             dzero.copyFrom(nan);
-            kernel.launch(stream, c.tokens(), buffers);
+            launch.run();
             stream.synchronize();
             float[] y = new float[outputs];
             dy.copyTo(y);
+            for (int i = 0; i < outputs; i++) {
+                y[i] -= 0.25f;
+            }
             ErrorStats e = ErrorStats.of(ref.y(), y);
             System.out.println(where + ": y " + e);
             assertTrue(e.within(TOLERANCE), () -> where + ": " + e);
-            float[] zeroed = new float[outputs];
+            float[] zeroed = new float[outputs + tail];
             dzero.copyTo(zeroed);
             for (int i = 0; i < outputs; i++) {
                 assertEquals(0, Float.floatToRawIntBits(zeroed[i]), where + ": y_zero[" + i + "] = " + zeroed[i]);
             }
+            for (int i = outputs; i < outputs + tail; i++) {
+                assertTrue(Float.isNaN(zeroed[i]), where + ": y_zero[" + i + "], past the launch's M rows, was written");
+            }
 
             // replayed from a graph onto a zeroed y, it adds the same sums (in its own order)
             dy.copyFrom(new float[outputs]);
-            try (CudaGraph graph = CudaGraph.capture(stream, () -> kernel.launch(stream, c.tokens(), buffers))) {
+            try (CudaGraph graph = CudaGraph.capture(stream, launch)) {
                 graph.launch(stream);
                 stream.synchronize();
             }
