@@ -79,19 +79,22 @@ public final class ExpertLayer {
     public void enqueueGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds,
                               DeviceBuffer inter) {
         wGateUp.requireLayout(DeviceWeights.Layout.NATURAL, "gate_up's weights");
-        gateUp.launch(stream, order, tokens, args(List.of(x), wGateUp, List.of(topkIds, inter)));
+        gateUp.launch(stream, order, tokens, args(List.of(x), List.of(wGateUp), List.of(topkIds, inter)));
     }
 
     /** down alone: {@code y = sum_j topk_weights[j] * (inter_j W_down^T)}. */
     public void enqueueDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
                             DeviceBuffer topkWeights, DeviceBuffer y) {
         wDown.requireLayout(DeviceWeights.Layout.NATURAL, "down's weights");
-        down.launch(stream, order, tokens, args(List.of(inter), wDown, List.of(topkIds, topkWeights, y)));
+        down.launch(stream, order, tokens, args(List.of(inter), List.of(wDown), List.of(topkIds, topkWeights, y)));
     }
 
-    private static DeviceBuffer[] args(List<DeviceBuffer> before, DeviceWeights weights, List<DeviceBuffer> after) {
+    /** A kernel's buffers in launch order: {@code before}, each weight's buffers, then {@code after}. */
+    static DeviceBuffer[] args(List<DeviceBuffer> before, List<DeviceWeights> weights, List<DeviceBuffer> after) {
         List<DeviceBuffer> all = new ArrayList<>(before);
-        all.addAll(weights.buffers());
+        for (DeviceWeights w : weights) {
+            all.addAll(w.buffers());
+        }
         all.addAll(after);
         return all.toArray(DeviceBuffer[]::new);
     }

@@ -6,7 +6,6 @@ import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelHandle;
-import java.util.ArrayList;
 import java.util.List;
 
 /**
@@ -58,10 +57,7 @@ public final class ExpertMlpLayer {
         if (y == yZero) {
             throw new IllegalArgumentException("y and y_zero are the same buffer: the launch would zero the output it adds into");
         }
-        List<DeviceBuffer> all = new ArrayList<>(List.of(x));
-        all.addAll(wGateUp.buffers());
-        all.addAll(wDown.buffers());
-        all.addAll(List.of(topkIds, topkWeights, y, yZero));
-        kernel.launch(stream, order, tokens, all.toArray(DeviceBuffer[]::new));
+        kernel.launch(stream, order, tokens,
+                ExpertLayer.args(List.of(x), List.of(wGateUp, wDown), List.of(topkIds, topkWeights, y, yZero)));
     }
 }
