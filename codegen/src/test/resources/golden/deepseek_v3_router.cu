@@ -15,18 +15,24 @@
 
 namespace {
 
-constexpr int kHidden = 7168;
-constexpr int kExperts = 256;
-constexpr int kWarpsPerCta = 8;
-constexpr int kLoadBytes = 16;
-constexpr int kUnroll = 8;
-constexpr int kExpertsPerCta = 2;
-constexpr int kWarpsPerScore = 4;
-constexpr int kSlice = 32;
+// The kernel's compile-time facts; moeforge_device.cuh reads them by name.
+struct Config {
+  static constexpr int kHidden = 7168;
+  static constexpr int kExperts = 256;
+  static constexpr int kWarpsPerCta = 8;
+  static constexpr int kLoadBytes = 16;
+  static constexpr int kUnroll = 8;
+  static constexpr int kExpertsPerCta = 2;
+  static constexpr int kWarpsPerScore = 4;
+  static constexpr int kSlice = 32;
+  static constexpr int kThreadsPerCta = 256;
+  static constexpr int kMinBlocksPerSm = 1;
+  static constexpr int kSharedBytes = 0;
+};
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256, 1) deepseek_v3_router(
+extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta, Config::kMinBlocksPerSm) deepseek_v3_router(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w_router,
     const float* __restrict__ e_score_correction_bias,
@@ -37,18 +43,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) deepseek_v3_router(
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  if (!mf::router_scores<kHidden, kExperts, kWarpsPerCta, kLoadBytes, kUnroll, kExpertsPerCta, kWarpsPerScore>(
-          x, w_router, scores, counters, num_tokens)) {
+  if (!mf::router_scores<Config>(x, w_router, scores, counters, num_tokens)) {
     return;
   }
   const int token = blockIdx.y;
-  __shared__ mf::BlockTopKScratch<8, kWarpsPerCta> topk_scratch;  // the warps' candidates
-  const int slice = (threadIdx.x >> 5) * kSlice;  // this warp's group of experts
-  const mf::Row<kSlice> v0 = mf::load_row<kSlice>(e_score_correction_bias + slice);
-  const mf::Row<kSlice> v1 = mf::await_scores<kSlice>(scores + static_cast<size_t>(token) * kExperts + slice);
-  const mf::Row<kSlice> v2 = mf::sigmoid(v1);
-  const mf::Row<kSlice> v3 = mf::add(v2, v0);
-  const mf::TopK<8> v4 = mf::block_topk<8, 8, 4, kSlice, kWarpsPerCta>(v3, v2, topk_scratch);
+  __shared__ mf::BlockTopKScratch<8, Config::kWarpsPerCta> topk_scratch;  // the warps' candidates
+  const int slice = (threadIdx.x >> 5) * Config::kSlice;  // this warp's group of experts
+  const mf::Row<Config::kSlice> v0 = mf::load_row<Config::kSlice>(e_score_correction_bias + slice);
+  const mf::Row<Config::kSlice> v1 = mf::await_scores<Config::kSlice>(scores + static_cast<size_t>(token) * Config::kExperts + slice);
+  const mf::Row<Config::kSlice> v2 = mf::sigmoid(v1);
+  const mf::Row<Config::kSlice> v3 = mf::add(v2, v0);
+  const mf::TopK<8> v4 = mf::block_topk<8, 8, 4, Config::kSlice, Config::kWarpsPerCta>(v3, v2, topk_scratch);
   if (threadIdx.x >= 32) return;  // warp 0 holds the selection and finishes the tree
   const mf::TopK<8> v5 = mf::renormalize(v4);
   const mf::TopK<8> v6 = mf::scale(v5, 2.5f);

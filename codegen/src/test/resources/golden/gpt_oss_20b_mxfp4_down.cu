@@ -12,22 +12,29 @@
 // Bias: an FP32 value per expert and row, added to the row's sum (weighted by the slot's routing weight in the combine).
 // Each lane loads 16 bytes, 2 loads in flight per row; a row is 90 loads in 2 pass(es).
 // 2 warps share each output; their partial sums are added in shared memory in warp order.
-// Dynamic shared memory: 32 bytes.
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
+// Dynamic shared memory: 32 bytes.
 #include "moeforge_device.cuh"
 
 namespace {
 
-constexpr int kHidden = 2880;
-constexpr int kIntermediate = 2880;
-constexpr int kExperts = 32;
-constexpr int kTopk = 4;
-constexpr int kWarpsPerCta = 8;
-constexpr int kLoadBytes = 16;
-constexpr int kUnroll = 2;
-constexpr int kWarpsPerOutput = 2;
-constexpr bool kBias = true;
-using Format = mf::Mxfp4Weights;
+// The kernel's compile-time facts; moeforge_device.cuh reads them by name.
+struct Config {
+  using Format = mf::Mxfp4Weights;
+  static constexpr int kHidden = 2880;
+  static constexpr int kIntermediate = 2880;
+  static constexpr int kExperts = 32;
+  static constexpr int kTopk = 4;
+  static constexpr bool kBias = true;
+  static constexpr int kWarpsPerCta = 8;
+  static constexpr int kLoadBytes = 16;
+  static constexpr int kUnroll = 2;
+  static constexpr int kTokensPerCta = 1;
+  static constexpr int kWarpsPerOutput = 2;
+  static constexpr int kThreadsPerCta = 256;
+  static constexpr int kMinBlocksPerSm = 0;
+  static constexpr int kSharedBytes = 32;
+};
 
 // store(combine(acc), dtype=bf16)
 struct Epilogue {
@@ -38,7 +45,7 @@ struct Epilogue {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256) gpt_oss_20b_mxfp4_down(
+extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta) gpt_oss_20b_mxfp4_down(
     const __nv_bfloat16* __restrict__ inter,
     const uint8_t* __restrict__ w_down,
     const uint8_t* __restrict__ w_down_scales,
@@ -49,6 +56,5 @@ extern "C" __global__ void __launch_bounds__(256) gpt_oss_20b_mxfp4_down(
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  mf::down_single_token<Format, kHidden, kIntermediate, kExperts, kTopk, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput, kBias>(
-      inter, mf::WeightArgs{w_down, w_down_scales, nullptr, w_down_bias}, topk_ids, topk_weights, y, num_tokens, Epilogue{});
+  mf::down_single_token<Config>(inter, mf::WeightArgs{w_down, w_down_scales, nullptr, w_down_bias}, topk_ids, topk_weights, y, num_tokens, Epilogue{});
 }

@@ -16,17 +16,24 @@
 
 namespace {
 
-constexpr int kHidden = 2880;
-constexpr int kIntermediate = 2880;
-constexpr int kExperts = 32;
-constexpr int kTopk = 4;
-constexpr mf::GateUpLayout kLayout = mf::GateUpLayout::kInterleaved;
-constexpr int kWarpsPerCta = 4;
-constexpr int kLoadBytes = 16;
-constexpr int kUnroll = 2;
-constexpr int kWarpsPerOutput = 1;
-constexpr bool kBias = true;
-using Format = mf::Mxfp4Weights;
+// The kernel's compile-time facts; moeforge_device.cuh reads them by name.
+struct Config {
+  using Format = mf::Mxfp4Weights;
+  static constexpr int kHidden = 2880;
+  static constexpr int kIntermediate = 2880;
+  static constexpr int kExperts = 32;
+  static constexpr int kTopk = 4;
+  static constexpr mf::GateUpLayout kLayout = mf::GateUpLayout::kInterleaved;
+  static constexpr bool kBias = true;
+  static constexpr int kWarpsPerCta = 4;
+  static constexpr int kLoadBytes = 16;
+  static constexpr int kUnroll = 2;
+  static constexpr int kTokensPerCta = 1;
+  static constexpr int kWarpsPerOutput = 1;
+  static constexpr int kThreadsPerCta = 128;
+  static constexpr int kMinBlocksPerSm = 0;
+  static constexpr int kSharedBytes = 0;
+};
 
 // store(gated(clamped_swiglu, acc(gate), acc(up)), dtype=bf16)
 struct Epilogue {
@@ -38,7 +45,7 @@ struct Epilogue {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(128) gpt_oss_20b_mxfp4_gate_up(
+extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta) gpt_oss_20b_mxfp4_gate_up(
     const __nv_bfloat16* __restrict__ x,
     const uint8_t* __restrict__ w_gate_up,
     const uint8_t* __restrict__ w_gate_up_scales,
@@ -48,6 +55,5 @@ extern "C" __global__ void __launch_bounds__(128) gpt_oss_20b_mxfp4_gate_up(
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  mf::gate_up_single_token<Format, kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput, kBias>(
-      x, mf::WeightArgs{w_gate_up, w_gate_up_scales, nullptr, w_gate_up_bias}, topk_ids, inter, num_tokens, Epilogue{});
+  mf::gate_up_single_token<Config>(x, mf::WeightArgs{w_gate_up, w_gate_up_scales, nullptr, w_gate_up_bias}, topk_ids, inter, num_tokens, Epilogue{});
 }

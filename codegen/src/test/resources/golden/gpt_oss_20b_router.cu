@@ -14,17 +14,23 @@
 
 namespace {
 
-constexpr int kHidden = 2880;
-constexpr int kExperts = 32;
-constexpr int kClusterSize = 8;
-constexpr int kWarpsPerCta = 16;
-constexpr int kLoadBytes = 16;
-constexpr int kUnroll = 8;
-constexpr int kWarpsPerScore = 4;
+// The kernel's compile-time facts; moeforge_device.cuh reads them by name.
+struct Config {
+  static constexpr int kHidden = 2880;
+  static constexpr int kExperts = 32;
+  static constexpr int kClusterSize = 8;
+  static constexpr int kWarpsPerCta = 16;
+  static constexpr int kLoadBytes = 16;
+  static constexpr int kUnroll = 8;
+  static constexpr int kWarpsPerScore = 4;
+  static constexpr int kThreadsPerCta = 512;
+  static constexpr int kMinBlocksPerSm = 1;
+  static constexpr int kSharedBytes = 0;
+};
 
 }  // namespace
 
-extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) gpt_oss_20b_router(
+extern "C" __global__ void __cluster_dims__(Config::kClusterSize, 1, 1) __launch_bounds__(Config::kThreadsPerCta, Config::kMinBlocksPerSm) gpt_oss_20b_router(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w_router,
     const float* __restrict__ router_bias,
@@ -33,14 +39,13 @@ extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) g
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  const float* scores = mf::router_scores_cluster<kHidden, kExperts, kWarpsPerCta, kLoadBytes, kUnroll, kClusterSize, kWarpsPerScore>(
-      x, w_router, num_tokens);
+  const float* scores = mf::router_scores_cluster<Config>(x, w_router, num_tokens);
   if (scores == nullptr || threadIdx.x >= 32) return;  // warp 0 of the cluster's block 0 evaluates the epilogue
   const int token = blockIdx.y;
   __shared__ mf::TopKScratch topk_scratch;  // the top-k's candidates
-  const mf::Row<kExperts> v0 = mf::load_row<kExperts>(router_bias);
-  const mf::Row<kExperts> v1 = mf::load_row_shared<kExperts>(scores);
-  const mf::Row<kExperts> v2 = mf::add(v1, v0);
+  const mf::Row<Config::kExperts> v0 = mf::load_row<Config::kExperts>(router_bias);
+  const mf::Row<Config::kExperts> v1 = mf::load_row_shared<Config::kExperts>(scores);
+  const mf::Row<Config::kExperts> v2 = mf::add(v1, v0);
   const mf::TopK<4> v3 = mf::topk<4, 1, 1>(v2, v2, &topk_scratch);
   const mf::TopK<4> v4 = mf::softmax_best_first(v3);
   mf::store_topk(v4, topk_weights + static_cast<size_t>(token) * 4, topk_ids + static_cast<size_t>(token) * 4);

@@ -11,21 +11,29 @@
 // Weights bf16: plain bf16 rows, no scales.
 // Each lane loads 16 bytes, 4 loads in flight per row; a row is 96 loads in 1 pass(es).
 // 2 warps share each output; their partial sums are added in shared memory in warp order.
-// Dynamic shared memory: 32 bytes.
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
+// Dynamic shared memory: 32 bytes.
 #include "moeforge_device.cuh"
 
 namespace {
 
-constexpr int kHidden = 2048;
-constexpr int kIntermediate = 768;
-constexpr int kExperts = 128;
-constexpr int kTopk = 8;
-constexpr int kWarpsPerCta = 8;
-constexpr int kLoadBytes = 16;
-constexpr int kUnroll = 4;
-constexpr int kWarpsPerOutput = 2;
-using Format = mf::Bf16Weights;
+// The kernel's compile-time facts; moeforge_device.cuh reads them by name.
+struct Config {
+  using Format = mf::Bf16Weights;
+  static constexpr int kHidden = 2048;
+  static constexpr int kIntermediate = 768;
+  static constexpr int kExperts = 128;
+  static constexpr int kTopk = 8;
+  static constexpr bool kBias = false;
+  static constexpr int kWarpsPerCta = 8;
+  static constexpr int kLoadBytes = 16;
+  static constexpr int kUnroll = 4;
+  static constexpr int kTokensPerCta = 1;
+  static constexpr int kWarpsPerOutput = 2;
+  static constexpr int kThreadsPerCta = 256;
+  static constexpr int kMinBlocksPerSm = 0;
+  static constexpr int kSharedBytes = 32;
+};
 
 // store(combine(acc), dtype=bf16)
 struct Epilogue {
@@ -36,7 +44,7 @@ struct Epilogue {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256) qwen3_30b_a3b_down(
+extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta) qwen3_30b_a3b_down(
     const __nv_bfloat16* __restrict__ inter,
     const __nv_bfloat16* __restrict__ w_down,
     const int* __restrict__ topk_ids,
@@ -45,6 +53,5 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_30b_a3b_down(
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  mf::down_single_token<Format, kHidden, kIntermediate, kExperts, kTopk, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput>(
-      inter, mf::WeightArgs{w_down, nullptr, nullptr}, topk_ids, topk_weights, y, num_tokens, Epilogue{});
+  mf::down_single_token<Config>(inter, mf::WeightArgs{w_down, nullptr, nullptr}, topk_ids, topk_weights, y, num_tokens, Epilogue{});
 }

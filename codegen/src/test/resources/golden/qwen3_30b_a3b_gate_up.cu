@@ -15,16 +15,24 @@
 
 namespace {
 
-constexpr int kHidden = 2048;
-constexpr int kIntermediate = 768;
-constexpr int kExperts = 128;
-constexpr int kTopk = 8;
-constexpr mf::GateUpLayout kLayout = mf::GateUpLayout::kStacked;
-constexpr int kWarpsPerCta = 4;
-constexpr int kLoadBytes = 16;
-constexpr int kUnroll = 8;
-constexpr int kWarpsPerOutput = 1;
-using Format = mf::Bf16Weights;
+// The kernel's compile-time facts; moeforge_device.cuh reads them by name.
+struct Config {
+  using Format = mf::Bf16Weights;
+  static constexpr int kHidden = 2048;
+  static constexpr int kIntermediate = 768;
+  static constexpr int kExperts = 128;
+  static constexpr int kTopk = 8;
+  static constexpr mf::GateUpLayout kLayout = mf::GateUpLayout::kStacked;
+  static constexpr bool kBias = false;
+  static constexpr int kWarpsPerCta = 4;
+  static constexpr int kLoadBytes = 16;
+  static constexpr int kUnroll = 8;
+  static constexpr int kTokensPerCta = 1;
+  static constexpr int kWarpsPerOutput = 1;
+  static constexpr int kThreadsPerCta = 128;
+  static constexpr int kMinBlocksPerSm = 0;
+  static constexpr int kSharedBytes = 0;
+};
 
 // store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 struct Epilogue {
@@ -36,7 +44,7 @@ struct Epilogue {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(128) qwen3_30b_a3b_gate_up(
+extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta) qwen3_30b_a3b_gate_up(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w_gate_up,
     const int* __restrict__ topk_ids,
@@ -44,6 +52,5 @@ extern "C" __global__ void __launch_bounds__(128) qwen3_30b_a3b_gate_up(
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  mf::gate_up_single_token<Format, kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kLoadBytes, kUnroll, kWarpsPerOutput>(
-      x, mf::WeightArgs{w_gate_up, nullptr, nullptr}, topk_ids, inter, num_tokens, Epilogue{});
+  mf::gate_up_single_token<Config>(x, mf::WeightArgs{w_gate_up, nullptr, nullptr}, topk_ids, inter, num_tokens, Epilogue{});
 }

@@ -11,22 +11,28 @@
 // Weights mxfp4: E2M1 codes, two per byte with element 2j low (decoded arithmetically to bf16x2, a shift and two masks per pair); an E8M0 scale per 32 along K (folded into the block's bf16 codes: exact, the products have at most 6 significant bits).
 // Down's codes and K-block scales come repacked in 16-column tiles (SplitDownWeights); its row or tensor scales as loaded.
 // y (FP32) is added to and must be zero before the launch; y_zero's first M rows are set to zero for a later launch. The order of the adds, and so y's last bits, vary from launch to launch.
-// Dynamic shared memory: 4640 bytes.
 // Each (token, slot) adds on its own: ids outside [0, E) contribute nothing.
+// Dynamic shared memory: 4640 bytes.
 #include "moeforge_device.cuh"
 
 namespace {
 
-constexpr int kHidden = 2048;
-constexpr int kIntermediate = 768;
-constexpr int kExperts = 128;
-constexpr int kTopk = 8;
-constexpr mf::GateUpLayout kLayout = mf::GateUpLayout::kStacked;
-constexpr int kWarpsPerCta = 8;
-constexpr int kUnroll = 2;
-constexpr int kWarpsPerTile = 4;
-constexpr bool kOrderLoads = false;
-using Format = mf::Mxfp4Weights;
+// The kernel's compile-time facts; moeforge_device.cuh reads them by name.
+struct Config {
+  using Format = mf::Mxfp4Weights;
+  static constexpr int kHidden = 2048;
+  static constexpr int kIntermediate = 768;
+  static constexpr int kExperts = 128;
+  static constexpr int kTopk = 8;
+  static constexpr mf::GateUpLayout kLayout = mf::GateUpLayout::kStacked;
+  static constexpr int kWarpsPerCta = 8;
+  static constexpr int kUnroll = 2;
+  static constexpr int kWarpsPerTile = 4;
+  static constexpr bool kOrderLoads = false;
+  static constexpr int kThreadsPerCta = 256;
+  static constexpr int kMinBlocksPerSm = 3;
+  static constexpr int kSharedBytes = 4640;
+};
 
 // store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 struct Epilogue {
@@ -38,7 +44,7 @@ struct Epilogue {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256, 3) qwen3_30b_a3b_mxfp4_mlp(
+extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta, Config::kMinBlocksPerSm) qwen3_30b_a3b_mxfp4_mlp(
     const __nv_bfloat16* __restrict__ x,
     const uint8_t* __restrict__ w_gate_up,
     const uint8_t* __restrict__ w_gate_up_scales,
@@ -51,6 +57,5 @@ extern "C" __global__ void __launch_bounds__(256, 3) qwen3_30b_a3b_mxfp4_mlp(
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  mf::mlp_split_down<Format, kHidden, kIntermediate, kExperts, kTopk, kLayout, kWarpsPerCta, kUnroll, kWarpsPerTile, kOrderLoads>(
-      x, mf::WeightArgs{w_gate_up, w_gate_up_scales, nullptr}, mf::WeightArgs{w_down, w_down_scales, nullptr}, topk_ids, topk_weights, y, y_zero, num_tokens, Epilogue{});
+  mf::mlp_split_down<Config>(x, mf::WeightArgs{w_gate_up, w_gate_up_scales, nullptr}, mf::WeightArgs{w_down, w_down_scales, nullptr}, topk_ids, topk_weights, y, y_zero, num_tokens, Epilogue{});
 }

@@ -12,20 +12,27 @@
 // Codes decode to bf16 in registers and meet the activations, staged in shared memory, in mma.sync m16n8k16 with FP32 accumulation.
 // A row is 24 chunks of 32 codes in 6 steps of 4 (one chunk per lane of a row group); 2 steps in flight per lane.
 // 16 warps share each tile; their partial sums are added in shared memory in warp order.
-// Dynamic shared memory: 13312 bytes.
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
+// Dynamic shared memory: 13312 bytes.
 #include "moeforge_device.cuh"
 
 namespace {
 
-constexpr int kHidden = 2048;
-constexpr int kIntermediate = 768;
-constexpr int kExperts = 128;
-constexpr int kTopk = 8;
-constexpr int kWarpsPerCta = 16;
-constexpr int kUnroll = 2;
-constexpr int kWarpsPerTile = 16;
-using Format = mf::Nvfp4Weights;
+// The kernel's compile-time facts; moeforge_device.cuh reads them by name.
+struct Config {
+  using Format = mf::Nvfp4Weights;
+  static constexpr int kHidden = 2048;
+  static constexpr int kIntermediate = 768;
+  static constexpr int kExperts = 128;
+  static constexpr int kTopk = 8;
+  static constexpr bool kBias = false;
+  static constexpr int kWarpsPerCta = 16;
+  static constexpr int kUnroll = 2;
+  static constexpr int kWarpsPerTile = 16;
+  static constexpr int kThreadsPerCta = 512;
+  static constexpr int kMinBlocksPerSm = 1;
+  static constexpr int kSharedBytes = 13312;
+};
 
 // store(combine(acc), dtype=bf16)
 struct Epilogue {
@@ -36,7 +43,7 @@ struct Epilogue {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(512, 1) qwen3_30b_a3b_nvfp4_down_tensor_core(
+extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta, Config::kMinBlocksPerSm) qwen3_30b_a3b_nvfp4_down_tensor_core(
     const __nv_bfloat16* __restrict__ inter,
     const uint8_t* __restrict__ w_down,
     const uint8_t* __restrict__ w_down_scales,
@@ -47,6 +54,5 @@ extern "C" __global__ void __launch_bounds__(512, 1) qwen3_30b_a3b_nvfp4_down_te
     int num_tokens
 ) {
   mf::begin_after_previous_kernel();
-  mf::down_tensor_core<Format, kHidden, kIntermediate, kExperts, kTopk, kWarpsPerCta, kUnroll, kWarpsPerTile>(
-      inter, mf::WeightArgs{w_down, w_down_scales, w_down_tensor_scales}, topk_ids, topk_weights, y, num_tokens, Epilogue{});
+  mf::down_tensor_core<Config>(inter, mf::WeightArgs{w_down, w_down_scales, w_down_tensor_scales}, topk_ids, topk_weights, y, num_tokens, Epilogue{});
 }

@@ -16,21 +16,26 @@
 
 namespace {
 
-constexpr int kHidden = 2048;
-constexpr int kExperts = 512;
-constexpr int kTokensPerCta = 32;
-constexpr int kTokensPerWarp = 16;
-constexpr int kWarpsPerCta = 8;
-constexpr int kKTile = 32;
-constexpr int kStages = 2;
-constexpr int kKGroups = 1;
-constexpr int kClusterSplit = 1;
-constexpr int kSharedBytes = 69632;
-constexpr int kRowsPerWarp = 4;
+// The kernel's compile-time facts; moeforge_device.cuh reads them by name.
+struct Config {
+  static constexpr int kHidden = 2048;
+  static constexpr int kExperts = 512;
+  static constexpr int kTokensPerCta = 32;
+  static constexpr int kTokensPerWarp = 16;
+  static constexpr int kWarpsPerCta = 8;
+  static constexpr int kKTile = 32;
+  static constexpr int kStages = 2;
+  static constexpr int kKGroups = 1;
+  static constexpr int kClusterSplit = 1;
+  static constexpr int kRowsPerWarp = 4;
+  static constexpr int kThreadsPerCta = 256;
+  static constexpr int kMinBlocksPerSm = 0;
+  static constexpr int kSharedBytes = 69632;
+};
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256) qwen3_next_80b_router_prefill(
+extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta) qwen3_next_80b_router_prefill(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w_router,
     float* __restrict__ topk_weights,
@@ -39,25 +44,21 @@ extern "C" __global__ void __launch_bounds__(256) qwen3_next_80b_router_prefill(
     int num_tokens
 ) {
   mf::wait_for_previous_kernel();
-  using Tile = mf::RouterTile<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile, kStages, kKGroups,
-                              kClusterSplit>;
-  static_assert(Tile::kSharedBytes == kSharedBytes, "moeforge_device.cuh and RouterTileLayout disagree on shared memory");
+  using Tile = mf::RouterTile<Config>;
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ mf::BlockExpertCounts<kExperts> block_counts;  // this block's rows, added to expert_counts at the end
+  __shared__ mf::BlockExpertCounts<Config::kExperts> block_counts;  // this block's rows, added to expert_counts at the end
   block_counts.zero();  // the scores phase's barriers order this before the counts
-  const float* scores = mf::router_tile_scores<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile,
-                                                kStages, kKGroups, kClusterSplit>(x, w_router, smem, num_tokens);
-  // Only now may the next kernel's blocks park here: parked through the pipeline they hold its
-  // shared memory, 2x slower at (1024, 64, 512); from here 0.3-1.1 us faster than a plain launch
-  // (bench/NOTES.md, "The tiled router and programmatic dependent launch").
+  const float* scores = mf::router_tile_scores<Config>(x, w_router, smem, num_tokens);
+  // Only now may the next kernel's blocks park here: parked through the pipeline they would hold
+  // its shared memory (bench/NOTES.md, "The tiled router and programmatic dependent launch").
   mf::let_next_kernel_begin();
   // The rows are independent: unrolled, their shuffles and reductions interleave. Rows past
   // num_tokens hold zero scores (x was zero-filled); they are evaluated but never stored.
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int tile_row = (threadIdx.x >> 5) + i * kWarpsPerCta;
-    const int token = mf::router_tile_token<kTokensPerCta, kClusterSplit>(tile_row);
-    const mf::Row<kExperts> v0 = mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride);
+  for (int i = 0; i < Config::kRowsPerWarp; ++i) {
+    const int tile_row = (threadIdx.x >> 5) + i * Config::kWarpsPerCta;
+    const int token = mf::router_tile_token<Config>(tile_row);
+    const mf::Row<Config::kExperts> v0 = mf::load_row_shared<Config::kExperts>(scores + tile_row * Tile::kScoreStride);
     const mf::TopK<10> v1 = mf::softmax_topk<10>(v0);
     if (token < num_tokens) {
       mf::store_topk(v1, topk_weights + static_cast<size_t>(token) * 10, topk_ids + static_cast<size_t>(token) * 10);

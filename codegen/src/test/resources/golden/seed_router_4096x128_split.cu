@@ -17,21 +17,26 @@
 
 namespace {
 
-constexpr int kHidden = 2048;
-constexpr int kExperts = 128;
-constexpr int kTokensPerCta = 64;
-constexpr int kTokensPerWarp = 32;
-constexpr int kWarpsPerCta = 16;
-constexpr int kKTile = 64;
-constexpr int kStages = 4;
-constexpr int kKGroups = 2;
-constexpr int kClusterSplit = 2;
-constexpr int kSharedBytes = 115712;
-constexpr int kRowsPerWarp = 2;
+// The kernel's compile-time facts; moeforge_device.cuh reads them by name.
+struct Config {
+  static constexpr int kHidden = 2048;
+  static constexpr int kExperts = 128;
+  static constexpr int kTokensPerCta = 64;
+  static constexpr int kTokensPerWarp = 32;
+  static constexpr int kWarpsPerCta = 16;
+  static constexpr int kKTile = 64;
+  static constexpr int kStages = 4;
+  static constexpr int kKGroups = 2;
+  static constexpr int kClusterSplit = 2;
+  static constexpr int kRowsPerWarp = 2;
+  static constexpr int kThreadsPerCta = 512;
+  static constexpr int kMinBlocksPerSm = 0;
+  static constexpr int kSharedBytes = 115712;
+};
 
 }  // namespace
 
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512) seed_router_4096x128_split(
+extern "C" __global__ void __cluster_dims__(Config::kClusterSplit, 1, 1) __launch_bounds__(Config::kThreadsPerCta) seed_router_4096x128_split(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w_router,
     float* __restrict__ topk_weights,
@@ -39,23 +44,19 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512) seed
     int num_tokens
 ) {
   mf::wait_for_previous_kernel();
-  using Tile = mf::RouterTile<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile, kStages, kKGroups,
-                              kClusterSplit>;
-  static_assert(Tile::kSharedBytes == kSharedBytes, "moeforge_device.cuh and RouterTileLayout disagree on shared memory");
+  using Tile = mf::RouterTile<Config>;
   extern __shared__ __align__(128) unsigned char smem[];
-  const float* scores = mf::router_tile_scores<kHidden, kExperts, kTokensPerCta, kTokensPerWarp, kWarpsPerCta, kKTile,
-                                                kStages, kKGroups, kClusterSplit>(x, w_router, smem, num_tokens);
-  // Only now may the next kernel's blocks park here: parked through the pipeline they hold its
-  // shared memory, 2x slower at (1024, 64, 512); from here 0.3-1.1 us faster than a plain launch
-  // (bench/NOTES.md, "The tiled router and programmatic dependent launch").
+  const float* scores = mf::router_tile_scores<Config>(x, w_router, smem, num_tokens);
+  // Only now may the next kernel's blocks park here: parked through the pipeline they would hold
+  // its shared memory (bench/NOTES.md, "The tiled router and programmatic dependent launch").
   mf::let_next_kernel_begin();
   // The rows are independent: unrolled, their shuffles and reductions interleave. Rows past
   // num_tokens hold zero scores (x was zero-filled); they are evaluated but never stored.
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int tile_row = (threadIdx.x >> 5) + i * kWarpsPerCta;
-    const int token = mf::router_tile_token<kTokensPerCta, kClusterSplit>(tile_row);
-    const mf::Row<kExperts> v0 = mf::load_row_shared<kExperts>(scores + tile_row * Tile::kScoreStride);
+  for (int i = 0; i < Config::kRowsPerWarp; ++i) {
+    const int tile_row = (threadIdx.x >> 5) + i * Config::kWarpsPerCta;
+    const int token = mf::router_tile_token<Config>(tile_row);
+    const mf::Row<Config::kExperts> v0 = mf::load_row_shared<Config::kExperts>(scores + tile_row * Tile::kScoreStride);
     const mf::TopK<4> v1 = mf::topk<4, 1, 1>(v0, v0);
     const mf::TopK<4> v2 = mf::softmax_best_first(v1);
     if (token < num_tokens) {

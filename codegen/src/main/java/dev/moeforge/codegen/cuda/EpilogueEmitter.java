@@ -5,16 +5,17 @@ import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.Add;
 import dev.moeforge.dsl.ir.epilogue.Combine;
 import dev.moeforge.dsl.ir.epilogue.Dense;
+import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
+import dev.moeforge.dsl.ir.epilogue.GateFunction;
+import dev.moeforge.dsl.ir.epilogue.GatedActivation;
 import dev.moeforge.dsl.ir.epilogue.Renormalize;
 import dev.moeforge.dsl.ir.epilogue.RowParam;
 import dev.moeforge.dsl.ir.epilogue.Scale;
 import dev.moeforge.dsl.ir.epilogue.Sigmoid;
 import dev.moeforge.dsl.ir.epilogue.Softmax;
-import dev.moeforge.dsl.ir.epilogue.TopK;
-import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
-import dev.moeforge.dsl.ir.epilogue.GateFunction;
-import dev.moeforge.dsl.ir.epilogue.GatedActivation;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.ir.epilogue.TopK;
+import dev.moeforge.dsl.text.SpecPrinter;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -48,8 +49,8 @@ public final class EpilogueEmitter {
             return given;
         }
         return switch (node) {
-            case Acc a -> throw new IllegalStateException("accumulator " + EpilogueTypes.describe(a) + " is not bound by the schedule");
-            case Combine c -> throw new IllegalStateException(EpilogueTypes.describe(c) + " must be folded by the schedule");
+            case Acc a -> throw new IllegalStateException("accumulator " + SpecPrinter.printEpilogue(a) + " is not bound by the schedule");
+            case Combine c -> throw new IllegalStateException(SpecPrinter.printEpilogue(c) + " must be folded by the schedule");
             case GatedActivation g -> {
                 String gate = value(g.gate());
                 String up = value(g.up());
@@ -57,19 +58,19 @@ public final class EpilogueEmitter {
                     case GateFunction.Silu _ -> "mf::silu(" + gate + ") * " + up;
                     case GateFunction.ClampedSwiglu _ -> "mf::clamped_swiglu(" + gate + ", " + up + ")";
                 };
-                yield let(expr, EpilogueTypes.describe(g));
+                yield let(expr, SpecPrinter.printEpilogue(g));
             }
             case Add a -> {
                 String l = value(a.left());
                 String r = value(a.right());
-                yield let(l + " + " + r, EpilogueTypes.describe(a));
+                yield let(l + " + " + r, SpecPrinter.printEpilogue(a));
             }
-            case Scale s -> let(value(s.input()) + " * " + RouterEpilogueEmitter.floatLiteral(s.factor()), EpilogueTypes.describe(s));
-            case Sigmoid s -> let("mf::sigmoid(" + value(s.input()) + ")", EpilogueTypes.describe(s));
+            case Scale s -> let(value(s.input()) + " * " + RouterEpilogueEmitter.floatLiteral(s.factor()), SpecPrinter.printEpilogue(s));
+            case Sigmoid s -> let("mf::sigmoid(" + value(s.input()) + ")", SpecPrinter.printEpilogue(s));
             // the schedule rounds to the stored type; the functor returns the FP32 value
             case Store s -> value(s.input());
             case RowParam _, Softmax _, TopK _, Renormalize _, Dense _ -> throw new IllegalStateException(
-                    "router node " + EpilogueTypes.describe(node) + " in an expert epilogue; the type checker rejects it");
+                    "router node " + SpecPrinter.printEpilogue(node) + " in an expert epilogue; the type checker rejects it");
         };
     }
 

@@ -9,7 +9,8 @@ import java.util.List;
  * emitter declares it, the Java launcher emitter names it, and the runtime checks buffers
  * against it before a launch.
  */
-public record KernelParam(String name, Role role, DType elementType, List<Integer> shape, String description) {
+public record KernelParam(String name, Role role, DType elementType, List<Integer> shape, String description,
+                          WeightPart weightPart) {
 
     /** Marks the token-count dimension in {@link #shape()}. */
     public static final int TOKENS = -1;
@@ -22,8 +23,22 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
         INPUT, WEIGHTS, ROUTING, OUTPUT, WORKSPACE, TOKEN_COUNT
     }
 
+    /**
+     * Which part of a weight a WEIGHTS tensor is: its codes, then (where the format has them) its
+     * K-block scales, its row or per-tensor scales and its bias. The device header takes the parts
+     * of one weight together as {@code mf::WeightArgs}.
+     */
+    public enum WeightPart {
+        NONE, CODES, BLOCK_SCALES, ROW_SCALES, BIAS
+    }
+
     public KernelParam {
         shape = List.copyOf(shape);
+    }
+
+    /** A parameter that is not part of an expert weight. */
+    public KernelParam(String name, Role role, DType elementType, List<Integer> shape, String description) {
+        this(name, role, elementType, shape, description, WeightPart.NONE);
     }
 
     public boolean isTensor() {

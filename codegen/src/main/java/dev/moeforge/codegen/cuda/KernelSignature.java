@@ -1,14 +1,22 @@
 package dev.moeforge.codegen.cuda;
 
+import static dev.moeforge.codegen.cuda.KernelParam.WeightPart.BIAS;
+import static dev.moeforge.codegen.cuda.KernelParam.WeightPart.BLOCK_SCALES;
+import static dev.moeforge.codegen.cuda.KernelParam.WeightPart.CODES;
+import static dev.moeforge.codegen.cuda.KernelParam.WeightPart.ROW_SCALES;
+
 import dev.moeforge.codegen.cuda.KernelParam.Role;
-import dev.moeforge.dsl.check.SplitDownLayout;
+import dev.moeforge.dsl.check.ValidatedSpec;
+import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.RouterTrees;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.schedule.SplitDown;
+import dev.moeforge.dsl.schedule.Workspace;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.OptionalInt;
@@ -21,7 +29,12 @@ public record KernelSignature(List<KernelParam> params) {
         params = List.copyOf(params);
     }
 
+    /** The signature of a spec; refuses an invalid one (as the Validator does). */
     public static KernelSignature of(KernelSpec spec) {
+        return of(Validator.check(spec));
+    }
+
+    public static KernelSignature of(ValidatedSpec<?> spec) {
         KernelParam tokens = new KernelParam(TOKEN_COUNT, Role.TOKEN_COUNT, DType.INT32, List.of(), "tokens M");
         DType act = spec.problem().activations();
         return switch (spec.problem()) {
@@ -29,6 +42,36 @@ public record KernelSignature(List<KernelParam> params) {
             case Problem.ExpertMlp m -> mlp(m, act, tokens);
             case Problem.Router r -> router(spec, r, act, tokens);
         };
+    }
+
+    /**
+     * The arguments a kernel passes on to its device body: every parameter in launch order, the
+     * parts of each weight gathered into one {@code mf::WeightArgs{codes, block scales, row scales[, bias]}}
+     * ({@code nullptr} for a part the format lacks).
+     */
+    public String callArguments() {
+        List<String> args = new ArrayList<>();
+        for (int i = 0; i < params.size(); i++) {
+            KernelParam p = params.get(i);
+            if (p.weightPart() != KernelParam.WeightPart.CODES) {
+                args.add(p.name());
+                continue;
+            }
+            String block = "nullptr";
+            String row = "nullptr";
+            String bias = "";
+            while (i + 1 < params.size() && params.get(i + 1).weightPart().compareTo(KernelParam.WeightPart.CODES) > 0) {
+                KernelParam part = params.get(++i);
+                switch (part.weightPart()) {
+                    case BLOCK_SCALES -> block = part.name();
+                    case ROW_SCALES -> row = part.name();
+                    case BIAS -> bias = ", " + part.name();
+                    case NONE, CODES -> throw new IllegalStateException("not a part of " + p.name() + ": " + part.name());
+                }
+            }
+            args.add("mf::WeightArgs{" + p.name() + ", " + block + ", " + row + bias + "}");
+        }
+        return String.join(", ", args);
     }
 
     private static KernelSignature expert(Problem.ExpertProblem p, DType act, KernelParam tokens) {
@@ -71,31 +114,33 @@ public record KernelSignature(List<KernelParam> params) {
         ExpertShape s = p.shape();
         WeightFormat f = p.weights();
         int m = KernelParam.TOKENS;
-        int tiles = s.intermediate() / SplitDownLayout.TILE_COLUMNS;
-        int quads = s.hidden() / SplitDownLayout.QUAD_ROWS;
-        int quadCodeBytes = SplitDownLayout.QUAD_ROWS * SplitDownLayout.TILE_COLUMNS / 2;
-        int quadScales = SplitDownLayout.QUAD_ROWS;
+        int tiles = s.intermediate() / SplitDown.TILE_COLUMNS;
+        int quads = s.hidden() / SplitDown.QUAD_ROWS;
+        int quadCodeBytes = SplitDown.QUAD_ROWS * SplitDown.TILE_COLUMNS / 2;
+        int quadScales = SplitDown.QUAD_ROWS;
         List<KernelParam> params = new ArrayList<>();
         params.add(new KernelParam("x", Role.INPUT, act, List.of(m, s.hidden()), "activations"));
         params.addAll(weights("w_gate_up", f, s.experts(), 2 * s.intermediate(), s.hidden(), 2, false,
                 "gate and up rows of every expert"));
         params.add(new KernelParam("w_down", Role.WEIGHTS, DType.U8, List.of(s.experts(), tiles, quads, quadCodeBytes),
-                "down's columns in tiles of 16, 64 rows per 512 bytes (" + f.text() + " codes repacked: SplitDownWeights)"));
+                "down's columns in tiles of 16, 64 rows per 512 bytes (" + f.text() + " codes repacked: SplitDownWeights)", CODES));
         WeightFormat.BlockScale bs = f.blockScale();
         switch (bs) {
             case NONE -> { }
             case E4M3_PER_16, E8M0_PER_32 -> params.add(new KernelParam(blockScalesName("w_down"), Role.WEIGHTS, DType.U8,
-                    List.of(s.experts(), s.intermediate() / bs.block(), quads, quadScales), "down's K-block scales per 64-row quad (repacked)"));
+                    List.of(s.experts(), s.intermediate() / bs.block(), quads, quadScales), "down's K-block scales per 64-row quad (repacked)",
+                    BLOCK_SCALES));
             case F32_GROUP_128 -> params.add(new KernelParam(blockScalesName("w_down"), Role.WEIGHTS, DType.FP32,
-                    List.of(s.experts(), s.intermediate() / bs.block(), quads, quadScales), "down's K-block scales per 64-row quad (repacked)"));
+                    List.of(s.experts(), s.intermediate() / bs.block(), quads, quadScales), "down's K-block scales per 64-row quad (repacked)",
+                    BLOCK_SCALES));
             case F32_BLOCK_128X128 -> throw new IllegalArgumentException("split_down takes 4-bit formats, not " + f.text());
         }
         switch (f.rowScale()) {
             case NONE -> { }
             case PER_ROW -> params.add(new KernelParam(rowScalesName("w_down", f), Role.WEIGHTS, DType.FP32,
-                    List.of(s.experts(), s.hidden()), "one scale per down row"));
+                    List.of(s.experts(), s.hidden()), "one scale per down row", ROW_SCALES));
             case PER_TENSOR -> params.add(new KernelParam(rowScalesName("w_down", f), Role.WEIGHTS, DType.FP32,
-                    List.of(s.experts(), 1), "down's per-tensor scale"));
+                    List.of(s.experts(), 1), "down's per-tensor scale", ROW_SCALES));
         }
         params.add(new KernelParam("topk_ids", Role.ROUTING, DType.INT32, List.of(m, s.topk()), "routed expert of each (token, slot)"));
         params.add(new KernelParam("topk_weights", Role.ROUTING, DType.FP32, List.of(m, s.topk()),
@@ -117,32 +162,34 @@ public record KernelSignature(List<KernelParam> params) {
                                             int projections, boolean bias, String description) {
         List<KernelParam> params = new ArrayList<>();
         params.add(switch (format.element()) {
-            case BF16 -> new KernelParam(name, Role.WEIGHTS, DType.BF16, List.of(experts, rows, cols), description);
+            case BF16 -> new KernelParam(name, Role.WEIGHTS, DType.BF16, List.of(experts, rows, cols), description, CODES);
             case E4M3, E2M1, INT8, INT4 -> new KernelParam(name, Role.WEIGHTS, DType.U8,
                     List.of(experts, rows, Math.toIntExact(format.rowBytes(cols))),
-                    description + " (" + format.text() + " codes)");
+                    description + " (" + format.text() + " codes)", CODES);
         });
         WeightFormat.BlockScale bs = format.blockScale();
         switch (bs) {
             case NONE -> { }
             case F32_BLOCK_128X128 -> params.add(new KernelParam(blockScalesName(name), Role.WEIGHTS, DType.FP32,
-                    List.of(experts, ceilDiv(rows, bs.block()), ceilDiv(cols, bs.block())), "one scale per 128 x 128 block"));
+                    List.of(experts, Math.ceilDiv(rows, bs.block()), Math.ceilDiv(cols, bs.block())), "one scale per 128 x 128 block",
+                    BLOCK_SCALES));
             case F32_GROUP_128 -> params.add(new KernelParam(blockScalesName(name), Role.WEIGHTS, DType.FP32,
-                    List.of(experts, rows, cols / bs.block()), "one scale per 128 elements of a row"));
+                    List.of(experts, rows, cols / bs.block()), "one scale per 128 elements of a row", BLOCK_SCALES));
             case E4M3_PER_16 -> params.add(new KernelParam(blockScalesName(name), Role.WEIGHTS, DType.U8,
-                    List.of(experts, rows, cols / bs.block()), "one E4M3 scale per 16 elements of a row"));
+                    List.of(experts, rows, cols / bs.block()), "one E4M3 scale per 16 elements of a row", BLOCK_SCALES));
             case E8M0_PER_32 -> params.add(new KernelParam(blockScalesName(name), Role.WEIGHTS, DType.U8,
-                    List.of(experts, rows, cols / bs.block()), "one E8M0 scale per 32 elements of a row"));
+                    List.of(experts, rows, cols / bs.block()), "one E8M0 scale per 32 elements of a row", BLOCK_SCALES));
         }
         switch (format.rowScale()) {
             case NONE -> { }
             case PER_ROW -> params.add(new KernelParam(rowScalesName(name, format), Role.WEIGHTS, DType.FP32,
-                    List.of(experts, rows), "one scale per row"));
+                    List.of(experts, rows), "one scale per row", ROW_SCALES));
             case PER_TENSOR -> params.add(new KernelParam(rowScalesName(name, format), Role.WEIGHTS, DType.FP32,
-                    List.of(experts, projections), projections == 2 ? "per-tensor scale of gate and of up" : "per-tensor scale"));
+                    List.of(experts, projections), projections == 2 ? "per-tensor scale of gate and of up" : "per-tensor scale",
+                    ROW_SCALES));
         }
         if (bias) {
-            params.add(new KernelParam(biasName(name), Role.WEIGHTS, DType.FP32, List.of(experts, rows), "bias of each row"));
+            params.add(new KernelParam(biasName(name), Role.WEIGHTS, DType.FP32, List.of(experts, rows), "bias of each row", BIAS));
         }
         return params;
     }
@@ -165,16 +212,12 @@ public record KernelSignature(List<KernelParam> params) {
         };
     }
 
-    private static int ceilDiv(int a, int b) {
-        return (a + b - 1) / b;
-    }
-
     /**
      * x, the router weights, one FP32 vector per {@code row(name)} of the tree (in order of first
      * appearance), the workspace (scores [M][E], tickets [M]), then the outputs: a compact top-k
      * ({@code topk_weights}, {@code topk_ids}) or a dense row ({@code router_out}).
      */
-    private static KernelSignature router(KernelSpec spec, Problem.Router r, DType act, KernelParam tokens) {
+    private static KernelSignature router(ValidatedSpec<?> spec, Problem.Router r, DType act, KernelParam tokens) {
         int m = KernelParam.TOKENS;
         List<KernelParam> params = new ArrayList<>();
         params.add(new KernelParam("x", Role.INPUT, act, List.of(m, r.hidden()), "activations"));
@@ -183,13 +226,11 @@ public record KernelSignature(List<KernelParam> params) {
         for (String name : RouterTrees.rowParams(spec.epilogue())) {
             params.add(new KernelParam(name, Role.INPUT, DType.FP32, List.of(r.experts()), "per-expert vector row(" + name + ")"));
         }
-        if (spec.schedule() instanceof Schedule.RouterGemv) {  // a cluster keeps its scores in shared memory
-            params.add(new KernelParam("scores", Role.WORKSPACE, DType.FP32, List.of(m, r.experts()),
-                    "scratch: each token's expert scores"));
-            params.add(new KernelParam("counters", Role.WORKSPACE, DType.INT32, List.of(m),
-                    "scratch: blocks done per token; zero before the first launch, left zero"));
+        for (Workspace w : spec.workspace()) {
+            params.add(new KernelParam(w.name(), Role.WORKSPACE, w.elementType(),
+                    w.shape().stream().map(d -> d == Workspace.TOKENS ? m : d).toList(), w.description()));
         }
-        Store store = (Store) spec.epilogue();
+        Store store = spec.epilogue();
         OptionalInt k = RouterTrees.storedTopK(store);
         if (k.isPresent()) {
             params.add(new KernelParam("topk_weights", Role.OUTPUT, store.dtype(), List.of(m, k.getAsInt()),

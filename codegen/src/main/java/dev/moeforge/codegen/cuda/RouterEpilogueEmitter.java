@@ -8,12 +8,15 @@ import dev.moeforge.dsl.ir.epilogue.Dense;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
 import dev.moeforge.dsl.ir.epilogue.Renormalize;
+import dev.moeforge.dsl.ir.epilogue.RouterTrees;
 import dev.moeforge.dsl.ir.epilogue.RowParam;
 import dev.moeforge.dsl.ir.epilogue.Scale;
 import dev.moeforge.dsl.ir.epilogue.Sigmoid;
 import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
+import dev.moeforge.dsl.schedule.TreeEvaluation;
+import dev.moeforge.dsl.text.SpecPrinter;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -23,49 +26,21 @@ import java.util.OptionalInt;
 
 /**
  * Turns a router's epilogue tree into straight-line CUDA over the token's row of scores: one
- * {@code const} temporary per distinct subtree ({@code mf::Row<kExperts>} or {@code mf::TopK<k>}),
+ * {@code const} temporary per distinct subtree ({@code mf::Row<Config::kExperts>} or {@code mf::TopK<k>}),
  * named {@code v0, v1, ...} in post-order, ending in the store. Equal subtrees share one temporary
  * (DeepSeek-V3's {@code sigmoid(acc)} is computed once).
  */
 public final class RouterEpilogueEmitter {
 
-    /** Who evaluates a token's row. */
-    public enum Evaluation {
-        /** One warp of the block (the decode routers): selections use a shared scratch (mf::select_top). */
-        ONE_WARP,
-        /** Every warp its own rows (the tiled router): selections take mf::select_top_rounds. */
-        WARP_PER_ROW,
-        /**
-         * Every warp of the block, warp w the group of experts [w kSlice, (w + 1) kSlice) as a
-         * {@code mf::Row<kSlice>}; the top-k selects within the groups, then warp 0 among the kept
-         * groups' candidates (mf::block_topk) and finishes the tree. For {@link #blockEligible} trees.
-         */
-        BLOCK_GROUPS
-    }
-
     private final String scores;
-    private final Evaluation evaluation;
+    private final TreeEvaluation.Mode evaluation;
     private final List<String> lines = new ArrayList<>();
     private final Map<EpilogueNode, String> bound = new HashMap<>();
     private int next;
 
-    private RouterEpilogueEmitter(String scores, Evaluation evaluation) {
+    private RouterEpilogueEmitter(String scores, TreeEvaluation.Mode evaluation) {
         this.scores = scores;
         this.evaluation = evaluation;
-    }
-
-    /**
-     * Whether the block's warps can share a tree ({@link Evaluation#BLOCK_GROUPS}): it stores a
-     * top-k with one group per warp, each group whole lanes ({@code (E / G) % 32 == 0}), and the
-     * rows it selects on are elementwise in the scores (acc, row, add, scale, sigmoid), so each warp
-     * computes its group's alone. On the H100 this took 0.3 us off DeepSeek-V3's decode router
-     * (bench/NOTES.md, "The router's tail").
-     */
-    public static boolean blockEligible(Store root, int experts, int warps) {
-        Optional<TopK> top = RouterTrees.selection(root);
-        return top.isPresent() && top.get().groups() == warps && warps > 1 && experts % warps == 0
-                && (experts / warps) % 32 == 0 && RouterTrees.elementwise(top.get().input())
-                && top.get().by().map(RouterTrees::elementwise).orElse(true);
     }
 
     /**
@@ -80,11 +55,16 @@ public final class RouterEpilogueEmitter {
     }
 
     /**
-     * {@code scores}: the expression that loads the token's row of scores (global or shared memory;
-     * with {@link Evaluation#BLOCK_GROUPS} the warp's group from {@code slice} on).
+     * The tree under {@code evaluation}: its mode says who evaluates a token's row (one warp of the
+     * block with a shared selection scratch, {@code mf::select_top}; every warp its own rows,
+     * {@code mf::select_top_rounds}; or every warp of the block its group of experts, warp w the
+     * group [w kSlice, (w + 1) kSlice) as a {@code mf::Row<kSlice>}, the top-k within the groups,
+     * then warp 0 among the kept groups' candidates, {@code mf::block_topk}); its scores expression
+     * loads the token's row (with BLOCK_GROUPS the warp's group from {@code slice} on).
      */
-    public static Code emit(Store root, boolean expertCounts, String scores, Evaluation evaluation) {
-        RouterEpilogueEmitter e = new RouterEpilogueEmitter(scores, evaluation);
+    public static Code emit(Store root, boolean expertCounts, TreeEvaluation treeEvaluation) {
+        TreeEvaluation.Mode evaluation = treeEvaluation.mode();
+        RouterEpilogueEmitter e = new RouterEpilogueEmitter(treeEvaluation.scores(), evaluation);
         switch (evaluation) {
             case ONE_WARP -> {
                 if (RouterTrees.hasTopK(root)) {
@@ -94,8 +74,8 @@ public final class RouterEpilogueEmitter {
             case WARP_PER_ROW -> { }
             case BLOCK_GROUPS -> {
                 e.lines.add("__shared__ mf::BlockTopKScratch<" + RouterTrees.storedTopK(root).getAsInt()
-                        + ", kWarpsPerCta> topk_scratch;  // the warps' candidates");
-                e.lines.add("const int slice = (threadIdx.x >> 5) * kSlice;  // this warp's group of experts");
+                        + ", Config::kWarpsPerCta> topk_scratch;  // the warps' candidates");
+                e.lines.add("const int slice = (threadIdx.x >> 5) * Config::kSlice;  // this warp's group of experts");
             }
         }
         // the row parameters first: they do not depend on the scores, so their loads are in flight
@@ -109,10 +89,10 @@ public final class RouterEpilogueEmitter {
         stores.add(k.isPresent()
                 ? "mf::store_topk(" + value + ", topk_weights + static_cast<size_t>(token) * " + k.getAsInt()
                         + ", topk_ids + static_cast<size_t>(token) * " + k.getAsInt() + ");"
-                : "mf::store_row(" + value + ", router_out + static_cast<size_t>(token) * kExperts);");
+                : "mf::store_row(" + value + ", router_out + static_cast<size_t>(token) * Config::kExperts);");
         if (expertCounts) {
             // the tiled router's blocks gather their rows' counts in shared memory (its template flushes them)
-            stores.add("mf::count_experts(" + value + (evaluation == Evaluation.WARP_PER_ROW ? ", block_counts);" : ", expert_counts);"));
+            stores.add("mf::count_experts(" + value + (evaluation == TreeEvaluation.Mode.WARP_PER_ROW ? ", block_counts);" : ", expert_counts);"));
         }
         return new Code(e.lines, stores);
     }
@@ -124,8 +104,8 @@ public final class RouterEpilogueEmitter {
         }
         String expr = switch (node) {
             case Acc _ -> scores;
-            case RowParam p -> evaluation == Evaluation.BLOCK_GROUPS
-                    ? "mf::load_row<kSlice>(" + p.name() + " + slice)" : "mf::load_row<kExperts>(" + p.name() + ")";
+            case RowParam p -> evaluation == TreeEvaluation.Mode.BLOCK_GROUPS
+                    ? "mf::load_row<Config::kSlice>(" + p.name() + " + slice)" : "mf::load_row<Config::kExperts>(" + p.name() + ")";
             case Add a -> "mf::add(" + value(a.left()) + ", " + value(a.right()) + ")";
             case Scale s -> "mf::scale(" + value(s.input()) + ", " + floatLiteral(s.factor()) + ")";
             case Sigmoid s -> "mf::sigmoid(" + value(s.input()) + ")";
@@ -136,8 +116,8 @@ public final class RouterEpilogueEmitter {
             case TopK t -> {
                 String input = value(t.input());
                 String by = t.by().map(this::value).orElse(input);
-                yield evaluation == Evaluation.BLOCK_GROUPS
-                        ? "mf::block_topk<" + t.k() + ", " + t.groups() + ", " + t.topkGroups() + ", kSlice, kWarpsPerCta>("
+                yield evaluation == TreeEvaluation.Mode.BLOCK_GROUPS
+                        ? "mf::block_topk<" + t.k() + ", " + t.groups() + ", " + t.topkGroups() + ", Config::kSlice, Config::kWarpsPerCta>("
                                 + by + ", " + input + ", topk_scratch)"
                         : "mf::topk<" + t.k() + ", " + t.groups() + ", " + t.topkGroups() + ">(" + by + ", " + input
                                 + scratchArgument() + ")";
@@ -146,16 +126,16 @@ public final class RouterEpilogueEmitter {
             case Renormalize r -> softmaxThenTopK(r.input())
                     .map(t -> "mf::softmax_topk<" + t.k() + ">(" + value(((Softmax) t.input()).input()) + scratchArgument() + ")")
                     .orElseGet(() -> "mf::renormalize(" + value(r.input()) + ")");
-            case Dense d -> "mf::dense<kExperts>(" + value(d.input()) + ")";
+            case Dense d -> "mf::dense<Config::kExperts>(" + value(d.input()) + ")";
             case Store _, GatedActivation _, Combine _ -> throw new IllegalStateException(
-                    EpilogueTypes.describe(node) + " cannot appear inside a router tree; the type checker rejects it");
+                    SpecPrinter.printEpilogue(node) + " cannot appear inside a router tree; the type checker rejects it");
         };
         String type = RouterTrees.topKOf(node).isPresent()
                 ? "mf::TopK<" + RouterTrees.topKOf(node).getAsInt() + ">"
-                : evaluation == Evaluation.BLOCK_GROUPS ? "mf::Row<kSlice>" : "mf::Row<kExperts>";
+                : evaluation == TreeEvaluation.Mode.BLOCK_GROUPS ? "mf::Row<Config::kSlice>" : "mf::Row<Config::kExperts>";
         String name = "v" + next++;
         lines.add("const " + type + " " + name + " = " + expr + ";");
-        if (node instanceof TopK && evaluation == Evaluation.BLOCK_GROUPS) {
+        if (node instanceof TopK && evaluation == TreeEvaluation.Mode.BLOCK_GROUPS) {
             lines.add("if (threadIdx.x >= 32) return;  // warp 0 holds the selection and finishes the tree");
         }
         bound.put(node, name);
@@ -163,7 +143,7 @@ public final class RouterEpilogueEmitter {
     }
 
     private String scratchArgument() {
-        return evaluation == Evaluation.ONE_WARP ? ", &topk_scratch" : "";
+        return evaluation == TreeEvaluation.Mode.ONE_WARP ? ", &topk_scratch" : "";
     }
 
     /**

@@ -522,11 +522,19 @@ __device__ __forceinline__ int up_row_of(int neuron, int intermediate) {
   return L == GateUpLayout::kStacked ? intermediate + neuron : 2 * neuron + 1;
 }
 
-template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int S, bool BIAS = false, class Epilogue>
+template <class Config, class Epilogue>
 __device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
                                                      const int* __restrict__ topk_ids,
                                                      __nv_bfloat16* __restrict__ inter, int num_tokens,
                                                      Epilogue epi) {
+  using F = typename Config::Format;
+  constexpr int H = Config::kHidden, I = Config::kIntermediate, E = Config::kExperts, K = Config::kTopk;
+  constexpr GateUpLayout L = Config::kLayout;
+  constexpr int W = Config::kWarpsPerCta, LB = Config::kLoadBytes, U = Config::kUnroll, S = Config::kWarpsPerOutput;
+  constexpr bool BIAS = Config::kBias;
+  static_assert(Config::kTokensPerCta == 1, "one token per warp");
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
+  static_assert(Config::kSharedBytes == (S > 1 ? 4 * W * 2 : 0), "the schedule's Layout (Java) and this body disagree on shared memory");
   using C = Chunk<F, LB>;
   constexpr int kChunks = H / C::kElems;   // loads per row
   constexpr int kStep = 32 * U;            // loads per row per warp iteration
@@ -595,12 +603,18 @@ __device__ __forceinline__ void gate_up_single_token(const __nv_bfloat16* __rest
 // gate_up over a tile of T tokens: one block per (tile, distinct expert of the tile, neuron
 // group); each warp reads its neuron's two rows once and applies them to every token of the
 // tile routed to the expert. Grid: x = ceil(I / W), y = ceil(M / T) * min(T * k, E).
-template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int LB, int U, int T, int S, bool BIAS = false,
-          class Epilogue>
+template <class Config, class Epilogue>
 __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
                                                    const int* __restrict__ topk_ids,
                                                    __nv_bfloat16* __restrict__ inter, int num_tokens,
                                                    Epilogue epi) {
+  using F = typename Config::Format;
+  constexpr int H = Config::kHidden, I = Config::kIntermediate, E = Config::kExperts, K = Config::kTopk;
+  constexpr GateUpLayout L = Config::kLayout;
+  constexpr int W = Config::kWarpsPerCta, LB = Config::kLoadBytes, U = Config::kUnroll, T = Config::kTokensPerCta;
+  constexpr int S = Config::kWarpsPerOutput;
+  constexpr bool BIAS = Config::kBias;
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
   using Routing = TileRouting<T, K, E>;
   using C = Chunk<F, LB>;
   static_assert(S == 1, "the token-tiled gate_up keeps a warp's whole rows across the tile's tokens");
@@ -608,6 +622,7 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
   constexpr int kStep = 32 * U;
   constexpr bool kWhole = kChunks % kStep == 0;
   constexpr int kBlocks = ceil_div(kChunks, kStep);
+  static_assert(Config::kSharedBytes == Routing::kBytes + (kBlocks > 1 ? 4 * W * T * 64 : 0), "the schedule's Layout (Java) and this body disagree on shared memory");
   extern __shared__ __align__(16) unsigned char smem[];
 
   const int tile = blockIdx.y / Routing::kMaxDistinct;
@@ -713,11 +728,18 @@ __device__ __forceinline__ void gate_up_token_tile(const __nv_bfloat16* __restri
 // per-expert outputs never exist. Grid: x = ceil(H / (W / S)), y = M. Block: 32 * W threads.
 // ---------------------------------------------------------------------------------------------
 
-template <class F, int H, int I, int E, int K, int W, int LB, int U, int S, bool BIAS = false, class Epilogue>
+template <class Config, class Epilogue>
 __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
                                                   const int* __restrict__ topk_ids,
                                                   const float* __restrict__ topk_weights,
                                                   __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi) {
+  using F = typename Config::Format;
+  constexpr int H = Config::kHidden, I = Config::kIntermediate, E = Config::kExperts, K = Config::kTopk;
+  constexpr int W = Config::kWarpsPerCta, LB = Config::kLoadBytes, U = Config::kUnroll, S = Config::kWarpsPerOutput;
+  constexpr bool BIAS = Config::kBias;
+  static_assert(Config::kTokensPerCta == 1, "one token per warp");
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
+  static_assert(Config::kSharedBytes == (S > 1 ? 4 * W : 0), "the schedule's Layout (Java) and this body disagree on shared memory");
   static_assert(K <= 32, "one lane per routed slot");
   using C = Chunk<F, LB>;
   constexpr int kChunks = I / C::kElems;   // loads per row
@@ -785,17 +807,24 @@ __device__ __forceinline__ void down_single_token(const __nv_bfloat16* __restric
 // row block is loaded while the current one is used. Per-lane, per-token accumulators live in
 // shared memory because a routed entry's token is only known at run time.
 // Grid: x = ceil(H / (W / S)), y = ceil(M / T).
-template <class F, int H, int I, int E, int K, int W, int LB, int U, int T, int S, bool BIAS = false, class Epilogue>
+template <class Config, class Epilogue>
 __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
                                                 const int* __restrict__ topk_ids,
                                                 const float* __restrict__ topk_weights,
                                                 __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi) {
+  using F = typename Config::Format;
+  constexpr int H = Config::kHidden, I = Config::kIntermediate, E = Config::kExperts, K = Config::kTopk;
+  constexpr int W = Config::kWarpsPerCta, LB = Config::kLoadBytes, U = Config::kUnroll, T = Config::kTokensPerCta;
+  constexpr int S = Config::kWarpsPerOutput;
+  constexpr bool BIAS = Config::kBias;
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
   using Routing = TileRouting<T, K, E>;
   using C = Chunk<F, LB>;
   constexpr int kChunks = I / C::kElems;
   constexpr int kStep = 32 * U;
   constexpr bool kWhole = kChunks % kStep == 0;
   constexpr int kBlocks = ceil_div(kChunks, kStep);
+  static_assert(Config::kSharedBytes == Routing::kBytes + 4 * W * T * 32 + (S > 1 ? 4 * W * T : 0), "the schedule's Layout (Java) and this body disagree on shared memory");
   extern __shared__ __align__(16) unsigned char smem[];
 
   const int t0 = blockIdx.y * T;
@@ -1196,12 +1225,19 @@ __device__ __forceinline__ StepSums gate_up_tile_sums(const GateUpTileRows<F, H,
 // applies the epilogue itself. S warps per tile take every S-th group of U steps. Shared memory:
 // the token's staged x, then [W][16] FP32 partial sums (S > 1).
 // Grid: x = ceil(I / (8 * W / S)), y = M * k slots. Block: 32 * W threads.
-template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int U, int S, bool BIAS = false, class Epilogue>
+template <class Config, class Epilogue>
 __device__ __forceinline__ void gate_up_tensor_core(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
                                                     const int* __restrict__ topk_ids,
                                                     __nv_bfloat16* __restrict__ inter, int num_tokens, Epilogue epi) {
+  using F = typename Config::Format;
+  constexpr int H = Config::kHidden, I = Config::kIntermediate, E = Config::kExperts, K = Config::kTopk;
+  constexpr GateUpLayout L = Config::kLayout;
+  constexpr int W = Config::kWarpsPerCta, U = Config::kUnroll, S = Config::kWarpsPerTile;
+  constexpr bool BIAS = Config::kBias;
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
   using Row = TileRow<H>;
   static_assert(W % S == 0, "warps_per_tile divides warps_per_cta");
+  static_assert(Config::kSharedBytes == 64 * Row::kPadded + (S > 1 ? 4 * 16 * W : 0), "the schedule's Layout (Java) and this body disagree on shared memory");
   extern __shared__ __align__(16) unsigned char smem[];
   const int slot = blockIdx.y;
   if (slot >= num_tokens * K) return;  // uniform over the block
@@ -1291,15 +1327,21 @@ struct DownTileGroup {
 // routing weight (times its row factor) in FP32. S warps per tile take every S-th group of U steps.
 // Shared memory: the token's k staged rows of inter, then [W][16] FP32 partial sums (S > 1).
 // Grid: x = ceil(H / (16 * W / S)), y = M. Block: 32 * W threads.
-template <class F, int H, int I, int E, int K, int W, int U, int S, bool BIAS = false, class Epilogue>
+template <class Config, class Epilogue>
 __device__ __forceinline__ void down_tensor_core(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
                                                  const int* __restrict__ topk_ids,
                                                  const float* __restrict__ topk_weights,
                                                  __nv_bfloat16* __restrict__ y, int num_tokens, Epilogue epi) {
+  using F = typename Config::Format;
+  constexpr int H = Config::kHidden, I = Config::kIntermediate, E = Config::kExperts, K = Config::kTopk;
+  constexpr int W = Config::kWarpsPerCta, U = Config::kUnroll, S = Config::kWarpsPerTile;
+  constexpr bool BIAS = Config::kBias;
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
   using Row = TileRow<I>;
   static_assert(K <= 32, "one lane per routed slot");
   static_assert(W % S == 0, "warps_per_tile divides warps_per_cta");
   constexpr int kSteps = K * Row::kSteps;
+  static_assert(Config::kSharedBytes == 64 * K * Row::kPadded + (S > 1 ? 4 * 16 * W : 0), "the schedule's Layout (Java) and this body disagree on shared memory");
   extern __shared__ __align__(16) unsigned char smem[];
   const int token = blockIdx.y;
   if (token >= num_tokens) return;  // uniform over the block
@@ -1461,14 +1503,21 @@ __device__ __forceinline__ void zero_share(float* __restrict__ p, int count) {
 // FP32 is added to (zero before the launch); y_zero [M][H] FP32 is set to zero for a later launch.
 // Shared memory: the token's staged x, [W][16] FP32 partial sums (S > 1), the 16 h. ORDER: force
 // gate_up's loads of a group before its decode (gate_up_tile_sums' `zero`).
-template <class F, int H, int I, int E, int K, GateUpLayout L, int W, int U, int S, bool ORDER, class Epilogue>
+template <class Config, class Epilogue>
 __device__ __forceinline__ void mlp_split_down(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up, WeightArgs w_down,
                                                const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
                                                float* __restrict__ y, float* __restrict__ y_zero, int num_tokens, Epilogue epi) {
+  using F = typename Config::Format;
+  constexpr int H = Config::kHidden, I = Config::kIntermediate, E = Config::kExperts, K = Config::kTopk;
+  constexpr GateUpLayout L = Config::kLayout;
+  constexpr int W = Config::kWarpsPerCta, U = Config::kUnroll, S = Config::kWarpsPerTile;
+  constexpr bool ORDER = Config::kOrderLoads;
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
   using Row = TileRow<H>;
   using D = SplitDownLayout<F, H, I>;
   static_assert(W % S == 0 && W / S == 2, "a block is two tiles of 8 neurons: one 16-column tile of down");
   constexpr int kQuadsPerWarp = ceil_div(D::kQuads, W);
+  static_assert(Config::kSharedBytes == 64 * Row::kPadded + (S > 1 ? W * 64 : 0) + 2 * 16, "the schedule's Layout (Java) and this body disagree on shared memory");
   extern __shared__ __align__(16) unsigned char smem[];
   zero_share(y_zero, num_tokens * H);  // an int: LaunchGeometry.maxTokens keeps M * H under 2^31
   const int slot = blockIdx.y;
@@ -1616,10 +1665,14 @@ __device__ __forceinline__ void publish_score(float* p, float v) {
 // launch. The tail then awaits the scores (await_scores) instead of taking an end ticket and
 // reloading them: DeepSeek-V3's router 5.48 -> 5.15 us on the H100 (bench/NOTES.md, "The grouped
 // tail").
-template <int H, int E, int W, int LB, int U, int EPC, int SPLIT>
+template <class Config>
 __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ x,
                                               const __nv_bfloat16* __restrict__ w_router,
                                               float* __restrict__ scores, int* __restrict__ counters, int num_tokens) {
+  constexpr int H = Config::kHidden, E = Config::kExperts, W = Config::kWarpsPerCta, LB = Config::kLoadBytes;
+  constexpr int U = Config::kUnroll, EPC = Config::kExpertsPerCta, SPLIT = Config::kWarpsPerScore;
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
+  static_assert(Config::kSharedBytes == 0, "the decode router uses static shared memory only");
   const int token = blockIdx.y;
   if (token >= num_tokens) return false;  // uniform over the block
   int ticket = 0;
@@ -1642,9 +1695,13 @@ __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ 
 // C-th slice of E / C experts (one warp or SPLIT warps per expert), and store straight into block 0's shared memory
 // (distributed shared memory); cluster.sync() orders those stores before block 0 reads them.
 // Returns block 0's scores (to every thread of block 0) and nullptr in the other blocks.
-template <int H, int E, int W, int LB, int U, int C, int SPLIT>
+template <class Config>
 __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat16* __restrict__ x,
                                                               const __nv_bfloat16* __restrict__ w_router, int num_tokens) {
+  constexpr int H = Config::kHidden, E = Config::kExperts, W = Config::kWarpsPerCta, LB = Config::kLoadBytes;
+  constexpr int U = Config::kUnroll, C = Config::kClusterSize, SPLIT = Config::kWarpsPerScore;
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
+  static_assert(Config::kSharedBytes == 0, "the cluster router uses static shared memory only");
   namespace cg = cooperative_groups;
   constexpr int kPerBlock = ceil_div(E, C);
   __shared__ float scores[E];
@@ -1675,8 +1732,11 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
 // static_asserts they agree.
 // ---------------------------------------------------------------------------------------------
 
-template <int H, int E, int BM, int TM, int W, int BK, int S, int KG = 1, int C = 1>
+template <class Config>
 struct RouterTile {
+  static constexpr int H = Config::kHidden, E = Config::kExperts, BM = Config::kTokensPerCta, TM = Config::kTokensPerWarp;
+  static constexpr int W = Config::kWarpsPerCta, BK = Config::kKTile, S = Config::kStages, KG = Config::kKGroups;
+  static constexpr int C = Config::kClusterSplit;
   static_assert(BM % 16 == 0 && BM >= 16 && BM <= 128, "a tile is a whole number of 16-token mma rows");
   static_assert(TM % 16 == 0 && BM % TM == 0, "a warp owns a whole number of 16-token mma rows of the tile");
   static_assert(BK == 32 || BK == 64, "a slice row is 4 or 8 16-byte pieces");
@@ -1703,11 +1763,14 @@ struct RouterTile {
   // (which this block may still be using when the first partials come in): C - 1 slots of kOwnRows rows.
   static constexpr int kInboxOffset = kStageBytes * S > kScoreBytes ? kStageBytes * S : kScoreBytes;
   static constexpr int kSharedBytes = kInboxOffset + 4 * (C - 1) * kOwnRows * kScoreStride;
+  static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
+  static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and RouterTile disagree on shared memory");
 };
 
 // The token of row `row` of the rows a block evaluates (its tile's, or with a split its own part).
-template <int BM, int C>
+template <class Config>
 __device__ __forceinline__ int router_tile_token(int row) {
+  constexpr int BM = Config::kTokensPerCta, C = Config::kClusterSplit;
   return static_cast<int>(blockIdx.x / C) * BM + static_cast<int>(blockIdx.x % C) * (BM / C) + row;
 }
 
@@ -1752,16 +1815,17 @@ __device__ __forceinline__ void router_tile_load(uint32_t stage, const __nv_bflo
 }
 
 // Every thread of the block: computes the tile's [BM][E] scores and returns them in shared memory,
-// row r (token router_tile_token<BM, C>(r)) at scores + r * kScoreStride. With a split (C > 1, a
+// row r (token router_tile_token<Config>(r)) at scores + r * kScoreStride. With a split (C > 1, a
 // cluster of C consecutive blocks per tile) block q of the cluster sums its share of the slices
 // (RouterTile::kShare) into partial scores, sends the other blocks their rows' partials through
 // distributed shared memory and adds the C partials of its own BM / C rows in block order
 // (deterministic). Each block then streams 1 / C of W_r instead of all of it.
-template <int H, int E, int BM, int TM, int W, int BK, int S, int KG = 1, int C = 1>
+template <class Config>
 __device__ __forceinline__ const float* router_tile_scores(const __nv_bfloat16* __restrict__ x,
                                                            const __nv_bfloat16* __restrict__ w_router, unsigned char* smem,
                                                            int num_tokens) {
-  using L = RouterTile<H, E, BM, TM, W, BK, S, KG, C>;
+  using L = RouterTile<Config>;
+  constexpr int H = L::H, E = L::E, BM = L::BM, TM = L::TM, W = L::W, BK = L::BK, S = L::S, KG = L::KG, C = L::C;
   constexpr int P = L::kPieces;
   constexpr int MT = TM / 16;                 // m16 tiles per warp
   constexpr int NT = L::kColumnsPerWarp / 8;  // n8 tiles per warp

@@ -13,13 +13,14 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.SplitDown;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 
@@ -62,7 +63,7 @@ class KernelSignatureTest {
         ExpertShape shape = new ExpertShape(2048, 768, 128, 8);
         for (WeightFormat f : List.of(WeightFormat.NVFP4, WeightFormat.MXFP4, WeightFormat.INT4_CHANNEL, WeightFormat.INT4_GROUP128)) {
             KernelSpec spec = new KernelSpec("mlp", new Problem.ExpertMlp(shape, f, DType.BF16, GateUpLayout.STACKED),
-                    new Schedule.SplitDown(8, 2, 4, 3, false), new Store(new GatedActivation(GateFunction.SILU, Acc.GATE, Acc.UP),
+                    new SplitDown(8, 2, 4, 3, false), new Store(new GatedActivation(GateFunction.SILU, Acc.GATE, Acc.UP),
                     DType.BF16), Target.SM_90A);
             KernelSignature sig = KernelSignature.of(spec);
             KernelParam codes = sig.param("w_down");

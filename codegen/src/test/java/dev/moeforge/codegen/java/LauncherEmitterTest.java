@@ -1,6 +1,7 @@
 package dev.moeforge.codegen.java;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
@@ -95,26 +96,29 @@ class LauncherEmitterTest {
     }
 
     @Test
-    void catalogueListsTheSpecTextsInOrder() {
+    void catalogueIsAnEnumOfTheSpecTextsInOrder() {
         List<KernelSpec> specs = List.of(QWEN3.gateUp(), QWEN3.down(), GPT_OSS.down(), GPT_OSS.gateUp());
         String text = CatalogueEmitter.emit(specs, PACKAGE).toString();
         assertTrue(text.startsWith("package dev.moeforge.generated;\n"), text);
-        assertTrue(text.contains("public final class BuiltinCatalogue {"), text);
-        String marker = "List<String> SPEC_TEXTS = List.of(";
-        int start = text.indexOf(marker);
-        assertTrue(start >= 0, text);
-        List<String> values = JavaStringLiterals.values(text, start + marker.length(), ')');
-        assertEquals(specs.stream().map(SpecPrinter::print).toList(), values);
+        assertTrue(text.contains("public enum BuiltinKernel {"), text);
+        int previous = -1;
+        for (KernelSpec spec : specs) {
+            String marker = CatalogueEmitter.constantName(spec.name()) + "(";
+            int start = text.indexOf(marker);
+            assertTrue(start > previous, marker + " missing or out of order in:\n" + text);
+            assertEquals(List.of(SpecPrinter.print(spec)), JavaStringLiterals.values(text, start + marker.length(), ')'));
+            previous = start;
+        }
         assertEquals(text, CatalogueEmitter.emit(specs, PACKAGE).toString(), "same specs, same text");
     }
 
     @Test
-    void catalogueOfNoSpecsIsEmpty() {
-        String text = CatalogueEmitter.emit(List.of(), PACKAGE).toString();
-        String marker = "List<String> SPEC_TEXTS = List.of(";
-        int start = text.indexOf(marker);
-        assertTrue(start >= 0, text);
-        assertEquals(List.of(), JavaStringLiterals.values(text, start + marker.length(), ')'));
+    void anEmptyCatalogueOrCollidingConstantsAreRefused() {
+        assertThrows(IllegalArgumentException.class, () -> CatalogueEmitter.emit(List.of(), PACKAGE));
+        KernelSpec lower = QWEN3.gateUp();
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> CatalogueEmitter.emit(List.of(lower, lower.withName("QWEN3_30b_a3b_gate_up")), PACKAGE));
+        assertTrue(e.getMessage().contains("QWEN3_30B_A3B_GATE_UP"), e.getMessage());
     }
 
     private static String emit(KernelSpec spec) {

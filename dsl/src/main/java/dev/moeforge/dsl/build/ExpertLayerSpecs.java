@@ -1,27 +1,27 @@
 package dev.moeforge.dsl.build;
 
+import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
-import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
+import dev.moeforge.dsl.schedule.Schedule;
 
 /** The two kernels of a SiLU-gated expert layer, built and validated together. */
 public record ExpertLayerSpecs(KernelSpec gateUp, KernelSpec down) {
 
     /** {@code <prefix>_gate_up} and {@code <prefix>_down}, BF16, with the same schedule for both halves. */
-    public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, Schedule schedule, Target target) {
+    public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, Schedule<?> schedule, Target target) {
         return of(prefix, shape, layout, schedule, schedule, target);
     }
 
     /** {@code <prefix>_gate_up} and {@code <prefix>_down}, BF16, each half with its own schedule. */
-    public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, Schedule gateUpSchedule,
-                                      Schedule downSchedule, Target target) {
+    public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, Schedule<?> gateUpSchedule,
+                                      Schedule<?> downSchedule, Target target) {
         return of(prefix, shape, layout, WeightFormat.BF16, gateUpSchedule, downSchedule, target);
     }
 
@@ -38,14 +38,14 @@ public record ExpertLayerSpecs(KernelSpec gateUp, KernelSpec down) {
         Problem.ExpertDown d = (Problem.ExpertDown) down.problem();
         return new ExpertLayerSpecs(
                 Validator.check(new KernelSpec(gateUp.name(), new Problem.ExpertGateUp(g.shape(), g.weights(), g.activations(), g.layout(), true),
-                        gateUp.schedule(), gateUp.epilogue(), gateUp.target())),
+                        gateUp.schedule(), gateUp.epilogue(), gateUp.target())).spec(),
                 Validator.check(new KernelSpec(down.name(), new Problem.ExpertDown(d.shape(), d.weights(), d.activations(), true),
-                        down.schedule(), down.epilogue(), down.target())));
+                        down.schedule(), down.epilogue(), down.target())).spec());
     }
 
     /** {@code <prefix>_gate_up} and {@code <prefix>_down} with both weights in {@code weights}, each half with its own schedule. */
     public static ExpertLayerSpecs of(String prefix, ExpertShape shape, GateUpLayout layout, WeightFormat weights,
-                                      Schedule gateUpSchedule, Schedule downSchedule, Target target) {
+                                      Schedule<?> gateUpSchedule, Schedule<?> downSchedule, Target target) {
         KernelSpec gateUp = KernelBuilder.named(prefix + "_gate_up").expertGateUp(shape).layout(layout).weights(weights)
                 .schedule(gateUpSchedule).epilogue(Epilogues.siluGatedStore(DType.BF16)).target(target).build();
         KernelSpec down = KernelBuilder.named(prefix + "_down").expertDown(shape).weights(weights)

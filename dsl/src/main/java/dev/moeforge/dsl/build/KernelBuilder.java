@@ -6,10 +6,11 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
+import dev.moeforge.dsl.schedule.RouterGemv;
+import dev.moeforge.dsl.schedule.Schedule;
 import java.util.Objects;
 
 /**
@@ -35,7 +36,7 @@ public final class KernelBuilder {
     private DType activations = DType.BF16;
     private GateUpLayout layout = GateUpLayout.STACKED;
     private boolean bias;
-    private Schedule schedule = OutputCentricBuilder.create().build();
+    private Schedule<?> schedule = OutputCentricBuilder.create().build();
     private EpilogueNode epilogue;
     private Target target = Target.SM_90A;
 
@@ -68,7 +69,7 @@ public final class KernelBuilder {
      */
     public KernelBuilder router(int hidden, int experts) {
         this.router = new Problem.Router(hidden, experts, weights, activations, false);
-        this.schedule = new Schedule.RouterGemv(4, 16, 8, 4);
+        this.schedule = new RouterGemv(4, 16, 8, 4);
         return this;
     }
 
@@ -99,7 +100,7 @@ public final class KernelBuilder {
         return this;
     }
 
-    public KernelBuilder schedule(Schedule schedule) {
+    public KernelBuilder schedule(Schedule<?> schedule) {
         this.schedule = schedule;
         return this;
     }
@@ -116,7 +117,7 @@ public final class KernelBuilder {
 
     /** The spec, validated. */
     public KernelSpec build() {
-        return Validator.check(unchecked());
+        return Validator.check(unchecked()).spec();
     }
 
     /** The spec without validation, for tests of the validator itself. */

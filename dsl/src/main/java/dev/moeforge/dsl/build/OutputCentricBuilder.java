@@ -1,6 +1,7 @@
 package dev.moeforge.dsl.build;
 
-import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.OutputCentric;
+
 
 /** Fluent construction of an {@link OutputCentric} schedule; defaults are the H100 decode choice. */
 public final class OutputCentricBuilder {

@@ -1,6 +1,7 @@
 package dev.moeforge.dsl.build;
 
-import dev.moeforge.dsl.ir.Schedule.OutputTensorCore;
+import dev.moeforge.dsl.schedule.OutputTensorCore;
+
 
 /** Fluent construction of an {@link OutputTensorCore} schedule; defaults are the H100 decode choice for gate_up. */
 public final class OutputTensorCoreBuilder {

@@ -1,6 +1,8 @@
 package dev.moeforge.dsl.check;
 
 import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.Limits;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.AccChannel;
@@ -16,18 +18,14 @@ import dev.moeforge.dsl.ir.epilogue.Sigmoid;
 import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
-import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.text.SpecPrinter;
 import java.util.List;
-import java.util.Locale;
 
 /**
  * The epilogue tree's type checker: gives each node its {@link ValueType} and records an error,
  * with the path to the node and the rule it breaks, wherever the tree is ill-formed for its problem.
  */
 public final class EpilogueTypes {
-    /** Largest k of a top-k: one selected expert per lane of a warp. */
-    public static final int MAX_TOPK = 32;
-
     private final Problem problem;
     private final List<SpecError> errors;
 
@@ -40,7 +38,7 @@ public final class EpilogueTypes {
     public static void check(Problem problem, EpilogueNode root, List<SpecError> errors) {
         EpilogueTypes types = new EpilogueTypes(problem, errors);
         if (!(root instanceof Store store)) {
-            errors.add(new SpecError("epilogue", describe(root), "the root of an epilogue must be store(...)"));
+            errors.add(new SpecError("epilogue", SpecPrinter.printEpilogue(root), "the root of an epilogue must be store(...)"));
             types.typeOf(root, "epilogue");
             return;
         }
@@ -61,7 +59,7 @@ public final class EpilogueTypes {
                     : "a router stores a top-k selection (weights and ids) or a row of expert scores";
         };
         if (wanted != null) {
-            errors.add(new SpecError("epilogue.store.input", describe(store.input()), wanted));
+            errors.add(new SpecError("epilogue.store.input", SpecPrinter.printEpilogue(store.input()), wanted));
         }
         if (problem instanceof Problem.Router r && r.expertCounts() && stored.kind() != ValueType.Kind.TOPK) {
             errors.add(new SpecError("problem.expert_counts", "true", "counts the experts of a top-k routing table; this "
@@ -215,9 +213,9 @@ public final class EpilogueTypes {
         }
         int experts = in.width();
         boolean ok = true;
-        if (t.k() < 1 || t.k() > Math.min(MAX_TOPK, experts)) {
+        if (t.k() < 1 || t.k() > Math.min(Limits.MAX_TOPK, experts)) {
             errors.add(new SpecError(path + ".topk.k", Integer.toString(t.k()),
-                    "1.." + Math.min(MAX_TOPK, experts) + " (at most the number of experts, " + experts + ", and at most " + MAX_TOPK + ")"));
+                    "1.." + Math.min(Limits.MAX_TOPK, experts) + " (at most the number of experts, " + experts + ", and at most " + Limits.MAX_TOPK + ")"));
             ok = false;
         }
         if (t.groups() < 1 || t.groups() > 32 || experts % t.groups() != 0 || (t.groups() > 1 && experts / t.groups() < 2)) {
@@ -236,39 +234,11 @@ public final class EpilogueTypes {
     }
 
     private ValueType fail(String path, EpilogueNode node, String rule) {
-        errors.add(new SpecError(path, describe(node), rule));
+        errors.add(new SpecError(path, SpecPrinter.printEpilogue(node), rule));
         return null;
     }
 
     /** Names a router's row parameters may not take: the kernel's other parameters and locals. */
     public static final List<String> RESERVED = List.of("x", "w_router", "scores", "counters", "topk_weights", "topk_ids",
             "router_out", "expert_counts", "num_tokens", "token", "tile_row", "smem", "Tile", "mf");
-
-    /** A short rendering of the node for messages. */
-    public static String describe(EpilogueNode node) {
-        return switch (node) {
-            case Acc a -> a.channel() == AccChannel.MAIN ? "acc" : "acc(" + a.channel().text() + ")";
-            case RowParam p -> "row(" + p.name() + ")";
-            case Add a -> "add(" + describe(a.left()) + ", " + describe(a.right()) + ")";
-            case Scale s -> "scale(" + describe(s.input()) + ", " + number(s.factor()) + ")";
-            case Sigmoid s -> "sigmoid(" + describe(s.input()) + ")";
-            case Softmax s -> "softmax(" + describe(s.input()) + ")";
-            case TopK t -> "topk(" + describe(t.input()) + ", " + t.k()
-                    + (t.groups() > 1 ? ", groups=" + t.groups() + ", topk_groups=" + t.topkGroups() : "")
-                    + t.by().map(b -> ", by=" + describe(b)).orElse("") + ")";
-            case Renormalize r -> "renormalize(" + describe(r.input()) + ")";
-            case Dense d -> "dense(" + describe(d.input()) + ")";
-            case GatedActivation g -> "gated(" + g.function().text() + ", " + describe(g.gate()) + ", " + describe(g.up()) + ")";
-            case Combine c -> "combine(" + describe(c.input()) + ")";
-            case Store s -> "store(" + describe(s.input()) + ", dtype=" + s.dtype().text() + ")";
-        };
-    }
-
-    /** A double as the textual form writes it: the shortest decimal that reads back the same value. */
-    public static String number(double v) {
-        if (v == Math.rint(v) && Math.abs(v) < 1e15) {
-            return Long.toString((long) v);
-        }
-        return Double.toString(v).toLowerCase(Locale.ROOT);
-    }
 }

@@ -1,7 +1,7 @@
 package dev.moeforge.dsl.format;
 
-import dev.moeforge.dsl.check.SplitDownLayout;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.schedule.SplitDown;
 import java.util.stream.IntStream;
 
 /**
@@ -24,7 +24,7 @@ public record SplitDownWeights(WeightFormat format, int experts, int hidden, int
 
     /** Sizes as {@link #of} makes them: the source's, in a layout split_down can read. */
     public SplitDownWeights {
-        if (!SplitDownLayout.fits(format, hidden, intermediate)) {
+        if (!SplitDown.fits(format, hidden, intermediate)) {
             throw new IllegalArgumentException("split_down weights are 4-bit with scales along K, whole quads and tiles; got "
                     + format.text() + " [" + experts + ", " + hidden + ", " + intermediate + "]");
         }
@@ -46,15 +46,15 @@ public record SplitDownWeights(WeightFormat format, int experts, int hidden, int
         WeightFormat format = down.format();
         int hidden = down.rows();
         int intermediate = down.cols();
-        if (!SplitDownLayout.fits(format, hidden, intermediate)) {
+        if (!SplitDown.fits(format, hidden, intermediate)) {
             throw new IllegalArgumentException("split_down repacks 4-bit down weights with scales along K, of whole 64-row "
                     + "quads and 16-column tiles; got " + format.text() + " with " + hidden + " rows x " + intermediate + " columns");
         }
         if (down.projections() != Projections.ONE) {
             throw new IllegalArgumentException("down is one projection; these weights have " + down.projections());
         }
-        int quads = hidden / SplitDownLayout.QUAD_ROWS;
-        int tiles = intermediate / SplitDownLayout.TILE_COLUMNS;
+        int quads = hidden / SplitDown.QUAD_ROWS;
+        int tiles = intermediate / SplitDown.TILE_COLUMNS;
         byte[] codes = new byte[down.codes().length];
         IntStream.range(0, down.experts()).parallel().forEach(e -> {
             for (int j = 0; j < tiles; j++) {
@@ -127,8 +127,8 @@ public record SplitDownWeights(WeightFormat format, int experts, int hidden, int
 
     /** The code of row r (a hidden output), column n (a neuron) of expert e, read back from the repacked bytes. */
     public int code(int e, int r, int n) {
-        int quads = hidden / SplitDownLayout.QUAD_ROWS;
-        int tiles = intermediate / SplitDownLayout.TILE_COLUMNS;
+        int quads = hidden / SplitDown.QUAD_ROWS;
+        int tiles = intermediate / SplitDown.TILE_COLUMNS;
         int q = r / 64;
         int g = (r % 64) / 8;
         int hi = (r % 8) / 4;

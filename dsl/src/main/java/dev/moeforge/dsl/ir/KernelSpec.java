@@ -1,6 +1,7 @@
 package dev.moeforge.dsl.ir;
 
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
+import dev.moeforge.dsl.schedule.Schedule;
 import java.util.Objects;
 
 /**
@@ -11,7 +12,7 @@ import java.util.Objects;
  * Construction checks nothing but nulls; {@link dev.moeforge.dsl.check.Validator} checks the rest
  * before any code is generated.
  */
-public record KernelSpec(String name, Problem problem, Schedule schedule, EpilogueNode epilogue, Target target) {
+public record KernelSpec(String name, Problem problem, Schedule<?> schedule, EpilogueNode epilogue, Target target) {
     public KernelSpec {
         Objects.requireNonNull(name, "name");
         Objects.requireNonNull(problem, "problem");
@@ -28,7 +29,7 @@ public record KernelSpec(String name, Problem problem, Schedule schedule, Epilog
         return new KernelSpec(newName, problem, schedule, epilogue, target);
     }
 
-    public KernelSpec withSchedule(Schedule newSchedule) {
+    public KernelSpec withSchedule(Schedule<?> newSchedule) {
         return new KernelSpec(name, problem, newSchedule, epilogue, target);
     }
 

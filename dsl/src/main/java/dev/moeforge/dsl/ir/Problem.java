@@ -1,11 +1,37 @@
 package dev.moeforge.dsl.ir;
 
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
 /**
  * What a kernel computes, independent of how it is mapped onto the GPU. Routing tables between
- * kernels are token-major: {@code topk_ids [M][k] int32} and {@code topk_weights [M][k]}
- * (DESIGN section 9).
+ * kernels are token-major: {@code topk_ids [M][k] int32} and {@code topk_weights [M][k]}.
  */
 public sealed interface Problem permits Problem.ExpertProblem, Problem.ExpertMlp, Problem.Router {
+
+    /** Every problem kind by its name in the textual form, in the order the form lists them. */
+    Map<String, Class<? extends Problem>> KINDS = kinds();
+
+    private static Map<String, Class<? extends Problem>> kinds() {
+        Map<String, Class<? extends Problem>> kinds = new LinkedHashMap<>();
+        kinds.put("expert_gate_up", ExpertGateUp.class);
+        kinds.put("expert_down", ExpertDown.class);
+        kinds.put("expert_mlp", ExpertMlp.class);
+        kinds.put("router", Router.class);
+        return Collections.unmodifiableMap(kinds);
+    }
+
+    /** The names of the problem kinds that are a {@code type}, e.g. expert_gate_up and expert_down for ExpertProblem. */
+    static List<String> kindNames(Class<? extends Problem> type) {
+        return KINDS.entrySet().stream().filter(e -> type.isAssignableFrom(e.getValue())).map(Map.Entry::getKey).toList();
+    }
+
+    /** This problem's name in the textual form, e.g. {@code expert_gate_up}. */
+    default String kindName() {
+        return kindNames(getClass()).getFirst();
+    }
 
     WeightFormat weights();
 

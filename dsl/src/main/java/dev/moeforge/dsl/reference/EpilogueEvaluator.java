@@ -14,6 +14,7 @@ import dev.moeforge.dsl.ir.epilogue.Sigmoid;
 import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
+import dev.moeforge.dsl.text.SpecPrinter;
 
 /**
  * The host twin of the expert kernels' epilogue nodes, in FP64. Per-slot nodes read the
@@ -57,7 +58,7 @@ public final class EpilogueEvaluator {
             case Sigmoid s -> sigmoid(evaluate(s.input(), accs, slot));
             case Store s -> evaluate(s.input(), accs, slot);
             case RowParam _, Softmax _, TopK _, Renormalize _, Dense _ -> throw new IllegalStateException(
-                    "router node " + dev.moeforge.dsl.check.EpilogueTypes.describe(node) + " in an expert epilogue; "
+                    "router node " + SpecPrinter.printEpilogue(node) + " in an expert epilogue; "
                             + "the type checker rejects such trees");
         };
     }

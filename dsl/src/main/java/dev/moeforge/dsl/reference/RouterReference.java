@@ -18,6 +18,7 @@ import dev.moeforge.dsl.ir.epilogue.Sigmoid;
 import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
+import dev.moeforge.dsl.text.SpecPrinter;
 import java.util.Arrays;
 import java.util.Comparator;
 import java.util.Map;
@@ -132,7 +133,7 @@ public final class RouterReference {
             }
             case Store s -> evaluate(s.input(), acc, params);
             case GatedActivation _, Combine _ -> throw new IllegalStateException("expert node "
-                    + EpilogueTypes.describe(node) + " in a router epilogue; the type checker rejects such trees");
+                    + SpecPrinter.printEpilogue(node) + " in a router epilogue; the type checker rejects such trees");
         };
     }
 

@@ -4,7 +4,6 @@ import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Acc;
@@ -22,9 +21,12 @@ import dev.moeforge.dsl.ir.epilogue.Sigmoid;
 import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
-import java.util.Optional;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.ScheduleKind;
 import dev.moeforge.dsl.text.FunctionTable.Entry;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
 
 /**
  * The names of the textual form: every problem, schedule and epilogue function with its
@@ -79,58 +81,9 @@ final class FunctionRegistry {
                 return a.ok() ? new Problem.Router(hidden, experts, weights, activations, counts) : null;
             })));
 
-    static final FunctionTable<Schedule> SCHEDULES = FunctionTable.sections(List.of(
-            new Entry<>("output_centric",
-                    List.of("warps_per_cta", "load_bytes", "k_unroll", "tokens_per_cta", "warps_per_output",
-                            "min_blocks_per_sm"), a -> {
-                        Integer warps = a.integer("warps_per_cta");
-                        Integer loadBytes = a.integer("load_bytes");
-                        Integer kUnroll = a.integer("k_unroll");
-                        Integer tokens = a.integer("tokens_per_cta");
-                        Integer perOutput = a.integer("warps_per_output");
-                        Integer minBlocks = a.integer("min_blocks_per_sm");
-                        return a.ok() ? new Schedule.OutputCentric(warps, loadBytes, kUnroll, tokens, perOutput, minBlocks) : null;
-                    }),
-            new Entry<>("output_tensor_core", List.of("warps_per_cta", "k_unroll", "warps_per_tile", "min_blocks_per_sm"), a -> {
-                Integer warps = a.integer("warps_per_cta");
-                Integer kUnroll = a.integer("k_unroll");
-                Integer perTile = a.integer("warps_per_tile");
-                Integer minBlocks = a.integer("min_blocks_per_sm");
-                return a.ok() ? new Schedule.OutputTensorCore(warps, kUnroll, perTile, minBlocks) : null;
-            }),
-            new Entry<>("split_down", List.of("warps_per_cta", "k_unroll", "warps_per_tile", "min_blocks_per_sm", "order_loads"), a -> {
-                Integer warps = a.integer("warps_per_cta");
-                Integer kUnroll = a.integer("k_unroll");
-                Integer perTile = a.integer("warps_per_tile");
-                Integer minBlocks = a.integer("min_blocks_per_sm");
-                Boolean order = a.choice("order_loads", BOOLEANS, Boolean.FALSE);
-                return a.ok() ? new Schedule.SplitDown(warps, kUnroll, perTile, minBlocks, order) : null;
-            }),
-            new Entry<>("router_gemv", List.of("warps_per_cta", "load_bytes", "k_unroll", "experts_per_cta"), a -> {
-                Integer warps = a.integer("warps_per_cta");
-                Integer loadBytes = a.integer("load_bytes");
-                Integer kUnroll = a.integer("k_unroll");
-                Integer experts = a.integer("experts_per_cta");
-                return a.ok() ? new Schedule.RouterGemv(warps, loadBytes, kUnroll, experts) : null;
-            }),
-            new Entry<>("router_cluster", List.of("cluster_size", "warps_per_cta", "load_bytes", "k_unroll"), a -> {
-                Integer cluster = a.integer("cluster_size");
-                Integer warps = a.integer("warps_per_cta");
-                Integer loadBytes = a.integer("load_bytes");
-                Integer kUnroll = a.integer("k_unroll");
-                return a.ok() ? new Schedule.RouterCluster(cluster, warps, loadBytes, kUnroll) : null;
-            }),
-            new Entry<>("router_tiled", List.of("tokens_per_cta", "tokens_per_warp", "warps_per_cta", "k_tile", "stages",
-                    "k_groups", "cluster_split"), a -> {
-                Integer tokens = a.integer("tokens_per_cta");
-                Integer perWarp = a.integer("tokens_per_warp");
-                Integer warps = a.integer("warps_per_cta");
-                Integer kTile = a.integer("k_tile");
-                Integer stages = a.integer("stages");
-                Integer kGroups = a.integer("k_groups");
-                Integer split = a.integer("cluster_split");
-                return a.ok() ? new Schedule.RouterTiled(tokens, perWarp, warps, kTile, stages, kGroups, split) : null;
-            })));
+    /** Every schedule kind, its parameters read by name as the kind declares them (booleans may be left out: false). */
+    static final FunctionTable<Schedule<?>> SCHEDULES = FunctionTable.sections(
+            Schedule.kinds().stream().<Entry<Schedule<?>>>map(FunctionRegistry::schedule).toList());
 
     // Nested nodes are read through FunctionRegistry.EPILOGUE: a simple name may not refer to the
     // field from its own initializer.
@@ -198,6 +151,16 @@ final class FunctionRegistry {
                 AccChannel channel = a.choice("channel", ACC_CHANNELS);
                 return a.ok() ? new Acc(channel) : null;
             })));
+
+    private static Entry<Schedule<?>> schedule(ScheduleKind<?, ?> kind) {
+        return new Entry<>(kind.name(), kind.params().stream().map(ScheduleKind.Param::name).toList(), a -> {
+            List<Object> values = new ArrayList<>();
+            for (ScheduleKind.Param p : kind.params()) {
+                values.add(p.isBoolean() ? a.choice(p.name(), BOOLEANS, Boolean.FALSE) : a.integer(p.name()));
+            }
+            return a.ok() ? kind.create(values) : null;
+        });
+    }
 
     private static ExpertShape shape(Args a) {
         Integer hidden = a.integer("hidden");

@@ -4,9 +4,9 @@ import dev.moeforge.dsl.check.SpecError;
 import dev.moeforge.dsl.check.SpecException;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
+import dev.moeforge.dsl.schedule.Schedule;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -24,7 +24,7 @@ final class KernelBuilder extends MoeSpecBaseVisitor<Void> {
     /** The line of each section seen so far, to name the first one when it is repeated. */
     private final Map<String, Integer> sectionLines = new HashMap<>();
     private Problem problem;
-    private Schedule schedule;
+    private Schedule<?> schedule;
     private EpilogueNode epilogue;
     private Target target;
 

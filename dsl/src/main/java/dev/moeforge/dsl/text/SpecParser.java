@@ -29,7 +29,7 @@ public final class SpecParser {
             throw new SpecException(sourceName, List.of(new SpecError("kernels", Integer.toString(file.kernel().size()),
                     "exactly one kernel (parseAll reads several)")));
         }
-        return Validator.check(KernelBuilder.build(file.kernel().getFirst()));
+        return Validator.check(KernelBuilder.build(file.kernel().getFirst())).spec();
     }
 
     /** The kernels of {@code text}, in order; none for an empty text. */
@@ -40,7 +40,7 @@ public final class SpecParser {
     /** The kernels of {@code text}, in order; {@code sourceName} (nullable) is named in messages. */
     public static List<KernelSpec> parseAll(String text, String sourceName) {
         return syntaxTree(text, sourceName).kernel().stream()
-                .map(kernel -> Validator.check(KernelBuilder.build(kernel)))
+                .map(kernel -> Validator.check(KernelBuilder.build(kernel)).spec())
                 .toList();
     }
 

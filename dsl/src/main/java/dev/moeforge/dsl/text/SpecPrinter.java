@@ -3,8 +3,6 @@ package dev.moeforge.dsl.text;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
-import dev.moeforge.dsl.check.EpilogueTypes;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.Add;
 import dev.moeforge.dsl.ir.epilogue.Combine;
@@ -18,7 +16,10 @@ import dev.moeforge.dsl.ir.epilogue.Sigmoid;
 import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.ScheduleKind;
 import java.util.List;
+import java.util.Locale;
 import java.util.stream.Collectors;
 
 /**
@@ -32,7 +33,7 @@ public final class SpecPrinter {
     public static String print(KernelSpec spec) {
         return "kernel " + spec.name() + " {\n"
                 + "  problem " + problem(spec.problem()) + "\n"
-                + "  schedule " + schedule(spec.schedule()) + "\n"
+                + "  schedule " + printSchedule(spec.schedule()) + "\n"
                 + "  epilogue " + printEpilogue(spec.epilogue()) + "\n"
                 + "  target " + spec.target().text() + "\n"
                 + "}\n";
@@ -55,7 +56,7 @@ public final class SpecPrinter {
             case Store s -> "store(" + printEpilogue(s.input()) + ", dtype=" + s.dtype().text() + ")";
             case RowParam p -> "row(" + p.name() + ")";
             case Add a -> "add(" + printEpilogue(a.left()) + ", " + printEpilogue(a.right()) + ")";
-            case Scale s -> "scale(" + printEpilogue(s.input()) + ", " + EpilogueTypes.number(s.factor()) + ")";
+            case Scale s -> "scale(" + printEpilogue(s.input()) + ", " + number(s.factor()) + ")";
             case Sigmoid s -> "sigmoid(" + printEpilogue(s.input()) + ")";
             case Softmax s -> "softmax(" + printEpilogue(s.input()) + ")";
             // the group limit is printed only when there is one (its default is no limit)
@@ -65,6 +66,14 @@ public final class SpecPrinter {
             case Renormalize r -> "renormalize(" + printEpilogue(r.input()) + ")";
             case Dense d -> "dense(" + printEpilogue(d.input()) + ")";
         };
+    }
+
+    /** A scale factor as the textual form writes it: an integer without a decimal point, else Java's shortest repeatable digits. */
+    public static String number(double v) {
+        if (v == Math.rint(v) && Math.abs(v) < 1e15) {
+            return Long.toString((long) v);
+        }
+        return Double.toString(v).toLowerCase(Locale.ROOT);
     }
 
     private static String problem(Problem problem) {
@@ -89,24 +98,14 @@ public final class SpecPrinter {
         return "hidden=" + s.hidden() + ", intermediate=" + s.intermediate() + ", experts=" + s.experts() + ", topk=" + s.topk();
     }
 
-    private static String schedule(Schedule schedule) {
-        return switch (schedule) {
-            case Schedule.OutputCentric oc -> "output_centric(warps_per_cta=" + oc.warpsPerCta()
-                    + ", load_bytes=" + oc.loadBytes() + ", k_unroll=" + oc.kUnroll()
-                    + ", tokens_per_cta=" + oc.tokensPerCta() + ", warps_per_output=" + oc.warpsPerOutput()
-                    + ", min_blocks_per_sm=" + oc.minBlocksPerSm() + ")";
-            case Schedule.OutputTensorCore tc -> "output_tensor_core(warps_per_cta=" + tc.warpsPerCta() + ", k_unroll="
-                    + tc.kUnroll() + ", warps_per_tile=" + tc.warpsPerTile() + ", min_blocks_per_sm=" + tc.minBlocksPerSm() + ")";
-            case Schedule.SplitDown sd -> "split_down(warps_per_cta=" + sd.warpsPerCta() + ", k_unroll=" + sd.kUnroll()
-                    + ", warps_per_tile=" + sd.warpsPerTile() + ", min_blocks_per_sm=" + sd.minBlocksPerSm()
-                    + ", order_loads=" + sd.orderLoads() + ")";
-            case Schedule.RouterGemv g -> "router_gemv(warps_per_cta=" + g.warpsPerCta() + ", load_bytes=" + g.loadBytes()
-                    + ", k_unroll=" + g.kUnroll() + ", experts_per_cta=" + g.expertsPerCta() + ")";
-            case Schedule.RouterCluster c -> "router_cluster(cluster_size=" + c.clusterSize() + ", warps_per_cta="
-                    + c.warpsPerCta() + ", load_bytes=" + c.loadBytes() + ", k_unroll=" + c.kUnroll() + ")";
-            case Schedule.RouterTiled t -> "router_tiled(tokens_per_cta=" + t.tokensPerCta() + ", tokens_per_warp="
-                    + t.tokensPerWarp() + ", warps_per_cta=" + t.warpsPerCta() + ", k_tile=" + t.kTile() + ", stages="
-                    + t.stages() + ", k_groups=" + t.kGroups() + ", cluster_split=" + t.clusterSplit() + ")";
-        };
+    /** {@code kind(param=value, ...)}: every parameter of the kind, in declared order. */
+    public static String printSchedule(Schedule<?> schedule) {
+        ScheduleKind<?, ?> kind = schedule.kind();
+        List<Object> values = kind.values(schedule);
+        StringBuilder b = new StringBuilder(kind.name()).append('(');
+        for (int i = 0; i < values.size(); i++) {
+            b.append(i == 0 ? "" : ", ").append(kind.params().get(i).name()).append('=').append(values.get(i));
+        }
+        return b.append(')').toString();
     }
 }

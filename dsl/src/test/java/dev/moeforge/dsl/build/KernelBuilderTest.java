@@ -12,9 +12,10 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.Schedule;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 
@@ -24,8 +25,8 @@ class KernelBuilderTest {
 
     @Test
     void outputCentricBuilderDefaultsAreTheH100DecodeChoice() {
-        assertEquals(new Schedule.OutputCentric(4, 16, 8, 1, 1, 0), OutputCentricBuilder.create().build());
-        assertEquals(new Schedule.OutputCentric(2, 8, 4, 16, 1, 0),
+        assertEquals(new OutputCentric(4, 16, 8, 1, 1, 0), OutputCentricBuilder.create().build());
+        assertEquals(new OutputCentric(2, 8, 4, 16, 1, 0),
                 OutputCentricBuilder.create().warpsPerCta(2).loadBytes(8).kUnroll(4).tokensPerCta(16).build());
     }
 
@@ -122,10 +123,10 @@ class KernelBuilderTest {
     @Test
     void uncheckedDoesNotValidate() {
         KernelSpec spec = KernelBuilder.named("not a C name").expertGateUp(new ExpertShape(12, 64, 4, 5))
-                .schedule(new Schedule.OutputCentric(0, 12, 0, 99, 1, 0)).unchecked();
+                .schedule(new OutputCentric(0, 12, 0, 99, 1, 0)).unchecked();
         assertEquals("not a C name", spec.name());
         assertEquals(new ExpertShape(12, 64, 4, 5), ((Problem.ExpertProblem) spec.problem()).shape());
-        assertEquals(new Schedule.OutputCentric(0, 12, 0, 99, 1, 0), spec.schedule());
+        assertEquals(new OutputCentric(0, 12, 0, 99, 1, 0), spec.schedule());
     }
 
     @Test

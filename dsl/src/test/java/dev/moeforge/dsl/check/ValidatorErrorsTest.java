@@ -6,8 +6,10 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.ir.KernelSpec;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.RouterTiled;
+import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.text.SpecParser;
 import java.io.IOException;
 import java.net.URISyntaxException;
@@ -60,7 +62,7 @@ class ValidatorErrorsTest {
         String text = Files.readString(dir().resolve("shared_memory_over_sm120_limit.moe"));
         assertThrows(SpecException.class, () -> SpecParser.parse(text));
         KernelSpec onHopper = SpecParser.parse(text.replace("target sm_120a", "target sm_90a"));
-        long shared = OutputCentricLayout.of((dev.moeforge.dsl.ir.Problem.ExpertProblem) onHopper.problem(), (Schedule.OutputCentric) onHopper.schedule()).sharedBytes();
+        long shared = OutputCentric.Layout.of((dev.moeforge.dsl.ir.Problem.ExpertProblem) onHopper.problem(), (OutputCentric) onHopper.schedule()).sharedBytes();
         assertEquals(172_304, shared);
         assertTrue(shared > Target.SM_120A.maxSharedBytesPerBlock());
     }
@@ -71,8 +73,8 @@ class ValidatorErrorsTest {
         String text = Files.readString(dir().resolve("router_tiled_histogram_over_sm120_limit.moe"));
         assertThrows(SpecException.class, () -> SpecParser.parse(text));
         KernelSpec withoutCounts = SpecParser.parse(text.replace("expert_counts=true", "expert_counts=false"));
-        long shared = RouterTileLayout.of((dev.moeforge.dsl.ir.Problem.Router) withoutCounts.problem(),
-                (Schedule.RouterTiled) withoutCounts.schedule()).sharedBytes();
+        long shared = RouterTiled.Layout.of((dev.moeforge.dsl.ir.Problem.Router) withoutCounts.problem(),
+                (RouterTiled) withoutCounts.schedule()).sharedBytes();
         assertEquals(101_376, shared);
         assertTrue(shared <= Target.SM_120A.maxSharedBytesPerBlock());
         assertTrue(shared + 4 * 512 > Target.SM_120A.maxSharedBytesPerBlock());

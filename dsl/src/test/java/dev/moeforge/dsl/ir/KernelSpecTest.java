@@ -16,6 +16,8 @@ import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.text.SpecPrinter;
 import java.util.HashSet;
 import java.util.Set;
@@ -98,7 +100,7 @@ class KernelSpecTest {
     @Test
     void withScheduleChangesOnlyTheSchedule() {
         KernelSpec a = gateUp();
-        Schedule s = new Schedule.OutputCentric(2, 8, 2, 1, 1, 0);
+        Schedule<?> s = new OutputCentric(2, 8, 2, 1, 1, 0);
         KernelSpec b = a.withSchedule(s);
         assertSame(s, b.schedule());
         assertEquals(a.name(), b.name());

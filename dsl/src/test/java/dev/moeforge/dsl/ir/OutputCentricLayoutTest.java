@@ -5,8 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.KernelBuilder;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
-import dev.moeforge.dsl.check.OutputCentricLayout;
-import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.OutputCentric;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -47,7 +46,7 @@ class OutputCentricLayoutTest {
     /** Qwen3-30B-A3B gate_up: 2048 / 8 elements per 16-byte load = 256 loads = one pass of 32 lanes x 8 loads. */
     @Test
     void qwen3GateUpRowIsOnePass() {
-        OutputCentricLayout l = OutputCentricLayout.of(gateUp(2048, 768, 128, 8), schedule(4, 16, 8, 1));
+        OutputCentric.Layout l = OutputCentric.Layout.of(gateUp(2048, 768, 128, 8), schedule(4, 16, 8, 1));
         assertEquals(2048, l.reduceLength());
         assertEquals(8, l.elementsPerLoad());
         assertEquals(256, l.chunksPerRow());
@@ -66,7 +65,7 @@ class OutputCentricLayoutTest {
         "16, 1",   // 360 / 512 -> 1
     })
     void gptOssRowPasses(int unroll, int passes) {
-        OutputCentricLayout l = OutputCentricLayout.of(gateUp(2880, 2880, 32, 4), schedule(4, 16, unroll, 1));
+        OutputCentric.Layout l = OutputCentric.Layout.of(gateUp(2880, 2880, 32, 4), schedule(4, 16, unroll, 1));
         assertEquals(360, l.chunksPerRow());
         assertEquals(passes, l.blocksPerRow());
         assertEquals(0, l.sharedBytes());
@@ -74,12 +73,12 @@ class OutputCentricLayoutTest {
 
     @Test
     void downReducesOverTheIntermediateSize() {
-        OutputCentricLayout l = OutputCentricLayout.of(down(2048, 768, 128, 8), schedule(4, 16, 8, 1));
+        OutputCentric.Layout l = OutputCentric.Layout.of(down(2048, 768, 128, 8), schedule(4, 16, 8, 1));
         assertEquals(768, l.reduceLength());
         assertEquals(96, l.chunksPerRow(), "768 / 8");
         assertEquals(1, l.blocksPerRow(), "ceil(96 / 256)");
         // 4-byte loads: 2 elements each, 384 loads, 2 passes of 256
-        OutputCentricLayout narrow = OutputCentricLayout.of(down(2048, 768, 128, 8), schedule(4, 4, 8, 1));
+        OutputCentric.Layout narrow = OutputCentric.Layout.of(down(2048, 768, 128, 8), schedule(4, 4, 8, 1));
         assertEquals(2, narrow.elementsPerLoad());
         assertEquals(384, narrow.chunksPerRow());
         assertEquals(2, narrow.blocksPerRow());
@@ -88,8 +87,8 @@ class OutputCentricLayoutTest {
     @Test
     void singleTokenCtasNeedNoSharedMemory() {
         for (int warps : new int[] {1, 4, 32}) {
-            assertEquals(0, OutputCentricLayout.of(gateUp(2880, 2880, 32, 4), schedule(warps, 16, 4, 1)).sharedBytes());
-            assertEquals(0, OutputCentricLayout.of(down(2048, 768, 1024, 32), schedule(warps, 16, 8, 1)).sharedBytes());
+            assertEquals(0, OutputCentric.Layout.of(gateUp(2880, 2880, 32, 4), schedule(warps, 16, 4, 1)).sharedBytes());
+            assertEquals(0, OutputCentric.Layout.of(down(2048, 768, 1024, 32), schedule(warps, 16, 8, 1)).sharedBytes());
         }
     }
 
@@ -102,7 +101,7 @@ class OutputCentricLayoutTest {
      */
     @Test
     void tiledDownSharedBytesByHand() {
-        OutputCentricLayout l = OutputCentricLayout.of(down(2048, 768, 128, 8), schedule(4, 16, 8, 32));
+        OutputCentric.Layout l = OutputCentric.Layout.of(down(2048, 768, 128, 8), schedule(4, 16, 8, 32));
         assertEquals(128, l.maxDistinctExperts());
         assertEquals(48 + 1024 + 4096 + 4 * 32 * 32 * 4, l.sharedBytes());
         assertEquals(21_552, l.sharedBytes());
@@ -115,8 +114,8 @@ class OutputCentricLayoutTest {
      */
     @Test
     void tiledGateUpSharedBytesByHand() {
-        assertEquals(5_168, OutputCentricLayout.of(gateUp(2048, 768, 128, 8), schedule(4, 16, 8, 32)).sharedBytes());
-        OutputCentricLayout twoPasses = OutputCentricLayout.of(gateUp(2880, 768, 128, 8), schedule(4, 16, 8, 32));
+        assertEquals(5_168, OutputCentric.Layout.of(gateUp(2048, 768, 128, 8), schedule(4, 16, 8, 32)).sharedBytes());
+        OutputCentric.Layout twoPasses = OutputCentric.Layout.of(gateUp(2880, 768, 128, 8), schedule(4, 16, 8, 32));
         assertEquals(2, twoPasses.blocksPerRow());
         assertEquals(5_168 + 32_768, twoPasses.sharedBytes());
     }
@@ -128,7 +127,7 @@ class OutputCentricLayoutTest {
      */
     @Test
     void tiledSharedBytesAlignEachRegionTo16Bytes() {
-        OutputCentricLayout l = OutputCentricLayout.of(down(64, 64, 100, 3), schedule(2, 16, 8, 5));
+        OutputCentric.Layout l = OutputCentric.Layout.of(down(64, 64, 100, 3), schedule(2, 16, 8, 5));
         assertEquals(15, l.maxDistinctExperts());
         assertEquals(48 + 128 + 80 + 1280, l.sharedBytes());
     }
@@ -150,7 +149,7 @@ class OutputCentricLayoutTest {
     void javaLayoutMatchesTheCudaTileRouting(String kind, int h, int i, int e, int k, int w, int lb, int u, int t)
             throws IOException {
         Problem.ExpertProblem p = kind.equals("down") ? down(h, i, e, k) : gateUp(h, i, e, k);
-        OutputCentricLayout layout = OutputCentricLayout.of(p, schedule(w, lb, u, t));
+        OutputCentric.Layout layout = OutputCentric.Layout.of(p, schedule(w, lb, u, t));
         CudaLayout cuda = CudaLayout.read();
         Map<String, Long> routing = cuda.tileRouting(t, k, e);
         assertEquals(routing.get("kMaxDistinct").longValue(), layout.maxDistinctExperts(), "kMaxDistinct");
@@ -181,7 +180,7 @@ class OutputCentricLayoutTest {
     void validatedSpecsUseTheSameLayout() {
         KernelSpec spec = KernelBuilder.named("d").expertDown(new ExpertShape(2048, 768, 128, 8))
                 .schedule(OutputCentricBuilder.create().tokensPerCta(32).build()).build();
-        assertEquals(21_552, OutputCentricLayout.of((Problem.ExpertProblem) spec.problem(), (OutputCentric) spec.schedule()).sharedBytes());
+        assertEquals(21_552, OutputCentric.Layout.of((Problem.ExpertProblem) spec.problem(), (OutputCentric) spec.schedule()).sharedBytes());
     }
 
     /**

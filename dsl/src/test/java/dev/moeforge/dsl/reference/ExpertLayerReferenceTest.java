@@ -12,9 +12,10 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.SplitDown;
 import org.junit.jupiter.api.Test;
 
 /** The whole-layer reference is gate_up, then down on gate_up's stored (bf16) intermediate. */
@@ -49,7 +50,7 @@ class ExpertLayerReferenceTest {
         ExpertLayerSpecs specs = specs(SHAPE);
         // the reference reads the weights it is given (bf16 here); the spec's format is split_down's kind
         KernelSpec mlp = new KernelSpec("ref_mlp", new Problem.ExpertMlp(SHAPE, WeightFormat.NVFP4, DType.BF16, GateUpLayout.STACKED),
-                new Schedule.SplitDown(8, 2, 4, 3, false), specs.gateUp().epilogue(), Target.SM_90A);
+                new SplitDown(8, 2, 4, 3, false), specs.gateUp().epilogue(), Target.SM_90A);
         short[] x = RandomInputs.bf16Normal(5, 3 * SHAPE.hidden(), 1.0);
         WeightRows gu = WeightRows.bf16(RandomInputs.bf16Normal(6, SHAPE.experts() * 2 * SHAPE.intermediate() * SHAPE.hidden(), 0.25),
                 SHAPE.experts(), 2 * SHAPE.intermediate(), SHAPE.hidden());

@@ -10,7 +10,6 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Acc;
@@ -19,6 +18,10 @@ import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.OutputTensorCore;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.SplitDown;
 import java.io.IOException;
 import java.net.URISyntaxException;
 import java.nio.file.Files;
@@ -80,8 +83,8 @@ class SpecRoundTripTest {
         List<KernelSpec> specs = Stream.generate(() -> randomValidSpec(random, 0)).limit(200).toList();
         assertTrue(specs.stream().anyMatch(s -> s.problem() instanceof Problem.ExpertDown));
         assertTrue(specs.stream().anyMatch(s -> s.problem() instanceof Problem.ExpertGateUp));
-        assertTrue(specs.stream().anyMatch(s -> s.schedule() instanceof Schedule.OutputTensorCore));
-        assertTrue(specs.stream().anyMatch(s -> s.schedule() instanceof Schedule.SplitDown));
+        assertTrue(specs.stream().anyMatch(s -> s.schedule() instanceof OutputTensorCore));
+        assertTrue(specs.stream().anyMatch(s -> s.schedule() instanceof SplitDown));
         for (Target t : Target.values()) {
             assertTrue(specs.stream().anyMatch(s -> s.target() == t), t.text());
         }
@@ -159,7 +162,7 @@ class SpecRoundTripTest {
             ExpertShape mlpShape = new ExpertShape(64 * (1 + r.nextInt(64)), 128 * (1 + r.nextInt(16)), experts, shape.topk());
             Problem mlp = new Problem.ExpertMlp(mlpShape, List.of(WeightFormat.NVFP4, WeightFormat.MXFP4, WeightFormat.INT4_CHANNEL,
                     WeightFormat.INT4_GROUP128).get(r.nextInt(4)), DType.BF16, GateUpLayout.values()[r.nextInt(GateUpLayout.values().length)]);
-            return new KernelSpec("mlp_" + index, mlp, new Schedule.SplitDown(2 * warpsPerTile, 1 + r.nextInt(8), warpsPerTile,
+            return new KernelSpec("mlp_" + index, mlp, new SplitDown(2 * warpsPerTile, 1 + r.nextInt(8), warpsPerTile,
                     r.nextInt(2), r.nextBoolean()), new Store(randomGateUpValue(r, 3), DType.BF16),
                     Target.values()[r.nextInt(Target.values().length)]);
         }
@@ -179,9 +182,9 @@ class SpecRoundTripTest {
         int perOutput = gateUp && tokens > 1 ? 1 : List.of(1, 2, 4, 8).stream().filter(d -> warps % d == 0).toList()
                 .get(r.nextInt((int) List.of(1, 2, 4, 8).stream().filter(d -> warps % d == 0).count()));
         Schedule schedule = tensorCores
-                ? new Schedule.OutputTensorCore(warps, 1 + r.nextInt(8), List.of(1, 2, 4, 8).stream().filter(d -> warps % d == 0)
+                ? new OutputTensorCore(warps, 1 + r.nextInt(8), List.of(1, 2, 4, 8).stream().filter(d -> warps % d == 0)
                         .toList().getLast(), r.nextInt(2))
-                : new Schedule.OutputCentric(warps, List.of(4, 8, 16).get(r.nextInt(3)), 1 + r.nextInt(8), tokens, perOutput,
+                : new OutputCentric(warps, List.of(4, 8, 16).get(r.nextInt(3)), 1 + r.nextInt(8), tokens, perOutput,
                         r.nextInt(3));
         EpilogueNode epilogue = new Store(gateUp ? randomGateUpValue(r, 3) : new Combine(Acc.MAIN), DType.BF16);
         // names include the grammar's keywords, which are ordinary names outside their own place

@@ -6,8 +6,11 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.Candidates;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.text.SpecPrinter;
+import dev.moeforge.generated.BuiltinKernel;
 import dev.moeforge.runtime.bench.BenchKernels;
 import dev.moeforge.runtime.bench.ExpertLayerBenchmark;
 import dev.moeforge.runtime.bench.GpuTimer;
@@ -49,8 +52,8 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--read-gib", defaultValue = "4", description = "Size of the read-bandwidth probe in GiB (default: ${DEFAULT-VALUE}).")
     int readGib;
 
-    @Option(names = "--sweep", description = "Also time a sweep of output-centric schedules: token tiles 1, 8, 32 "
-            + "x k_unroll 4, 8 x min_blocks_per_sm 0, 1, 2 (down with 2 or 4 warps per output).")
+    @Option(names = "--sweep", description = "Also time every neighbour of the catalogue pairs' schedules (the valid "
+            + "schedules of the same kind with one parameter changed), each half beside the pair's other half.")
     boolean sweep;
 
 
@@ -99,36 +102,41 @@ public final class BenchCommand implements Callable<Integer> {
         // the catalogue's three Qwen3-30B-A3B layers: one token per warp, tiles of 8 and of 32 tokens
         // each overlapping its predecessor (programmatic dependent launch), and serial for comparison
         for (LaunchOrder order : List.of(LaunchOrder.OVERLAPPING_PREVIOUS, LaunchOrder.AFTER_PREVIOUS)) {
-            for (String suffix : List.of("", "_t8", "_t32")) {
-                v.add(new ExpertLayerBenchmark.Variant((suffix.isEmpty() ? "t1" : suffix.substring(1))
-                        + (order == LaunchOrder.AFTER_PREVIOUS ? "_serial" : ""), new ExpertLayer(
-                        runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up" + suffix)),
-                        runtime.load(Catalogue.named("qwen3_30b_a3b_down" + suffix)), order)));
+            for (CataloguePair pair : PAIRS) {
+                v.add(new ExpertLayerBenchmark.Variant(pair.name() + (order == LaunchOrder.AFTER_PREVIOUS ? "_serial" : ""),
+                        new ExpertLayer(runtime.load(pair.gateUp().spec()), runtime.load(pair.down().spec()), order)));
             }
         }
         if (sweep) {
-            // each pair is timed half by half, so one row compares a gate_up and a down candidate
-            ExpertShape shape = ((dev.moeforge.dsl.ir.Problem.ExpertProblem) Catalogue.named("qwen3_30b_a3b_gate_up").problem()).shape();
-            record Candidate(String name, OutputCentric gateUp, OutputCentric down) {}
-            List<Candidate> candidates = new ArrayList<>();
-            for (int t : new int[] {1, 8, 32}) {
-                for (int minBlocks : new int[] {0, 1, 2}) {
-                    for (int u : new int[] {4, 8}) {
-                        OutputCentric gateUp = OutputCentricBuilder.create().kUnroll(u).tokensPerCta(t).minBlocksPerSm(minBlocks).build();
-                        OutputCentric down = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(t == 32 ? 4 : 2)
-                                .kUnroll(u).tokensPerCta(t).minBlocksPerSm(minBlocks).build();
-                        candidates.add(new Candidate("t" + t + "_u" + u + "_mb" + minBlocks, gateUp, down));
-                    }
+            // every neighbour of each pair's schedules, each half beside the pair's other half
+            for (CataloguePair pair : PAIRS) {
+                KernelSpec gateUp = pair.gateUp().spec();
+                KernelSpec down = pair.down().spec();
+                ExpertShape shape = ((Problem.ExpertProblem) gateUp.problem()).shape();
+                for (Schedule<?> g : Candidates.neighbours(gateUp.schedule(), gateUp.problem(), runtime.target())) {
+                    v.add(sweepVariant(runtime, pair.name() + "_gu_" + Candidates.name(g), shape, g, down.schedule()));
                 }
-            }
-            for (Candidate c : candidates) {
-                ExpertLayerSpecs specs = ExpertLayerSpecs.of("sweep_" + c.name(), shape, GateUpLayout.STACKED, c.gateUp(), c.down(),
-                        runtime.target());
-                v.add(new ExpertLayerBenchmark.Variant(c.name(),
-                        new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()))));
+                for (Schedule<?> d : Candidates.neighbours(down.schedule(), down.problem(), runtime.target())) {
+                    v.add(sweepVariant(runtime, pair.name() + "_dn_" + Candidates.name(d), shape, gateUp.schedule(), d));
+                }
             }
         }
         return v;
+    }
+
+    /** A built-in gate_up and down that form one expert layer, by the name the bench tables use. */
+    record CataloguePair(String name, BuiltinKernel gateUp, BuiltinKernel down) {}
+
+    /** The catalogue's Qwen3-30B-A3B BF16 layers: one token per warp, tiles of 8 and of 32 tokens. */
+    static final List<CataloguePair> PAIRS = List.of(
+            new CataloguePair("t1", BuiltinKernel.QWEN3_30B_A3B_GATE_UP, BuiltinKernel.QWEN3_30B_A3B_DOWN),
+            new CataloguePair("t8", BuiltinKernel.QWEN3_30B_A3B_GATE_UP_T8, BuiltinKernel.QWEN3_30B_A3B_DOWN_T8),
+            new CataloguePair("t32", BuiltinKernel.QWEN3_30B_A3B_GATE_UP_T32, BuiltinKernel.QWEN3_30B_A3B_DOWN_T32));
+
+    private static ExpertLayerBenchmark.Variant sweepVariant(KernelRuntime runtime, String name, ExpertShape shape,
+                                                             Schedule<?> gateUp, Schedule<?> down) {
+        ExpertLayerSpecs specs = ExpertLayerSpecs.of("sweep_" + name, shape, GateUpLayout.STACKED, gateUp, down, runtime.target());
+        return new ExpertLayerBenchmark.Variant(name, new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down())));
     }
 
     static void printTable(List<ExpertLayerBenchmark.Result> results) {

@@ -11,7 +11,6 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
@@ -19,6 +18,10 @@ import dev.moeforge.dsl.ir.epilogue.GatedActivation;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.reference.FormatAccuracy;
 import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.dsl.schedule.Candidates;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.SplitDown;
+import dev.moeforge.generated.BuiltinKernel;
 import dev.moeforge.runtime.bench.BenchKernels;
 import dev.moeforge.runtime.bench.ExpertLayerBenchmark;
 import dev.moeforge.runtime.bench.GpuTimer;
@@ -68,28 +71,47 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             + "bf16, fp8_e4m3_channel, fp8_e4m3_block128, mxfp8, nvfp4, mxfp4, int8_channel, int8_group128, int4_channel, int4_group128.")
     List<String> formats;
 
-    @Option(names = "--sweep", description = "Also time single-token pairs with more warps per down output (4) and "
-            + "3 loads in flight, gate_up with 2 warps per output, and the single-token pairs with one block per SM "
-            + "promised to ptxas (min_blocks_per_sm=1: more registers, more loads in flight).")
+    @Option(names = "--sweep", description = "Also time every neighbour of each catalogue pair's schedules (the valid "
+            + "schedules of the same kind with one parameter changed), each half beside the catalogue's other half.")
     boolean sweep;
 
     @Option(names = "--seed", defaultValue = "20261122", description = "Seed of weights and routing (default: ${DEFAULT-VALUE}).")
     long seed;
 
-    /** One timed configuration: a geometry in a format. */
-    record Workload(String model, ExpertShape shape, WeightFormat format) {
-        /** The built-in pair of this geometry and format (e.g. qwen3_30b_a3b_nvfp4_{gate_up,down}; BF16's carry no format). */
+    /** One timed configuration: a geometry in a format, and the catalogue's pair for it (timed first). */
+    record Workload(String model, ExpertShape shape, WeightFormat format, BuiltinKernel gateUp, BuiltinKernel down) {
         KernelSpec catalogueGateUp() {
-            return Catalogue.named(catalogueName() + "_gate_up");
+            return gateUp.spec();
         }
 
         KernelSpec catalogueDown() {
-            return Catalogue.named(catalogueName() + "_down");
+            return down.spec();
         }
+    }
 
-        private String catalogueName() {
-            return format == WeightFormat.BF16 ? model : model + "_" + format.text();
-        }
+    /** Every workload: each format at the Qwen3-30B-A3B geometry, and NVFP4 at Qwen3-Next-80B-A3B's. */
+    private static final List<Workload> WORKLOADS = List.of(
+            qwen3(WeightFormat.BF16, BuiltinKernel.QWEN3_30B_A3B_GATE_UP, BuiltinKernel.QWEN3_30B_A3B_DOWN),
+            qwen3(WeightFormat.FP8_CHANNEL, BuiltinKernel.QWEN3_30B_A3B_FP8_E4M3_CHANNEL_GATE_UP,
+                    BuiltinKernel.QWEN3_30B_A3B_FP8_E4M3_CHANNEL_DOWN),
+            qwen3(WeightFormat.FP8_BLOCK128, BuiltinKernel.QWEN3_30B_A3B_FP8_E4M3_BLOCK128_GATE_UP,
+                    BuiltinKernel.QWEN3_30B_A3B_FP8_E4M3_BLOCK128_DOWN),
+            qwen3(WeightFormat.MXFP8, BuiltinKernel.QWEN3_30B_A3B_MXFP8_GATE_UP, BuiltinKernel.QWEN3_30B_A3B_MXFP8_DOWN),
+            qwen3(WeightFormat.NVFP4, BuiltinKernel.QWEN3_30B_A3B_NVFP4_GATE_UP, BuiltinKernel.QWEN3_30B_A3B_NVFP4_DOWN),
+            qwen3(WeightFormat.MXFP4, BuiltinKernel.QWEN3_30B_A3B_MXFP4_GATE_UP, BuiltinKernel.QWEN3_30B_A3B_MXFP4_DOWN),
+            qwen3(WeightFormat.INT8_CHANNEL, BuiltinKernel.QWEN3_30B_A3B_INT8_CHANNEL_GATE_UP,
+                    BuiltinKernel.QWEN3_30B_A3B_INT8_CHANNEL_DOWN),
+            qwen3(WeightFormat.INT8_GROUP128, BuiltinKernel.QWEN3_30B_A3B_INT8_GROUP128_GATE_UP,
+                    BuiltinKernel.QWEN3_30B_A3B_INT8_GROUP128_DOWN),
+            qwen3(WeightFormat.INT4_CHANNEL, BuiltinKernel.QWEN3_30B_A3B_INT4_CHANNEL_GATE_UP,
+                    BuiltinKernel.QWEN3_30B_A3B_INT4_CHANNEL_DOWN),
+            qwen3(WeightFormat.INT4_GROUP128, BuiltinKernel.QWEN3_30B_A3B_INT4_GROUP128_GATE_UP,
+                    BuiltinKernel.QWEN3_30B_A3B_INT4_GROUP128_DOWN),
+            new Workload("qwen3_next_80b", QWEN3_NEXT, WeightFormat.NVFP4, BuiltinKernel.QWEN3_NEXT_80B_NVFP4_GATE_UP,
+                    BuiltinKernel.QWEN3_NEXT_80B_NVFP4_DOWN));
+
+    private static Workload qwen3(WeightFormat format, BuiltinKernel gateUp, BuiltinKernel down) {
+        return new Workload("qwen3_30b_a3b", QWEN3_30B, format, gateUp, down);
     }
 
     @Override
@@ -217,14 +239,7 @@ public final class BenchFormatsCommand implements Callable<Integer> {
                                 + WeightFormat.ALL.stream().map(WeightFormat::text).toList())));
             }
         }
-        List<Workload> w = new ArrayList<>();
-        for (WeightFormat f : chosen) {
-            w.add(new Workload("qwen3_30b_a3b", QWEN3_30B, f));
-        }
-        if (chosen.contains(WeightFormat.NVFP4)) {
-            w.add(new Workload("qwen3_next_80b", QWEN3_NEXT, WeightFormat.NVFP4));
-        }
-        return w;
+        return WORKLOADS.stream().filter(w -> chosen.contains(w.format())).toList();
     }
 
     /**
@@ -249,39 +264,16 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             // tensor-core decode (bench/probes/tensor_core_probe.cu picked gate_up 8 warps, 4 per tile, 2 steps in
             // flight; decode_pipeline_probe.cu down 24 warps on one tile, groups of one step), and each half of it
             // beside the warp decode
-            Schedule tcGateUp = OutputTensorCoreBuilder.create().build();
-            Schedule tcDown = OutputTensorCoreBuilder.create().warpsPerCta(24).warpsPerTile(24).kUnroll(1).build();
-            Schedule gateUp = OutputCentricBuilder.create().kUnroll(2).build();
-            Schedule down = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).build();
+            Schedule<?> tcGateUp = OutputTensorCoreBuilder.create().build();
+            Schedule<?> tcDown = OutputTensorCoreBuilder.create().warpsPerCta(24).warpsPerTile(24).kUnroll(1).build();
+            Schedule<?> gateUp = OutputCentricBuilder.create().kUnroll(2).build();
+            Schedule<?> down = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).build();
             v.add(variant(runtime, w, "tc", tcGateUp, tcDown));
             v.add(variant(runtime, w, "tc_gate_up", tcGateUp, down));
             v.add(variant(runtime, w, "tc_down", gateUp, tcDown));
-            if (sweep) {
-                for (int[] g : new int[][] {{8, 1, 8}, {8, 2, 8}, {8, 2, 2}, {4, 2, 4}}) {
-                    v.add(variant(runtime, w, "tc_gw" + g[0] + "u" + g[1] + "s" + g[2], OutputTensorCoreBuilder.create()
-                            .warpsPerCta(g[0]).kUnroll(g[1]).warpsPerTile(g[2]).build(), tcDown));
-                }
-                for (int[] d : new int[][] {{16, 1, 16}, {16, 2, 16}, {16, 3, 16}, {32, 1, 32}, {24, 2, 24}, {12, 1, 12}}) {
-                    v.add(variant(runtime, w, "tc_dw" + d[0] + "u" + d[1] + "s" + d[2], tcGateUp, OutputTensorCoreBuilder.create()
-                            .warpsPerCta(d[0]).kUnroll(d[1]).warpsPerTile(d[2]).build()));
-                }
-            }
         }
         if (sweep) {
-            // ptxas, told nothing about occupancy, held some kernels to 36-46 registers (bench/NOTES.md, "The grouped
-            // tail"); promising one block per SM lets it keep more loads in flight
-            for (int u : new int[] {2, 4}) {
-                v.add(variant(runtime, w, "t1_u" + u + "_mb1", OutputCentricBuilder.create().kUnroll(u).minBlocksPerSm(1).build(),
-                        OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(u).minBlocksPerSm(1).build()));
-            }
-            Schedule splitOneBlock = OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2).kUnroll(2).minBlocksPerSm(1).build();
-            v.add(variant(runtime, w, "t1_u2_s2_mb1", splitOneBlock, splitOneBlock));
-            for (int u : new int[] {2, 3}) {
-                v.add(variant(runtime, w, "t1_u" + u + "_down_s4", OutputCentricBuilder.create().kUnroll(u).build(),
-                        OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(4).kUnroll(u).build()));
-                v.add(variant(runtime, w, "t1_u" + u + "_s2_down_s4", OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(2)
-                        .kUnroll(u).build(), OutputCentricBuilder.create().warpsPerCta(8).warpsPerOutput(4).kUnroll(u).build()));
-            }
+            v.addAll(neighbours(runtime, w));
         }
         return v;
     }
@@ -300,15 +292,33 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             String name = "split_down" + (ordered ? "_ordered" : "");
             KernelSpec spec = new KernelSpec("fmt_" + w.model() + "_" + w.format().text() + "_" + name,
                     new Problem.ExpertMlp(w.shape(), w.format(), DType.BF16, GateUpLayout.STACKED),
-                    new Schedule.SplitDown(8, 2, 4, 3, ordered),
+                    new SplitDown(8, 2, 4, 3, ordered),
                     new Store(new GatedActivation(GateFunction.SILU, Acc.GATE, Acc.UP), DType.BF16), runtime.target());
             v.add(new ExpertLayerBenchmark.MlpVariant(w.format().text() + " " + name, new ExpertMlpLayer(runtime.load(spec))));
         }
         return v;
     }
 
-    private static ExpertLayerBenchmark.Variant variant(KernelRuntime runtime, Workload w, String name, Schedule gateUp,
-                                                        Schedule down) {
+    /**
+     * The sweep: every neighbour of the catalogue pair's gate_up schedule (the valid schedules of its
+     * kind with one parameter changed) beside the catalogue's down, and every neighbour of its down
+     * beside its gate_up.
+     */
+    private static List<ExpertLayerBenchmark.Variant> neighbours(KernelRuntime runtime, Workload w) {
+        KernelSpec gateUp = w.catalogueGateUp();
+        KernelSpec down = w.catalogueDown();
+        List<ExpertLayerBenchmark.Variant> v = new ArrayList<>();
+        for (Schedule<?> g : Candidates.neighbours(gateUp.schedule(), gateUp.problem(), runtime.target())) {
+            v.add(variant(runtime, w, "gu_" + Candidates.name(g), g, down.schedule()));
+        }
+        for (Schedule<?> d : Candidates.neighbours(down.schedule(), down.problem(), runtime.target())) {
+            v.add(variant(runtime, w, "dn_" + Candidates.name(d), gateUp.schedule(), d));
+        }
+        return v;
+    }
+
+    private static ExpertLayerBenchmark.Variant variant(KernelRuntime runtime, Workload w, String name, Schedule<?> gateUp,
+                                                        Schedule<?> down) {
         ExpertLayerSpecs specs = ExpertLayerSpecs.of("fmt_" + w.model() + "_" + w.format().text() + "_" + name, w.shape(),
                 GateUpLayout.STACKED, w.format(), gateUp, down, runtime.target());
         return new ExpertLayerBenchmark.Variant(w.format().text() + " " + name,

@@ -3,6 +3,7 @@ package dev.moeforge.examples.cli;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.generated.BuiltinKernel;
 import dev.moeforge.runtime.bench.BenchKernels;
 import dev.moeforge.runtime.bench.ExpertLayerBenchmark;
 import dev.moeforge.runtime.cache.KernelCache;
@@ -54,8 +55,8 @@ public final class BenchLayerCommand implements Callable<Integer> {
              BenchKernels kernels = new BenchKernels(runtime, cache)) {
             long readBytes = 4L << 30;
             double readBw = readBytes / (kernels.timeRead(stream, readBytes, 5, 50).medianMicros() * 1e-6);
-            RouterKernel router = new RouterKernel(runtime.load(Catalogue.named("qwen3_30b_a3b_router")), maxTokens);
-            ExpertShape shape = ((Problem.ExpertProblem) Catalogue.named("qwen3_30b_a3b_gate_up").problem()).shape();
+            RouterKernel router = new RouterKernel(runtime.load(BuiltinKernel.QWEN3_30B_A3B_ROUTER.spec()), maxTokens);
+            ExpertShape shape = ((Problem.ExpertProblem) BuiltinKernel.QWEN3_30B_A3B_GATE_UP.spec().problem()).shape();
             List<DeviceBuffer> routerWeights = new ArrayList<>();
             try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(kernels, stream, shape, workload.layers, maxTokens, 20261122)) {
                 for (int l = 0; l < workload.layers; l++) {
@@ -66,12 +67,11 @@ public final class BenchLayerCommand implements Callable<Integer> {
                 System.out.printf(Locale.ROOT, "MoE layer H=%d I=%d E=%d top-%d BF16, %d layers, read bandwidth %.0f GB/s%n",
                         shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), workload.layers, readBw / 1e9);
                 for (int m : workload.tokens) {
-                    String suffix = m <= 4 ? "" : m <= 8 ? "_t8" : "_t32";
+                    BenchCommand.CataloguePair pair = BenchCommand.PAIRS.get(m <= 4 ? 0 : m <= 8 ? 1 : 2);
                     // each layer twice: kernels overlapping their predecessor (programmatic dependent launch), then serial
                     for (LaunchOrder order : List.of(LaunchOrder.OVERLAPPING_PREVIOUS, LaunchOrder.AFTER_PREVIOUS)) {
-                        ExpertLayer experts = new ExpertLayer(runtime.load(Catalogue.named("qwen3_30b_a3b_gate_up" + suffix)),
-                                runtime.load(Catalogue.named("qwen3_30b_a3b_down" + suffix)), order);
-                        String name = "router+" + (suffix.isEmpty() ? "t1" : suffix.substring(1))
+                        ExpertLayer experts = new ExpertLayer(runtime.load(pair.gateUp().spec()), runtime.load(pair.down().spec()), order);
+                        String name = "router+" + pair.name()
                                 + (order == LaunchOrder.AFTER_PREVIOUS ? " serial" : "");
                         results.add(bench.runWithRouter(stream, name, router, experts, routerWeights, Map.of(), m, options.warmup,
                                 options.reps, readBw));

@@ -2,18 +2,26 @@ package dev.moeforge.examples.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import dev.moeforge.codegen.cuda.RouterTrees;
 import dev.moeforge.dsl.build.KernelBuilder;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.epilogue.Acc;
+import dev.moeforge.dsl.ir.epilogue.RouterTrees;
 import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
 import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.dsl.schedule.Candidates;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.OutputTensorCore;
+import dev.moeforge.dsl.schedule.RouterCluster;
+import dev.moeforge.dsl.schedule.RouterGemv;
+import dev.moeforge.dsl.schedule.RouterTiled;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.dsl.text.SpecPrinter;
+import dev.moeforge.generated.BuiltinKernel;
 import dev.moeforge.runtime.bench.BenchKernels;
 import dev.moeforge.runtime.bench.GpuTimer;
 import dev.moeforge.runtime.cache.KernelCache;
@@ -48,7 +56,7 @@ import picocli.CommandLine.Option;
  * softmax + top-k on the same shapes, eager and graph-captured.
  */
 @Command(name = "router", mixinStandardHelpOptions = true,
-        description = "Times the router kernels (decode shapes and seed 002's six shapes) against PyTorch eager and "
+        description = "Times the router kernels (decode shapes and six GEMM shapes) against PyTorch eager and "
                 + "graph-captured in the same run; writes <out>/<date>-<device>-router.json.")
 public final class BenchRouterCommand implements Callable<Integer> {
 
@@ -61,8 +69,9 @@ public final class BenchRouterCommand implements Callable<Integer> {
     Path torchScript;
 
 
-    @Option(names = "--sweep", description = "Also time the decode shapes under a grid of router_gemv and router_cluster "
-            + "schedules, and the seed shapes under a grid of router_tiled schedules and router_gemv.")
+    @Option(names = "--sweep", description = "Also time every shape under each neighbour of its schedule (the valid "
+            + "schedules of its kind with one parameter changed), and the prefill router without its histogram and with "
+            + "the seed's rule.")
     boolean sweep;
 
     @Option(names = "--shapes", split = ",", paramLabel = "NAME",
@@ -119,16 +128,16 @@ public final class BenchRouterCommand implements Callable<Integer> {
 
     static List<Shape> shapes() {
         List<Shape> s = new ArrayList<>();
-        s.add(new Shape("decode_qwen3_30b_m1", 1, Catalogue.named("qwen3_30b_a3b_router"), "softmax_renorm"));
-        s.add(new Shape("decode_qwen3_next_m1", 1, Catalogue.named("qwen3_next_80b_router"), "softmax_renorm"));
-        s.add(new Shape("decode_deepseek_v3_m1", 1, Catalogue.named("deepseek_v3_router"), "grouped_sigmoid"));
-        s.add(new Shape("decode_gpt_oss_20b_m1", 1, Catalogue.named("gpt_oss_20b_router"), "biased_topk_softmax"));
-        s.add(new Shape("prefill_qwen3_30b_m4096", 4096, Catalogue.named("qwen3_30b_a3b_router_prefill"), "softmax_renorm"));
+        s.add(new Shape("decode_qwen3_30b_m1", 1, BuiltinKernel.QWEN3_30B_A3B_ROUTER.spec(), "softmax_renorm"));
+        s.add(new Shape("decode_qwen3_next_m1", 1, BuiltinKernel.QWEN3_NEXT_80B_ROUTER.spec(), "softmax_renorm"));
+        s.add(new Shape("decode_deepseek_v3_m1", 1, BuiltinKernel.DEEPSEEK_V3_ROUTER.spec(), "grouped_sigmoid"));
+        s.add(new Shape("decode_gpt_oss_20b_m1", 1, BuiltinKernel.GPT_OSS_20B_ROUTER.spec(), "biased_topk_softmax"));
+        s.add(new Shape("prefill_qwen3_30b_m4096", 4096, BuiltinKernel.QWEN3_30B_A3B_ROUTER_PREFILL.spec(), "softmax_renorm"));
         // each seed shape under the router_tiled schedule that won it: the two smallest from the --sweep
         // (bench/results/2026-11-22-nvidia-h100-80gb-hbm3-router-sweep-tiled.json), the mid two from the
         // sweep with k groups and splits (...-router-sweep-mid-shapes*.json), the M = 4096 two from the
         // router probe's k-group and split variants (bench/NOTES.md, "The seed's M=4096 shapes")
-        Schedule.RouterTiled small = tiled(16, 16, 8, 64, 4, 1, 1);
+        RouterTiled small = tiled(16, 16, 8, 64, 4, 1, 1);
         for (SeedShape seed : List.of(new SeedShape(512, 8, 128, small), new SeedShape(512, 16, 128, small),
                 new SeedShape(1024, 64, 512, tiled(16, 16, 8, 64, 4, 2, 2)),
                 new SeedShape(2048, 128, 1024, tiled(32, 32, 16, 64, 3, 4, 2)),
@@ -146,31 +155,18 @@ public final class BenchRouterCommand implements Callable<Integer> {
     private static final Store SEED_RULE = new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32);
 
     /** One of seed 002's (M, N = experts, K = hidden) shapes and the schedule the bench runs it under. */
-    private record SeedShape(int tokens, int experts, int hidden, Schedule.RouterTiled schedule) {}
+    private record SeedShape(int tokens, int experts, int hidden, RouterTiled schedule) {}
 
     /** A router_tiled schedule, arguments in the textual form's order. */
-    private static Schedule.RouterTiled tiled(int tokensPerCta, int tokensPerWarp, int warps, int kTile, int stages,
+    private static RouterTiled tiled(int tokensPerCta, int tokensPerWarp, int warps, int kTile, int stages,
                                               int kGroups, int clusterSplit) {
-        return new Schedule.RouterTiled(tokensPerCta, tokensPerWarp, warps, kTile, stages, kGroups, clusterSplit);
+        return new RouterTiled(tokensPerCta, tokensPerWarp, warps, kTile, stages, kGroups, clusterSplit);
     }
 
-    /** router_tiled variants the sweep times on the seed shapes (those that do not validate for a shape are left out). */
-    private static final List<Schedule.RouterTiled> TILED_SWEEP = List.of(tiled(16, 16, 4, 64, 3, 1, 1),
-            tiled(16, 16, 8, 64, 4, 1, 1), tiled(16, 16, 16, 64, 4, 1, 1), tiled(32, 16, 8, 64, 4, 1, 1),
-            tiled(32, 16, 16, 64, 3, 1, 1), tiled(64, 16, 16, 64, 3, 1, 1), tiled(64, 16, 16, 64, 4, 1, 2),
-            tiled(64, 32, 16, 64, 4, 4, 2), tiled(64, 32, 16, 64, 3, 4, 2), tiled(64, 32, 16, 64, 4, 2, 2),
-            tiled(32, 16, 16, 64, 4, 4, 1), tiled(32, 16, 8, 64, 4, 1, 2),
-            // k groups and splits for the mid shapes (1024 and 2048 tokens), whose 16-token tiles each read all of W_r
-            tiled(16, 16, 8, 64, 4, 1, 2), tiled(16, 16, 8, 64, 4, 2, 1), tiled(16, 16, 8, 64, 4, 2, 2),
-            tiled(16, 16, 16, 64, 4, 4, 1), tiled(32, 16, 8, 64, 4, 2, 2), tiled(32, 16, 16, 64, 4, 2, 2),
-            tiled(32, 16, 16, 64, 4, 4, 2), tiled(32, 32, 16, 64, 4, 4, 2), tiled(64, 32, 16, 64, 4, 2, 4),
-            tiled(16, 16, 8, 32, 4, 2, 2), tiled(16, 16, 8, 64, 4, 4, 2), tiled(32, 32, 8, 64, 4, 2, 2),
-            tiled(32, 32, 16, 64, 3, 4, 2), tiled(32, 32, 16, 64, 4, 2, 2), tiled(32, 32, 16, 32, 4, 2, 2));
-
     /**
-     * The shapes, then each decode shape again under other router_gemv and router_cluster
-     * schedules, and each seed shape under other router_tiled schedules and router_gemv (names end
-     * in the schedule).
+     * The shapes, then each shape again under every neighbour of its schedule (the valid schedules
+     * of the same kind with one parameter changed; names end in the schedule's), and the prefill
+     * router without its histogram and with the seed's rule.
      */
     static List<Shape> withSweep(List<Shape> shapes) {
         List<Shape> all = new ArrayList<>(shapes);
@@ -186,44 +182,13 @@ public final class BenchRouterCommand implements Callable<Integer> {
                 all.add(new Shape(s.name() + "_seed_rule", s.tokens(), seedRule, "topk_softmax"));
                 continue;
             }
-            if (s.name().startsWith("seed_")) {
-                List<Schedule> variants = new ArrayList<>();
-                variants.add(new Schedule.RouterGemv(4, 16, 8, 4));
-                variants.addAll(TILED_SWEEP);
-                for (Schedule v : variants) {
-                    String name = s.name() + "_" + scheduleTag(v);
-                    KernelSpec spec = s.spec().withSchedule(v).withName("sweep_" + name);
-                    if (dev.moeforge.dsl.check.Validator.errors(spec).isEmpty()) {
-                        all.add(new Shape(name, s.tokens(), spec, s.torchRule()));
-                    }
-                }
-                continue;
-            }
-            // warps x experts per block; with at least twice as many warps as experts, each score is split over warps
-            for (int[] w : new int[][] {{1, 1}, {2, 2}, {4, 4}, {4, 8}, {8, 1}, {8, 2}, {8, 4}, {16, 2}, {16, 4}, {16, 8}, {32, 8}}) {
-                Schedule.RouterGemv g = new Schedule.RouterGemv(w[0], 16, 8, w[1]);
-                String name = s.name() + "_" + scheduleTag(g);
-                all.add(new Shape(name, s.tokens(), s.spec().withSchedule(g).withName("sweep_" + name), s.torchRule()));
-            }
-            // thread-block clusters: cluster size x warps per block
-            for (int[] cw : new int[][] {{8, 16}, {8, 32}, {4, 32}, {8, 8}, {4, 16}, {2, 32}}) {
-                Schedule.RouterCluster c = new Schedule.RouterCluster(cw[0], cw[1], 16, 8);
-                String name = s.name() + "_" + scheduleTag(c);
-                all.add(new Shape(name, s.tokens(), s.spec().withSchedule(c).withName("sweep_" + name), s.torchRule()));
+            // the schedule's neighbours: every valid schedule of its kind with one parameter changed
+            for (Schedule<?> v : Candidates.neighbours(s.spec().schedule(), s.spec().problem(), s.spec().target())) {
+                String name = s.name() + "_" + Candidates.name(v);
+                all.add(new Shape(name, s.tokens(), s.spec().withSchedule(v).withName("sweep_" + name), s.torchRule()));
             }
         }
         return all;
-    }
-
-    private static String scheduleTag(Schedule s) {
-        return switch (s) {
-            case Schedule.RouterGemv g -> "gemv_w" + g.warpsPerCta() + "e" + g.expertsPerCta();
-            case Schedule.RouterCluster c -> "cluster_c" + c.clusterSize() + "w" + c.warpsPerCta();
-            case Schedule.RouterTiled t -> "tiled_m" + t.tokensPerCta() + "t" + t.tokensPerWarp() + "w" + t.warpsPerCta() + "k"
-                    + t.kTile() + "s" + t.stages() + "g" + t.kGroups() + "c" + t.clusterSplit();
-            case Schedule.OutputCentric _, Schedule.OutputTensorCore _, Schedule.SplitDown _ ->
-                    throw new IllegalArgumentException("not a router schedule");
-        };
     }
 
     private Row time(KernelRuntime runtime, BenchKernels kernels, CudaStream stream, Shape s, long l2Bytes) {

@@ -1,21 +1,15 @@
 package dev.moeforge.examples.cli;
 
 import dev.moeforge.dsl.ir.KernelSpec;
-import dev.moeforge.dsl.text.SpecParser;
-import dev.moeforge.generated.BuiltinCatalogue;
+import dev.moeforge.generated.BuiltinKernel;
+import java.util.Arrays;
 import java.util.List;
 
-/** The built-in kernels, parsed from the canonical texts the build generated. */
+/** The built-in kernels' specs, in catalogue order. */
 final class Catalogue {
     private Catalogue() {}
 
     static List<KernelSpec> specs() {
-        return BuiltinCatalogue.SPEC_TEXTS.stream().map(SpecParser::parse).toList();
-    }
-
-    static KernelSpec named(String name) {
-        return specs().stream().filter(s -> s.name().equals(name)).findFirst()
-                .orElseThrow(() -> new IllegalArgumentException("no built-in kernel '" + name + "'; the catalogue has "
-                        + specs().stream().map(KernelSpec::name).toList()));
+        return Arrays.stream(BuiltinKernel.values()).map(BuiltinKernel::spec).toList();
     }
 }

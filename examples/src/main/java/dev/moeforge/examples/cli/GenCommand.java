@@ -5,11 +5,17 @@ import com.fasterxml.jackson.databind.SerializationFeature;
 import dev.moeforge.codegen.cuda.CudaEmitter;
 import dev.moeforge.codegen.cuda.DeviceHeader;
 import dev.moeforge.codegen.cuda.GeneratedKernel;
-import dev.moeforge.codegen.cuda.LaunchGeometry;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.schedule.LaunchGeometry;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.OutputTensorCore;
+import dev.moeforge.dsl.schedule.RouterCluster;
+import dev.moeforge.dsl.schedule.RouterGemv;
+import dev.moeforge.dsl.schedule.RouterTiled;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.compile.CompileResult;
 import dev.moeforge.runtime.compile.CudaSource;
@@ -118,14 +124,7 @@ public final class GenCommand implements Callable<Integer> {
         String cubinName = k.fileName().replaceAll("\\.cu$", ".cubin");
         Files.write(out.resolve(cubinName), r.cubin());
         PtxasReport.FunctionResources f = r.report().function(spec.name());
-        String family = switch (spec.schedule()) {
-            case Schedule.OutputCentric _ -> "output_centric";
-            case Schedule.OutputTensorCore _ -> "output_tensor_core";
-            case Schedule.SplitDown _ -> "split_down";
-            case Schedule.RouterGemv _ -> "router_gemv";
-            case Schedule.RouterCluster _ -> "router_cluster";
-            case Schedule.RouterTiled _ -> "router_tiled";
-        } + switch (spec.problem()) {
+        String family = spec.schedule().kind().name() + switch (spec.problem()) {
             case Problem.ExpertGateUp _ -> "_gate_up";
             case Problem.ExpertDown _ -> "_down";
             case Problem.ExpertMlp _ -> "_mlp";

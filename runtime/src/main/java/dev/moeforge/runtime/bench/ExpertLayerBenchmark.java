@@ -1,6 +1,5 @@
 package dev.moeforge.runtime.bench;
 
-import dev.moeforge.dsl.check.SplitDownLayout;
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.format.EncodedWeights;
 import dev.moeforge.dsl.format.SplitDownWeights;
@@ -8,6 +7,7 @@ import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.runtime.bench.GpuTimer.Timing;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
@@ -83,7 +83,7 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
                                 EncodedWeights gateUp, EncodedWeights down) {
         this(stream, shape, layers, maxTokens, seed, gateUp.bytesPerExpert() + down.bytesPerExpert(),
                 l -> new DeviceWeights[] {DeviceWeights.upload(gateUp), DeviceWeights.upload(down)});
-        if (SplitDownLayout.fits(down.format(), shape.hidden(), shape.intermediate())) {
+        if (SplitDown.fits(down.format(), shape.hidden(), shape.intermediate())) {
             SplitDownWeights split = SplitDownWeights.of(down);
             for (int l = 0; l < layers; l++) {
                 splitDownWeights.add(DeviceWeights.upload(split));

@@ -2,8 +2,8 @@ package dev.moeforge.runtime.kernel;
 
 import dev.moeforge.codegen.cuda.KernelParam;
 import dev.moeforge.codegen.cuda.KernelSignature;
-import dev.moeforge.codegen.cuda.LaunchGeometry;
 import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.schedule.LaunchGeometry;
 import dev.moeforge.runtime.compile.PtxasReport;
 import dev.moeforge.runtime.cuda.CudaFunction;
 import dev.moeforge.runtime.cuda.CudaStream;

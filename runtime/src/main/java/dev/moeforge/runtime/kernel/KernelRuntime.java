@@ -2,10 +2,16 @@ package dev.moeforge.runtime.kernel;
 
 import dev.moeforge.codegen.cuda.CudaEmitter;
 import dev.moeforge.codegen.cuda.GeneratedKernel;
-import dev.moeforge.codegen.cuda.LaunchGeometry;
 import dev.moeforge.dsl.ir.KernelSpec;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.schedule.LaunchGeometry;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.OutputTensorCore;
+import dev.moeforge.dsl.schedule.RouterCluster;
+import dev.moeforge.dsl.schedule.RouterGemv;
+import dev.moeforge.dsl.schedule.RouterTiled;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.dsl.text.SpecParser;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.compile.CompileResult;
@@ -106,35 +112,17 @@ public final class KernelRuntime implements AutoCloseable {
 
     /**
      * What to tell the author of a kernel that ptxas made spill registers to local memory: it still
-     * computes the right thing, but slower (nvcc 13.0: 32-warp tensor-core downs of E2M1 weights from
-     * k_unroll 3; bench/NOTES.md, "Which tensor-core downs spill"). Empty when nothing spilled.
+     * computes the right thing, but slower (bench/NOTES.md, "Which tensor-core downs spill", lists
+     * where nvcc does). The schedule names its parameters that free registers. Empty when nothing spilled.
      */
     static Optional<String> spillWarning(KernelSpec spec, PtxasReport.FunctionResources resources) {
         if (!resources.spills()) {
             return Optional.empty();
         }
-        String remedy = switch (spec.schedule()) {
-            case Schedule.OutputCentric s -> "fewer loads in flight (k_unroll " + s.kUnroll() + "), fewer warps per block (warps_per_cta "
-                    + s.warpsPerCta() + ") or no blocks-per-SM promise (min_blocks_per_sm " + s.minBlocksPerSm() + ")";
-            case Schedule.OutputTensorCore s -> "fewer steps in flight (k_unroll " + s.kUnroll() + "; a warp holds two groups of them), "
-                    + "fewer warps per block (warps_per_cta " + s.warpsPerCta() + ") or no blocks-per-SM promise (min_blocks_per_sm "
-                    + s.minBlocksPerSm() + ")";
-            case Schedule.SplitDown s -> "more warps per tile (warps_per_tile " + s.warpsPerTile() + "; each warp holds its "
-                    + "quads of down's rows, 64 per quad, in registers), fewer steps in flight (k_unroll " + s.kUnroll()
-                    + ") or a lower blocks-per-SM promise (min_blocks_per_sm " + s.minBlocksPerSm()
-                    + "; 3 blocks of 8 warps leave 80 registers)";
-            case Schedule.RouterGemv s -> fewerLoadsOrWarps(s.kUnroll(), s.warpsPerCta());
-            case Schedule.RouterCluster s -> fewerLoadsOrWarps(s.kUnroll(), s.warpsPerCta());
-            case Schedule.RouterTiled s -> "fewer tokens per warp (tokens_per_warp " + s.tokensPerWarp() + ") or fewer warps per block "
-                    + "(warps_per_cta " + s.warpsPerCta() + ")";
-        };
+        String remedy = spec.schedule().spillAdvice();
         return Optional.of(spec.name() + " (" + spec.target().text() + ") spills " + resources.spillStoreBytes() + " bytes of stores and "
                 + resources.spillLoadBytes() + " bytes of loads per thread to local memory at " + resources.registers()
                 + " registers: it computes the same outputs, more slowly. ptxas has more registers per thread with " + remedy + ".");
-    }
-
-    private static String fewerLoadsOrWarps(int kUnroll, int warpsPerCta) {
-        return "fewer loads in flight (k_unroll " + kUnroll + ") or fewer warps per block (warps_per_cta " + warpsPerCta + ")";
     }
 
     @Override

@@ -1,13 +1,13 @@
 package dev.moeforge.runtime.moe;
 
-import dev.moeforge.codegen.cuda.RouterTrees;
+import dev.moeforge.codegen.cuda.KernelParam;
 import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.epilogue.RouterTrees;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelHandle;
-import dev.moeforge.codegen.cuda.KernelParam;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;

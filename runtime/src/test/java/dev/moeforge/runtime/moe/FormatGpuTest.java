@@ -16,15 +16,19 @@ import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
-import dev.moeforge.dsl.ir.Schedule;
-import dev.moeforge.dsl.ir.Schedule.OutputCentric;
-import dev.moeforge.dsl.ir.Schedule.OutputTensorCore;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.OutputTensorCore;
+import dev.moeforge.dsl.schedule.RouterCluster;
+import dev.moeforge.dsl.schedule.RouterGemv;
+import dev.moeforge.dsl.schedule.RouterTiled;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.runtime.checkpoint.Checkpoint;
 import dev.moeforge.runtime.checkpoint.CheckpointExperts;
 import dev.moeforge.runtime.checkpoint.GptOssCheckpoint;
@@ -261,9 +265,9 @@ class FormatGpuTest extends GpuSession {
             case OutputCentric oc -> "w" + oc.warpsPerCta() + "b" + oc.loadBytes() + "u" + oc.kUnroll() + "t" + oc.tokensPerCta()
                     + "s" + oc.warpsPerOutput() + (oc.minBlocksPerSm() > 0 ? "m" + oc.minBlocksPerSm() : "");
             case OutputTensorCore tc -> "tc_w" + tc.warpsPerCta() + "u" + tc.kUnroll() + "s" + tc.warpsPerTile();
-            case Schedule.SplitDown sd -> "split_w" + sd.warpsPerCta() + "u" + sd.kUnroll() + "s" + sd.warpsPerTile()
+            case SplitDown sd -> "split_w" + sd.warpsPerCta() + "u" + sd.kUnroll() + "s" + sd.warpsPerTile()
                     + (sd.orderLoads() ? "o" : "");
-            case Schedule.RouterGemv _, Schedule.RouterCluster _, Schedule.RouterTiled _ ->
+            case RouterGemv _, RouterCluster _, RouterTiled _ ->
                     throw new IllegalArgumentException("not an expert schedule");
         };
     }

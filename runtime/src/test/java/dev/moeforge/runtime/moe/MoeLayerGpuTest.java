@@ -17,7 +17,6 @@ import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.reference.ErrorStats;
@@ -26,6 +25,8 @@ import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.RouterReference;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
+import dev.moeforge.dsl.schedule.RouterTiled;
+import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
@@ -53,7 +54,7 @@ class MoeLayerGpuTest extends GpuSession {
         KernelBuilder routerBuilder = KernelBuilder.named("l_router_" + experts + "_" + topk + "_m" + routerTile).router(hidden, experts)
                 .epilogue(RoutingRules.softmaxTopKRenormalized(topk, DType.FP32)).target(runtime.target());
         if (routerTile > 0) {
-            routerBuilder.schedule(new Schedule.RouterTiled(routerTile, 16, 8, 64, 3, 2, 2));
+            routerBuilder.schedule(new RouterTiled(routerTile, 16, 8, 64, 3, 2, 2));
         }
         KernelSpec routerSpec = routerBuilder.build();
         ExpertLayerSpecs specs = ExpertLayerSpecs.of("l_" + hidden + "_" + experts + "_t" + tile, shape, GateUpLayout.STACKED,

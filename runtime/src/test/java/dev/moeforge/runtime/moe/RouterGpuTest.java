@@ -12,7 +12,6 @@ import dev.moeforge.dsl.check.SpecException;
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.KernelSpec;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.Add;
 import dev.moeforge.dsl.ir.epilogue.Dense;
@@ -26,6 +25,10 @@ import dev.moeforge.dsl.ir.epilogue.TopK;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.RouterReference;
 import dev.moeforge.dsl.reference.WeightRows;
+import dev.moeforge.dsl.schedule.RouterCluster;
+import dev.moeforge.dsl.schedule.RouterGemv;
+import dev.moeforge.dsl.schedule.RouterTiled;
+import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import java.util.ArrayList;
@@ -88,35 +91,35 @@ class RouterGpuTest extends GpuSession {
     }
 
     /** The catalogue's Qwen3-30B-A3B prefill router: 64-token tiles split over clusters of 2. */
-    static final Schedule.RouterTiled CATALOGUE_PREFILL = new Schedule.RouterTiled(64, 32, 16, 64, 3, 2, 2);
+    static final RouterTiled CATALOGUE_PREFILL = new RouterTiled(64, 32, 16, 64, 3, 2, 2);
 
     static final List<Schedule> SCHEDULES = List.of(
-            new Schedule.RouterGemv(4, 16, 8, 4),
-            new Schedule.RouterGemv(8, 8, 2, 16),
+            new RouterGemv(4, 16, 8, 4),
+            new RouterGemv(8, 8, 2, 16),
             // 16 warps on 4 experts: each score split over 4 warps, 4-byte loads so that the spans are ragged
-            new Schedule.RouterGemv(16, 4, 1, 4),
-            new Schedule.RouterCluster(8, 16, 16, 8),
-            new Schedule.RouterCluster(3, 4, 8, 2),
-            new Schedule.RouterTiled(16, 16, 4, 64, 3, 1, 1),
-            new Schedule.RouterTiled(64, 16, 16, 32, 4, 1, 1),
-            new Schedule.RouterTiled(48, 16, 12, 64, 2, 1, 1),
+            new RouterGemv(16, 4, 1, 4),
+            new RouterCluster(8, 16, 16, 8),
+            new RouterCluster(3, 4, 8, 2),
+            new RouterTiled(16, 16, 4, 64, 3, 1, 1),
+            new RouterTiled(64, 16, 16, 32, 4, 1, 1),
+            new RouterTiled(48, 16, 12, 64, 2, 1, 1),
             // k groups, cluster splits (ragged shares where the slices do not divide: hidden 296 in 64-wide
             // slices split 4 leaves the last block none), 32-token warp tiles
-            new Schedule.RouterTiled(32, 16, 16, 32, 2, 2, 2),
-            new Schedule.RouterTiled(48, 16, 12, 64, 2, 1, 4),
-            new Schedule.RouterTiled(64, 32, 16, 64, 4, 4, 2),
+            new RouterTiled(32, 16, 16, 32, 2, 2, 2),
+            new RouterTiled(48, 16, 12, 64, 2, 1, 4),
+            new RouterTiled(64, 32, 16, 64, 4, 4, 2),
             CATALOGUE_PREFILL,
             // bench router's seed (1024, 64, 512) and (2048, 128, 1024) schedules
-            new Schedule.RouterTiled(16, 16, 8, 64, 4, 2, 2),
-            new Schedule.RouterTiled(32, 32, 16, 64, 3, 4, 2));
+            new RouterTiled(16, 16, 8, 64, 4, 2, 2),
+            new RouterTiled(32, 32, 16, 64, 3, 4, 2));
 
     /** Index of the first router_tiled schedule in {@link #SCHEDULES}. */
     static final int FIRST_TILED = java.util.stream.IntStream.range(0, SCHEDULES.size())
-            .filter(i -> SCHEDULES.get(i) instanceof Schedule.RouterTiled).findFirst().orElseThrow();
+            .filter(i -> SCHEDULES.get(i) instanceof RouterTiled).findFirst().orElseThrow();
 
     /** Index of the first router_cluster schedule in {@link #SCHEDULES}. */
     static final int FIRST_CLUSTER = java.util.stream.IntStream.range(0, SCHEDULES.size())
-            .filter(i -> SCHEDULES.get(i) instanceof Schedule.RouterCluster).findFirst().orElseThrow();
+            .filter(i -> SCHEDULES.get(i) instanceof RouterCluster).findFirst().orElseThrow();
 
     /** Each schedule family once: router_gemv, router_cluster and router_tiled. */
     static java.util.stream.IntStream decodeAndTiled() {
@@ -135,7 +138,7 @@ class RouterGpuTest extends GpuSession {
     static KernelSpec spec(Case c, int schedule) {
         // a router_gemv block never takes more experts than there are
         Schedule fitted = switch (SCHEDULES.get(schedule)) {
-            case Schedule.RouterGemv g -> new Schedule.RouterGemv(g.warpsPerCta(), g.loadBytes(), g.kUnroll(),
+            case RouterGemv g -> new RouterGemv(g.warpsPerCta(), g.loadBytes(), g.kUnroll(),
                     Math.min(g.expertsPerCta(), c.experts()));
             case Schedule s -> s;
         };

@@ -12,7 +12,6 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
@@ -23,6 +22,8 @@ import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.kernel.KernelHandle;
@@ -50,10 +51,10 @@ class SplitDownGpuTest extends GpuSession {
     static final double TOLERANCE = 1e-4;
 
     /** The catalogue's schedule: 8 warps, 4 per gate_up tile, 2 steps in flight, 3 blocks per SM. */
-    static final Schedule.SplitDown CATALOGUE = new Schedule.SplitDown(8, 2, 4, 3, false);
+    static final SplitDown CATALOGUE = new SplitDown(8, 2, 4, 3, false);
 
     record Case(WeightFormat format, String geometry, ExpertShape shape, GateUpLayout layout, GateFunction gate, int tokens,
-                Schedule.SplitDown schedule, boolean unroutedSlot) {
+                SplitDown schedule, boolean unroutedSlot) {
         @Override
         public String toString() {
             return format.text() + " " + geometry + " M=" + tokens + " " + tag() + (unroutedSlot ? " one slot unrouted" : "");
@@ -87,14 +88,14 @@ class SplitDownGpuTest extends GpuSession {
                     1, CATALOGUE, false));
         }
         // other block shapes: one warp per tile (no combine), 2 per tile with single steps, 16 per tile with 8 in flight
-        for (Schedule.SplitDown s : List.of(new Schedule.SplitDown(2, 2, 1, 0, false), new Schedule.SplitDown(4, 1, 2, 0, false),
-                new Schedule.SplitDown(32, 8, 16, 1, true))) {
+        for (SplitDown s : List.of(new SplitDown(2, 2, 1, 0, false), new SplitDown(4, 1, 2, 0, false),
+                new SplitDown(32, 8, 16, 1, true))) {
             cases.add(new Case(WeightFormat.NVFP4, "small_256x128_e9_k3", small, GateUpLayout.STACKED, GateFunction.SILU, 2, s, false));
             cases.add(new Case(WeightFormat.INT4_GROUP128, "small_256x128_e9_k3", small, GateUpLayout.STACKED, GateFunction.SILU, 2, s,
                     false));
         }
         cases.add(new Case(WeightFormat.NVFP4, "qwen3_30b_a3b", new ExpertShape(2048, 768, 128, 8), GateUpLayout.STACKED,
-                GateFunction.SILU, 1, new Schedule.SplitDown(8, 2, 4, 3, true), false));
+                GateFunction.SILU, 1, new SplitDown(8, 2, 4, 3, true), false));
         cases.add(new Case(WeightFormat.NVFP4, "qwen3_next_80b", new ExpertShape(2048, 512, 512, 10), GateUpLayout.STACKED,
                 GateFunction.SILU, 1, CATALOGUE, false));
         // 45 quads for 8 warps, gpt-oss's activation (no biases: expert_mlp has none)

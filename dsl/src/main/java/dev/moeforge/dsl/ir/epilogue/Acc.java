@@ -1,5 +1,6 @@
 package dev.moeforge.dsl.ir.epilogue;
 
+import java.util.List;
 import java.util.Objects;
 
 /**
@@ -14,4 +15,9 @@ public record Acc(AccChannel channel) implements EpilogueNode {
     public static final Acc MAIN = new Acc(AccChannel.MAIN);
     public static final Acc GATE = new Acc(AccChannel.GATE);
     public static final Acc UP = new Acc(AccChannel.UP);
+
+    @Override
+    public List<EpilogueNode> children() {
+        return List.of();
+    }
 }

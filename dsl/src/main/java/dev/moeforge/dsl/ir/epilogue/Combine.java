@@ -1,5 +1,6 @@
 package dev.moeforge.dsl.ir.epilogue;
 
+import java.util.List;
 import java.util.Objects;
 
 /**
@@ -11,5 +12,10 @@ import java.util.Objects;
 public record Combine(EpilogueNode input) implements EpilogueNode {
     public Combine {
         Objects.requireNonNull(input, "input");
+    }
+
+    @Override
+    public List<EpilogueNode> children() {
+        return List.of(input);
     }
 }

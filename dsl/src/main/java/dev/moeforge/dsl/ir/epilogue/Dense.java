@@ -1,5 +1,6 @@
 package dev.moeforge.dsl.ir.epilogue;
 
+import java.util.List;
 import java.util.Objects;
 
 /**
@@ -9,5 +10,10 @@ import java.util.Objects;
 public record Dense(EpilogueNode input) implements EpilogueNode {
     public Dense {
         Objects.requireNonNull(input, "input");
+    }
+
+    @Override
+    public List<EpilogueNode> children() {
+        return List.of(input);
     }
 }

@@ -1,5 +1,7 @@
 package dev.moeforge.dsl.ir.epilogue;
 
+import java.util.List;
+
 /**
  * A node of the epilogue tree: what happens to the FP32 accumulator(s) before anything reaches
  * global memory. Every node is an immutable value; {@link dev.moeforge.dsl.check.EpilogueTypes}
@@ -11,4 +13,8 @@ package dev.moeforge.dsl.ir.epilogue;
  * ({@link TopK}: k values with their expert ids). Expert-kernel trees work on per-slot scalars.
  */
 public sealed interface EpilogueNode
-        permits Acc, RowParam, Add, Scale, Sigmoid, Softmax, TopK, Renormalize, Dense, GatedActivation, Combine, Store {}
+        permits Acc, RowParam, Add, Scale, Sigmoid, Softmax, TopK, Renormalize, Dense, GatedActivation, Combine, Store {
+
+    /** The node's operands, in the order the textual form writes them (a top-k's {@code by} last). */
+    List<EpilogueNode> children();
+}

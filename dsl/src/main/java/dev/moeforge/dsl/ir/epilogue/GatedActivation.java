@@ -1,5 +1,6 @@
 package dev.moeforge.dsl.ir.epilogue;
 
+import java.util.List;
 import java.util.Objects;
 
 /**
@@ -11,5 +12,10 @@ public record GatedActivation(GateFunction function, EpilogueNode gate, Epilogue
         Objects.requireNonNull(function, "function");
         Objects.requireNonNull(gate, "gate");
         Objects.requireNonNull(up, "up");
+    }
+
+    @Override
+    public List<EpilogueNode> children() {
+        return List.of(gate, up);
     }
 }

@@ -1,5 +1,6 @@
 package dev.moeforge.dsl.ir.epilogue;
 
+import java.util.List;
 import java.util.Objects;
 
 /**
@@ -10,5 +11,10 @@ import java.util.Objects;
 public record Scale(EpilogueNode input, double factor) implements EpilogueNode {
     public Scale {
         Objects.requireNonNull(input, "input");
+    }
+
+    @Override
+    public List<EpilogueNode> children() {
+        return List.of(input);
     }
 }

@@ -1,6 +1,7 @@
 package dev.moeforge.dsl.ir.epilogue;
 
 import dev.moeforge.dsl.ir.DType;
+import java.util.List;
 import java.util.Objects;
 
 /**
@@ -13,5 +14,10 @@ public record Store(EpilogueNode input, DType dtype) implements EpilogueNode {
     public Store {
         Objects.requireNonNull(input, "input");
         Objects.requireNonNull(dtype, "dtype");
+    }
+
+    @Override
+    public List<EpilogueNode> children() {
+        return List.of(input);
     }
 }

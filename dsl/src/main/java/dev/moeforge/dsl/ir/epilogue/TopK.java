@@ -1,5 +1,6 @@
 package dev.moeforge.dsl.ir.epilogue;
 
+import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
 
@@ -29,5 +30,10 @@ public record TopK(EpilogueNode input, int k, int groups, int topkGroups, Option
     /** Plain top-k over the input's own values. */
     public static TopK of(EpilogueNode input, int k) {
         return new TopK(input, k, 1, 1, Optional.empty());
+    }
+
+    @Override
+    public List<EpilogueNode> children() {
+        return by.isPresent() ? List.of(input, by.get()) : List.of(input);
     }
 }

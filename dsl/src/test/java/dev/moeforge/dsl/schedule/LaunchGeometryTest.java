@@ -1,4 +1,4 @@
-package dev.moeforge.codegen.cuda;
+package dev.moeforge.dsl.schedule;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -7,20 +7,24 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.moeforge.dsl.build.KernelBuilder;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
 import dev.moeforge.dsl.build.OutputTensorCoreBuilder;
-import dev.moeforge.dsl.check.OutputCentricLayout;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.ir.Schedule;
-import dev.moeforge.dsl.ir.Schedule.OutputCentric;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.schedule.LaunchGeometry;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.RouterCluster;
+import dev.moeforge.dsl.schedule.RouterGemv;
+import dev.moeforge.dsl.schedule.RouterTiled;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.schedule.SplitDown;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -68,16 +72,16 @@ class LaunchGeometryTest {
     /** split_down: one block per (16 neurons, token, slot); M * H stays an int, so large H caps the tokens. */
     @Test
     void splitDownGridAndTokenCap() {
-        KernelSpec qwen3 = mlp(new ExpertShape(2048, 768, 128, 8), new Schedule.SplitDown(8, 2, 4, 3, false));
+        KernelSpec qwen3 = mlp(new ExpertShape(2048, 768, 128, 8), new SplitDown(8, 2, 4, 3, false));
         // staged x 64 * 64 chunks + partials 8 warps * 64 + the 16 h
         assertEquals(new LaunchGeometry(48, 3 * 8, 256, 64 * 64 + 8 * 64 + 32), LaunchGeometry.of(qwen3, 3));
         assertEquals(65_535 / 8, LaunchGeometry.maxTokens(qwen3));
-        KernelSpec wide = mlp(new ExpertShape(65_536, 128, 4, 1), new Schedule.SplitDown(2, 1, 1, 0, false));
+        KernelSpec wide = mlp(new ExpertShape(65_536, 128, 4, 1), new SplitDown(2, 1, 1, 0, false));
         assertEquals(Integer.MAX_VALUE / 65_536, LaunchGeometry.maxTokens(wide));
         assertEquals(new LaunchGeometry(8, 1, 64, 64 * 4 * 512 + 32), LaunchGeometry.of(wide, 1));
     }
 
-    private static KernelSpec mlp(ExpertShape shape, Schedule.SplitDown schedule) {
+    private static KernelSpec mlp(ExpertShape shape, SplitDown schedule) {
         return new KernelSpec("mlp", new Problem.ExpertMlp(shape, WeightFormat.INT4_CHANNEL, DType.BF16, GateUpLayout.STACKED), schedule,
                 new Store(new GatedActivation(GateFunction.SILU, Acc.GATE, Acc.UP), DType.BF16), Target.SM_90A);
     }
@@ -138,12 +142,12 @@ class LaunchGeometryTest {
         // ceil(60 / 64) * 64 = 64, 16 per warp; ceil(200 / 64) = 4 slices. Stage = 2 B * (48 + 64) rows * 64 = 14336 B, x 2
         // stages = 28672 B; the score table 4 B * 48 rows * (64 + 8) = 13824 B is smaller.
         KernelSpec spec = KernelBuilder.named("rt").router(200, 60)
-                .schedule(new dev.moeforge.dsl.ir.Schedule.RouterTiled(48, 16, 12, 64, 2, 1, 1))
+                .schedule(new RouterTiled(48, 16, 12, 64, 2, 1, 1))
                 .epilogue(dev.moeforge.dsl.build.RoutingRules.softmaxTopKRenormalized(5, dev.moeforge.dsl.ir.DType.FP32))
                 .build();
-        var layout = dev.moeforge.dsl.check.RouterTileLayout.of((dev.moeforge.dsl.ir.Problem.Router) spec.problem(),
-                (dev.moeforge.dsl.ir.Schedule.RouterTiled) spec.schedule());
-        assertEquals(new dev.moeforge.dsl.check.RouterTileLayout(3, 4, 64, 16, 72, 4, 48, 14_336, 28_672), layout);
+        var layout = RouterTiled.Layout.of((dev.moeforge.dsl.ir.Problem.Router) spec.problem(),
+                (RouterTiled) spec.schedule());
+        assertEquals(new RouterTiled.Layout(3, 4, 64, 16, 72, 4, 48, 14_336, 28_672), layout);
         // M = 100 -> ceil(100 / 48) = 3 blocks of 12 warps
         assertEquals(new LaunchGeometry(3, 1, 384, 28_672), LaunchGeometry.of(spec, 100));
         assertEquals(Integer.MAX_VALUE - 127, LaunchGeometry.maxTokens(spec));
@@ -157,12 +161,12 @@ class LaunchGeometryTest {
         // each block owns 32 rows. Stage = 2 B * (64 + 64) rows * 64 = 16384 B, x 4 stages = 65536 B (the
         // score table, 4 B * 64 * 72 = 18432 B, fits in it), then the inbox, one slot for the other block:
         // 4 B * 32 rows * 72 = 9216 B.
-        var schedule = new dev.moeforge.dsl.ir.Schedule.RouterTiled(64, 32, 16, 64, 4, 4, 2);
+        var schedule = new RouterTiled(64, 32, 16, 64, 4, 4, 2);
         KernelSpec spec = KernelBuilder.named("rt2").router(200, 60).schedule(schedule)
                 .epilogue(dev.moeforge.dsl.build.RoutingRules.softmaxTopKRenormalized(5, dev.moeforge.dsl.ir.DType.FP32))
                 .build();
-        var layout = dev.moeforge.dsl.check.RouterTileLayout.of((dev.moeforge.dsl.ir.Problem.Router) spec.problem(), schedule);
-        assertEquals(new dev.moeforge.dsl.check.RouterTileLayout(2, 2, 64, 32, 72, 4, 32, 16_384, 74_752), layout);
+        var layout = RouterTiled.Layout.of((dev.moeforge.dsl.ir.Problem.Router) spec.problem(), schedule);
+        assertEquals(new RouterTiled.Layout(2, 2, 64, 32, 72, 4, 32, 16_384, 74_752), layout);
         assertEquals(32, layout.accumulators(schedule));
         // M = 100 -> ceil(100 / 64) = 2 tiles, each a cluster of 2 blocks of 16 warps
         assertEquals(new LaunchGeometry(4, 1, 512, 74_752), LaunchGeometry.of(spec, 100));
@@ -172,20 +176,26 @@ class LaunchGeometryTest {
     @Test
     void routerWarpsPerScore() {
         var rule = dev.moeforge.dsl.build.RoutingRules.softmaxTopKRenormalized(4, dev.moeforge.dsl.ir.DType.FP32);
-        java.util.function.BiFunction<Integer, dev.moeforge.dsl.ir.Schedule, Integer> split = (experts, schedule) ->
-                LaunchGeometry.routerWarpsPerScore(KernelBuilder.named("r").router(2880, experts).schedule(schedule).epilogue(rule).build());
+        java.util.function.BiFunction<Integer, Schedule<?>, Integer> split = (experts, schedule) -> {
+            var problem = (Problem.Router) KernelBuilder.named("r").router(2880, experts).schedule(schedule).epilogue(rule).build().problem();
+            return switch (schedule) {
+                case RouterGemv g -> g.warpsPerScore(problem);
+                case RouterCluster c -> c.warpsPerScore(problem);
+                default -> throw new IllegalArgumentException("not a decode router: " + schedule);
+            };
+        };
         // gpt-oss: E = 32 over a cluster of 8 -> 4 experts per block; 16 warps -> 4 per score, 32 -> 8
-        assertEquals(4, split.apply(32, new dev.moeforge.dsl.ir.Schedule.RouterCluster(8, 16, 16, 8)));
-        assertEquals(8, split.apply(32, new dev.moeforge.dsl.ir.Schedule.RouterCluster(8, 32, 16, 8)));
+        assertEquals(4, split.apply(32, new RouterCluster(8, 16, 16, 8)));
+        assertEquals(8, split.apply(32, new RouterCluster(8, 32, 16, 8)));
         // Qwen3-30B-A3B: E = 128 over 8 -> 16 per block, 16 warps: one warp per score
-        assertEquals(1, split.apply(128, new dev.moeforge.dsl.ir.Schedule.RouterCluster(8, 16, 16, 8)));
+        assertEquals(1, split.apply(128, new RouterCluster(8, 16, 16, 8)));
         // E = 60 over 8 -> 8 per block (ceil); 15 warps < 16: no split
-        assertEquals(1, split.apply(60, new dev.moeforge.dsl.ir.Schedule.RouterCluster(8, 15, 16, 8)));
+        assertEquals(1, split.apply(60, new RouterCluster(8, 15, 16, 8)));
         // gemv: 8 warps x 2 experts -> 4; 8 x 4 -> 2; 4 x 4 -> 1; 16 x 5 -> 3 (floor, 15 of 16 warps work)
-        assertEquals(4, split.apply(256, new dev.moeforge.dsl.ir.Schedule.RouterGemv(8, 16, 8, 2)));
-        assertEquals(2, split.apply(512, new dev.moeforge.dsl.ir.Schedule.RouterGemv(8, 16, 8, 4)));
-        assertEquals(1, split.apply(512, new dev.moeforge.dsl.ir.Schedule.RouterGemv(4, 16, 8, 4)));
-        assertEquals(3, split.apply(512, new dev.moeforge.dsl.ir.Schedule.RouterGemv(16, 16, 8, 5)));
+        assertEquals(4, split.apply(256, new RouterGemv(8, 16, 8, 2)));
+        assertEquals(2, split.apply(512, new RouterGemv(8, 16, 8, 4)));
+        assertEquals(1, split.apply(512, new RouterGemv(4, 16, 8, 4)));
+        assertEquals(3, split.apply(512, new RouterGemv(16, 16, 8, 5)));
     }
 
     @Test
@@ -230,6 +240,6 @@ class LaunchGeometryTest {
     }
 
     private static int sharedBytes(KernelSpec spec) {
-        return (int) OutputCentricLayout.of((dev.moeforge.dsl.ir.Problem.ExpertProblem) spec.problem(), (OutputCentric) spec.schedule()).sharedBytes();
+        return (int) OutputCentric.Layout.of((dev.moeforge.dsl.ir.Problem.ExpertProblem) spec.problem(), (OutputCentric) spec.schedule()).sharedBytes();
     }
 }

@@ -1,0 +1,42 @@
+package dev.moeforge.codegen.cuda;
+
+import dev.moeforge.dsl.schedule.ConfigConstant;
+import java.util.List;
+
+/**
+ * What a kernel template is rendered from: the spec's text and notes for the header comment, the
+ * members of {@code struct Config}, the signature, and the call of the device header's body.
+ * Expert templates use the epilogue functor's fields, router templates the routing rule's lines.
+ *
+ * @param specLines      the spec's canonical text, one line each
+ * @param notes          how the work is laid out, one line each
+ * @param header         the device header's file name
+ * @param config         the members of {@code struct Config}, which the device header reads by name
+ * @param launchBounds   {@code __launch_bounds__}'s arguments, in terms of Config's members
+ * @param clusterSize    blocks per thread-block cluster, 1 for none
+ * @param name           the kernel's name
+ * @param params         the parameters' CUDA declarations, in launch order
+ * @param body           the device header's entry point
+ * @param callArgs       the arguments the kernel passes to it (from the signature)
+ * @param epilogueText   expert kernels: the epilogue's canonical text
+ * @param epilogueParams expert kernels: the epilogue functor's parameters
+ * @param epilogueLines  expert kernels: the functor's body
+ * @param valueLines     routers: one temporary per subtree of the routing rule
+ * @param storeLines     routers: the token's stores
+ * @param blockGroups    routers: the block's warps share the rule's selection, one expert group each
+ * @param expertCounts   routers: the kernel also counts each expert's tokens
+ */
+public record KernelModel(List<String> specLines, List<String> notes, String header, List<ConfigConstant> config,
+                          String launchBounds, int clusterSize, String name, List<String> params, String body, String callArgs,
+                          String epilogueText, String epilogueParams, List<String> epilogueLines,
+                          List<String> valueLines, List<String> storeLines, boolean blockGroups, boolean expertCounts) {
+    public KernelModel {
+        specLines = List.copyOf(specLines);
+        notes = List.copyOf(notes);
+        config = List.copyOf(config);
+        params = List.copyOf(params);
+        epilogueLines = List.copyOf(epilogueLines);
+        valueLines = List.copyOf(valueLines);
+        storeLines = List.copyOf(storeLines);
+    }
+}
