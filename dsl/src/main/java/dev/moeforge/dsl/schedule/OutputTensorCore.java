@@ -51,10 +51,10 @@ public record OutputTensorCore(int warpsPerCta, int kUnroll, int warpsPerTile, i
         return KIND;
     }
 
-    /** Warps and warps per tile in powers of two, 1-8 steps in flight, promises 0-4. */
+    /** Warps and warps per tile in powers of two and 12 and 24 (three warp groups), 1-8 steps in flight, promises 0-4. */
     private static List<OutputTensorCore> space(Problem.ExpertProblem problem, Target target) {
-        return ScheduleRules.grid(KIND, List.of(ScheduleRules.powersOfTwo(1, ScheduleRules.maxWarps(target)),
-                List.of(1, 2, 3, 4, 6, 8), ScheduleRules.powersOfTwo(1, 32), List.of(0, 1, 2, 4)));
+        List<Integer> warps = List.of(1, 2, 4, 8, 12, 16, 24, 32);
+        return ScheduleRules.grid(KIND, List.of(warps, List.of(1, 2, 3, 4, 6, 8), warps, List.of(0, 1, 2, 4)));
     }
 
     @Override

@@ -24,12 +24,20 @@ public final class SpecParser {
 
     /** The one kernel of {@code text}; {@code sourceName} (nullable, e.g. a file name) is named in messages. */
     public static KernelSpec parse(String text, String sourceName) {
+        return Validator.check(parseUnvalidated(text, sourceName)).spec();
+    }
+
+    /**
+     * The one kernel of {@code text} as written, not validated: for tools that report every rule a
+     * spec breaks. Names, arguments and their types are still checked ({@link SpecException}).
+     */
+    public static KernelSpec parseUnvalidated(String text, String sourceName) {
         MoeSpecParser.FileContext file = syntaxTree(text, sourceName);
         if (file.kernel().size() != 1) {
             throw new SpecException(sourceName, List.of(new SpecError("kernels", Integer.toString(file.kernel().size()),
                     "exactly one kernel (parseAll reads several)")));
         }
-        return Validator.check(KernelBuilder.build(file.kernel().getFirst())).spec();
+        return KernelBuilder.build(file.kernel().getFirst());
     }
 
     /** The kernels of {@code text}, in order; none for an empty text. */

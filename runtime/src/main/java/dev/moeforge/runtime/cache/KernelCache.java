@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.runtime.compile.CompileResult;
 import dev.moeforge.runtime.compile.CudaSource;
+import dev.moeforge.runtime.compile.CudaTokens;
 import dev.moeforge.runtime.compile.NvccCompiler;
 import dev.moeforge.runtime.compile.PtxasReport;
 import java.io.IOException;
@@ -50,7 +51,7 @@ import java.util.stream.Stream;
 public final class KernelCache {
 
     /** Changes whenever the entry layout or key recipe changes, so old entries are simply not found. */
-    static final String FORMAT = "moeforge-kernel-cache/1";
+    static final String FORMAT = "moeforge-kernel-cache/2";
 
     static final String CUBIN = "kernel.cubin";
     static final String REPORT = "report.json";
@@ -149,18 +150,19 @@ public final class KernelCache {
 
     /**
      * SHA-256 (hex) over, each length-prefixed: the cache format, the file name (nvcc records it in
-     * the line info), the source, every header's name and content in name order, the target, nvcc's
-     * version and its flags.
+     * the line info), the source, every header's name and content in name order (source and headers
+     * without their comments, {@link CudaTokens}: a reworded comment keeps its key), the target,
+     * nvcc's version and its flags.
      */
     public String key(CudaSource source, Target target, NvccCompiler nvcc) {
         MessageDigest sha = sha256();
         field(sha, FORMAT);
         field(sha, source.fileName());
-        field(sha, source.code());
+        field(sha, CudaTokens.of(source.code()));
         count(sha, source.headers().size());
         source.headers().forEach((name, content) -> {
             field(sha, name);
-            field(sha, content);
+            field(sha, CudaTokens.of(content));
         });
         field(sha, target.text());
         field(sha, nvcc.version());

@@ -96,8 +96,8 @@ class KernelCacheTest {
         assertEquals(base, cache.key(new CudaSource("k.cu", SOURCE.code(), SOURCE.headers(), "other"), Target.SM_90A, nvcc));
 
         assertNotEquals(base, cache.key(SOURCE, Target.SM_100A, nvcc));
-        assertNotEquals(base, cache.key(new CudaSource("k.cu", SOURCE.code() + " ", SOURCE.headers(), ""), Target.SM_90A, nvcc));
-        assertNotEquals(base, cache.key(new CudaSource("k.cu", SOURCE.code(), Map.of("moeforge_device.cuh", "#pragma once\n//"), ""),
+        assertNotEquals(base, cache.key(new CudaSource("k.cu", SOURCE.code() + " int x;", SOURCE.headers(), ""), Target.SM_90A, nvcc));
+        assertNotEquals(base, cache.key(new CudaSource("k.cu", SOURCE.code(), Map.of("moeforge_device.cuh", "#pragma once\nint y;"), ""),
                 Target.SM_90A, nvcc));
         assertNotEquals(base, cache.key(new CudaSource("k2.cu", SOURCE.code(), SOURCE.headers(), ""), Target.SM_90A, nvcc));
         CountingCompiler otherVersion = new CountingCompiler() {
@@ -114,6 +114,22 @@ class KernelCacheTest {
             }
         };
         assertNotEquals(base, cache.key(SOURCE, Target.SM_90A, otherFlags));
+    }
+
+    /** Comments cannot change a cubin's code: rewording one, in the source or a header, keeps the key. */
+    @Test
+    void rewordedCommentsKeepTheKey() {
+        KernelCache cache = new KernelCache(dir);
+        CountingCompiler nvcc = new CountingCompiler();
+        String code = "// a note\nextern \"C\" __global__ void k() { /* why */ }\n";
+        String header = "#pragma once\n// the header's note\n";
+        String base = cache.key(new CudaSource("k.cu", code, Map.of("h.cuh", header), ""), Target.SM_90A, nvcc);
+        String reworded = "// a longer note\n// on two lines\nextern \"C\" __global__ void k() { /* why, reworded */ }   \n\n";
+        assertEquals(base, cache.key(new CudaSource("k.cu", reworded, Map.of("h.cuh", "#pragma once\n/* another\n note */\n"), ""),
+                Target.SM_90A, nvcc));
+        // a comment marker inside a string literal is code
+        assertNotEquals(cache.key(new CudaSource("k.cu", "const char* s = \"// a\";\n", Map.of(), ""), Target.SM_90A, nvcc),
+                cache.key(new CudaSource("k.cu", "const char* s = \"// b\";\n", Map.of(), ""), Target.SM_90A, nvcc));
     }
 
     @Test
