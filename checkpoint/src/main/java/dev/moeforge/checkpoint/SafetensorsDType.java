@@ -1,4 +1,4 @@
-package dev.moeforge.runtime.checkpoint;
+package dev.moeforge.checkpoint;
 
 import java.util.Arrays;
 import java.util.stream.Collectors;

@@ -1,13 +1,13 @@
-package dev.moeforge.runtime.checkpoint;
+package dev.moeforge.checkpoint;
 
-import static dev.moeforge.runtime.checkpoint.ExpertTensors.BIAS;
-import static dev.moeforge.runtime.checkpoint.ExpertTensors.BLOCKS;
-import static dev.moeforge.runtime.checkpoint.ExpertTensors.SCALES;
-import static dev.moeforge.runtime.checkpoint.ExpertTensors.WEIGHT;
-import static dev.moeforge.runtime.checkpoint.ExpertTensors.WEIGHT_PACKED;
-import static dev.moeforge.runtime.checkpoint.ExpertTensors.WEIGHT_SCALE;
-import static dev.moeforge.runtime.checkpoint.ExpertTensors.WEIGHT_SCALE_2;
-import static dev.moeforge.runtime.checkpoint.ExpertTensors.WEIGHT_SCALE_INV;
+import static dev.moeforge.checkpoint.ExpertTensors.BIAS;
+import static dev.moeforge.checkpoint.ExpertTensors.BLOCKS;
+import static dev.moeforge.checkpoint.ExpertTensors.SCALES;
+import static dev.moeforge.checkpoint.ExpertTensors.WEIGHT;
+import static dev.moeforge.checkpoint.ExpertTensors.WEIGHT_PACKED;
+import static dev.moeforge.checkpoint.ExpertTensors.WEIGHT_SCALE;
+import static dev.moeforge.checkpoint.ExpertTensors.WEIGHT_SCALE_2;
+import static dev.moeforge.checkpoint.ExpertTensors.WEIGHT_SCALE_INV;
 
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.format.EncodedWeights;

@@ -1,4 +1,4 @@
-package dev.moeforge.runtime.checkpoint;
+package dev.moeforge.checkpoint;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;

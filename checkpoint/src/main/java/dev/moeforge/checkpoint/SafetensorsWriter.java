@@ -1,4 +1,4 @@
-package dev.moeforge.runtime.checkpoint;
+package dev.moeforge.checkpoint;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.node.ArrayNode;

@@ -1,4 +1,4 @@
-package dev.moeforge.runtime.checkpoint;
+package dev.moeforge.checkpoint;
 
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.format.EncodedWeights;

@@ -1,6 +1,6 @@
-package dev.moeforge.runtime.checkpoint;
+package dev.moeforge.checkpoint;
 
-import static dev.moeforge.runtime.checkpoint.SafetensorsFileTest.assertMentions;
+import static dev.moeforge.checkpoint.SafetensorsFileTest.assertMentions;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;

@@ -1,4 +1,4 @@
-package dev.moeforge.runtime.checkpoint;
+package dev.moeforge.checkpoint;
 
 /**
  * A safetensors file or checkpoint folder could not be read or written, or does not hold what was

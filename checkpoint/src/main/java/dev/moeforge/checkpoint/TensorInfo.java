@@ -1,4 +1,4 @@
-package dev.moeforge.runtime.checkpoint;
+package dev.moeforge.checkpoint;
 
 import java.util.List;
 import java.util.Objects;
