@@ -1,11 +1,10 @@
 package dev.moeforge.checkpoint;
 
-import com.fasterxml.jackson.core.util.DefaultIndenter;
-import com.fasterxml.jackson.core.util.DefaultPrettyPrinter;
-import com.fasterxml.jackson.core.util.Separators;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -89,9 +88,12 @@ public final class CheckpointWriter {
     }
 
     /**
-     * Writes the checkpoint into {@code dir} (created if need be). Files of an earlier save there
-     * ({@code model.safetensors}, {@code model-*-of-*.safetensors}, the index) that this save does not
-     * rewrite are deleted, since a stale index or shard would otherwise be read back with the new ones.
+     * Writes the checkpoint into {@code dir} (created if need be). Every file is written under a
+     * temporary name first and moved into place only once all are written, so a failure (an I/O
+     * error, a tensor's data that cannot be produced) leaves {@code dir} as it was. Files of an
+     * earlier save there ({@code model.safetensors}, {@code model-*-of-*.safetensors}, the index) that
+     * this save does not rewrite are then deleted, since a stale index or shard would otherwise be
+     * read back with the new ones.
      *
      * @return the files written: the shards in order, then the index if there is one
      * @throws CheckpointException naming the file (and tensor) on failure
@@ -103,31 +105,34 @@ public final class CheckpointWriter {
         } catch (IOException e) {
             throw new CheckpointException(dir + ": cannot create: " + e, e);
         }
-        List<Path> written = new ArrayList<>();
-        if (shards.size() <= 1) {
-            Path file = dir.resolve(Checkpoint.SINGLE_FILE);
-            SafetensorsWriter.write(file, shards.isEmpty() ? List.of() : shards.getFirst(), metadata);
-            written.add(file);
-        } else {
-            Map<String, String> weightMap = new TreeMap<>();
-            long totalSize = 0;
-            int n = shards.size();
-            for (int i = 0; i < n; i++) {
-                String name = String.format("model-%05d-of-%05d.safetensors", i + 1, n);
-                Path file = dir.resolve(name);
-                SafetensorsWriter.write(file, shards.get(i), metadata);
-                written.add(file);
-                for (SafetensorsWriter.Pending p : shards.get(i)) {
-                    weightMap.put(p.name(), name);
-                    totalSize += p.byteSize();
+        List<StagedFile> staged = new ArrayList<>();
+        try {
+            if (shards.size() <= 1) {
+                staged.add(SafetensorsWriter.stage(dir.resolve(Checkpoint.SINGLE_FILE),
+                        shards.isEmpty() ? List.of() : shards.getFirst(), metadata));
+            } else {
+                Map<String, String> weightMap = new TreeMap<>();
+                long totalSize = 0;
+                int n = shards.size();
+                for (int i = 0; i < n; i++) {
+                    String name = String.format("model-%05d-of-%05d.safetensors", i + 1, n);
+                    staged.add(SafetensorsWriter.stage(dir.resolve(name), shards.get(i), metadata));
+                    for (SafetensorsWriter.Pending p : shards.get(i)) {
+                        weightMap.put(p.name(), name);
+                        totalSize += p.byteSize();
+                    }
                 }
+                staged.add(stageIndex(dir.resolve(Checkpoint.INDEX_FILE), totalSize, weightMap));
             }
-            Path index = dir.resolve(Checkpoint.INDEX_FILE);
-            writeIndex(index, totalSize, weightMap);
-            written.add(index);
+            for (StagedFile f : staged) {
+                f.moveIntoPlace();
+            }
+        } finally {
+            staged.forEach(StagedFile::discard);
         }
+        List<Path> written = staged.stream().map(StagedFile::path).toList();
         deleteStale(dir, written);
-        return List.copyOf(written);
+        return written;
     }
 
     /**
@@ -162,22 +167,18 @@ public final class CheckpointWriter {
         return shards;
     }
 
-    private static void writeIndex(Path index, long totalSize, Map<String, String> weightMap) {
+    private static StagedFile stageIndex(Path index, long totalSize, Map<String, String> weightMap) {
         ObjectNode root = Json.MAPPER.createObjectNode();
         root.putObject("metadata").put("total_size", totalSize);
         ObjectNode map = root.putObject("weight_map");
         weightMap.forEach(map::put);
-        // Laid out like transformers' json.dumps(indent=2, sort_keys=True): "key": value, 2-space indent.
-        DefaultPrettyPrinter pretty = new DefaultPrettyPrinter()
-                .withSeparators(Separators.createDefaultInstance()
-                        .withObjectFieldValueSpacing(Separators.Spacing.AFTER))
-                .withObjectIndenter(new DefaultIndenter("  ", "\n"));
+        String text;
         try {
-            String text = Json.MAPPER.writer(pretty).writeValueAsString(root) + "\n";
-            Files.writeString(index, text);
+            text = Json.MAPPER.writer(Json.TRANSFORMERS_LAYOUT).writeValueAsString(root) + "\n";
         } catch (IOException e) {
             throw new CheckpointException(index + ": cannot write: " + e, e);
         }
+        return StagedFile.write(index, ch -> StagedFile.writeFully(ch, ByteBuffer.wrap(text.getBytes(StandardCharsets.UTF_8))));
     }
 
     private static void deleteStale(Path dir, List<Path> written) {

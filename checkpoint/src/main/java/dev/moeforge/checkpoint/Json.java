@@ -1,6 +1,9 @@
 package dev.moeforge.checkpoint;
 
 import com.fasterxml.jackson.core.StreamReadFeature;
+import com.fasterxml.jackson.core.util.DefaultIndenter;
+import com.fasterxml.jackson.core.util.DefaultPrettyPrinter;
+import com.fasterxml.jackson.core.util.Separators;
 import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.json.JsonMapper;
@@ -16,6 +19,11 @@ final class Json {
             .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
             .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
             .build();
+
+    /** transformers' layout, json.dumps(indent=2): {@code "key": value}, two-space indent. */
+    static final DefaultPrettyPrinter TRANSFORMERS_LAYOUT = new DefaultPrettyPrinter()
+            .withSeparators(Separators.createDefaultInstance().withObjectFieldValueSpacing(Separators.Spacing.AFTER))
+            .withObjectIndenter(new DefaultIndenter("  ", "\n"));
 
     private Json() {}
 }

@@ -3,16 +3,10 @@ package dev.moeforge.checkpoint;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.channels.FileChannel;
-import java.nio.file.AtomicMoveNotSupportedException;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
-import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Comparator;
@@ -20,7 +14,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.concurrent.ThreadLocalRandom;
 import java.util.function.Supplier;
 
 /**
@@ -137,10 +130,13 @@ public final class SafetensorsWriter {
      *     of the wrong size
      */
     public long write(Path path) {
-        return write(path, new ArrayList<>(tensors.values()), metadata);
+        StagedFile file = stage(path, new ArrayList<>(tensors.values()), metadata);
+        file.moveIntoPlace();
+        return file.size();
     }
 
-    static long write(Path path, List<Pending> tensors, Map<String, String> metadata) {
+    /** Writes the file under a temporary name beside {@code path}, for the caller to move into place. */
+    static StagedFile stage(Path path, List<Pending> tensors, Map<String, String> metadata) {
         List<Pending> order = new ArrayList<>(tensors);
         order.sort(Comparator.comparingInt((Pending p) -> p.dtype().alignment()).reversed()
                 .thenComparing(Pending::name));
@@ -178,54 +174,20 @@ public final class SafetensorsWriter {
         Arrays.fill(spaces, (byte) ' ');
         head.put(spaces).flip();
 
-        Path absolute = path.toAbsolutePath();
-        Path tmp = null;
-        try {
-            // A temporary sibling, moved into place when done: a failed write never leaves a
-            // truncated file that looks like a checkpoint under the real name.
-            // (Not Files.createTempFile: it makes the file owner-only, and the result should get the
-            // usual permissions like any other file.)
-            Path candidate = absolute.resolveSibling("." + absolute.getFileName() + "."
-                    + Long.toHexString(ThreadLocalRandom.current().nextLong()) + ".tmp");
-            try (FileChannel ch = FileChannel.open(candidate, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
-                tmp = candidate;
-                writeFully(ch, head);
-                for (Pending p : order) {
-                    MemorySegment data = p.data().get();
-                    if (data == null || data.byteSize() != p.byteSize()) {
-                        throw SafetensorsFile.fail(path, p.name(), "supplied data has "
-                                + (data == null ? "no" : Long.toString(data.byteSize())) + " bytes but "
-                                + p.dtype() + " with shape " + p.shape() + " needs " + p.byteSize());
-                    }
-                    for (long pos = 0; pos < data.byteSize(); pos += CHUNK) {
-                        long len = Math.min(CHUNK, data.byteSize() - pos);
-                        writeFully(ch, data.asSlice(pos, len).asByteBuffer());
-                    }
+        return StagedFile.write(path, ch -> {
+            StagedFile.writeFully(ch, head);
+            for (Pending p : order) {
+                MemorySegment data = p.data().get();
+                if (data == null || data.byteSize() != p.byteSize()) {
+                    throw SafetensorsFile.fail(path, p.name(), "supplied data has "
+                            + (data == null ? "no" : Long.toString(data.byteSize())) + " bytes but "
+                            + p.dtype() + " with shape " + p.shape() + " needs " + p.byteSize());
+                }
+                for (long pos = 0; pos < data.byteSize(); pos += CHUNK) {
+                    long len = Math.min(CHUNK, data.byteSize() - pos);
+                    StagedFile.writeFully(ch, data.asSlice(pos, len).asByteBuffer());
                 }
             }
-            try {
-                Files.move(tmp, absolute, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
-            } catch (AtomicMoveNotSupportedException e) {
-                Files.move(tmp, absolute, StandardCopyOption.REPLACE_EXISTING);
-            }
-            tmp = null;
-        } catch (IOException e) {
-            throw new CheckpointException(path + ": cannot write: " + e, e);
-        } finally {
-            if (tmp != null) {
-                try {
-                    Files.deleteIfExists(tmp);
-                } catch (IOException ignored) {
-                    // The original failure is what matters; a stray temp file is harmless.
-                }
-            }
-        }
-        return 8 + padded + offset;
-    }
-
-    private static void writeFully(FileChannel ch, ByteBuffer buf) throws IOException {
-        while (buf.hasRemaining()) {
-            ch.write(buf);
-        }
+        });
     }
 }

@@ -174,6 +174,21 @@ class CheckpointTest {
                 () -> w.add("ok", SafetensorsDType.U8, List.of(4L), new byte[4]));
     }
 
+    /** A tensor whose data cannot be produced, in the last shard: the earlier shards are written but never put in place. */
+    @Test
+    void failedSaveLeavesTheFolderAsItWas() throws IOException {
+        Map<String, byte[]> tensors = sixTensors();
+        writerOf(tensors, CheckpointWriter.DEFAULT_MAX_SHARD_BYTES).write(dir);
+        byte[] before = Files.readAllBytes(dir.resolve("model.safetensors"));
+        CheckpointWriter w = writerOf(tensors, 128).add("last", SafetensorsDType.U8, List.of(4L), () -> {
+            throw new CheckpointException("no data for 'last'");
+        });
+        var e = assertThrows(CheckpointException.class, () -> w.write(dir));
+        assertEquals("no data for 'last'", e.getMessage());
+        assertEquals(List.of("model.safetensors"), listing(dir)); // no shard, index or temporary file
+        assertArrayEquals(before, Files.readAllBytes(dir.resolve("model.safetensors")));
+    }
+
     @Test
     void folderOfLooseFiles() throws IOException {
         new SafetensorsWriter().add("a", SafetensorsDType.I32, List.of(2L), SafetensorsTestFiles.i32(1, 2))
