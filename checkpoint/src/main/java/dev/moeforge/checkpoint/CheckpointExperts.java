@@ -8,6 +8,15 @@ import static dev.moeforge.checkpoint.ExpertTensors.WEIGHT_PACKED;
 import static dev.moeforge.checkpoint.ExpertTensors.WEIGHT_SCALE;
 import static dev.moeforge.checkpoint.ExpertTensors.WEIGHT_SCALE_2;
 import static dev.moeforge.checkpoint.ExpertTensors.WEIGHT_SCALE_INV;
+import static dev.moeforge.checkpoint.SafetensorsFile.I16_LE;
+import static dev.moeforge.checkpoint.SafetensorsFile.MAX_ARRAY_LENGTH;
+import static dev.moeforge.checkpoint.TensorChecks.dim;
+import static dev.moeforge.checkpoint.TensorChecks.require;
+import static dev.moeforge.checkpoint.TensorChecks.requireChannelShape;
+import static dev.moeforge.checkpoint.TensorChecks.requireDivisible;
+import static dev.moeforge.checkpoint.TensorChecks.requireDtype;
+import static dev.moeforge.checkpoint.TensorChecks.requireExperts;
+import static dev.moeforge.checkpoint.TensorChecks.requireShape;
 
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.format.EncodedWeights;
@@ -15,8 +24,6 @@ import dev.moeforge.dsl.format.Projections;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.WeightFormat;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
-import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -77,10 +84,6 @@ import java.util.Optional;
  * shape, a row length that is not whole blocks of the format, or a fused weight over 2 GiB.
  */
 public final class CheckpointExperts {
-
-    private static final ValueLayout.OfFloat F32_LE = ValueLayout.JAVA_FLOAT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    private static final ValueLayout.OfShort I16_LE = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    private static final long MAX_ARRAY = Integer.MAX_VALUE - 8;
 
     private CheckpointExperts() {}
 
@@ -247,7 +250,7 @@ public final class CheckpointExperts {
             TensorInfo s = inv.get();
             SafetensorsFile sf = ckpt.fileOf(invName);
             if (s.dtype() == SafetensorsDType.F32) {
-                requireShape(sf, s, List.of(ceilDiv(n, 128), ceilDiv(k, 128)),
+                requireShape(sf, s, List.of(Math.ceilDiv((long) n, 128), Math.ceilDiv((long) k, 128)),
                         "FP8 128x128 block scales of '" + name + "' [" + n + ", " + k + "]");
                 return new Source(name, file, WeightFormat.FP8_BLOCK128, n, k, invName, null, false);
             }
@@ -375,11 +378,11 @@ public final class CheckpointExperts {
             case PER_TENSOR -> 1;
         };
         long totalCodes = codeBytes * parts * experts;
-        if (totalCodes > MAX_ARRAY) {
+        if (totalCodes > MAX_ARRAY_LENGTH) {
             throw SafetensorsFile.fail(first.file().path(), first.weight(), "the fused weight of " + experts + " experts would take "
                     + totalCodes + " bytes, more than one Java array holds");
         }
-        if (blockBytes * parts * experts > MAX_ARRAY) {
+        if (blockBytes * parts * experts > MAX_ARRAY_LENGTH) {
             throw SafetensorsFile.fail(first.file().path(), first.weight(), "the fused block scales of " + experts
                     + " experts would be more than one Java array holds");
         }
@@ -418,7 +421,7 @@ public final class CheckpointExperts {
         if (dt == SafetensorsDType.F32 || dt == SafetensorsDType.F16) {
             long n = (long) s.rows() * s.cols();
             for (long i = 0; i < n; i++) {
-                putBf16(codes, offset + 2 * i, floatAt(data, dt, i));
+                putBf16(codes, offset + 2 * i, FloatRows.at(data, dt, i));
             }
         } else {
             MemorySegment.copy(data, 0, MemorySegment.ofArray(codes), offset, data.byteSize());
@@ -468,7 +471,7 @@ public final class CheckpointExperts {
         }
         requireShape(sf, scales, List.of((long) experts, (long) n, (long) k / 32), "E8M0 scales of '" + blocksName + "'");
         long codeBytes = (long) experts * n * (k / 2);
-        if (codeBytes > MAX_ARRAY) {
+        if (codeBytes > MAX_ARRAY_LENGTH) {
             throw SafetensorsFile.fail(ckpt.fileOf(blocksName).path(), blocksName, codeBytes + " bytes: more than one Java array holds");
         }
         byte[] codes = ckpt.bytes(blocksName);
@@ -477,70 +480,44 @@ public final class CheckpointExperts {
     }
 
     private static LayerWeights loadFusedFloat(Checkpoint ckpt, String p, int experts) {
-        String guName = p + ".gate_up_proj";
-        String dnName = p + ".down_proj";
-        TensorInfo gu = ckpt.tensor(guName);
-        TensorInfo dn = require(ckpt, guName, dnName, "fused experts need it beside '" + guName + "'");
-        SafetensorsFile guf = ckpt.fileOf(guName);
-        SafetensorsFile dnf = ckpt.fileOf(dnName);
-        for (TensorInfo t : List.of(gu, dn)) {
-            SafetensorsFile f = ckpt.fileOf(t.name());
-            if (t.dtype() != SafetensorsDType.BF16 && t.dtype() != SafetensorsDType.F16 && t.dtype() != SafetensorsDType.F32) {
-                throw SafetensorsFile.fail(f.path(), t.name(), "dtype " + t.dtype() + ": fused expert tensors are read as BF16, F16 or F32");
-            }
-            if (t.shape().size() != 3) {
-                throw SafetensorsFile.fail(f.path(), t.name(), "shape " + t.shape() + ": fused expert weights are 3-D [E, out, in]");
-            }
-            requireExperts(f, t, experts);
-        }
-        int a = dim(guf, gu, 1);
-        int b = dim(guf, gu, 2);
-        int c = dim(dnf, dn, 1);
-        int d = dim(dnf, dn, 2);
-        boolean transposed;
-        int h;
-        int i;
-        if (a == 2 * d && b == c) {           // [E, 2I, H] and [E, H, I]
-            transposed = false;
-            h = b;
-            i = d;
-        } else if (b == 2 * c && a == d) {    // gpt-oss: [E, H, 2I] and [E, I, H]
-            transposed = true;
-            h = a;
-            i = c;
-        } else {
-            throw SafetensorsFile.fail(dnf.path(), dnName, "shape " + dn.shape() + " does not pair with '" + guName + "' " + gu.shape()
-                    + ": need [E, 2I, H] with [E, H, I], or gpt-oss's [E, H, 2I] with [E, I, H]");
-        }
-        GateUpLayout layout = transposed ? GateUpLayout.INTERLEAVED : GateUpLayout.STACKED;
-        EncodedWeights gateUp = fusedBf16(ckpt, gu, experts, 2 * i, h, transposed, Projections.of(layout));
-        EncodedWeights down = fusedBf16(ckpt, dn, experts, h, i, transposed, Projections.ONE);
-        return new LayerWeights(gateUp, down, layout, bias(ckpt, guName + BIAS, experts, 2 * i), bias(ckpt, dnName + BIAS, experts, h));
+        FusedFloatExperts fused = FusedFloatExperts.find(ckpt, p);
+        requireExperts(ckpt.fileOf(fused.gateUp().name()), fused.gateUp(), experts);
+        int h = fused.hidden();
+        int i = fused.intermediate();
+        GateUpLayout layout = fused.layout();
+        EncodedWeights gateUp = fusedBf16(ckpt, fused.gateUpRows(ckpt), !fused.transposed(), experts, 2 * i, h, Projections.of(layout));
+        EncodedWeights down = fusedBf16(ckpt, fused.downRows(ckpt), !fused.transposed(), experts, h, i, Projections.ONE);
+        return new LayerWeights(gateUp, down, layout, bias(ckpt, p + ".gate_up_proj" + BIAS, experts, 2 * i),
+                bias(ckpt, p + ".down_proj" + BIAS, experts, h));
     }
 
-    /** A fused float tensor as BF16 {@code [E][n][k]}; {@code transposed}: stored {@code [E][k][n]}. */
-    private static EncodedWeights fusedBf16(Checkpoint ckpt, TensorInfo t, int experts, int n, int k, boolean transposed,
+    /**
+     * A fused float weight as BF16 {@code [E][n][k]}: BF16 values as they are, F16 and F32 rounded to
+     * nearest even; {@code rowMajor}: stored exactly so, copied in one go if BF16.
+     */
+    private static EncodedWeights fusedBf16(Checkpoint ckpt, FloatRows rows, boolean rowMajor, int experts, int n, int k,
                                             Projections projections) {
+        TensorInfo t = rows.tensor();
         long count = (long) experts * n * k;
-        if (2 * count > MAX_ARRAY) {
+        if (2 * count > MAX_ARRAY_LENGTH) {
             throw SafetensorsFile.fail(ckpt.fileOf(t.name()).path(), t.name(), 2 * count + " bytes of BF16: more than one Java array holds");
         }
-        MemorySegment data = ckpt.data(t.name());
+        MemorySegment data = rows.data();
         byte[] codes = new byte[(int) (2 * count)];
-        if (!transposed && t.dtype() == SafetensorsDType.BF16) {
+        if (rowMajor && t.dtype() == SafetensorsDType.BF16) {
             MemorySegment.copy(data, 0, MemorySegment.ofArray(codes), 0, codes.length);
         } else {
             for (int e = 0; e < experts; e++) {
                 for (int r = 0; r < n; r++) {
                     long out = ((long) e * n + r) * k;
                     for (int c = 0; c < k; c++) {
-                        long src = transposed ? ((long) e * k + c) * n + r : out + c;
+                        long src = rows.index(e, r, c);
                         if (t.dtype() == SafetensorsDType.BF16) {
                             short bits = data.get(I16_LE, 2 * src);
                             codes[(int) (2 * (out + c))] = (byte) bits;
                             codes[(int) (2 * (out + c)) + 1] = (byte) (bits >>> 8);
                         } else {
-                            putBf16(codes, 2 * (out + c), floatAt(data, t.dtype(), src));
+                            putBf16(codes, 2 * (out + c), FloatRows.at(data, t.dtype(), src));
                         }
                     }
                 }
@@ -556,80 +533,19 @@ public final class CheckpointExperts {
         }
         SafetensorsFile f = ckpt.fileOf(name);
         TensorInfo b = t.get();
-        if (b.dtype() != SafetensorsDType.BF16 && b.dtype() != SafetensorsDType.F16 && b.dtype() != SafetensorsDType.F32) {
+        if (!FloatRows.isFloat(b.dtype())) {
             throw SafetensorsFile.fail(f.path(), name, "dtype " + b.dtype() + ": expert biases are read as BF16, F16 or F32");
         }
         requireShape(f, b, List.of((long) experts, (long) n), "expert bias");
         MemorySegment data = ckpt.data(name);
         float[] out = new float[experts * n];
         for (int i = 0; i < out.length; i++) {
-            out[i] = floatAt(data, b.dtype(), i);
+            out[i] = FloatRows.at(data, b.dtype(), i);
         }
         return Optional.of(out);
     }
 
     // ---------------------------------------------------------------- helpers
-
-    private static TensorInfo require(Checkpoint ckpt, String beside, String name, String why) {
-        return ckpt.find(name).orElseThrow(() -> SafetensorsFile.fail(ckpt.fileOf(beside).path(), name,
-                "not in this checkpoint: " + why));
-    }
-
-    private static void requireExperts(SafetensorsFile f, TensorInfo t, int experts) {
-        if (t.shape().getFirst() != experts) {
-            throw SafetensorsFile.fail(f.path(), t.name(), "holds " + t.shape().getFirst() + " experts (shape " + t.shape()
-                    + "), " + experts + " were asked for");
-        }
-    }
-
-    private static void requireDtype(SafetensorsFile f, TensorInfo t, SafetensorsDType dtype, String what) {
-        if (t.dtype() != dtype) {
-            throw SafetensorsFile.fail(f.path(), t.name(), "dtype " + t.dtype() + ": " + what + " must be " + dtype);
-        }
-    }
-
-    private static void requireShape(SafetensorsFile f, TensorInfo t, List<Long> shape, String what) {
-        if (!t.shape().equals(shape)) {
-            throw SafetensorsFile.fail(f.path(), t.name(), "shape " + t.shape() + ": " + what + " must be " + shape);
-        }
-    }
-
-    private static void requireChannelShape(SafetensorsFile f, TensorInfo t, int n, String what) {
-        List<Long> s = t.shape();
-        boolean ok = (s.size() == 1 && s.getFirst() == n) || (s.size() == 2 && s.get(0) == n && s.get(1) == 1);
-        if (!ok) {
-            throw SafetensorsFile.fail(f.path(), t.name(), "shape " + s + ": " + what + " must be [" + n + ", 1] or [" + n + "]");
-        }
-    }
-
-    private static void requireDivisible(SafetensorsFile f, String weight, int k, int block, String what) {
-        if (k % block != 0) {
-            throw SafetensorsFile.fail(f.path(), weight, "rows of " + k + " elements are not whole blocks of " + block
-                    + " (" + what + ")");
-        }
-    }
-
-    private static int dim(SafetensorsFile f, TensorInfo t, int i) {
-        long d = t.shape().get(i);
-        if (d > Integer.MAX_VALUE) {
-            throw SafetensorsFile.fail(f.path(), t.name(), "dimension " + i + " of shape " + t.shape() + " is too large");
-        }
-        return (int) d;
-    }
-
-    private static long ceilDiv(long a, long b) {
-        return (a + b - 1) / b;
-    }
-
-    /** Element {@code i} of a BF16, F16 or F32 tensor. */
-    static float floatAt(MemorySegment data, SafetensorsDType dt, long i) {
-        return switch (dt) {
-            case F32 -> data.get(F32_LE, 4 * i);
-            case BF16 -> Bf16.toFloat(data.get(I16_LE, 2 * i));
-            case F16 -> Float.float16ToFloat(data.get(I16_LE, 2 * i));
-            default -> throw new IllegalArgumentException("not a float dtype: " + dt);
-        };
-    }
 
     private static void putBf16(byte[] out, long byteIndex, float v) {
         short bits = Bf16.fromFloat(v);

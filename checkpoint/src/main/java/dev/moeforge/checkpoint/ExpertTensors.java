@@ -9,7 +9,7 @@ import java.util.List;
 
 /**
  * The checkpoint tensor names, dtypes and shapes of quantised routed-expert weights, one place for
- * both directions: {@code moeforge quantize} writes them and {@link CheckpointExperts} reads them.
+ * both directions: {@link Quantizer} writes them and {@link CheckpointExperts} reads them.
  *
  * <p>Per expert and projection (base {@code X} = e.g. {@code model.layers.0.mlp.experts.3.gate_proj},
  * an {@code [N, K]} nn.Linear weight):
@@ -104,7 +104,7 @@ public final class ExpertTensors {
                 switch (f.scaling()) {
                     case CHANNEL -> out.add(new Entry(base + "." + WEIGHT_SCALE, SafetensorsDType.F32, List.of(n, 1L), Part.ROW_SCALES));
                     case BLOCK_128X128 -> out.add(new Entry(base + "." + WEIGHT_SCALE_INV, SafetensorsDType.F32,
-                            List.of(ceilDiv(n, 128), ceilDiv(k, 128)), Part.BLOCK_SCALES));
+                            List.of(Math.ceilDiv(n, 128), Math.ceilDiv(k, 128)), Part.BLOCK_SCALES));
                 }
             }
             case WeightFormat.Mxfp8 _ -> {
@@ -151,9 +151,5 @@ public final class ExpertTensors {
         return List.of(
                 new Entry(expertsPrefix + "." + proj + BLOCKS, SafetensorsDType.U8, List.of(e, n, g, 16L), Part.CODES),
                 new Entry(expertsPrefix + "." + proj + SCALES, SafetensorsDType.U8, List.of(e, n, g), Part.BLOCK_SCALES));
-    }
-
-    private static long ceilDiv(long a, long b) {
-        return (a + b - 1) / b;
     }
 }

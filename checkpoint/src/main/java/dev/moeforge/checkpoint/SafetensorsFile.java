@@ -40,11 +40,11 @@ public final class SafetensorsFile implements AutoCloseable {
 
     private static final ValueLayout.OfLong U64_LE = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     // Unaligned: a file from another writer may put a tensor at any byte offset.
-    private static final ValueLayout.OfFloat F32_LE = ValueLayout.JAVA_FLOAT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    private static final ValueLayout.OfShort I16_LE = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    static final ValueLayout.OfFloat F32_LE = ValueLayout.JAVA_FLOAT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    static final ValueLayout.OfShort I16_LE = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     private static final ValueLayout.OfInt I32_LE = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     // Java arrays stop a little short of Integer.MAX_VALUE on common VMs.
-    private static final long MAX_ARRAY_LENGTH = Integer.MAX_VALUE - 8;
+    static final long MAX_ARRAY_LENGTH = Integer.MAX_VALUE - 8;
 
     private final Path path;
     private final Arena arena;

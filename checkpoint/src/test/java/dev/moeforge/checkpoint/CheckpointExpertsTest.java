@@ -176,8 +176,8 @@ class CheckpointExpertsTest {
             assertEquals(2 * i, lw.gateUp().rows());
         }
         // gpt-oss stores x @ W: [E, H, 2I] and [E, I, H], F32 here, with biases
-        float[] guT = transpose(gu, e, 2 * i, h);
-        float[] dnT = transpose(dn, e, h, i);
+        float[] guT = SyntheticMoeCheckpoint.transpose(gu, e, 2 * i, h);
+        float[] dnT = SyntheticMoeCheckpoint.transpose(dn, e, h, i);
         float[] bias = weights(13, e * 2 * i);
         ByteBuffer f32 = ByteBuffer.allocate(4 * guT.length).order(ByteOrder.LITTLE_ENDIAN);
         f32.asFloatBuffer().put(guT);
@@ -195,19 +195,6 @@ class CheckpointExpertsTest {
             assertArrayEquals(bias, lw.gateUpBias().orElseThrow());
             assertTrue(lw.downBias().isEmpty());
         }
-    }
-
-    /** [E][n][k] to [E][k][n]. */
-    static float[] transpose(float[] a, int e, int n, int k) {
-        float[] t = new float[a.length];
-        for (int x = 0; x < e; x++) {
-            for (int r = 0; r < n; r++) {
-                for (int c = 0; c < k; c++) {
-                    t[(x * k + c) * n + r] = a[(x * n + r) * k + c];
-                }
-            }
-        }
-        return t;
     }
 
     /** For K = 128 both INT scale shapes are [N, 1]: the file's moeforge_format metadata decides. */
