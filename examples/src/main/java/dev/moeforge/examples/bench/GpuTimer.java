@@ -1,4 +1,4 @@
-package dev.moeforge.runtime.bench;
+package dev.moeforge.examples.bench;
 
 import dev.moeforge.runtime.cuda.CudaEvent;
 import dev.moeforge.runtime.cuda.CudaGraph;

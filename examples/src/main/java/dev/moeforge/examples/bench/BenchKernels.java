@@ -1,4 +1,4 @@
-package dev.moeforge.runtime.bench;
+package dev.moeforge.examples.bench;
 
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.runtime.compile.CompileResult;
@@ -63,7 +63,7 @@ public final class BenchKernels implements AutoCloseable {
     private static String source() {
         try (InputStream in = BenchKernels.class.getResourceAsStream(FILE)) {
             if (in == null) {
-                throw new IllegalStateException(FILE + " is missing from the runtime jar");
+                throw new IllegalStateException(FILE + " is missing from the examples jar");
             }
             return new String(in.readAllBytes(), StandardCharsets.UTF_8);
         } catch (IOException e) {

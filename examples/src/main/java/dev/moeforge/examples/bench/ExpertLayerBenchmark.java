@@ -1,4 +1,4 @@
-package dev.moeforge.runtime.bench;
+package dev.moeforge.examples.bench;
 
 import dev.moeforge.dsl.check.SplitDownLayout;
 import dev.moeforge.dsl.format.Bf16;
@@ -8,7 +8,7 @@ import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
-import dev.moeforge.runtime.bench.GpuTimer.Timing;
+import dev.moeforge.examples.bench.GpuTimer.Timing;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
