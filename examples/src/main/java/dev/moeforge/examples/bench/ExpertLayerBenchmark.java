@@ -23,7 +23,7 @@ import java.util.Map;
 import java.util.function.Consumer;
 
 /**
- * Times the expert layer as a decode step runs it (DESIGN section 7): the weights of
+ * Times the expert layer as a decode step runs it: the weights of
  * {@code layers} layers (together far beyond L2) are filled on the device, each layer gets its own
  * random routing, and one CUDA graph runs all layers back to back; the time per layer is the
  * graph's time divided by the layer count. gate_up alone and down alone are timed the same way,

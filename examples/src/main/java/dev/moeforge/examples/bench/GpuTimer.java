@@ -6,7 +6,7 @@ import dev.moeforge.runtime.cuda.CudaStream;
 import java.util.Arrays;
 
 /**
- * Times device work with CUDA events (DESIGN section 7): warm-up launches first, then each timed
+ * Times device work with CUDA events: warm-up launches first, then each timed
  * repetition between its own pair of events; the summary is the median and the 10th and 90th
  * percentiles, in microseconds.
  */
