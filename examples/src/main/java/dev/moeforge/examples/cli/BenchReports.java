@@ -2,7 +2,7 @@ package dev.moeforge.examples.cli;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.SerializationFeature;
-import dev.moeforge.runtime.bench.GpuTimer;
+import dev.moeforge.examples.bench.GpuTimer;
 import dev.moeforge.runtime.compile.NvccCompiler;
 import dev.moeforge.runtime.cuda.CudaContext;
 import java.io.IOException;

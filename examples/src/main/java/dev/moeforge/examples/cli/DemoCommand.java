@@ -12,7 +12,7 @@ import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.format.Bf16;
-import dev.moeforge.runtime.bench.GpuTimer;
+import dev.moeforge.examples.bench.GpuTimer;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaGraph;
