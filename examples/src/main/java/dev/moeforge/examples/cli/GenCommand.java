@@ -28,12 +28,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Callable;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
-import me.tongfei.progressbar.ProgressBar;
-import me.tongfei.progressbar.ProgressBarBuilder;
-import me.tongfei.progressbar.ProgressBarStyle;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -86,29 +80,7 @@ public final class GenCommand implements Callable<Integer> {
                 work.add(spec.withTarget(t));
             }
         }
-        int threads = jobs > 0 ? jobs : Runtime.getRuntime().availableProcessors();
-        List<Entry> entries = new ArrayList<>();
-        ProgressBarBuilder bar = new ProgressBarBuilder().setTaskName("nvcc").setInitialMax(work.size())
-                .setStyle(ProgressBarStyle.ASCII).continuousUpdate().setUpdateIntervalMillis(250);
-        ExecutorService pool = Executors.newFixedThreadPool(threads);
-        // a bar on a terminal; in a log, the summary line of the caller is enough
-        try (ProgressBar pb = progress && System.console() != null ? bar.build() : null) {
-            List<Future<Entry>> futures = new ArrayList<>();
-            for (KernelSpec spec : work) {
-                futures.add(pool.submit(() -> {
-                    Entry e = compileOne(spec, out, cache);
-                    if (pb != null) {
-                        pb.step();
-                    }
-                    return e;
-                }));
-            }
-            for (Future<Entry> f : futures) {
-                entries.add(f.get());
-            }
-        } finally {
-            pool.shutdownNow();
-        }
+        List<Entry> entries = ParallelCompile.run(work, jobs, progress, spec -> compileOne(spec, out, cache));
         ObjectMapper json = new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT);
         Map<String, Object> doc = new LinkedHashMap<>();
         doc.put("kernels", entries);

@@ -6,7 +6,8 @@ import picocli.CommandLine.Command;
 /** The {@code moeforge} command: generate and compile the catalogue, run the demo, benchmark. */
 @Command(name = "moeforge", mixinStandardHelpOptions = true, version = "MoeForge 0.1.0",
         description = "Generates, compiles, checks and benchmarks MoE decode kernels described in the MoeForge DSL.",
-        subcommands = {GenCommand.class, DemoCommand.class, BenchCommand.class, QuantizeCommand.class, CommandLine.HelpCommand.class})
+        subcommands = {GenCommand.class, PrecompileCommand.class, DemoCommand.class, BenchCommand.class, QuantizeCommand.class,
+                CommandLine.HelpCommand.class})
 public final class MoeForgeCli implements Runnable {
 
     @CommandLine.Spec

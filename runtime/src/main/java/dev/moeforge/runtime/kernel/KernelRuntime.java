@@ -13,6 +13,7 @@ import dev.moeforge.dsl.schedule.RouterTiled;
 import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.dsl.text.SpecParser;
+import dev.moeforge.dsl.text.SpecPrinter;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.compile.CompileResult;
 import dev.moeforge.runtime.compile.CudaSource;
@@ -20,6 +21,12 @@ import dev.moeforge.runtime.compile.PtxasReport;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaFunction;
 import dev.moeforge.runtime.cuda.CudaModule;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -42,6 +49,15 @@ public final class KernelRuntime implements AutoCloseable {
     /** One future per spec: the first caller compiles and loads, others wait for it (no lock held while nvcc runs). */
     private final Map<KernelSpec, CompletableFuture<KernelHandle>> loaded = new ConcurrentHashMap<>();
     private final List<CudaModule> modules = new ArrayList<>();
+    /** Where each newly loaded spec's canonical text is appended, when env {@value #RECORD_ENV} names a file. */
+    private final Optional<Path> record = Optional.ofNullable(System.getenv(RECORD_ENV)).map(Path::of);
+
+    /**
+     * The environment variable naming a file to which the runtime appends the canonical text of every
+     * spec it loads (once each): how a GPU run lists the kernels a later build should precompile
+     * ({@code moeforge precompile}).
+     */
+    public static final String RECORD_ENV = "MOEFORGE_RECORD_SPECS";
 
     public KernelRuntime(CudaContext context, KernelCache cache) {
         this.context = context;
@@ -71,6 +87,7 @@ public final class KernelRuntime implements AutoCloseable {
         if (existing == null) {
             try {
                 mine.complete(compileAndLoad(retargeted));
+                record.ifPresent(file -> append(file, retargeted));
             } catch (RuntimeException | Error e) {
                 loaded.remove(retargeted, mine);  // a later call may try again
                 mine.completeExceptionally(e);
@@ -85,6 +102,17 @@ public final class KernelRuntime implements AutoCloseable {
                 throw r;
             }
             throw e;
+        }
+    }
+
+    private static void append(Path file, KernelSpec spec) {
+        synchronized (KernelRuntime.class) {
+            try {
+                Files.writeString(file, SpecPrinter.print(spec) + "\n", StandardCharsets.UTF_8, StandardOpenOption.CREATE,
+                        StandardOpenOption.APPEND);
+            } catch (IOException e) {
+                throw new UncheckedIOException("cannot record " + spec.name() + " in " + file + " (" + RECORD_ENV + ")", e);
+            }
         }
     }
 

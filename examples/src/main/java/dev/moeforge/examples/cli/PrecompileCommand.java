@@ -1,0 +1,74 @@
+package dev.moeforge.examples.cli;
+
+import dev.moeforge.codegen.cuda.CudaEmitter;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.text.SpecParser;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.compile.CudaSource;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+
+/**
+ * {@code moeforge precompile}: fills the kernel cache with the kernels of .moe files (and the
+ * catalogue), so that a host without nvcc, or one that should not spend minutes compiling, loads
+ * them from the cache. A GPU run lists what it loaded with env {@code MOEFORGE_RECORD_SPECS=FILE}.
+ */
+@Command(name = "precompile", mixinStandardHelpOptions = true,
+        description = "Compiles the kernels of .moe files (and with --catalogue the built-in ones) into the kernel cache "
+                + "(env MOEFORGE_CACHE, else ~/.cache/moeforge/kernels) for the given targets, in parallel.")
+public final class PrecompileCommand implements Callable<Integer> {
+
+    @Parameters(paramLabel = "FILE.moe", arity = "0..*", description = "Spec files; each spec is compiled for every --target.")
+    List<Path> files = new ArrayList<>();
+
+    @Option(names = "--catalogue", description = "Also compile the built-in catalogue.")
+    boolean catalogue;
+
+    @Option(names = "--target", split = ",", defaultValue = "sm_90a",
+            description = "Targets, comma-separated (default: ${DEFAULT-VALUE}); allowed: sm_90a, sm_100a, sm_120a.")
+    List<String> targets;
+
+    @Option(names = "--jobs", defaultValue = "0", description = "Parallel nvcc processes (default: the core count).")
+    int jobs;
+
+    @Override
+    public Integer call() throws Exception {
+        List<Target> chosen = GenCommand.parseTargets(targets);
+        List<KernelSpec> specs = new ArrayList<>();
+        for (Path file : files) {
+            if (!Files.isRegularFile(file)) {
+                throw new IllegalArgumentException(file + ": no such spec file");
+            }
+            specs.addAll(SpecParser.parseAll(Files.readString(file, StandardCharsets.UTF_8), file.toString()));
+        }
+        if (catalogue) {
+            specs.addAll(Catalogue.specs());
+        }
+        if (specs.isEmpty()) {
+            throw new IllegalArgumentException("nothing to compile: give .moe files or --catalogue");
+        }
+        Set<KernelSpec> work = new LinkedHashSet<>();  // a spec listed twice is compiled once
+        for (KernelSpec spec : specs) {
+            for (Target t : chosen) {
+                work.add(spec.withTarget(t));
+            }
+        }
+        KernelCache cache = KernelCache.defaultCache();
+        List<Boolean> spilled = ParallelCompile.run(List.copyOf(work), jobs, true, spec -> cache.getOrCompile(
+                CudaSource.of(CudaEmitter.emit(spec)), spec.target()).report().function(spec.name()).spills());
+        long spills = spilled.stream().filter(b -> b).count();
+        System.out.println("precompiled " + work.size() + " kernels into " + cache.directory() + " (" + cache.misses()
+                + " compiled now, the rest already cached" + (spills > 0 ? "; " + spills + " spill registers" : "") + ")");
+        return 0;
+    }
+}
