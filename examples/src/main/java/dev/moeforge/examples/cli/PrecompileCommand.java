@@ -41,6 +41,10 @@ public final class PrecompileCommand implements Callable<Integer> {
     @Option(names = "--jobs", defaultValue = "0", description = "Parallel nvcc processes (default: the core count).")
     int jobs;
 
+    @Option(names = "--into", paramLabel = "DIR", description = "Also copy exactly these kernels' cache entries into the "
+            + "kernel cache at DIR (e.g. a bundle's), compiling only what the main cache lacks.")
+    Path into;
+
     @Override
     public Integer call() throws Exception {
         List<Target> chosen = GenCommand.parseTargets(targets);
@@ -64,10 +68,18 @@ public final class PrecompileCommand implements Callable<Integer> {
             }
         }
         KernelCache cache = KernelCache.defaultCache();
-        List<Boolean> spilled = ParallelCompile.run(List.copyOf(work), jobs, true, spec -> cache.getOrCompile(
-                CudaSource.of(CudaEmitter.emit(spec)), spec.target()).report().function(spec.name()).spills());
+        KernelCache copy = into == null ? null : new KernelCache(into);
+        List<Boolean> spilled = ParallelCompile.run(List.copyOf(work), jobs, true, spec -> {
+            CudaSource source = CudaSource.of(CudaEmitter.emit(spec));
+            boolean spills = cache.getOrCompile(source, spec.target()).report().function(spec.name()).spills();
+            if (copy != null) {
+                copy.copyEntryFrom(cache, source, spec.target());
+            }
+            return spills;
+        });
         long spills = spilled.stream().filter(b -> b).count();
-        System.out.println("precompiled " + work.size() + " kernels into " + cache.directory() + " (" + cache.misses()
+        System.out.println("precompiled " + work.size() + (work.size() == 1 ? " kernel" : " kernels") + " into "
+                + cache.directory() + (copy != null ? " and copied them into " + copy.directory() : "") + " (" + cache.misses()
                 + " compiled now, the rest already cached" + (spills > 0 ? "; " + spills + " spill registers" : "") + ")");
         return 0;
     }

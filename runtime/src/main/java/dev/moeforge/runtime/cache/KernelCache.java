@@ -143,6 +143,53 @@ public final class KernelCache {
         });
     }
 
+    /**
+     * Copies {@code from}'s valid entry for {@code source} on {@code target} into this cache (built
+     * beside its place and renamed in, as a compile's is), unless this cache has it already: how a
+     * bundle gets exactly the kernels it needs from a build machine's cache.
+     *
+     * @throws IllegalStateException if {@code from} holds no valid entry for it
+     */
+    public void copyEntryFrom(KernelCache from, CudaSource source, Target target) {
+        copyEntryFrom(from, source, target, compiler());
+    }
+
+    /** {@link #copyEntryFrom(KernelCache, CudaSource, Target)} for entries keyed with {@code nvcc}. */
+    public void copyEntryFrom(KernelCache from, CudaSource source, Target target, NvccCompiler nvcc) {
+        String key = from.key(source, target, nvcc);
+        Path mine = entryDir(key);
+        try {
+            if (readIfPresent(key, mine) != null) {
+                return;
+            }
+        } catch (CorruptEntry e) {
+            discard(mine);
+        }
+        Path theirs = from.entryDir(key);
+        try {
+            if (readIfPresent(key, theirs) == null) {
+                throw new IllegalStateException("no kernel cache entry " + theirs + " to copy");
+            }
+            Files.createDirectories(mine.getParent());
+            Path tmp = Files.createTempDirectory(mine.getParent(), ".tmp-" + key.substring(0, 12) + "-");
+            for (String file : List.of(CUBIN, REPORT, SOURCE, META)) {
+                Files.copy(theirs.resolve(file), tmp.resolve(file));
+            }
+            try {
+                Files.move(tmp, mine, StandardCopyOption.ATOMIC_MOVE);
+            } catch (IOException e) {
+                if (!Files.isDirectory(mine)) {
+                    throw e;
+                }
+                discard(tmp);  // installed concurrently
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException("cannot copy kernel cache entry " + theirs + " into " + dir, e);
+        } catch (CorruptEntry e) {
+            throw new IllegalStateException("kernel cache entry " + theirs + " is corrupt: " + e.getMessage(), e);
+        }
+    }
+
     /** The key {@link #getOrCompile(CudaSource, Target)} uses. */
     public String key(CudaSource source, Target target) {
         return key(source, target, compiler());

@@ -3,6 +3,7 @@ package dev.moeforge.runtime.cache;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.ir.Target;
@@ -130,6 +131,21 @@ class KernelCacheTest {
         // a comment marker inside a string literal is code
         assertNotEquals(cache.key(new CudaSource("k.cu", "const char* s = \"// a\";\n", Map.of(), ""), Target.SM_90A, nvcc),
                 cache.key(new CudaSource("k.cu", "const char* s = \"// b\";\n", Map.of(), ""), Target.SM_90A, nvcc));
+    }
+
+    @Test
+    void copiesAnEntryIntoAnotherCache(@TempDir Path other) {
+        KernelCache source = new KernelCache(dir);
+        CountingCompiler nvcc = new CountingCompiler();
+        KernelCache bundle = new KernelCache(other);
+        assertThrows(IllegalStateException.class, () -> bundle.copyEntryFrom(source, SOURCE, Target.SM_90A, nvcc),
+                "nothing to copy before the source compiled it");
+        source.getOrCompile(SOURCE, Target.SM_90A, nvcc);
+        bundle.copyEntryFrom(source, SOURCE, Target.SM_90A, nvcc);
+        bundle.copyEntryFrom(source, SOURCE, Target.SM_90A, nvcc);  // already there: nothing to do
+        bundle.getOrCompile(SOURCE, Target.SM_90A, nvcc);
+        assertEquals(1, nvcc.compiles.get(), "the copy is a hit");
+        assertEquals(0, bundle.misses());
     }
 
     @Test
