@@ -1,7 +1,7 @@
 // Probe (not part of the toolkit): when the tensor-core 4-bit kernels ask for their weights, and
 // where their time goes. streaming_probe.cu measured what the bytes alone need at M=1 (NVFP4,
-// Qwen3-30B-A3B: gate_up's 14.2 MB in 5.7 us, down's 7.1 MB in 3.5 us, the pair 9.1 us) against
-// 7.7 + 6.3 us for the catalogue's kernels; this probe's first version (one_trip_probe.cu, commit
+// Qwen3-30B-A3B: gate_up's 14.2 MB and down's 7.1 MB), well under what the catalogue's kernels
+// take (bench/NOTES.md, "When the 4-bit kernels ask for their weights"); this probe's first version (one_trip_probe.cu, commit
 // 1504fed) found that asking for all of a warp's weights at once is slower for gate_up (the bytes
 // arrive together and the decode follows them).
 //

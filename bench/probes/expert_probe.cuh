@@ -1,5 +1,5 @@
 // Probe helpers (not part of the toolkit) shared by the expert-layer probes (tensor_core_probe.cu,
-// dataflow_probe.cu, decode_pipeline_probe.cu, ring_layer_probe.cu, coresident_down_probe.cu): random
+// decode_pipeline_probe.cu, splitk_layer_probe.cu): random
 // 4-bit layers on the device, the catalogue's tensor-core kernels as launched, 4-bit rows in shared
 // memory and a step of them with the activations in registers, bf16 conversions, output differences.
 #pragma once

@@ -13,8 +13,9 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) { return stati
 
 // ---------------------------------------------------------------------------------------------
 // The expert MLP of a token in one kernel: gate_up on the tensor cores, one grid-wide barrier,
-// down on the tensor cores. Two dependent kernels cost about 2.4 us each before a byte moves
-// (bench/NOTES.md, "Where the 4-bit time goes"), and warps that load their own weights keep too
+// down on the tensor cores. Two dependent kernels each pay a launch and a dependency before a byte
+// moves (bench/NOTES.md, "Where the 4-bit time goes"; "What a kernel boundary costs, by grid"
+// measured it again by grid), and warps that load their own weights keep too
 // few bytes in flight to stream one wave at full bandwidth (the same notes, "One kernel per
 // layer"). Here one wave of blocks (every block resident) asks the copy engine (cp.async.bulk) for
 // all its weights at once: first its gate_up tiles, then its share of down's rows, into shared
@@ -68,7 +69,8 @@ constexpr int row_scale_bytes() {
 //   barriers    one mbarrier per gate tile and one for down
 // The rows of a tile sit in memory order (stacked: 8 gate rows, then 8 up rows; interleaved:
 // gate and up alternating), each run one bulk copy: a few large copies keep the copy engine's
-// queue short (one copy per row kept the copying warp busy for 11 us). Rows H / 2 bytes apart put
+// queue short (one copy per row kept the copying warp busy while the others waited on it:
+// bench/NOTES.md, "One kernel per layer"). Rows H / 2 bytes apart put
 // rows g and g + 1 of a quarter warp's reads in the same banks: a 2-way conflict, paid for it.
 template <class F, int H, int I, int K, int W>
 struct FusedMlp {

@@ -56,8 +56,8 @@ inline void fill_dev(void* p, size_t bytes, uint32_t seed, uint32_t mask = 0xfff
 
 // The stream a probe times on, created once its setup has landed. The setup (fills, pageable
 // cudaMemcpy) runs on the legacy default stream, which a non-blocking stream does not wait for, and a
-// pageable copy may return before its bytes are on the device: ring_layer_probe's first launch once
-// read the previous run's x at the same reused address (bench/NOTES.md, "One kernel fed by the copy
+// pageable copy may return before its bytes are on the device: ring_layer_probe's (deleted; in git
+// history at 76632fc) first launch once read the previous run's x at the same reused address (bench/NOTES.md, "One kernel fed by the copy
 // engine").
 inline cudaStream_t stream_after_setup() {
   CK(cudaDeviceSynchronize());

@@ -11,8 +11,9 @@
 // softmax_topk form; the block's block_topk) checked against the one before it on random score
 // rows with ties, NaNs, infinities and rows of one value, and timed alone (once to four times in a
 // launch) and in the router; the cycles of select_top's stages. `router_probe REPS seed` instead
-// times the seed's M=4096 router_tiled shapes under warp-tile, k-group and cluster-split variants
-// (each checked against the catalogue kernel's ids and weights).
+// times `bench router`'s two M=4096 GEMM shapes (the mode keeps the name they once had) under
+// router_tiled warp-tile, k-group and cluster-split variants (each checked against the catalogue
+// kernel's ids and weights).
 // Build: nvcc -std=c++17 -O3 -arch=sm_90a -I<dir of moeforge_device.cuh> router_probe.cu
 #include "moeforge_device.cuh"
 #include "probe_harness.cuh"
@@ -256,7 +257,8 @@ __global__ void __launch_bounds__(256, 1) router_await(const __nv_bfloat16* x, c
 
 // The k-sliced router: block b scores the W experts [(b % (E / W)) W, ...) over k span b / (E / W)
 // of SPLIT (one warp per expert), so each block reads 1 / SPLIT of x instead of all of it (x read
-// by every block cost DeepSeek-V3 0.75 us); it publishes partial sums [SPLIT][E], and the tail
+// by every block slowed DeepSeek-V3's scores: bench/NOTES.md, "The grouped tail"); it publishes
+// partial sums [SPLIT][E], and the tail
 // awaits and adds them in part order (the same bits as block_scores' in-block sum).
 template <class R>
 __global__ void __launch_bounds__(256, 1) router_ksliced(const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias, float* scores,
@@ -695,7 +697,7 @@ void check_topk(std::mt19937& rng) {
 
 uint16_t float_to_bf16(float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 
-// The prefill router (router_tiled) on the seed's rule, softmax(topk(acc, 4)), split over a
+// The prefill router (router_tiled) on the GEMM shapes' rule, softmax(topk(acc, 4)), split over a
 // cluster of C blocks along K (C = 1: as the catalogue's kernels). Rule == false: the scores phase
 // alone (each row's first score is stored), to time the tail by difference.
 template <int H, int E, int BM, int TM, int W, int BK, int S, int KG, int C, bool Rule>
@@ -763,9 +765,10 @@ SeedResult seed_run(const __nv_bfloat16* x, const __nv_bfloat16* w, int copies, 
   return r;
 }
 
-// The seed's two largest shapes: the catalogue's router_tiled against splits over clusters, each
+// The two largest GEMM shapes: the catalogue's router_tiled against splits over clusters, each
 // launched plainly after its predecessor as `bench router` does (with PDL the parked blocks of the
-// next launches hold these kernels' 70-96 KB of shared memory: 35 against 15.5 us).
+// next launches hold these kernels' 70-96 KB of shared memory and about double their time:
+// bench/NOTES.md, "The M=4096 GEMM shapes: split along K over a cluster").
 template <int E>
 void seed_shapes(int reps, std::mt19937& rng, const char* catalogue_name) {
   constexpr int H = 2048, M = 4096;

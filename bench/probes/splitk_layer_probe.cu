@@ -1,10 +1,9 @@
 // Probe (not part of the toolkit): the M=1 4-bit expert layer as ONE kernel with no grid-wide wait,
 // down split along its K (the intermediate neurons) and added into an FP32 output by atomics.
 //
-// Why: every structure tried so far either pays two kernels' ramps and drains (the pair: 13.6-13.8 us
-// for NVFP4 at Qwen3-30B-A3B, 12.7 us with no decode at all) or waits for all of gate_up inside one
-// kernel (grid barrier, rings, counters), which leaves few warps to decode (bench/NOTES.md, "One
-// kernel fed by the copy engine"). Here a gate_up block, once it has its 16 neurons' h, multiplies
+// Why: every structure tried so far either pays two kernels' ramps and drains (the pair, even with
+// no decode at all) or waits for all of gate_up inside one kernel (grid barrier, rings, counters),
+// which leaves few warps to decode (bench/NOTES.md, "One kernel fed by the copy engine"). Here a gate_up block, once it has its 16 neurons' h, multiplies
 // them into down's 16 matching columns at once: nothing waits for another block, and every block
 // keeps gate_up's 24 warps per SM loading their own weights.
 //   * gate_up: the header's tensor-core tile (8 neurons, S warps per tile, U steps in flight);

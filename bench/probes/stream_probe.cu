@@ -1,5 +1,5 @@
 // Probe (not part of the toolkit): how fast can 128 blocks stream the router_tiled split-2 tile
-// pattern of the seed's M=4096 shapes into shared memory? Each block b (tile b / 2, half b % 2)
+// pattern of `bench router`'s M=4096 GEMM shapes into shared memory? Each block b (tile b / 2, half b % 2)
 // reads 64 rows of x and the E rows of W_r over its half of K = 2048, in 64-element slices
 // (rows of 128 bytes), as mf::router_tile_scores with a 64-token tile split 2 does:
 //   cp.async  : 16-byte cp.async.cg by every thread, S stages, one __syncthreads per slice

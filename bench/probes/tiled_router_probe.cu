@@ -1,5 +1,5 @@
-// Probe (not part of the toolkit): the prefill router (router_tiled) on the seed's larger shapes
-// with the seed's rule, softmax(topk(acc, 4)), timed as `moeforge bench router` times routers: one
+// Probe (not part of the toolkit): the prefill router (router_tiled) on `bench router`'s larger GEMM
+// shapes with their rule, softmax(topk(acc, 4)), timed as `moeforge bench router` times routers: one
 // launch per copy of W_r (256 copies), all in one graph, per call = replay / copies, median of
 // REPS replays. Every variant's ids and weights are compared with the catalogue schedule's (the
 // first row of each shape) and with an FP64 reference on the host (ids whose 4th and 5th scores

@@ -3,7 +3,7 @@
 // Generated kernels are thin: they fix the spec's constants and the epilogue, then call one of
 // the kernel bodies below. Everything here is part of the kernel cache key.
 //
-// Conventions (DESIGN.md sections 5 and 9):
+// Conventions:
 //   weights      [E][N][K] row-major, K contiguous: one output row is one contiguous run of memory
 //   topk_ids     [M][k] int32, topk_weights [M][k] fp32, token-major
 //   inter        [M][k][I] bf16: gate_up's output, down's input
@@ -160,11 +160,12 @@ __device__ __forceinline__ float clamped_swiglu(float gate, float up) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Weight formats (DESIGN.md section 5; layouts as in the checkpoints, research/models-formats.md
-// section 4). A row of K codes decodes to FP32 in registers; scales multiply partial sums, never
-// single elements: a K-block scale once per load's partial sum of its block, a row or tensor
-// scale once per row. Decoders are arithmetic or a hardware conversion, never a table in memory
-// (seed 000: a table cost 41 us on a 6 us kernel).
+// Weight formats (layouts as in the checkpoints that ship them: OCP MX v1.0 for MXFP8/MXFP4,
+// NVIDIA ModelOpt for NVFP4, DeepSeek-V3's weight_scale_inv for FP8 128 x 128 blocks). A row of K
+// codes decodes to FP32 in registers; scales multiply partial sums, never single elements: a
+// K-block scale once per load's partial sum of its block, a row or tensor scale once per row.
+// Decoders are arithmetic or a hardware conversion, never a table in memory: a lookup is one more
+// dependent memory read per code in the decode's latency chain (bench/NOTES.md, "Weight formats").
 // ---------------------------------------------------------------------------------------------
 
 enum class Element : int { kBf16, kE4M3, kE2M1, kInt8, kInt4 };
@@ -224,8 +225,8 @@ __device__ __forceinline__ uint32_t e2m1_pair_scaled(uint32_t w) {
   return (shift_left<12 - 4 * I>(w) & 0x80008000u) | (shift_left<9 - 4 * I>(w) & 0x0e000e00u);
 }
 
-// Seed 003's conversion, with the sign flip done on the word: (q ^ 0x80) is q + 128 as an unsigned
-// byte; 0x64 above it makes the fp16 1024 + (q + 128), and one subtraction leaves q exactly.
+// The fp16 magic-number conversion, with the sign flip done on the word: (q ^ 0x80) is q + 128 as an
+// unsigned byte; 0x64 above it makes the fp16 1024 + (q + 128), and one subtraction leaves q exactly.
 template <int I>
 __device__ __forceinline__ uint32_t int8_pair(uint32_t biased) {
   const uint32_t h = __byte_perm(biased, 0x64646464u, I == 0 ? 0x4140 : 0x4342);
@@ -926,10 +927,11 @@ __device__ __forceinline__ void down_token_tile(const __nv_bfloat16* __restrict_
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tensor-core decode of 4-bit weights (schedule output_mma). On Hopper the 4-bit kernels above are
-// bound by instruction issue, not DRAM (bench/NOTES.md, "Where the 4-bit time goes": about 13
-// instructions per code byte, most of them widening codes and activations to FP32 for FFMA). Here
-// the codes become bf16 in registers and mma.sync m16n8k16 does the multiply-adds in FP32.
+// Tensor-core decode of 4-bit weights (schedule output_tensor_core). On Hopper the 4-bit kernels
+// above are bound by instruction issue, not DRAM (bench/NOTES.md, "Where the 4-bit time goes: a
+// probe", and "What the SASS shows": about 13 instructions per code byte, most of them widening
+// codes and activations to FP32 for FFMA). Here the codes become bf16 in registers and mma.sync
+// m16n8k16 does the multiply-adds in FP32.
 //
 // A warp owns a tile of 16 weight rows for one token. Step s covers 128 codes of every row: lane
 // (g = lane / 4, t = lane % 4) loads the 16-byte chunk 4s + t of rows g and g + 8, and the 32
@@ -1176,7 +1178,7 @@ struct GateUpTileRows {
 // decode can then be scheduled before all of the group's scale loads are issued. Under
 // mlp_split_down's 80 registers ptxas otherwise decoded the first step before asking for the last
 // three scales of an NVFP4 group, a second DRAM round trip per group (bench/NOTES.md, "down split
-// along its K").
+// along its K inside gate_up's blocks").
 constexpr uint32_t kNoLoadOrder = 0xffffffffu;
 
 template <class F, int H, int I, int U, int S>
@@ -1360,8 +1362,9 @@ __device__ __forceinline__ void down_tensor_core(const __nv_bfloat16* __restrict
   const int h_lo = h0 + g, h_hi = h0 + g + 8;
   float lo = 0.0f, hi = 0.0f;
   // Two groups in turn: the warp's next group is asked for before the current one is reduced, so
-  // its loads are in flight during the decode (down 6.45 -> 5.47 us for NVFP4 at M=1 with groups
-  // of one step; bench/NOTES.md, "A ring for down"). The sums are added in the same order.
+  // its loads are in flight during the decode, which made down faster at M=1 (bench/NOTES.md, "When
+  // the 4-bit kernels ask for their weights" and "A ring for down"). The sums are added in the same
+  // order.
   DownTileGroup<F, H, I, E, K, U> a, b;
   int s = part * U;
   if (s < kSteps) a.load(w_down, s, lane_expert, routing_weight, h_lo, h_hi, t);
@@ -1403,8 +1406,9 @@ __device__ __forceinline__ void down_tensor_core(const __nv_bfloat16* __restrict
 // and 16 neurons: gate_up's tile loop gives their h, rounded to bf16 as a stored inter would be;
 // then the same warps multiply the 16 h into down's 16 matching columns, for all H rows, and add
 // the products times the routing weight into the token's FP32 y, 16 bytes per atomic add. No block
-// waits for another, so the layer is one kernel with gate_up's warps per SM (bench/NOTES.md, "down
-// split along its K inside gate_up's blocks": at M=1 0.7-1.2 us under each 4-bit format's pair).
+// waits for another, so the layer is one kernel with gate_up's warps per SM; at M=1 it is faster
+// than each 4-bit format's pair of kernels (bench/NOTES.md, "down split along its K inside gate_up's
+// blocks").
 // The order of the adds varies from launch to launch, and with it y's last bits.
 //
 // Down's layout (SplitDownWeights, repacked once on load): columns [16j, 16j + 16) of expert e's H
@@ -1535,7 +1539,8 @@ __device__ __forceinline__ void mlp_split_down(const __nv_bfloat16* __restrict__
   const int gate_n = gate_row_of<L>(neuron, I), up_n = up_row_of<L>(neuron, I);
   const uint32_t zero = ORDER ? static_cast<uint32_t>(num_tokens) >> 31 : kNoLoadOrder;  // 0: num_tokens >= 1
   StepSums sums = gate_up_tile_sums<F, H, I, U, S>(GateUpTileRows<F, H, I>(w_gate_up, e, gate_n, up_n), xs, part, t, true, zero);
-  // down's loads after gate_up's: issued earlier they return first and delay gate_up's (NOTES)
+  // down's loads after gate_up's: issued earlier they return first and delay gate_up's
+  // (bench/NOTES.md, "down split along its K inside gate_up's blocks")
   // warp w takes the run of quads [w Q, (w + 1) Q) where W divides them (no guard compiled), else
   // quads w, w + W, ...
   constexpr bool kWhole = D::kQuads % W == 0;
@@ -1582,8 +1587,9 @@ __device__ __forceinline__ void mlp_split_down(const __nv_bfloat16* __restrict__
 // A warp's part of an expert's score: W_r[e] . x[m] over the load chunks [begin, end) of the row
 // (16-byte loads, U in flight per lane), butterfly-summed in fp32. Each step issues its U weight
 // loads (DRAM) before its U activation loads (L2, shared by every block). With the loads held to
-// a few registers the interleaved order cost DeepSeek-V3's scores 1 us; with all of them in flight
-// (the routers' launch bounds) both orders measure the same (bench/NOTES.md, "The grouped tail").
+// a few registers the interleaved order made DeepSeek-V3's scores slower; with all of them in
+// flight (the routers' launch bounds) both orders measure the same (bench/NOTES.md, "The grouped
+// tail").
 template <int LB, int U>
 __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restrict__ w_row, const char* x_row,
                                                    int begin, int end) {
@@ -1663,8 +1669,7 @@ __device__ __forceinline__ void publish_score(float* p, float v) {
 // (no co-residency assumed). Thread 0 takes the ticket before the block's weight loads and reads
 // it after them, so its round trip hides under the loads; the tail block resets it for the next
 // launch. The tail then awaits the scores (await_scores) instead of taking an end ticket and
-// reloading them: DeepSeek-V3's router 5.48 -> 5.15 us on the H100 (bench/NOTES.md, "The grouped
-// tail").
+// reloading them, which made the decode routers faster (bench/NOTES.md, "The grouped tail").
 template <class Config>
 __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ x,
                                               const __nv_bfloat16* __restrict__ w_router,
@@ -1725,11 +1730,11 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
 // kWarpRows x kWarpColumns x KG groups: each owns TM tokens x kColumnsPerWarp experts as m16n8k16
 // BF16 mmas with FP32 accumulators, over every KG-th k16 step of each slice. Shared memory reads
 // bound this loop: a slice's x rows are read once per warp column and its W_r rows once per warp
-// row (bench/NOTES.md, "The seed's M=4096 shapes": at E=64 the ldmatrix reads alone took a 5.6 us
-// stream of the copies to 9.5 us), so the k groups give the block more warps without more reads. The KG partial sums are
-// then added into a score table in shared memory (reusing the pipeline) in group order, where
-// warps take whole rows. RouterTileLayout (Java) states the same sizes; the generated kernel
-// static_asserts they agree.
+// row (bench/NOTES.md, "The M=4096 GEMM shapes: shared-memory reads, k groups and a push exchange":
+// the ldmatrix reads alone took longer than streaming the slices), so the k groups give the block
+// more warps without more reads. The KG partial sums are then added into a score table in shared
+// memory (reusing the pipeline) in group order, where warps take whole rows. RouterTileLayout
+// (Java) states the same sizes; the generated kernel static_asserts they agree.
 // ---------------------------------------------------------------------------------------------
 
 template <class Config>
@@ -2088,7 +2093,8 @@ __device__ __forceinline__ Row<E> softmax(const Row<E>& a) {
     sum += r.v[i];
   }
   // one division, then products: sixteen IEEE divisions each take a branch, and their slow path
-  // (tiny quotients, as on peaked rows) cost 5 us per row on the H100 (bench/NOTES.md)
+  // (tiny quotients, as on peaked rows) slowed the whole epilogue (bench/NOTES.md, "A faster
+  // top-k")
   const float inv = 1.0f / warp_sum(sum);
   nan = __any_sync(kFullMask, nan);
 #pragma unroll
@@ -2234,7 +2240,7 @@ __device__ __forceinline__ int shared_rank(const unsigned* keys, int n, unsigned
 }
 
 // select_top_rounds' result in a fixed number of steps instead of K dependent rounds of warp
-// reductions (bench/NOTES.md, "A faster top-k": 1.0 us less per router call on the H100):
+// reductions, a shorter chain for the one warp that runs it (bench/NOTES.md, "A faster top-k"):
 //  1. a threshold t, the K-th best of the 32 lanes' best keys (the smallest best with fewer than K
 //     larger): at least K keys reach it, so the best K all do;
 //  2. the keys >= t (about K + 1 on random scores; more than 32 only on rows of mass ties, which
@@ -2408,7 +2414,7 @@ __device__ __forceinline__ TopK<K> poisoned_selection() {
 
 // renormalize(topk(softmax(x), K)) as the softmax of x's K best: softmax is monotone and its
 // normaliser cancels in the renormalisation, so the row's exponentials and sums are skipped
-// (Qwen3-Next's tail alone 2.08 -> 1.90 us on the H100, bench/NOTES.md "The router's tail"). The
+// (bench/NOTES.md, "The router's tail: what one warp's selection costs, and less of it"). The
 // selection ranks the raw scores, which softmax in FP32 would round into ties; the FP64 reference
 // keeps them apart, as this does. A row with a NaN or +inf gives what the full softmax gives: NaN
 // at experts 0..K-1.
@@ -2429,8 +2435,8 @@ __device__ __forceinline__ TopK<K> softmax_topk(const Row<E>& x, TopKScratch* sc
 //    one barrier every warp knows the TG best groups, and each candidate of a kept group counts
 //    the candidates above it in the other kept groups' lists (rank order, so equal keys in a lower
 //    group count) and stores itself at its final rank: no gather in one warp, no second select
-//    (DeepSeek-V3's selection, renormalisation and scale about 3000 -> 2200 cycles of one warp on the
-//    H100, bench/NOTES.md "The grouped tail").
+//    (a shorter chain for DeepSeek-V3's selection, renormalisation and scale: bench/NOTES.md, "The
+//    grouped tail").
 template <int K, int W>
 struct BlockTopKScratch {
   TopKScratch warp[W];
@@ -2582,8 +2588,8 @@ __device__ __forceinline__ void count_experts(const TopK<K>& a, int* __restrict_
 
 // A block's share of the histogram (the tiled router's blocks route 16 to 128 tokens each): counted
 // in shared memory, then added to the global counts once per (block, expert). Global atomics per
-// routed slot cost 7.5 us of Qwen3-30B-A3B's 25.2 us prefill router at M=4096, 32768 adds on 128
-// counters (bench/NOTES.md, "The prefill router's histogram").
+// routed slot (32768 adds on 128 counters for Qwen3-30B-A3B at M=4096) were most of the prefill
+// router's time beyond its GEMM (bench/NOTES.md, "The prefill router's histogram").
 template <int E>
 struct BlockExpertCounts {
   int count[E];

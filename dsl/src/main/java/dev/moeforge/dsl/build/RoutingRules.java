@@ -13,8 +13,9 @@ import dev.moeforge.dsl.ir.epilogue.TopK;
 import java.util.Optional;
 
 /**
- * The routing rules of the models MoeForge runs, as router epilogue trees
- * (research/models-formats.md section 1; transformers 5.17).
+ * The routing rules of the models MoeForge runs, as router epilogue trees, each as the model's
+ * router computes it in transformers 5.17 ({@code models/qwen3_moe}, {@code qwen3_next},
+ * {@code mixtral}, {@code olmoe}, {@code gpt_oss}, {@code deepseek_v3}).
  */
 public final class RoutingRules {
     private RoutingRules() {}

@@ -2,7 +2,7 @@ package dev.moeforge.dsl.ir;
 
 /**
  * How expert weights are encoded in memory, with the bit and scale layouts of the checkpoints that
- * ship them (research/models-formats.md section 4; DESIGN section 5). Codes are row-major with K
+ * ship them (OCP MX v1.0, NVIDIA ModelOpt's NVFP4, DeepSeek-V3's FP8 blocks). Codes are row-major with K
  * (the reduction dimension) contiguous, {@code [E][N][K * bits / 8]}: one output row is one
  * contiguous run of memory, which is what a warp that owns one output wants. Sub-byte codes pack
  * element {@code 2j} into the low nibble of byte {@code j}.

@@ -11,7 +11,7 @@ import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.WeightFormat;
 
 /**
- * The accuracy study of a weight format (issue 3, DESIGN section 5): the expert layer's output
+ * The accuracy study of a weight format: the expert layer's output
  * against an FP64 reference on the original FP32 weights, for MoeForge's path (quantised weights,
  * BF16 activations, FP32 accumulation) and for the path of tensor-core kernels that quantise the
  * activations to the weight format too (FP4 x FP4, MXFP8 x MXFP8, ...).

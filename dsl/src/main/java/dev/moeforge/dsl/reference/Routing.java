@@ -5,7 +5,7 @@ import java.util.Objects;
 
 /**
  * A routing table, token-major: {@code ids[m * topk + j]} is the expert of token {@code m}'s slot
- * {@code j} and {@code weights[m * topk + j]} its routing weight (DESIGN section 9).
+ * {@code j} and {@code weights[m * topk + j]} its routing weight, the layout the kernels read.
  */
 public record Routing(int tokens, int topk, int[] ids, float[] weights) {
     public Routing {

@@ -9,7 +9,7 @@ import org.junit.jupiter.api.Test;
 /** The element and scale encodings on every code point, against tables and values from the specs. */
 class MinifloatTest {
 
-    /** E2M1 codes 0..15 (research/models-formats.md 4.2; OCP MX v1.0 table 5). */
+    /** E2M1 codes 0..15 (OCP MX v1.0 table 5). */
     static final float[] E2M1_TABLE = {0f, 0.5f, 1f, 1.5f, 2f, 3f, 4f, 6f, -0f, -0.5f, -1f, -1.5f, -2f, -3f, -4f, -6f};
 
     @Test

@@ -4,7 +4,7 @@ import dev.moeforge.runtime.cuda.Gpu;
 import java.nio.file.Path;
 import picocli.CommandLine.Option;
 
-/** The options every benchmark takes (DESIGN section 7: warm-up, at least 50 timed repetitions, JSON out). */
+/** The options every benchmark takes: warm-up, at least 50 timed repetitions (for a stable median), JSON out. */
 final class BenchOptions {
     @Option(names = "--warmup", defaultValue = "10", description = "Warm-up graph replays (default: ${DEFAULT-VALUE}).")
     int warmup;
@@ -18,7 +18,7 @@ final class BenchOptions {
     /** Refuses too few repetitions, and a machine without a CUDA device, naming the command. */
     void require(String command) {
         if (reps < 50) {
-            throw new IllegalArgumentException("--reps " + reps + ": at least 50 timed repetitions (DESIGN section 7)");
+            throw new IllegalArgumentException("--reps " + reps + ": at least 50 timed repetitions");
         }
         if (!Gpu.available()) {
             throw new IllegalStateException(command + " needs a CUDA device: " + Gpu.unavailableReason());

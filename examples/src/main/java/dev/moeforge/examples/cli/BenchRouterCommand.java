@@ -50,7 +50,8 @@ import picocli.CommandLine.Option;
 
 /**
  * {@code moeforge bench router}: the router kernels (scores + routing rule in one launch) on the
- * decode shapes of the catalogue and the seed's six shapes, router weights rotated over enough
+ * decode shapes of the catalogue and six synthetic GEMM shapes (M tokens x E experts x H hidden,
+ * {@code gemm_512x8x128} to {@code gemm_4096x128x2048}, top-4 then softmax), router weights rotated over enough
  * copies to exceed L2 several times (up to 256), graph-replayed, CUDA events, medians; in the same
  * run, when python3 with torch is found, {@code bench/torch_router.py} times PyTorch's matmul +
  * softmax + top-k on the same shapes, eager and graph-captured.
@@ -71,11 +72,11 @@ public final class BenchRouterCommand implements Callable<Integer> {
 
     @Option(names = "--sweep", description = "Also time every shape under each neighbour of its schedule (the valid "
             + "schedules of its kind with one parameter changed), and the prefill router without its histogram and with "
-            + "the seed's rule.")
+            + "the GEMM shapes' rule (top-4, softmax of the 4).")
     boolean sweep;
 
     @Option(names = "--shapes", split = ",", paramLabel = "NAME",
-            description = "Only these shapes (names as in the table, e.g. seed_2048x128x1024), with their sweep variants under --sweep; default: all.")
+            description = "Only these shapes (names as in the table, e.g. gemm_2048x128x1024), with their sweep variants under --sweep; default: all.")
     List<String> only;
 
     /** A benchmarked router: the spec and the name of the same rule in the PyTorch script. */
@@ -133,29 +134,30 @@ public final class BenchRouterCommand implements Callable<Integer> {
         s.add(new Shape("decode_deepseek_v3_m1", 1, BuiltinKernel.DEEPSEEK_V3_ROUTER.spec(), "grouped_sigmoid"));
         s.add(new Shape("decode_gpt_oss_20b_m1", 1, BuiltinKernel.GPT_OSS_20B_ROUTER.spec(), "biased_topk_softmax"));
         s.add(new Shape("prefill_qwen3_30b_m4096", 4096, BuiltinKernel.QWEN3_30B_A3B_ROUTER_PREFILL.spec(), "softmax_renorm"));
-        // each seed shape under the router_tiled schedule that won it: the two smallest from the --sweep
+        // each GEMM shape under the router_tiled schedule that won it: the two smallest from the --sweep
         // (bench/results/2026-11-22-nvidia-h100-80gb-hbm3-router-sweep-tiled.json), the mid two from the
         // sweep with k groups and splits (...-router-sweep-mid-shapes*.json), the M = 4096 two from the
-        // router probe's k-group and split variants (bench/NOTES.md, "The seed's M=4096 shapes")
+        // router probe's k-group and split variants (bench/NOTES.md, "The M=4096 GEMM shapes: shared-memory
+        // reads, k groups and a push exchange")
         RouterTiled small = tiled(16, 16, 8, 64, 4, 1, 1);
-        for (SeedShape seed : List.of(new SeedShape(512, 8, 128, small), new SeedShape(512, 16, 128, small),
-                new SeedShape(1024, 64, 512, tiled(16, 16, 8, 64, 4, 2, 2)),
-                new SeedShape(2048, 128, 1024, tiled(32, 32, 16, 64, 3, 4, 2)),
-                new SeedShape(4096, 64, 2048, tiled(64, 32, 16, 64, 4, 4, 2)),
-                new SeedShape(4096, 128, 2048, tiled(64, 32, 16, 64, 4, 2, 2)))) {
-            String name = "seed_" + seed.tokens() + "x" + seed.experts() + "x" + seed.hidden();
-            KernelSpec spec = KernelBuilder.named("bench_" + name).router(seed.hidden(), seed.experts()).schedule(seed.schedule())
-                    .epilogue(SEED_RULE).build();
-            s.add(new Shape(name, seed.tokens(), spec, "topk_softmax"));
+        for (GemmShape g : List.of(new GemmShape(512, 8, 128, small), new GemmShape(512, 16, 128, small),
+                new GemmShape(1024, 64, 512, tiled(16, 16, 8, 64, 4, 2, 2)),
+                new GemmShape(2048, 128, 1024, tiled(32, 32, 16, 64, 3, 4, 2)),
+                new GemmShape(4096, 64, 2048, tiled(64, 32, 16, 64, 4, 4, 2)),
+                new GemmShape(4096, 128, 2048, tiled(64, 32, 16, 64, 4, 2, 2)))) {
+            String name = "gemm_" + g.tokens() + "x" + g.experts() + "x" + g.hidden();
+            KernelSpec spec = KernelBuilder.named("bench_" + name).router(g.hidden(), g.experts()).schedule(g.schedule())
+                    .epilogue(TOP4_SOFTMAX).build();
+            s.add(new Shape(name, g.tokens(), spec, "topk_softmax"));
         }
         return s;
     }
 
-    /** Seed 002's rule: the top 4 of the logits, softmax over the 4. */
-    private static final Store SEED_RULE = new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32);
+    /** The GEMM shapes' rule: the top 4 of the logits, softmax over the 4. */
+    private static final Store TOP4_SOFTMAX = new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32);
 
-    /** One of seed 002's (M, N = experts, K = hidden) shapes and the schedule the bench runs it under. */
-    private record SeedShape(int tokens, int experts, int hidden, RouterTiled schedule) {}
+    /** A synthetic router GEMM shape (M tokens, N = experts, K = hidden) and the schedule the bench runs it under. */
+    private record GemmShape(int tokens, int experts, int hidden, RouterTiled schedule) {}
 
     /** A router_tiled schedule, arguments in the textual form's order. */
     private static RouterTiled tiled(int tokensPerCta, int tokensPerWarp, int warps, int kTile, int stages,
@@ -166,20 +168,20 @@ public final class BenchRouterCommand implements Callable<Integer> {
     /**
      * The shapes, then each shape again under every neighbour of its schedule (the valid schedules
      * of the same kind with one parameter changed; names end in the schedule's), and the prefill
-     * router without its histogram and with the seed's rule.
+     * router without its histogram and with the GEMM shapes' rule (top-4, softmax of the 4).
      */
     static List<Shape> withSweep(List<Shape> shapes) {
         List<Shape> all = new ArrayList<>(shapes);
         for (Shape s : shapes) {
             if (s.name().startsWith("prefill_")) {
-                // the catalogue kernel's schedule without the histogram, then also with the seed's rule
+                // the catalogue kernel's schedule without the histogram, then also with the GEMM shapes' rule
                 // (top-4, softmax of the 4): what the rule and the histogram each cost over the GEMM
                 Problem.Router r = (Problem.Router) s.spec().problem();
                 KernelSpec noCounts = s.spec().withName("sweep_" + s.name() + "_no_counts")
                         .withProblem(new Problem.Router(r.hidden(), r.experts(), r.weights(), r.activations(), false));
-                KernelSpec seedRule = noCounts.withName("sweep_" + s.name() + "_seed_rule").withEpilogue(SEED_RULE);
+                KernelSpec top4Softmax = noCounts.withName("sweep_" + s.name() + "_top4_softmax").withEpilogue(TOP4_SOFTMAX);
                 all.add(new Shape(s.name() + "_no_counts", s.tokens(), noCounts, s.torchRule()));
-                all.add(new Shape(s.name() + "_seed_rule", s.tokens(), seedRule, "topk_softmax"));
+                all.add(new Shape(s.name() + "_top4_softmax", s.tokens(), top4Softmax, "topk_softmax"));
                 continue;
             }
             // the schedule's neighbours: every valid schedule of its kind with one parameter changed

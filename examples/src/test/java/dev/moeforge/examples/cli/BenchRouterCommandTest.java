@@ -27,15 +27,15 @@ class BenchRouterCommandTest {
     void shapesSelectsByNameInTableOrder() {
         List<BenchRouterCommand.Shape> shapes = BenchRouterCommand.shapes();
         assertSame(shapes, BenchRouterCommand.selected(shapes, null));
-        List<BenchRouterCommand.Shape> two = BenchRouterCommand.selected(shapes, List.of("seed_2048x128x1024", "decode_deepseek_v3_m1"));
-        assertEquals(List.of("decode_deepseek_v3_m1", "seed_2048x128x1024"), two.stream().map(BenchRouterCommand.Shape::name).toList());
+        List<BenchRouterCommand.Shape> two = BenchRouterCommand.selected(shapes, List.of("gemm_2048x128x1024", "decode_deepseek_v3_m1"));
+        assertEquals(List.of("decode_deepseek_v3_m1", "gemm_2048x128x1024"), two.stream().map(BenchRouterCommand.Shape::name).toList());
     }
 
     @Test
     void anUnknownShapeIsRefusedWithTheKnownOnes() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                () -> BenchRouterCommand.selected(BenchRouterCommand.shapes(), List.of("seed_2048x128x1023")));
-        assertTrue(e.getMessage().contains("--shapes: unknown shape 'seed_2048x128x1023'"), e.getMessage());
-        assertTrue(e.getMessage().contains("seed_2048x128x1024"), e.getMessage());
+                () -> BenchRouterCommand.selected(BenchRouterCommand.shapes(), List.of("gemm_2048x128x1023")));
+        assertTrue(e.getMessage().contains("--shapes: unknown shape 'gemm_2048x128x1023'"), e.getMessage());
+        assertTrue(e.getMessage().contains("gemm_2048x128x1024"), e.getMessage());
     }
 }

@@ -45,7 +45,7 @@ import org.junit.jupiter.params.provider.MethodSource;
 /**
  * Router kernels on the GPU against the FP64 reference on fresh random inputs: every routing
  * rule, the three router schedules (decode: router_gemv and router_cluster; prefill: router_tiled)
- * with several variants each, the decode shapes and the seed's six shapes. Selections must match
+ * with several variants each, the decode shapes and bench router's six GEMM shapes. Selections must match
  * except where the FP64 selection scores of the two experts are a near-tie (within 1e-5 relative,
  * where FP32 accumulation may legitimately order them the other way); weights match within 1e-4
  * (fp32) or 1e-2 (bf16) relative.
@@ -79,15 +79,15 @@ class RouterGpuTest extends GpuSession {
             new Case("ragged_h296_e40_k3", 296, 40, RoutingRules.softmaxTopKRenormalized(3, DType.FP32), new int[] {5, 70}),
             new Case("sigmoid_scale_k3_of_40", 256, 40, new Store(new Scale(TopK.of(new Sigmoid(Acc.MAIN), 3), 0.5), DType.FP32),
                     new int[] {2}),
-            // the seed's six (M, N, K) shapes, top-4, softmax over the top-4
-            seed(512, 8, 128), seed(512, 16, 128), seed(1024, 64, 512), seed(2048, 128, 1024), seed(4096, 64, 2048),
-            seed(4096, 128, 2048),
-            // the largest k the issue names, and a k that is not a power of two above 10
+            // bench router's six (M, N, K) GEMM shapes, top-4, softmax over the top-4
+            gemm(512, 8, 128), gemm(512, 16, 128), gemm(1024, 64, 512), gemm(2048, 128, 1024), gemm(4096, 64, 2048),
+            gemm(4096, 128, 2048),
+            // k = 16 (above the catalogue's largest, Qwen3-Next's 10), and a k that is not a power of two above 10
             new Case("e512_softmax_renorm_k16", 2048, 512, RoutingRules.softmaxTopKRenormalized(16, DType.FP32), new int[] {1, 9}),
             new Case("e256_softmax_renorm_k13", 1024, 256, RoutingRules.softmaxTopKRenormalized(13, DType.FP32), new int[] {1, 20}));
 
-    static Case seed(int m, int n, int k) {
-        return new Case("seed_" + m + "x" + n + "x" + k, k, n, new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32), new int[] {m});
+    static Case gemm(int m, int n, int k) {
+        return new Case("gemm_" + m + "x" + n + "x" + k, k, n, new Store(new Softmax(TopK.of(Acc.MAIN, 4)), DType.FP32), new int[] {m});
     }
 
     /** The catalogue's Qwen3-30B-A3B prefill router: 64-token tiles split over clusters of 2. */
@@ -109,7 +109,7 @@ class RouterGpuTest extends GpuSession {
             new RouterTiled(48, 16, 12, 64, 2, 1, 4),
             new RouterTiled(64, 32, 16, 64, 4, 4, 2),
             CATALOGUE_PREFILL,
-            // bench router's seed (1024, 64, 512) and (2048, 128, 1024) schedules
+            // bench router's gemm_1024x64x512 and gemm_2048x128x1024 schedules
             new RouterTiled(16, 16, 8, 64, 4, 2, 2),
             new RouterTiled(32, 32, 16, 64, 3, 4, 2));
 

@@ -5,7 +5,7 @@ import java.util.Objects;
 
 /**
  * Scatters a {@link TopK}'s values back into a row of E: the selected experts' values, zero
- * elsewhere (the dense (M, E) output of seed 002). Written {@code dense(x)}.
+ * elsewhere: a dense (M, E) routing matrix. Written {@code dense(x)}.
  */
 public record Dense(EpilogueNode input) implements EpilogueNode {
     public Dense {

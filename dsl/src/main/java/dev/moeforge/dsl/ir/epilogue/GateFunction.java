@@ -17,7 +17,7 @@ public sealed interface GateFunction permits GateFunction.Silu, GateFunction.Cla
      * gpt-oss's clamped SwiGLU: {@code g = min(gate, LIMIT)}, {@code u = clamp(up, -LIMIT, LIMIT)},
      * {@code (u + 1) * g * sigmoid(ALPHA * g)}. NaN inputs stay NaN (the clamps compare, as
      * {@code torch.clamp} does). The constants are hard-coded in transformers 5.17
-     * {@code models/gpt_oss} (research/models-formats.md 1.7).
+     * {@code models/gpt_oss} ({@code GptOssExperts}: {@code alpha = 1.702}, {@code limit = 7.0}).
      */
     record ClampedSwiglu() implements GateFunction {
         public static final double ALPHA = 1.702;
