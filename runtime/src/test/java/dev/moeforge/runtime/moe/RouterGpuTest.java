@@ -37,6 +37,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.stream.Stream;
+import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
@@ -150,6 +151,12 @@ class RouterGpuTest extends GpuSession {
      * Every (case, schedule, M) whose spec validates: a 32-token warp tile holds too many
      * accumulators for 512 experts, for one. Each schedule must still meet at least four cases.
      */
+    /** Every case's kernel compiled (through the cache) in parallel before the tests load them one by one. */
+    @BeforeAll
+    static void compileSuite() throws Exception {
+        compileAll(cases().map(a -> spec((Case) a.get()[0], (Integer) a.get()[1])).distinct().toList());
+    }
+
     static Stream<Arguments> cases() {
         List<Arguments> out = new ArrayList<>();
         for (int s = 0; s < SCHEDULES.size(); s++) {
