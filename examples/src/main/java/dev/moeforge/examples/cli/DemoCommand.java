@@ -93,7 +93,7 @@ public final class DemoCommand implements Callable<Integer> {
                 first(y.stored(), 4));
 
         if (!Gpu.available()) {
-            System.out.println("3. No CUDA device here (" + Gpu.unavailableReason() + "): the GPU run is skipped.");
+            System.out.println("3. No usable CUDA device here (" + Gpu.unavailableReason() + "): the GPU run is skipped.");
             return 0;
         }
         boolean ok = true;
