@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
-import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 
 import dev.moeforge.dsl.format.Bf16;
@@ -24,13 +23,13 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 
 /**
  * The base of the GPU test classes: a context, a stream and a kernel runtime on device 0 for the
- * class, compiling through the cache at {@code MOEFORGE_CACHE} (or the default one). Where no CUDA
- * device is found the class is skipped by assumption.
+ * class, compiling through the cache at {@code MOEFORGE_CACHE} (or the default one). Each subclass
+ * carries {@link dev.moeforge.runtime.cuda.RequiresGpu}, so that without a CUDA device none of this
+ * runs and its tests are reported as skipped.
  */
 abstract class GpuSession {
     static CudaContext context;
@@ -39,7 +38,6 @@ abstract class GpuSession {
 
     @BeforeAll
     static void openGpu() {
-        Assumptions.assumeTrue(Gpu.available(), () -> "no CUDA device: " + Gpu.unavailableReason());
         context = CudaContext.create(0);
         stream = CudaStream.create();
         String dir = System.getenv("MOEFORGE_CACHE");

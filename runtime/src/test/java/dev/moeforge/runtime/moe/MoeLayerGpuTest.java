@@ -30,8 +30,8 @@ import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
+import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.util.Map;
-import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
@@ -42,7 +42,7 @@ import org.junit.jupiter.params.provider.CsvSource;
  * default decode schedule or, where {@code router_tile} is set, router_tiled with a cluster split
  * (which lets the next kernel begin only after its scores phase).
  */
-@Tag("gpu")
+@RequiresGpu
 class MoeLayerGpuTest extends GpuSession {
 
     @ParameterizedTest(name = "H={0} I={1} E={2} k={3} M={4} tokens_per_cta={5} router_tile={6}")

@@ -26,13 +26,13 @@ import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.RequiresGpu;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
@@ -41,7 +41,7 @@ import org.junit.jupiter.params.provider.MethodSource;
  * random weights and inputs: every 4-bit format, whole and ragged quads (warps with fewer quads),
  * both gate/up layouts, several tokens, an unrouted slot, and the buffer it zeroes for a later launch.
  */
-@Tag("gpu")
+@RequiresGpu
 class SplitDownGpuTest extends GpuSession {
     /**
      * Relative L2 of the FP32 y (1e-7 to 4e-6 on the H100): the intermediate is rounded as the
