@@ -31,8 +31,6 @@ import org.junit.jupiter.params.provider.MethodSource;
  */
 @RequiresGpu
 class ExpertLayerGpuTest extends GpuSession {
-    static final double TOLERANCE = 1e-2;
-
     record Geometry(String name, ExpertShape shape, GateUpLayout layout) {
         @Override
         public String toString() {
@@ -172,7 +170,7 @@ class ExpertLayerGpuTest extends GpuSession {
                 WeightRows.bf16(w.down(), s.experts(), s.hidden(), s.intermediate()), routing);
         String where = g + " " + SCHEDULES.get(scheduleIndex) + " M=" + tokens + " seed=" + seed + " weight seed=" + w.seed();
         checkExpertLayer(where, layer, x, routing, DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
-                ref, TOLERANCE);
+                ref, BF16_OUTPUT);
     }
 
     @Test
