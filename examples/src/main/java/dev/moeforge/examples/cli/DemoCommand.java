@@ -40,6 +40,9 @@ public final class DemoCommand implements Callable<Integer> {
     /** Relative L2 error allowed for BF16 outputs. */
     static final double TOLERANCE = 1e-2;
 
+    /** Each BF16 output's error allowed, as a fraction of the reference's peak (bf16 rounding alone moves it up to 2^-8). */
+    static final double ELEMENT_TOLERANCE = 1e-2;
+
     @Option(names = "--out", defaultValue = "out/demo", description = "Where the catalogue goes (default: ${DEFAULT-VALUE}).")
     Path out;
 
@@ -93,7 +96,7 @@ public final class DemoCommand implements Callable<Integer> {
                 first(y.stored(), 4));
 
         if (!Gpu.available()) {
-            System.out.println("3. No CUDA device here (" + Gpu.unavailableReason() + "): the GPU run is skipped.");
+            System.out.println("3. No usable CUDA device here (" + Gpu.unavailableReason() + "): the GPU run is skipped.");
             return 0;
         }
         boolean ok = true;
@@ -130,7 +133,7 @@ public final class DemoCommand implements Callable<Integer> {
                             () -> layer.enqueue(stream, tokens, dx, dgu, ddn, dids, dw, dinter, dy))) {
                         t = GpuTimer.time(stream, g, 10, 100);
                     }
-                    boolean pass = ei.within(TOLERANCE) && ey.within(TOLERANCE);
+                    boolean pass = ei.within(TOLERANCE, ELEMENT_TOLERANCE) && ey.within(TOLERANCE, ELEMENT_TOLERANCE);
                     ok &= pass;
                     System.out.printf(Locale.ROOT, "   %-12s gate_up %s | y %s | %.2f us per layer (graph, median of 100) %s%n",
                             v.gateUp().name().replace("_gate_up", ""), ei, ey, t.medianMicros(), pass ? "PASS" : "FAIL");

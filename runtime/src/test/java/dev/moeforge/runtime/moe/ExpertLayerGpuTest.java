@@ -14,12 +14,12 @@ import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
@@ -29,10 +29,8 @@ import org.junit.jupiter.params.provider.MethodSource;
  * The expert layer on the GPU against the FP64 CPU reference, on fresh random inputs each run
  * (the seed is in the failure message), outputs poisoned with NaN before every launch.
  */
-@Tag("gpu")
+@RequiresGpu
 class ExpertLayerGpuTest extends GpuSession {
-    static final double TOLERANCE = 1e-2;
-
     record Geometry(String name, ExpertShape shape, GateUpLayout layout) {
         @Override
         public String toString() {
@@ -172,7 +170,7 @@ class ExpertLayerGpuTest extends GpuSession {
                 WeightRows.bf16(w.down(), s.experts(), s.hidden(), s.intermediate()), routing);
         String where = g + " " + SCHEDULES.get(scheduleIndex) + " M=" + tokens + " seed=" + seed + " weight seed=" + w.seed();
         checkExpertLayer(where, layer, x, routing, DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
-                ref, TOLERANCE);
+                ref, BF16_OUTPUT);
     }
 
     @Test

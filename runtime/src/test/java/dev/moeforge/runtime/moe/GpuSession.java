@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
-import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 
 import dev.moeforge.dsl.format.Bf16;
@@ -23,23 +22,43 @@ import java.util.List;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.function.Supplier;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 
 /**
  * The base of the GPU test classes: a context, a stream and a kernel runtime on device 0 for the
- * class, compiling through the cache at {@code MOEFORGE_CACHE} (or the default one). Where no CUDA
- * device is found the class is skipped by assumption.
+ * class, compiling through the cache at {@code MOEFORGE_CACHE} (or the default one). Each subclass
+ * carries {@link dev.moeforge.runtime.cuda.RequiresGpu}, so that without a CUDA device none of this
+ * runs and its tests are reported as skipped.
  */
 abstract class GpuSession {
+    /**
+     * How far an output may be from the FP64 reference: its relative L2 error, and every element's
+     * error as a fraction of the reference's peak |ref| (see {@link ErrorStats#within}).
+     */
+    record Bounds(double relativeL2, double element) {
+        void check(ErrorStats e, Supplier<String> what) {
+            assertTrue(e.within(relativeL2, element),
+                    () -> what.get() + ": " + e + " (bounds: rel " + relativeL2 + ", each element " + element + " of the peak)");
+        }
+    }
+
+    /**
+     * A bf16 output (gate_up's intermediate, the layer's y). Rounding to bf16 alone moves an output
+     * by up to 2^-8 = 3.9e-3 of the peak, and nothing else in these kernels comes near it: in the
+     * GPU test logs under bench/results, 808 bf16 outputs whose references were rebuilt from their
+     * printed seeds were off by at most 3.8e-3 of the peak, with relative L2 errors up to 2.3e-3.
+     * 1e-2 for both leaves 2.5 times the rounding bound.
+     */
+    static final Bounds BF16_OUTPUT = new Bounds(1e-2, 1e-2);
+
     static CudaContext context;
     static CudaStream stream;
     static KernelRuntime runtime;
 
     @BeforeAll
     static void openGpu() {
-        Assumptions.assumeTrue(Gpu.available(), () -> "no CUDA device: " + Gpu.unavailableReason());
         context = CudaContext.create(0);
         stream = CudaStream.create();
         String dir = System.getenv("MOEFORGE_CACHE");
@@ -64,11 +83,11 @@ abstract class GpuSession {
 
     /**
      * Runs {@code layer} on {@code x} and {@code routing} with its outputs poisoned first, checks
-     * inter and y against the reference within {@code tolerance}, then checks that one graph replay
+     * inter and y against the reference within {@code bounds}, then checks that one graph replay
      * writes the same bytes. {@code where} names the case (and its seeds) in every message.
      */
     static void checkExpertLayer(String where, ExpertLayer layer, short[] x, Routing routing, DeviceWeights gateUp,
-                                 DeviceWeights down, ExpertReference.LayerResult ref, double tolerance) {
+                                 DeviceWeights down, ExpertReference.LayerResult ref, Bounds bounds) {
         int tokens = routing.tokens();
         try (DeviceBuffer dx = DeviceBuffer.allocate(DType.BF16, x.length);
              DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
@@ -87,8 +106,8 @@ abstract class GpuSession {
             ErrorStats ei = ErrorStats.of(ref.inter().exact(), gotInter);
             ErrorStats ey = ErrorStats.of(ref.y().exact(), gotY);
             System.out.println(where + ": gate_up " + ei + "; y " + ey);
-            assertTrue(ei.within(tolerance), () -> "gate_up " + where + ": " + ei);
-            assertTrue(ey.within(tolerance), () -> "down " + where + ": " + ey);
+            bounds.check(ei, () -> "gate_up " + where);
+            bounds.check(ey, () -> "down " + where);
 
             // a graph replay computes the same bytes as the direct launch
             dinter.fillBytes16(Bf16.NAN);

@@ -31,6 +31,7 @@ import dev.moeforge.dsl.schedule.RouterTiled;
 import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -38,7 +39,6 @@ import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -51,7 +51,7 @@ import org.junit.jupiter.params.provider.MethodSource;
  * where FP32 accumulation may legitimately order them the other way); weights match within 1e-4
  * (fp32) or 1e-2 (bf16) relative.
  */
-@Tag("gpu")
+@RequiresGpu
 class RouterGpuTest extends GpuSession {
     static final double NEAR_TIE = 1e-5;
 

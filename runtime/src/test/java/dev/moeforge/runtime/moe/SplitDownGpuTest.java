@@ -26,13 +26,13 @@ import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.RequiresGpu;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
@@ -41,14 +41,24 @@ import org.junit.jupiter.params.provider.MethodSource;
  * random weights and inputs: every 4-bit format, whole and ragged quads (warps with fewer quads),
  * both gate/up layouts, several tokens, an unrouted slot, and the buffer it zeroes for a later launch.
  */
-@Tag("gpu")
+@RequiresGpu
 class SplitDownGpuTest extends GpuSession {
     /**
-     * Relative L2 of the FP32 y (1e-7 to 4e-6 on the H100): the intermediate is rounded as the
-     * reference rounds it, so what is left is the order of FP32 sums and the odd intermediate on a
-     * rounding edge.
+     * The FP32 y against the reference. The intermediate is rounded as the reference rounds it, so
+     * what is left is the order of FP32 sums and the odd intermediate on a bf16 rounding edge, which
+     * moves every y of its token by its down weight times one bf16 step of that intermediate. The
+     * GPU test logs under bench/results show relative L2 errors up to 4.4e-6 and element errors up
+     * to 6.2e-6 of the peak (36 cases; at most 2.6e-7 in the 22 whose references were rebuilt from
+     * their printed seeds). 1e-4 and 1e-3 leave room for such an intermediate and stay far below a
+     * wrong output, which is off by a sizeable fraction of the peak.
      */
-    static final double TOLERANCE = 1e-4;
+    static final Bounds FP32_Y = new Bounds(1e-4, 1e-3);
+
+    /**
+     * A graph replay against the first launch: the same FP32 partial sums added into y in another
+     * order (a few hundred atomic adds per output), about 1e-7 of the peak each way.
+     */
+    static final Bounds REPLAY = new Bounds(1e-5, 1e-5);
 
     /** The catalogue's schedule: 8 warps, 4 per gate_up tile, 2 steps in flight, 3 blocks per SM. */
     static final SplitDown CATALOGUE = new SplitDown(8, 2, 4, 3, false);
@@ -171,7 +181,7 @@ class SplitDownGpuTest extends GpuSession {
             }
             ErrorStats e = ErrorStats.of(ref.y(), y);
             System.out.println(where + ": y " + e);
-            assertTrue(e.within(TOLERANCE), () -> where + ": " + e);
+            FP32_Y.check(e, () -> where);
             float[] zeroed = new float[outputs + tail];
             dzero.copyTo(zeroed);
             for (int i = 0; i < outputs; i++) {
@@ -190,7 +200,7 @@ class SplitDownGpuTest extends GpuSession {
             float[] replayed = new float[outputs];
             dy.copyTo(replayed);
             ErrorStats r = ErrorStats.of(toDouble(y), replayed);
-            assertTrue(r.within(1e-5), () -> where + ": the graph replay against the first launch: " + r);
+            REPLAY.check(r, () -> where + ": the graph replay against the first launch");
         }
     }
 
