@@ -182,7 +182,7 @@ public record EncodedWeights(WeightFormat format, int experts, int rows, int col
     private double blockScale(int e, int n, int block) {
         BlockScale bs = format.blockScale();
         long index = bs.blockRows()
-                ? ((long) e * ceilDiv(rows, bs.block()) + n / bs.block()) * ceilDiv(cols, bs.block()) + block
+                ? ((long) e * Math.ceilDiv(rows, bs.block()) + n / bs.block()) * Math.ceilDiv(cols, bs.block()) + block
                 : ((long) e * rows + n) * (cols / bs.block()) + block;
         return switch (bs) {
             case NONE -> 1.0;
@@ -205,9 +205,5 @@ public record EncodedWeights(WeightFormat format, int experts, int rows, int col
         bytes[i + 1] = (byte) (bits >>> 8);
         bytes[i + 2] = (byte) (bits >>> 16);
         bytes[i + 3] = (byte) (bits >>> 24);
-    }
-
-    static int ceilDiv(int a, int b) {
-        return (a + b - 1) / b;
     }
 }

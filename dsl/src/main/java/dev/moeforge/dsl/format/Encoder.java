@@ -41,8 +41,8 @@ final class Encoder {
     /** First pass over expert {@code e}: returns the first non-finite index (row-major within the expert), or -1. */
     long amaxes(int e) {
         BlockScale bs = format.blockScale();
-        int rowBlocks = EncodedWeights.ceilDiv(rows, 128);
-        int colBlocks = EncodedWeights.ceilDiv(cols, 128);
+        int rowBlocks = Math.ceilDiv(rows, 128);
+        int colBlocks = Math.ceilDiv(cols, 128);
         float[] span = switch (format.rowScale()) {
             case PER_TENSOR -> new float[projections.count()];
             case NONE, PER_ROW -> bs.blockRows() ? new float[rowBlocks * colBlocks] : new float[0];
@@ -100,8 +100,8 @@ final class Encoder {
                         minifloat(Minifloat.E4M3, w, q, 0, cols, s);
                     }
                     case BLOCK_128X128 -> {
-                        int colBlocks = EncodedWeights.ceilDiv(cols, 128);
-                        int rowBlocks = EncodedWeights.ceilDiv(rows, 128);
+                        int colBlocks = Math.ceilDiv(cols, 128);
+                        int rowBlocks = Math.ceilDiv(rows, 128);
                         for (int cb = 0; cb < colBlocks; cb++) {
                             float s = symmetricScale(spanAmax[e][(n / 128) * colBlocks + cb], 448f);
                             long index = ((long) e * rowBlocks + n / 128) * colBlocks + cb;

@@ -79,7 +79,7 @@ public sealed interface WeightFormat permits WeightFormat.Bf16, WeightFormat.Fp8
         public long perExpert(int rows, int cols) {
             return switch (this) {
                 case NONE -> 0;
-                case F32_BLOCK_128X128 -> (long) ceilDiv(rows, block) * ceilDiv(cols, block);
+                case F32_BLOCK_128X128 -> (long) Math.ceilDiv(rows, block) * Math.ceilDiv(cols, block);
                 case F32_GROUP_128, E4M3_PER_16, E8M0_PER_32 -> (long) rows * (cols / block);
             };
         }
@@ -206,10 +206,6 @@ public sealed interface WeightFormat permits WeightFormat.Bf16, WeightFormat.Fp8
 
     /** Symmetric INT4 weight-only (two per byte), FP32 scales per channel or per group of 128 along K. */
     record Int4(IntScaling scaling) implements WeightFormat {}
-
-    private static int ceilDiv(int a, int b) {
-        return (a + b - 1) / b;
-    }
 
     WeightFormat BF16 = new Bf16();
     WeightFormat FP8_CHANNEL = new Fp8(Fp8Scaling.CHANNEL);
