@@ -12,6 +12,7 @@ import dev.moeforge.dsl.ir.epilogue.Combine;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.schedule.ConfigConstant;
+import dev.moeforge.dsl.schedule.LaunchGeometry;
 import dev.moeforge.dsl.schedule.ScheduleModel;
 import dev.moeforge.dsl.schedule.TreeEvaluation;
 import dev.moeforge.dsl.text.SpecPrinter;
@@ -42,7 +43,12 @@ public final class CudaEmitter {
     private CudaEmitter() {}
 
     public static GeneratedKernel emit(KernelSpec spec) {
-        ValidatedSpec<?> valid = Validator.check(spec);
+        return emit(Validator.check(spec));
+    }
+
+    /** The CUDA of a spec the caller has validated already. */
+    public static GeneratedKernel emit(ValidatedSpec<?> valid) {
+        KernelSpec spec = valid.spec();
         String specText = SpecPrinter.print(spec);
         ScheduleModel schedule = valid.model();
         String source = render(schedule.template(), model(valid, specText, schedule));
@@ -59,12 +65,13 @@ public final class CudaEmitter {
         Problem problem = valid.problem();
         List<ConfigConstant> config = new ArrayList<>(problemConfig(problem));
         config.addAll(schedule.config());
-        config.add(ConfigConstant.integer("kThreadsPerCta", schedule.threadsPerCta()));
+        LaunchGeometry launch = valid.geometry(1);  // block and shared memory do not depend on the tokens
+        config.add(ConfigConstant.integer("kThreadsPerCta", launch.blockX()));
         config.add(ConfigConstant.integer("kMinBlocksPerSm", schedule.minBlocksPerSm()));
-        config.add(ConfigConstant.integer("kSharedBytes", schedule.sharedBytes()));
+        config.add(ConfigConstant.integer("kSharedBytes", launch.sharedBytes()));
         List<String> notes = new ArrayList<>(schedule.notes());
-        if (schedule.sharedBytes() > 0) {
-            notes.add("Dynamic shared memory: " + schedule.sharedBytes() + " bytes.");
+        if (launch.sharedBytes() > 0) {
+            notes.add("Dynamic shared memory: " + launch.sharedBytes() + " bytes.");
         }
         String launchBounds = "Config::kThreadsPerCta" + (schedule.minBlocksPerSm() > 0 ? ", Config::kMinBlocksPerSm" : "");
         KernelSignature signature = KernelSignature.of(valid);

@@ -1,6 +1,5 @@
 package dev.moeforge.codegen.cuda;
 
-import dev.moeforge.dsl.check.EpilogueTypes;
 import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.Add;
 import dev.moeforge.dsl.ir.epilogue.Combine;

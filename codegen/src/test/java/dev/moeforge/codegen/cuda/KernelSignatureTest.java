@@ -19,7 +19,6 @@ import dev.moeforge.dsl.ir.epilogue.Acc;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
 import dev.moeforge.dsl.ir.epilogue.Store;
-import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.schedule.SplitDown;
 import java.util.List;
 import org.junit.jupiter.api.Test;

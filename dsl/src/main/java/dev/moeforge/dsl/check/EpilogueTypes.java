@@ -1,7 +1,6 @@
 package dev.moeforge.dsl.check;
 
 import dev.moeforge.dsl.ir.DType;
-import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.Limits;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.epilogue.Acc;

@@ -1,6 +1,5 @@
 package dev.moeforge.dsl.reference;
 
-import dev.moeforge.dsl.check.EpilogueTypes;
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.KernelSpec;

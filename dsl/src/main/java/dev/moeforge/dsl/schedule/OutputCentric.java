@@ -108,8 +108,8 @@ public record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tok
     /**
      * The derived sizes of an output-centric kernel: how its reduction is cut into loads and
      * blocks, the most distinct experts a token tile can route to, and its shared memory. The
-     * device header's {@code output_centric_shared_bytes} states the same layout and the kernel
-     * static_asserts that both agree.
+     * device header's token-tile and single-token bodies lay shared memory out the same way and
+     * static_assert that their bytes equal these.
      */
     public record Layout(int reduceLength, int elementsPerLoad, int chunksPerRow, int blocksPerRow, int maxDistinctExperts,
                          long sharedBytes) {
@@ -217,7 +217,7 @@ public record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tok
                 ConfigConstant.integer("kTokensPerCta", tokensPerCta),
                 ConfigConstant.integer("kWarpsPerOutput", warpsPerOutput)),
                 ScheduleRules.expertNotes(problem, unit, false, own),
-                ScheduleRules.threads(warpsPerCta), minBlocksPerSm, 1, layout.sharedBytes(), Optional.empty());
+                minBlocksPerSm, 1, Optional.empty());
     }
 
     @Override

@@ -87,8 +87,8 @@ public record OutputTensorCore(int warpsPerCta, int kUnroll, int warpsPerTile, i
     /**
      * The derived sizes of an output_tensor_core kernel: its reduction in 16-byte chunks of 32
      * codes, four chunks (one per lane of a row group) per step, and its shared memory. The device
-     * header ({@code tensor_core_shared_bytes}) lays shared memory out the same way and the kernel
-     * static_asserts that both agree.
+     * header's tensor-core bodies ({@code TileRow}, {@code stage_tile_activations}) lay shared memory
+     * out the same way and static_assert that their bytes equal these.
      *
      * @param rowsPerTile    weight rows a warp reduces together (the mma's M)
      * @param outputsPerTile outputs a tile writes (gate_up: 8 neurons, down: 16 hidden units)
@@ -177,7 +177,7 @@ public record OutputTensorCore(int warpsPerCta, int kUnroll, int warpsPerTile, i
                 ConfigConstant.integer("kUnroll", kUnroll),
                 ConfigConstant.integer("kWarpsPerTile", warpsPerTile)),
                 ScheduleRules.expertNotes(problem, unit, true, own),
-                ScheduleRules.threads(warpsPerCta), minBlocksPerSm, 1, layout.sharedBytes(), Optional.empty());
+                minBlocksPerSm, 1, Optional.empty());
     }
 
     @Override

@@ -87,7 +87,7 @@ public record RouterCluster(int clusterSize, int warpsPerCta, int loadBytes, int
                 ConfigConstant.integer("kLoadBytes", loadBytes),
                 ConfigConstant.integer("kUnroll", kUnroll),
                 ConfigConstant.integer("kWarpsPerScore", split)),
-                notes, ScheduleRules.threads(warpsPerCta), RouterGemv.DECODE_MIN_BLOCKS_PER_SM, clusterSize, 0,
+                notes, RouterGemv.DECODE_MIN_BLOCKS_PER_SM, clusterSize,
                 Optional.of(new TreeEvaluation(TreeEvaluation.Mode.ONE_WARP, "mf::load_row_shared<Config::kExperts>(scores)")));
     }
 

@@ -151,8 +151,8 @@ public record RouterGemv(int warpsPerCta, int loadBytes, int kUnroll, int expert
                         "mf::await_scores<Config::kSlice>(scores + static_cast<size_t>(token) * Config::kExperts + slice)")
                 : new TreeEvaluation(TreeEvaluation.Mode.ONE_WARP,
                         "mf::await_scores<Config::kExperts>(scores + static_cast<size_t>(token) * Config::kExperts)");
-        return new ScheduleModel("router_gemv.cu.ftl", "router_scores", config, notes, ScheduleRules.threads(warpsPerCta),
-                DECODE_MIN_BLOCKS_PER_SM, 1, 0, Optional.of(evaluation));
+        return new ScheduleModel("router_gemv.cu.ftl", "router_scores", config, notes, DECODE_MIN_BLOCKS_PER_SM, 1,
+                Optional.of(evaluation));
     }
 
     /** How a decode router's warps share the scores. */

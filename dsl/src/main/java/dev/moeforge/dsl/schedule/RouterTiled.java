@@ -237,7 +237,7 @@ public record RouterTiled(int tokensPerCta, int tokensPerWarp, int warpsPerCta, 
                 ConfigConstant.integer("kKGroups", kGroups),
                 ConfigConstant.integer("kClusterSplit", clusterSplit),
                 ConfigConstant.integer("kRowsPerWarp", layout.ownRows() / warpsPerCta)),
-                notes, ScheduleRules.threads(warpsPerCta), 0, clusterSplit, layout.sharedBytes(),
+                notes, 0, clusterSplit,
                 Optional.of(new TreeEvaluation(TreeEvaluation.Mode.WARP_PER_ROW,
                         "mf::load_row_shared<Config::kExperts>(scores + tile_row * Tile::kScoreStride)")));
     }

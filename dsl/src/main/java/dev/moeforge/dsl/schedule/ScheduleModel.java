@@ -5,21 +5,19 @@ import java.util.Optional;
 
 /**
  * What a schedule contributes to its kernel's generated CUDA; the problem's part (shape, format,
- * epilogue, parameters) the emitter adds.
+ * epilogue, parameters) and the launch's block and shared memory ({@link Schedule#geometry}) the
+ * emitter adds.
  *
  * @param template       the Freemarker template that renders the kernel, e.g. {@code expert.cu.ftl}
  * @param body           the device header's entry point the kernel calls, e.g. {@code gate_up_single_token}
  * @param config         the schedule's members of {@code struct Config}
  * @param notes          lines for the kernel's header comment (how the work is laid out)
- * @param threadsPerCta  threads per block: {@code __launch_bounds__}'s first argument and the launch's block
  * @param minBlocksPerSm {@code __launch_bounds__}'s second argument, 0 for none
  * @param clusterSize    blocks per thread-block cluster ({@code __cluster_dims__}), 1 for none
- * @param sharedBytes    dynamic shared memory per block, which the device header's layout must equal
  * @param evaluation     routers: how the routing rule is evaluated; empty for expert kernels
  */
 public record ScheduleModel(String template, String body, List<ConfigConstant> config, List<String> notes,
-                            int threadsPerCta, int minBlocksPerSm, int clusterSize, long sharedBytes,
-                            Optional<TreeEvaluation> evaluation) {
+                            int minBlocksPerSm, int clusterSize, Optional<TreeEvaluation> evaluation) {
     public ScheduleModel {
         config = List.copyOf(config);
         notes = List.copyOf(notes);

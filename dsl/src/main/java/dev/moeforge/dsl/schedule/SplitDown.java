@@ -104,8 +104,8 @@ public record SplitDown(int warpsPerCta, int kUnroll, int warpsPerTile, int minB
 
     /**
      * The derived sizes of a split_down kernel, the single statement of them for validation, the
-     * launch and the repack of down ({@code SplitDownWeights}); the device header
-     * ({@code split_down_shared_bytes}) lays memory out the same way and the kernel static_asserts it.
+     * launch and the repack of down ({@code SplitDownWeights}); the device header's
+     * {@code mlp_split_down} lays memory out the same way and static_asserts that its bytes equal these.
      *
      * @param quads        64-row quads of down's hidden rows (one 16-byte load per lane is four mmas' A fragments)
      * @param tiles        16-column tiles of down's intermediate columns: one per thread block and slot
@@ -175,7 +175,7 @@ public record SplitDown(int warpsPerCta, int kUnroll, int warpsPerTile, int minB
                 ConfigConstant.integer("kUnroll", kUnroll),
                 ConfigConstant.integer("kWarpsPerTile", warpsPerTile),
                 ConfigConstant.bool("kOrderLoads", orderLoads)),
-                notes, ScheduleRules.threads(warpsPerCta), minBlocksPerSm, 1, layout.sharedBytes(), Optional.empty());
+                notes, minBlocksPerSm, 1, Optional.empty());
     }
 
     @Override

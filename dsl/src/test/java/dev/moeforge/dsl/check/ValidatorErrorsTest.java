@@ -9,7 +9,6 @@ import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.RouterTiled;
-import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.text.SpecParser;
 import java.io.IOException;
 import java.net.URISyntaxException;

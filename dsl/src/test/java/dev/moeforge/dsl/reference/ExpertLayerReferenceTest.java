@@ -14,7 +14,6 @@ import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
-import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.schedule.SplitDown;
 import org.junit.jupiter.api.Test;
 

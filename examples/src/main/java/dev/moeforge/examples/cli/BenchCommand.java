@@ -1,13 +1,11 @@
 package dev.moeforge.examples.cli;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
-import dev.moeforge.dsl.build.OutputCentricBuilder;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.schedule.Candidates;
-import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.text.SpecPrinter;
 import dev.moeforge.examples.bench.BenchKernels;

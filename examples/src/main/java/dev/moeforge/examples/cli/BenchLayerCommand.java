@@ -22,7 +22,6 @@ import java.util.Map;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
-import picocli.CommandLine.Option;
 
 /**
  * {@code moeforge bench layer}: the whole MoE layer (router, gate_up, down) of the Qwen3-30B-A3B

@@ -2,6 +2,7 @@ package dev.moeforge.runtime.kernel;
 
 import dev.moeforge.codegen.cuda.KernelParam;
 import dev.moeforge.codegen.cuda.KernelSignature;
+import dev.moeforge.dsl.check.ValidatedSpec;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.schedule.LaunchGeometry;
 import dev.moeforge.runtime.compile.PtxasReport;
@@ -17,16 +18,20 @@ import java.util.List;
  * the spec when something is wrong.
  */
 public final class KernelHandle {
+    private final ValidatedSpec<?> valid;
     private final KernelSpec spec;
+    private final int maxTokens;
     private final String specText;
     private final KernelSignature signature;
     private final CudaFunction function;
     private final PtxasReport.FunctionResources resources;
 
-    KernelHandle(KernelSpec spec, String specText, CudaFunction function, PtxasReport.FunctionResources resources) {
-        this.spec = spec;
+    KernelHandle(ValidatedSpec<?> valid, String specText, CudaFunction function, PtxasReport.FunctionResources resources) {
+        this.valid = valid;
+        this.spec = valid.spec();
+        this.maxTokens = valid.maxTokens();
         this.specText = specText;
-        this.signature = KernelSignature.of(spec);
+        this.signature = KernelSignature.of(valid);
         this.function = function;
         this.resources = resources;
     }
@@ -46,7 +51,7 @@ public final class KernelHandle {
 
     /** The largest token count one launch takes. */
     public int maxTokens() {
-        return LaunchGeometry.maxTokens(spec);
+        return maxTokens;
     }
 
     /**
@@ -85,7 +90,7 @@ public final class KernelHandle {
             args[i] = b;
         }
         args[params.size()] = numTokens;
-        LaunchGeometry g = LaunchGeometry.of(spec, numTokens);
+        LaunchGeometry g = valid.geometry(numTokens);
         try {
             function.launch(order, g.gridX(), g.gridY(), 1, g.blockX(), 1, 1, g.sharedBytes(), stream, args);
         } catch (RuntimeException e) {

@@ -2,16 +2,10 @@ package dev.moeforge.runtime.kernel;
 
 import dev.moeforge.codegen.cuda.CudaEmitter;
 import dev.moeforge.codegen.cuda.GeneratedKernel;
+import dev.moeforge.dsl.check.ValidatedSpec;
+import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Target;
-import dev.moeforge.dsl.schedule.LaunchGeometry;
-import dev.moeforge.dsl.schedule.OutputCentric;
-import dev.moeforge.dsl.schedule.OutputTensorCore;
-import dev.moeforge.dsl.schedule.RouterCluster;
-import dev.moeforge.dsl.schedule.RouterGemv;
-import dev.moeforge.dsl.schedule.RouterTiled;
-import dev.moeforge.dsl.schedule.Schedule;
-import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.dsl.text.SpecParser;
 import dev.moeforge.dsl.text.SpecPrinter;
 import dev.moeforge.runtime.cache.KernelCache;
@@ -117,7 +111,8 @@ public final class KernelRuntime implements AutoCloseable {
     }
 
     private KernelHandle compileAndLoad(KernelSpec spec) {
-        GeneratedKernel generated = CudaEmitter.emit(spec);
+        ValidatedSpec<?> valid = Validator.check(spec);  // once: the emitter, the launch and the handle share it
+        GeneratedKernel generated = CudaEmitter.emit(valid);
         CompileResult compiled = cache.getOrCompile(
                 CudaSource.of(generated), target);
         context.makeCurrent();  // loads may run on any thread, e.g. a pool compiling in parallel
@@ -126,7 +121,7 @@ public final class KernelRuntime implements AutoCloseable {
             modules.add(module);
         }
         CudaFunction function = module.function(spec.name());
-        int shared = LaunchGeometry.of(spec, 1).sharedBytes();
+        int shared = valid.geometry(1).sharedBytes();
         if (shared > 48 * 1024) {
             function.setMaxDynamicSharedBytes(shared);
         }
@@ -135,7 +130,7 @@ public final class KernelRuntime implements AutoCloseable {
         if (spilled.isPresent()) {  // logged from here, so that the record names this method as its source
             LOG.warning(spilled.get());
         }
-        return new KernelHandle(spec, generated.specText(), function, resources);
+        return new KernelHandle(valid, generated.specText(), function, resources);
     }
 
     /**

@@ -26,7 +26,6 @@ import dev.moeforge.dsl.reference.RouterReference;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.schedule.RouterTiled;
-import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;

@@ -22,7 +22,6 @@ import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
-import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
