@@ -3,6 +3,7 @@ package dev.moeforge.examples.cli;
 import dev.moeforge.dsl.ir.KernelSpec;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -39,7 +40,11 @@ final class ParallelCompile {
                 }));
             }
             for (Future<T> f : futures) {
-                results.add(f.get());
+                try {
+                    results.add(f.get());
+                } catch (ExecutionException e) {  // the job's own failure, not the pool's wrapper
+                    throw e.getCause() instanceof Exception cause ? cause : e;
+                }
             }
         } finally {
             pool.shutdownNow();

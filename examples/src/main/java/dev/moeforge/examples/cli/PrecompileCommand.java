@@ -48,6 +48,9 @@ public final class PrecompileCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         List<Target> chosen = GenCommand.parseTargets(targets);
+        if (into != null && Files.exists(into) && !Files.isDirectory(into)) {
+            throw new IllegalArgumentException("--into " + into + ": not a directory");
+        }
         List<KernelSpec> specs = new ArrayList<>();
         for (Path file : files) {
             if (!Files.isRegularFile(file)) {
