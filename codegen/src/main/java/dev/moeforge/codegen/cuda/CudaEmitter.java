@@ -13,6 +13,7 @@ import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.schedule.ConfigConstant;
 import dev.moeforge.dsl.schedule.LaunchGeometry;
+import dev.moeforge.dsl.schedule.RoutingPlan;
 import dev.moeforge.dsl.schedule.ScheduleModel;
 import dev.moeforge.dsl.schedule.TreeEvaluation;
 import dev.moeforge.dsl.text.SpecPrinter;
@@ -109,7 +110,9 @@ public final class CudaEmitter {
         return new KernelModel(specText.lines().toList(), notes, DeviceHeader.FILE_NAME, config, launchBounds,
                 schedule.clusterSize(), valid.name(), params, schedule.body(), signature.callArguments(),
                 expert ? SpecPrinter.printEpilogue(store) : "", epilogueParams,
-                expert ? EpilogueEmitter.emit(store, bound) : List.of(), valueLines, storeLines, blockGroups, expertCounts);
+                expert ? EpilogueEmitter.emit(store, bound) : List.of(), valueLines, storeLines, blockGroups, expertCounts,
+                valid.takesRoutingPlan() ? valid.name() + RoutingPlan.COUNT_ENTRY : "",
+                valid.takesRoutingPlan() ? valid.name() + RoutingPlan.SCATTER_ENTRY : "");
     }
 
     /** The problem's members of Config: its weight format, sizes and layout. */

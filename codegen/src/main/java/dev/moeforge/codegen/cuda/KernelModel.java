@@ -25,11 +25,14 @@ import java.util.List;
  * @param storeLines     routers: the token's stores
  * @param blockGroups    routers: the block's warps share the rule's selection, one expert group each
  * @param expertCounts   routers: the kernel also counts each expert's tokens
+ * @param alignCount     expert_centric: the name of the module's first align entry point (empty otherwise)
+ * @param alignScatter   expert_centric: the name of the second
  */
 public record KernelModel(List<String> specLines, List<String> notes, String header, List<ConfigConstant> config,
                           String launchBounds, int clusterSize, String name, List<String> params, String body, String callArgs,
                           String epilogueText, String epilogueParams, List<String> epilogueLines,
-                          List<String> valueLines, List<String> storeLines, boolean blockGroups, boolean expertCounts) {
+                          List<String> valueLines, List<String> storeLines, boolean blockGroups, boolean expertCounts,
+                          String alignCount, String alignScatter) {
     public KernelModel {
         specLines = List.copyOf(specLines);
         notes = List.copyOf(notes);

@@ -16,8 +16,9 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
     public static final int TOKENS = -1;
 
     /**
-     * What a parameter is for. A WORKSPACE tensor is scratch the kernel owns: the router's scores and
-     * per-token tickets (allocated zeroed once; the kernel leaves both at zero again).
+     * What a parameter is for. A WORKSPACE tensor is scratch the kernel owns (allocated zeroed once):
+     * the router's scores and per-token tickets, expert_centric down's partial rows and tickets; the
+     * kernel leaves tickets at zero again.
      */
     public enum Role {
         INPUT, WEIGHTS, ROUTING, OUTPUT, WORKSPACE, TOKEN_COUNT

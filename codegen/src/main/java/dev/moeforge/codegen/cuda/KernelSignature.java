@@ -15,6 +15,7 @@ import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.RouterTrees;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.schedule.RoutingPlan;
 import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.dsl.schedule.Workspace;
 import java.util.ArrayList;
@@ -38,7 +39,7 @@ public record KernelSignature(List<KernelParam> params) {
         KernelParam tokens = new KernelParam(TOKEN_COUNT, Role.TOKEN_COUNT, DType.INT32, List.of(), "tokens M");
         DType act = spec.problem().activations();
         return switch (spec.problem()) {
-            case Problem.ExpertProblem p -> expert(p, act, tokens);
+            case Problem.ExpertProblem p -> expert(spec, p, act, tokens);
             case Problem.ExpertMlp m -> mlp(m, act, tokens);
             case Problem.Router r -> router(spec, r, act, tokens);
         };
@@ -74,18 +75,21 @@ public record KernelSignature(List<KernelParam> params) {
         return String.join(", ", args);
     }
 
-    private static KernelSignature expert(Problem.ExpertProblem p, DType act, KernelParam tokens) {
+    /**
+     * x or inter, the weights, the routing tables, the routing grouped by expert where the schedule
+     * takes it ({@link RoutingPlan}), the output, then the schedule's workspace.
+     */
+    private static KernelSignature expert(ValidatedSpec<?> spec, Problem.ExpertProblem p, DType act, KernelParam tokens) {
         ExpertShape s = p.shape();
         int m = KernelParam.TOKENS;
-        KernelParam ids = new KernelParam("topk_ids", Role.ROUTING, DType.INT32, List.of(m, s.topk()),
-                "routed expert of each (token, slot)");
         List<KernelParam> params = new ArrayList<>();
         switch (p) {
             case Problem.ExpertGateUp g -> {
                 params.add(new KernelParam("x", Role.INPUT, act, List.of(m, s.hidden()), "activations"));
                 params.addAll(weights("w_gate_up", p.weights(), s.experts(), 2 * s.intermediate(), s.hidden(), 2, p.bias(),
                         "gate and up rows of every expert"));
-                params.add(ids);
+                params.add(topkIds(s));
+                params.addAll(routingPlan(spec, s));
                 params.add(new KernelParam("inter", Role.OUTPUT, act, List.of(m, s.topk(), s.intermediate()),
                         "activation of each (token, slot, neuron)"));
             }
@@ -94,14 +98,38 @@ public record KernelSignature(List<KernelParam> params) {
                         "gate_up's output"));
                 params.addAll(weights("w_down", p.weights(), s.experts(), s.hidden(), s.intermediate(), 1, p.bias(),
                         "down rows of every expert"));
-                params.add(ids);
+                params.add(topkIds(s));
                 params.add(new KernelParam("topk_weights", Role.ROUTING, DType.FP32, List.of(m, s.topk()),
                         "routing weight of each (token, slot)"));
+                params.addAll(routingPlan(spec, s));
                 params.add(new KernelParam("y", Role.OUTPUT, act, List.of(m, s.hidden()), "the layer's output"));
             }
         }
+        params.addAll(workspace(spec));
         params.add(tokens);
         return new KernelSignature(params);
+    }
+
+    private static KernelParam topkIds(ExpertShape s) {
+        return new KernelParam("topk_ids", Role.ROUTING, DType.INT32, List.of(KernelParam.TOKENS, s.topk()),
+                "routed expert of each (token, slot)");
+    }
+
+    /** The routing grouped by expert, for a schedule that takes it; none otherwise. */
+    private static List<KernelParam> routingPlan(ValidatedSpec<?> spec, ExpertShape s) {
+        if (!spec.takesRoutingPlan()) {
+            return List.of();
+        }
+        return List.of(
+                new KernelParam(RoutingPlan.SORTED_SLOTS, Role.ROUTING, DType.INT32, List.of(KernelParam.TOKENS, s.topk()),
+                        "the (token, slot) pairs m*k + j grouped by expert, ascending within each"),
+                new KernelParam(RoutingPlan.EXPERT_OFFSETS, Role.ROUTING, DType.INT32, List.of(RoutingPlan.offsetsLength(s.experts())),
+                        "where each expert's pairs start in sorted_slots (bucket E: ids outside [0, E)), then the end"));
+    }
+
+    private static List<KernelParam> workspace(ValidatedSpec<?> spec) {
+        return spec.workspace().stream().map(w -> new KernelParam(w.name(), Role.WORKSPACE, w.elementType(),
+                w.shape().stream().map(d -> d == Workspace.TOKENS ? KernelParam.TOKENS : d).toList(), w.description())).toList();
     }
 
     /**
@@ -226,10 +254,7 @@ public record KernelSignature(List<KernelParam> params) {
         for (String name : RouterTrees.rowParams(spec.epilogue())) {
             params.add(new KernelParam(name, Role.INPUT, DType.FP32, List.of(r.experts()), "per-expert vector row(" + name + ")"));
         }
-        for (Workspace w : spec.workspace()) {
-            params.add(new KernelParam(w.name(), Role.WORKSPACE, w.elementType(),
-                    w.shape().stream().map(d -> d == Workspace.TOKENS ? m : d).toList(), w.description()));
-        }
+        params.addAll(workspace(spec));
         Store store = spec.epilogue();
         OptionalInt k = RouterTrees.storedTopK(store);
         if (k.isPresent()) {

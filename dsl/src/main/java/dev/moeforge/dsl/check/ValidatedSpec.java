@@ -71,6 +71,11 @@ public final class ValidatedSpec<P extends Problem> {
         return schedule.workspace(problem);
     }
 
+    /** Whether the kernel takes the routing grouped by expert (see {@code RoutingPlan}). */
+    public boolean takesRoutingPlan() {
+        return schedule.takesRoutingPlan();
+    }
+
     public ScheduleModel model() {
         return schedule.model(problem, epilogue);
     }

@@ -18,7 +18,7 @@ import java.util.List;
  * @param <P> the problems this kind lowers
  */
 public sealed interface Schedule<P extends Problem>
-        permits OutputCentric, OutputTensorCore, SplitDown, RouterGemv, RouterCluster, RouterTiled {
+        permits OutputCentric, OutputTensorCore, SplitDown, ExpertCentric, RouterGemv, RouterCluster, RouterTiled {
 
     /** Every kind, in the order the textual form lists them and enumeration visits them. */
     static List<ScheduleKind<?, ?>> kinds() {
@@ -28,7 +28,7 @@ public sealed interface Schedule<P extends Problem>
     /** Initialised on first use, after the records: a record's initialisation initialises this interface first. */
     final class Kinds {
         private static final List<ScheduleKind<?, ?>> ALL = List.of(OutputCentric.KIND, OutputTensorCore.KIND, SplitDown.KIND,
-                RouterGemv.KIND, RouterCluster.KIND, RouterTiled.KIND);
+                ExpertCentric.KIND, RouterGemv.KIND, RouterCluster.KIND, RouterTiled.KIND);
 
         private Kinds() {}
     }
@@ -60,6 +60,14 @@ public sealed interface Schedule<P extends Problem>
 
     /** The largest token count one launch takes. */
     int maxTokens(P problem);
+
+    /**
+     * Whether the kernel also takes the routing grouped by expert ({@link RoutingPlan}: sorted_slots
+     * and expert_offsets, after the routing tables), which its module's align entry points build.
+     */
+    default boolean takesRoutingPlan() {
+        return false;
+    }
 
     /** Scratch tensors the kernel owns beyond the problem's inputs and outputs (none by default). */
     default List<Workspace> workspace(P problem) {

@@ -4,8 +4,9 @@ import dev.moeforge.dsl.ir.DType;
 import java.util.List;
 
 /**
- * A scratch tensor a kernel owns beyond its problem's inputs and outputs: allocated zeroed once,
- * and left zero by every launch, so graph replays need nothing.
+ * A scratch tensor a kernel owns beyond its problem's inputs and outputs: allocated zeroed once.
+ * Counters in it are left zero by every launch, so graph replays need nothing; other scratch
+ * holds values only within a launch.
  *
  * @param shape dimensions, with {@link #TOKENS} standing for the token count M
  */

@@ -11,6 +11,7 @@ import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import java.util.List;
+import java.util.Optional;
 
 /**
  * A loaded kernel and the spec it was generated from. {@link #launch} checks every buffer's
@@ -25,8 +26,10 @@ public final class KernelHandle {
     private final KernelSignature signature;
     private final CudaFunction function;
     private final PtxasReport.FunctionResources resources;
+    private final Optional<RoutingAlign> routingAlign;
 
-    KernelHandle(ValidatedSpec<?> valid, String specText, CudaFunction function, PtxasReport.FunctionResources resources) {
+    KernelHandle(ValidatedSpec<?> valid, String specText, CudaFunction function, PtxasReport.FunctionResources resources,
+                 Optional<RoutingAlign> routingAlign) {
         this.valid = valid;
         this.spec = valid.spec();
         this.maxTokens = valid.maxTokens();
@@ -34,6 +37,17 @@ public final class KernelHandle {
         this.signature = KernelSignature.of(valid);
         this.function = function;
         this.resources = resources;
+        this.routingAlign = routingAlign;
+    }
+
+    /** The align entry points of a kernel that takes the routing plan (expert_centric); empty for the others. */
+    public Optional<RoutingAlign> routingAlign() {
+        return routingAlign;
+    }
+
+    /** Whether the kernel takes the routing grouped by expert (sorted_slots, expert_offsets). */
+    public boolean takesRoutingPlan() {
+        return routingAlign.isPresent();
     }
 
     public KernelSpec spec() {

@@ -5,7 +5,9 @@ import dev.moeforge.codegen.cuda.GeneratedKernel;
 import dev.moeforge.dsl.check.ValidatedSpec;
 import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.schedule.RoutingPlan;
 import dev.moeforge.dsl.text.SpecParser;
 import dev.moeforge.dsl.text.SpecPrinter;
 import dev.moeforge.runtime.cache.KernelCache;
@@ -130,7 +132,12 @@ public final class KernelRuntime implements AutoCloseable {
         if (spilled.isPresent()) {  // logged from here, so that the record names this method as its source
             LOG.warning(spilled.get());
         }
-        return new KernelHandle(valid, generated.specText(), function, resources);
+        Optional<RoutingAlign> align = Optional.empty();
+        if (valid.takesRoutingPlan() && valid.problem() instanceof Problem.ExpertProblem p) {
+            align = Optional.of(new RoutingAlign(module.function(spec.name() + RoutingPlan.COUNT_ENTRY),
+                    module.function(spec.name() + RoutingPlan.SCATTER_ENTRY), p.shape().experts(), p.shape().topk()));
+        }
+        return new KernelHandle(valid, generated.specText(), function, resources, align);
     }
 
     /**

@@ -1,30 +1,54 @@
 package dev.moeforge.runtime.moe;
 
+import dev.moeforge.codegen.cuda.KernelParam;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.schedule.RoutingPlan;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelHandle;
+import dev.moeforge.runtime.kernel.RoutingAlign;
 import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 
 /**
  * The MoE expert layer with routing given: gate_up then down, enqueued back to back on one
  * stream with nothing read back to the host, so a decode loop can capture it in a CUDA graph.
  * By default both kernels overlap the kernel before them (programmatic dependent launch).
+ *
+ * <p>Either half may be of either family. Where one takes the routing grouped by expert
+ * (expert_centric), the layer first builds that plan on the device (two small launches, once per
+ * layer call) and owns its buffers and the kernels' scratch, sized for {@link #capacity()} tokens.
  */
-public final class ExpertLayer {
+public final class ExpertLayer implements AutoCloseable {
+    /** Tokens a layer with expert-centric kernels holds scratch for unless told otherwise. */
+    public static final int DEFAULT_CAPACITY = 4096;
+
     private final KernelHandle gateUp;
     private final KernelHandle down;
     private final ExpertShape shape;
     private final LaunchOrder order;
+    private final int capacity;
+    private final Optional<RoutingAlign> align;
+    private final RoutingAlign.PlanBuffers plan;
+    /** Both kernels' WORKSPACE tensors by kernel and name, allocated zeroed (tickets must start at zero). */
+    private final Map<KernelHandle, Map<String, DeviceBuffer>> workspace = new HashMap<>();
 
     public ExpertLayer(KernelHandle gateUp, KernelHandle down) {
         this(gateUp, down, LaunchOrder.OVERLAPPING_PREVIOUS);
     }
 
     public ExpertLayer(KernelHandle gateUp, KernelHandle down, LaunchOrder order) {
+        this(gateUp, down, order, Math.min(DEFAULT_CAPACITY, Math.min(gateUp.maxTokens(), down.maxTokens())));
+    }
+
+    /** With scratch for up to {@code capacity} tokens (at most both kernels' maxTokens). */
+    public ExpertLayer(KernelHandle gateUp, KernelHandle down, LaunchOrder order, int capacity) {
         if (!(gateUp.spec().problem() instanceof Problem.ExpertGateUp g)) {
             throw new IllegalArgumentException("kernel " + gateUp.spec().name() + " is not a gate_up kernel");
         }
@@ -35,10 +59,28 @@ public final class ExpertLayer {
             throw new IllegalArgumentException("gate_up " + gateUp.spec().name() + " has shape " + g.shape()
                     + " but down " + down.spec().name() + " has " + d.shape());
         }
+        int max = Math.min(gateUp.maxTokens(), down.maxTokens());
+        if (capacity < 1 || capacity > max) {
+            throw new IllegalArgumentException("capacity = " + capacity + ": the kernels of this layer take 1.." + max + " tokens");
+        }
         this.gateUp = gateUp;
         this.down = down;
         this.shape = g.shape();
         this.order = order;
+        this.capacity = capacity;
+        this.align = gateUp.routingAlign().or(down::routingAlign);
+        this.plan = align.map(a -> a.allocate(capacity)).orElse(null);
+        for (KernelHandle k : List.of(gateUp, down)) {
+            Map<String, DeviceBuffer> mine = new LinkedHashMap<>();
+            for (KernelParam p : k.signature().tensors()) {
+                if (p.role() == KernelParam.Role.WORKSPACE) {
+                    DeviceBuffer b = DeviceBuffer.allocate(p.elementType(), p.elements(capacity));
+                    b.fillWords32(0);
+                    mine.put(p.name(), b);
+                }
+            }
+            workspace.put(k, mine);
+        }
     }
 
     /** How each kernel is ordered after the one before it. */
@@ -58,8 +100,20 @@ public final class ExpertLayer {
         return down;
     }
 
+    /** The most tokens one call takes: the kernels' limit, or the scratch's where a kernel has scratch. */
     public int maxTokens() {
-        return Math.min(gateUp.maxTokens(), down.maxTokens());
+        return plan != null || workspace.values().stream().anyMatch(m -> !m.isEmpty())
+                ? capacity : Math.min(gateUp.maxTokens(), down.maxTokens());
+    }
+
+    /** Tokens the layer's scratch is sized for. */
+    public int capacity() {
+        return capacity;
+    }
+
+    /** The routing plan's buffers, where a kernel takes one (for tests); empty otherwise. */
+    public Optional<RoutingAlign.PlanBuffers> routingPlan() {
+        return Optional.ofNullable(plan);
     }
 
     /** Enqueues {@code y = down(gate_up(x))} for {@code tokens} tokens; {@code inter} is the scratch [M][k][I]. */
@@ -71,22 +125,78 @@ public final class ExpertLayer {
     /** As above, with the weights in the kernels' format (codes and scales). */
     public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceWeights wDown,
                         DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
-        enqueueGateUp(stream, tokens, x, wGateUp, topkIds, inter);
-        enqueueDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
+        checkTokens(tokens);
+        enqueuePlan(stream, tokens, topkIds);
+        launchGateUp(stream, tokens, x, wGateUp, topkIds, inter);
+        launchDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
     }
 
-    /** gate_up alone: {@code inter = act(x W_gu^T)} for each routed (token, slot). */
+    /** gate_up alone (after the routing plan, where it takes one): {@code inter = act(x W_gu^T)} for each routed (token, slot). */
     public void enqueueGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds,
                               DeviceBuffer inter) {
-        wGateUp.requireLayout(DeviceWeights.Layout.NATURAL, "gate_up's weights");
-        gateUp.launch(stream, order, tokens, args(List.of(x), List.of(wGateUp), List.of(topkIds, inter)));
+        checkTokens(tokens);
+        if (gateUp.takesRoutingPlan()) {
+            enqueuePlan(stream, tokens, topkIds);
+        }
+        launchGateUp(stream, tokens, x, wGateUp, topkIds, inter);
     }
 
-    /** down alone: {@code y = sum_j topk_weights[j] * (inter_j W_down^T)}. */
+    /** down alone (after the routing plan, where it takes one): {@code y = sum_j topk_weights[j] * (inter_j W_down^T)}. */
     public void enqueueDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
                             DeviceBuffer topkWeights, DeviceBuffer y) {
+        checkTokens(tokens);
+        if (down.takesRoutingPlan()) {
+            enqueuePlan(stream, tokens, topkIds);
+        }
+        launchDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
+    }
+
+    private void checkTokens(int tokens) {
+        if (tokens < 1 || tokens > maxTokens()) {
+            throw new IllegalArgumentException("tokens = " + tokens + ": this layer takes 1.." + maxTokens()
+                    + (maxTokens() == capacity ? " (its scratch's capacity; construct it with a larger one)" : ""));
+        }
+    }
+
+    private void enqueuePlan(CudaStream stream, int tokens, DeviceBuffer topkIds) {
+        if (align.isPresent()) {
+            align.get().enqueue(stream, order, tokens, topkIds, plan);
+        }
+    }
+
+    private void launchGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds,
+                              DeviceBuffer inter) {
+        wGateUp.requireLayout(DeviceWeights.Layout.NATURAL, "gate_up's weights");
+        gateUp.launch(stream, order, tokens, bind(gateUp, Map.of("x", x, "topk_ids", topkIds, "inter", inter),
+                Map.of("w_gate_up", wGateUp)));
+    }
+
+    private void launchDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
+                            DeviceBuffer topkWeights, DeviceBuffer y) {
         wDown.requireLayout(DeviceWeights.Layout.NATURAL, "down's weights");
-        down.launch(stream, order, tokens, args(List.of(inter), List.of(wDown), List.of(topkIds, topkWeights, y)));
+        down.launch(stream, order, tokens, bind(down, Map.of("inter", inter, "topk_ids", topkIds, "topk_weights", topkWeights,
+                "y", y), Map.of("w_down", wDown)));
+    }
+
+    /**
+     * A kernel's buffers in its signature's order: each tensor by name from {@code named}, the
+     * routing plan or the kernel's workspace, and all of a weight's buffers at its codes.
+     */
+    private DeviceBuffer[] bind(KernelHandle kernel, Map<String, DeviceBuffer> named, Map<String, DeviceWeights> weights) {
+        List<DeviceBuffer> all = new ArrayList<>();
+        Map<String, DeviceBuffer> scratch = workspace.get(kernel);
+        for (KernelParam p : kernel.signature().tensors()) {
+            switch (p.weightPart()) {
+                case CODES -> all.addAll(weights.get(p.name()).buffers());
+                case BLOCK_SCALES, ROW_SCALES, BIAS -> { }  // among the weight's buffers
+                case NONE -> all.add(switch (p.name()) {
+                    case RoutingPlan.SORTED_SLOTS -> plan.sortedSlots();
+                    case RoutingPlan.EXPERT_OFFSETS -> plan.expertOffsets();
+                    default -> p.role() == KernelParam.Role.WORKSPACE ? scratch.get(p.name()) : named.get(p.name());
+                });
+            }
+        }
+        return all.toArray(DeviceBuffer[]::new);
     }
 
     /** A kernel's buffers in launch order: {@code before}, each weight's buffers, then {@code after}. */
@@ -97,5 +207,14 @@ public final class ExpertLayer {
         }
         all.addAll(after);
         return all.toArray(DeviceBuffer[]::new);
+    }
+
+    /** Frees the routing plan and the kernels' scratch (the kernels stay loaded). */
+    @Override
+    public void close() {
+        if (plan != null) {
+            plan.close();
+        }
+        workspace.values().forEach(m -> m.values().forEach(DeviceBuffer::close));
     }
 }

@@ -25,6 +25,8 @@ import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
+import dev.moeforge.dsl.schedule.Candidates;
+import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.OutputTensorCore;
 import dev.moeforge.dsl.schedule.RouterCluster;
@@ -266,6 +268,7 @@ class FormatGpuTest extends GpuSession {
             case OutputTensorCore tc -> "tc_w" + tc.warpsPerCta() + "u" + tc.kUnroll() + "s" + tc.warpsPerTile();
             case SplitDown sd -> "split_w" + sd.warpsPerCta() + "u" + sd.kUnroll() + "s" + sd.warpsPerTile()
                     + (sd.orderLoads() ? "o" : "");
+            case ExpertCentric ec -> Candidates.name(ec);
             case RouterGemv _, RouterCluster _, RouterTiled _ ->
                     throw new IllegalArgumentException("not an expert schedule");
         };

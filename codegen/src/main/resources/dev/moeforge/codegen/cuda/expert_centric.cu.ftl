@@ -1,0 +1,31 @@
+<#-- Expert kernel of schedule expert_centric: the expert skeleton, then the two entry points that
+     build the routing plan (RoutingPlan) this kernel takes, one warp per block each. -->
+<#include "expert.cu.ftl">
+
+// Routing plan, step 1: each block counts one segment of pairs per bucket (E experts, then ids outside [0, E)).
+extern "C" __global__ void __launch_bounds__(32) ${alignCount}(
+    const int* __restrict__ topk_ids,
+    int* __restrict__ segment_counts,
+    int pairs,
+    int segment
+) {
+  __shared__ int counts[Config::kExperts + 1];
+  mf::begin_after_previous_kernel();
+  mf::routing_align_count(topk_ids, segment_counts, pairs, Config::kExperts, segment, counts);
+}
+
+// Routing plan, step 2: each block places its segment's pairs; block 0 writes expert_offsets.
+extern "C" __global__ void __launch_bounds__(32) ${alignScatter}(
+    const int* __restrict__ topk_ids,
+    const int* __restrict__ segment_counts,
+    int* __restrict__ sorted_slots,
+    int* __restrict__ expert_offsets,
+    int pairs,
+    int segment,
+    int segments
+) {
+  __shared__ int places[2 * (Config::kExperts + 1)];
+  mf::begin_after_previous_kernel();
+  mf::routing_align_scatter(topk_ids, segment_counts, sorted_slots, expert_offsets, pairs, Config::kExperts, segment,
+                            segments, places);
+}

@@ -1,0 +1,271 @@
+package dev.moeforge.dsl.schedule;
+
+import static dev.moeforge.dsl.schedule.ScheduleRules.range;
+
+import dev.moeforge.dsl.check.SpecError;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
+import dev.moeforge.dsl.ir.epilogue.Store;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Optional;
+
+/**
+ * Expert-centric grouped GEMM on the tensor cores: the routed (token, slot) pairs are grouped by
+ * expert ({@link RoutingPlan}), and a thread block multiplies a tile of {@code blockM} pairs of
+ * one expert by {@code blockN} of its outputs with {@code mma.sync} m16n8k16 (BF16 in, FP32
+ * accumulate), fed by a {@code stages}-deep cp.async pipeline of {@code blockK}-wide slices.
+ * Every expert's weights are read once per tile of pairs rather than once per token, so this is
+ * the family for batches past a few tokens per expert. gate_up gathers each pair's token row of x,
+ * stages the gate and up rows of its neurons side by side and applies the gated activation in
+ * registers; down multiplies each pair's inter row, weights it, and the block that completes a
+ * token's k slots adds them in slot order (deterministic). Lowers {@code expert_gate_up} and
+ * {@code expert_down} with bf16 weights on every target.
+ *
+ * @param blockM  pairs per tile (the mma's M side), a multiple of 16
+ * @param blockN  outputs per tile: gate_up neurons (twice as many weight rows), down hidden units
+ * @param blockK  K slice per pipeline stage: 32 or 64 elements
+ * @param warpsM  warps along M; each owns blockM / warpsM rows of the tile
+ * @param warpsN  warps along N; each owns (weight rows of the tile) / warpsN columns
+ * @param stages  slices in flight (cp.async pipeline depth), 2..8
+ * @param groupM  m tiles a run of consecutive blocks walks before the next n tile (GROUP_M), 1..64
+ */
+public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM)
+        implements Schedule<Problem.ExpertProblem> {
+
+    public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
+            ExpertCentric.class, Problem.ExpertProblem.class, ExpertCentric::space);
+
+    /** FP32 accumulators one thread may hold before ptxas runs out of registers for the rest. */
+    public static final int MAX_ACCUMULATORS = 128;
+    /** The largest token count one launch takes (the down kernel's scratch grows with it). */
+    public static final int MAX_TOKENS = 65_536;
+
+    @Override
+    public ScheduleKind<ExpertCentric, Problem.ExpertProblem> kind() {
+        return KIND;
+    }
+
+    /** Tiles of 16-128 pairs and 16-256 outputs, both slice widths, warp grids of up to 8 warps, 2-5 stages, GROUP_M 1, 8 or 32. */
+    private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
+        return ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128), List.of(16, 32, 64, 128, 256), List.of(32, 64),
+                List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5), List.of(1, 8, 32)));
+    }
+
+    @Override
+    public void check(Problem.ExpertProblem p, Target target, List<SpecError> errors) {
+        if (!(p.weights() instanceof WeightFormat.Bf16)) {
+            errors.add(new SpecError("problem.weights", p.weights().text(), "bf16 under " + KIND.name()
+                    + "; other formats take output_centric or output_tensor_core"));
+        }
+        if (p.activations() != DType.BF16) {
+            errors.add(new SpecError("problem.activations", p.activations().text(), "bf16 under " + KIND.name()));
+        }
+        boolean tileOk = true;
+        if (blockM < 16 || blockM > 256 || blockM % 16 != 0) {
+            errors.add(new SpecError("schedule.block_m", Integer.toString(blockM), "a multiple of 16 (the mma's M) from 16 to 256"));
+            tileOk = false;
+        }
+        if (blockN < 8 || blockN > 256 || blockN % 8 != 0) {
+            errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a multiple of 8 from 8 to 256 "
+                    + "(outputs leave in 16-byte pieces)"));
+            tileOk = false;
+        }
+        if (blockK != 32 && blockK != 64) {
+            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), "32 or 64 (a staged row is 4 or 8 "
+                    + "16-byte pieces, swizzled for ldmatrix)"));
+        }
+        range(errors, "schedule.warps_m", warpsM, 1, ScheduleRules.maxWarps(target));
+        range(errors, "schedule.warps_n", warpsN, 1, ScheduleRules.maxWarps(target));
+        range(errors, "schedule.stages", stages, 2, 8);
+        range(errors, "schedule.group_m", groupM, 1, 64);
+        if (warpsM >= 1 && warpsN >= 1 && (long) warpsM * warpsN > ScheduleRules.maxWarps(target)) {
+            errors.add(new SpecError("schedule", warpsM + " x " + warpsN + " warps", "at most " + ScheduleRules.maxWarps(target)
+                    + " warps per thread block on " + target.text()));
+            tileOk = false;
+        }
+        if (!tileOk || warpsM < 1 || warpsN < 1) {
+            return;
+        }
+        int rows = weightRows(p);
+        if (blockM % (16 * warpsM) != 0) {
+            errors.add(new SpecError("schedule.warps_m", Integer.toString(warpsM), "a count that splits block_m (" + blockM
+                    + ") into whole m16 fragments: block_m / warps_m a multiple of 16"));
+        }
+        if (rows % (16 * warpsN) != 0) {
+            errors.add(new SpecError("schedule.warps_n", Integer.toString(warpsN), "a count that splits the tile's " + rows
+                    + " weight rows" + (p instanceof Problem.ExpertGateUp ? " (gate and up of block_n neurons)" : "")
+                    + " into whole pairs of n8 fragments: rows / warps_n a multiple of 16"));
+        }
+        long accumulators = (long) blockM * rows / (32L * warpsM * warpsN);
+        if (accumulators > MAX_ACCUMULATORS) {
+            errors.add(new SpecError("schedule", accumulators + " FP32 accumulators per thread", "at most " + MAX_ACCUMULATORS
+                    + " (block_m x weight rows / threads): more warps, or a smaller block_m or block_n"));
+        }
+        if (!ScheduleRules.dimensionsInRange(p.shape())) {
+            return;
+        }
+        if (p.shape().hidden() % 8 != 0) {
+            errors.add(new SpecError("problem.hidden", Integer.toString(p.shape().hidden()), "a multiple of 8 under "
+                    + KIND.name() + " (rows move in 16-byte pieces)"));
+        }
+        if (p.shape().intermediate() % 8 != 0) {
+            errors.add(new SpecError("problem.intermediate", Integer.toString(p.shape().intermediate()), "a multiple of 8 under "
+                    + KIND.name() + " (rows move in 16-byte pieces)"));
+        }
+        if (blockK == 32 || blockK == 64) {
+            ScheduleRules.sharedLimit(errors, sharedBytes(p), target, "fewer stages, or a smaller block_m, block_n or block_k");
+        }
+    }
+
+    /** down adds each slot's weighted partial in the combine, which needs {@code combine(acc)}. */
+    @Override
+    public void checkEpilogue(Problem.ExpertProblem problem, EpilogueNode epilogue, List<SpecError> errors) {
+        OutputCentric.foldedCombine(KIND.name(), problem, epilogue, errors);
+    }
+
+    /** Weight rows of one tile: gate_up stages the gate and the up row of each of its blockN neurons. */
+    public int weightRows(Problem.ExpertProblem problem) {
+        return switch (problem) {
+            case Problem.ExpertGateUp _ -> 2 * blockN;
+            case Problem.ExpertDown _ -> blockN;
+        };
+    }
+
+    /**
+     * The shared memory of an expert_centric block, as the device header's {@code ExpertTileShape}
+     * lays it out (and static_asserts): the tile's pair table, then the cp.async pipeline, whose
+     * bytes the output staging reuses after the last slice.
+     *
+     * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32)
+     * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK bf16 each
+     * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
+     * @param sharedBytes   table + max(stages x stage, staging)
+     */
+    public record Layout(int tableBytes, int stageBytes, int stagingBytes, long sharedBytes) {
+        public static Layout of(Problem.ExpertProblem problem, ExpertCentric s) {
+            int rows = s.weightRows(problem);
+            int table = 8 * s.blockM();
+            int stage = 2 * (s.blockM() + rows) * s.blockK();
+            int staging = switch (problem) {
+                case Problem.ExpertGateUp _ -> s.blockM() * (s.blockN() + 8) * 2;
+                case Problem.ExpertDown _ -> s.blockM() * (s.blockN() + 4) * 4;
+            };
+            return new Layout(table, stage, staging, table + Math.max((long) s.stages() * stage, staging));
+        }
+    }
+
+    public Layout layout(Problem.ExpertProblem problem) {
+        return Layout.of(problem, this);
+    }
+
+    @Override
+    public long sharedBytes(Problem.ExpertProblem problem) {
+        return layout(problem).sharedBytes();
+    }
+
+    /** Buckets of the plan a kernel walks: gate_up the E experts; down also bucket E (ids outside [0, E), zero rows). */
+    static int buckets(Problem.ExpertProblem problem) {
+        return switch (problem) {
+            case Problem.ExpertGateUp g -> g.shape().experts();
+            case Problem.ExpertDown d -> d.shape().experts() + 1;
+        };
+    }
+
+    /** Outputs per pair: gate_up's neurons, down's hidden units. */
+    static int outputs(Problem.ExpertProblem problem) {
+        return switch (problem) {
+            case Problem.ExpertGateUp g -> g.shape().intermediate();
+            case Problem.ExpertDown d -> d.shape().hidden();
+        };
+    }
+
+    /** m tiles of the worst-case routing: each bucket's last tile may be partial. */
+    long maxMTiles(Problem.ExpertProblem problem, int tokens) {
+        long pairs = (long) tokens * problem.shape().topk();
+        return Math.ceilDiv(pairs, blockM) + Math.min(buckets(problem), pairs);
+    }
+
+    @Override
+    public LaunchGeometry geometry(Problem.ExpertProblem problem, int tokens) {
+        long blocks = maxMTiles(problem, tokens) * Math.ceilDiv(outputs(problem), blockN);
+        return new LaunchGeometry(Math.toIntExact(blocks), 1, ScheduleRules.threads(warpsM * warpsN),
+                Math.toIntExact(sharedBytes(problem)));
+    }
+
+    /** {@link #MAX_TOKENS}, or fewer where the over-launched grid would pass CUDA's 2^31 - 1 blocks. */
+    @Override
+    public int maxTokens(Problem.ExpertProblem problem) {
+        int tokens = MAX_TOKENS;
+        while (tokens > 1 && maxMTiles(problem, tokens) * Math.ceilDiv(outputs(problem), blockN) > Integer.MAX_VALUE) {
+            tokens /= 2;
+        }
+        return tokens;
+    }
+
+    @Override
+    public boolean takesRoutingPlan() {
+        return true;
+    }
+
+    /**
+     * down's scratch: each pair's weighted partial row (FP32) and a ticket per token and n tile
+     * that counts the slots in (left at zero by the block that completes them).
+     */
+    @Override
+    public List<Workspace> workspace(Problem.ExpertProblem problem) {
+        return switch (problem) {
+            case Problem.ExpertGateUp _ -> List.of();
+            case Problem.ExpertDown d -> List.of(
+                    new Workspace(PARTIALS, DType.FP32, List.of(Workspace.TOKENS, d.shape().topk(), d.shape().hidden()),
+                            "scratch: each (token, slot)'s weighted partial row of y"),
+                    new Workspace(TICKETS, DType.INT32, List.of(Workspace.TOKENS, Math.ceilDiv(d.shape().hidden(), blockN)),
+                            "scratch: slots in per token and n tile; zero before the first launch, left zero"));
+        };
+    }
+
+    /** down's workspace names. */
+    public static final String PARTIALS = "partials";
+    public static final String TICKETS = "tickets";
+
+    @Override
+    public ScheduleModel model(Problem.ExpertProblem problem, Store epilogue) {
+        Layout layout = layout(problem);
+        int rows = weightRows(problem);
+        List<String> own = new ArrayList<>();
+        own.add("A block: " + blockM + " routed pairs of one expert x " + rows + " weight rows, " + warpsM + " x " + warpsN
+                + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8k16 (bf16 in, FP32 accumulate).");
+        own.add("K slices of " + blockK + " through a " + stages + "-stage cp.async pipeline (" + layout.stageBytes()
+                + " bytes a stage); m tiles in groups of " + groupM + ".");
+        own.add("The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
+        String unit = switch (problem) {
+            case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN
+                    + " neurons, gate and up rows staged side by side";
+            case Problem.ExpertDown _ -> "a tile of pairs routed to one expert x " + blockN + " hidden outputs; each pair's"
+                    + " weighted partial goes to scratch and the block completing a token adds its slots in slot order";
+        };
+        String body = switch (problem) {
+            case Problem.ExpertGateUp _ -> "gate_up_expert_centric";
+            case Problem.ExpertDown _ -> "down_expert_centric";
+        };
+        List<String> notes = ScheduleRules.expertNotes(problem, unit, true, own);
+        return new ScheduleModel("expert_centric.cu.ftl", body, List.of(
+                ConfigConstant.integer("kBlockM", blockM),
+                ConfigConstant.integer("kBlockN", blockN),
+                ConfigConstant.integer("kBlockK", blockK),
+                ConfigConstant.integer("kWarpsM", warpsM),
+                ConfigConstant.integer("kWarpsN", warpsN),
+                ConfigConstant.integer("kStages", stages),
+                ConfigConstant.integer("kGroupM", groupM)),
+                notes, 0, 1, Optional.empty());
+    }
+
+    @Override
+    public String spillAdvice() {
+        return "fewer accumulators per thread (block_m " + blockM + " x block_n " + blockN + " over " + (warpsM * warpsN)
+                + " warps)";
+    }
+}

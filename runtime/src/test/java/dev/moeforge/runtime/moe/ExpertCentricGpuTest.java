@@ -1,0 +1,295 @@
+package dev.moeforge.runtime.moe;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import dev.moeforge.dsl.build.ExpertLayerSpecs;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.reference.ExpertReference;
+import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.dsl.reference.WeightRows;
+import dev.moeforge.dsl.schedule.ExpertCentric;
+import dev.moeforge.dsl.schedule.RoutingPlan;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.LaunchOrder;
+import dev.moeforge.runtime.cuda.RequiresGpu;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.SplittableRandom;
+import java.util.function.IntFunction;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * The expert-centric layer (routing plan, grouped GEMM gate_up and down) on the GPU against the FP64
+ * CPU reference, on fresh random inputs each run, outputs poisoned first; graph replay must
+ * write the same bytes (the ordered combine is deterministic). Routings cover the uniform case and
+ * the skewed ones a tile boundary cares about: one expert taking everything, experts with exactly
+ * block_m and block_m +- 1 pairs, and ids outside [0, E).
+ */
+@RequiresGpu
+class ExpertCentricGpuTest extends GpuSession {
+    record Geometry(String name, ExpertShape shape, GateUpLayout layout) {
+        @Override
+        public String toString() {
+            return name;
+        }
+    }
+
+    static final Geometry QWEN3_30B = new Geometry("qwen3_30b_a3b", new ExpertShape(2048, 768, 128, 8), GateUpLayout.STACKED);
+    static final Geometry GPT_OSS = new Geometry("gpt_oss_20b", new ExpertShape(2880, 2880, 32, 4), GateUpLayout.INTERLEAVED);
+    static final Geometry SMALL = new Geometry("small_256x128_e16_k4", new ExpertShape(256, 128, 16, 4), GateUpLayout.STACKED);
+    /** E not a power of two, H and I at the 8-element alignment and off every tile size. */
+    static final Geometry ODD = new Geometry("odd_1032x264_e33_k5", new ExpertShape(1032, 264, 33, 5), GateUpLayout.INTERLEAVED);
+    static final Geometry NARROW = new Geometry("narrow_136x40_e7_k3", new ExpertShape(136, 40, 7, 3), GateUpLayout.STACKED);
+    /** One slot per token, so a routing can put exactly n pairs on an expert. */
+    static final Geometry TOP1 = new Geometry("top1_128x64_e9_k1", new ExpertShape(128, 64, 9, 1), GateUpLayout.STACKED);
+
+    /** Schedules for (gate_up, down): the default tile, small tiles, and the largest register tile. */
+    static final List<ExpertCentric[]> SCHEDULES = List.of(
+            new ExpertCentric[] {new ExpertCentric(64, 64, 64, 2, 2, 4, 8), new ExpertCentric(64, 128, 64, 2, 2, 4, 8)},
+            new ExpertCentric[] {new ExpertCentric(16, 32, 32, 1, 2, 3, 1), new ExpertCentric(16, 32, 32, 1, 2, 2, 1)},
+            new ExpertCentric[] {new ExpertCentric(128, 64, 32, 4, 2, 3, 32), new ExpertCentric(128, 128, 32, 4, 2, 3, 32)});
+
+    /** How a case's routing is drawn. */
+    enum RoutingKind {
+        UNIFORM, ALL_ON_EXPERT_0, BLOCK_EDGES, OUTSIDE_IDS
+    }
+
+    static final long RUN_SEED = System.nanoTime();
+
+    record Weights(Geometry geometry, long seed, short[] gateUp, short[] down, DeviceBuffer deviceGateUp,
+                   DeviceBuffer deviceDown) implements AutoCloseable {
+        static Weights draw(Geometry g) {
+            ExpertShape s = g.shape();
+            long seed = RUN_SEED + g.name().hashCode();
+            short[] gu = RandomInputs.bf16Normal(seed, s.experts() * 2 * s.intermediate() * s.hidden(), 1.0 / Math.sqrt(s.hidden()));
+            short[] dn = RandomInputs.bf16Normal(seed + 1, s.experts() * s.hidden() * s.intermediate(), 1.0 / Math.sqrt(s.intermediate()));
+            return new Weights(g, seed, gu, dn, upload(gu), upload(dn));
+        }
+
+        @Override
+        public void close() {
+            deviceGateUp.close();
+            deviceDown.close();
+        }
+    }
+
+    static Weights weights;
+
+    static Weights weightsFor(Geometry g) {
+        if (weights == null || !weights.geometry().equals(g)) {
+            if (weights != null) {
+                weights.close();
+            }
+            weights = null;
+            weights = Weights.draw(g);
+        }
+        return weights;
+    }
+
+    record Case(Geometry geometry, int schedule, int tokens, RoutingKind routing) {
+        @Override
+        public String toString() {
+            return geometry + " schedule " + schedule + " M=" + tokens + " " + routing;
+        }
+    }
+
+    static List<Case> cases() {
+        List<Case> cases = new ArrayList<>();
+        for (int s = 0; s < SCHEDULES.size(); s++) {
+            for (int m : new int[] {1, 3, 16, 65, 256}) {
+                cases.add(new Case(SMALL, s, m, RoutingKind.UNIFORM));
+            }
+            for (int m : new int[] {1, 17, 200}) {
+                cases.add(new Case(ODD, s, m, RoutingKind.UNIFORM));
+                cases.add(new Case(NARROW, s, m, RoutingKind.UNIFORM));
+            }
+            cases.add(new Case(NARROW, s, 50, RoutingKind.ALL_ON_EXPERT_0));
+            cases.add(new Case(SMALL, s, 40, RoutingKind.OUTSIDE_IDS));
+            cases.add(new Case(TOP1, s, 3 * 64 + 40, RoutingKind.BLOCK_EDGES));
+            cases.add(new Case(TOP1, s, 300, RoutingKind.ALL_ON_EXPERT_0));
+        }
+        for (int m : new int[] {1, 32, 64, 256}) {
+            cases.add(new Case(QWEN3_30B, 0, m, RoutingKind.UNIFORM));
+        }
+        cases.add(new Case(QWEN3_30B, 1, 8, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 2, 1024, RoutingKind.UNIFORM));
+        cases.add(new Case(GPT_OSS, 0, 48, RoutingKind.UNIFORM));
+        cases.add(new Case(SMALL, 0, 4096, RoutingKind.UNIFORM));
+        cases.add(new Case(SMALL, 2, 16384, RoutingKind.UNIFORM));
+        return cases;
+    }
+
+    static Stream<Arguments> arguments() {
+        return cases().stream().map(Arguments::of);
+    }
+
+    static ExpertLayerSpecs specs(Geometry g, int schedule) {
+        ExpertCentric[] s = SCHEDULES.get(schedule);
+        return ExpertLayerSpecs.of("ec_" + g.name() + "_" + schedule, g.shape(), g.layout(), s[0], s[1], runtime.target());
+    }
+
+    @BeforeAll
+    static void compileSuite() throws Exception {
+        List<KernelSpec> specs = new ArrayList<>();
+        for (Case c : cases()) {
+            ExpertLayerSpecs s = specs(c.geometry(), c.schedule());
+            if (!specs.contains(s.gateUp())) {
+                specs.add(s.gateUp());
+                specs.add(s.down());
+            }
+        }
+        compileAll(specs);
+    }
+
+    @AfterAll
+    static void releaseWeights() {
+        if (weights != null) {
+            weights.close();
+            weights = null;
+        }
+    }
+
+    /** The case's routing: ids drawn as its kind says, weights positive and summing to one per token. */
+    static Routing routing(Case c, long seed) {
+        ExpertShape s = c.geometry().shape();
+        Routing uniform = RandomInputs.uniformRouting(seed, c.tokens(), s.experts(), s.topk());
+        int[] ids = uniform.ids().clone();
+        int k = s.topk();
+        switch (c.routing()) {
+            case UNIFORM -> { }
+            case ALL_ON_EXPERT_0 -> {  // every token's first slot on expert 0, its other slots elsewhere
+                for (int m = 0; m < c.tokens(); m++) {
+                    int at = -1;
+                    for (int j = 0; j < k; j++) {
+                        if (ids[m * k + j] == 0) {
+                            at = j;
+                        }
+                    }
+                    if (at >= 0) {
+                        ids[m * k + at] = ids[m * k];
+                    }
+                    ids[m * k] = 0;
+                }
+            }
+            case BLOCK_EDGES -> {  // top-1: 64, 63 and 65 pairs (block_m and one either side), the rest on one more expert
+                IntFunction<Integer> expertOf = m -> m < 64 ? 2 : m < 127 ? 3 : m < 192 ? 4 : 7;
+                for (int m = 0; m < c.tokens(); m++) {
+                    ids[m] = expertOf.apply(m);
+                }
+            }
+            case OUTSIDE_IDS -> {  // some slots name no expert: they add nothing to y
+                SplittableRandom r = new SplittableRandom(seed + 7);
+                for (int i = 0; i < ids.length; i += 3) {
+                    ids[i] = r.nextBoolean() ? -1 : s.experts() + r.nextInt(5);
+                }
+            }
+        }
+        return new Routing(c.tokens(), k, ids, uniform.weights());
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("arguments")
+    void layerMatchesReference(Case c) {
+        ExpertLayerSpecs specs = specs(c.geometry(), c.schedule());
+        Weights w = weightsFor(c.geometry());
+        ExpertShape s = c.geometry().shape();
+        long seed = System.nanoTime();
+        short[] x = RandomInputs.bf16Normal(seed, c.tokens() * s.hidden(), 1.0);
+        Routing routing = routing(c, seed + 1);
+        Routing referenceRouting = c.routing() == RoutingKind.OUTSIDE_IDS ? withoutOutsideIds(routing, s.experts()) : routing;
+        ExpertReference.LayerResult ref = ExpertReference.layer(specs.gateUp(), specs.down(), x,
+                WeightRows.bf16(w.gateUp(), s.experts(), 2 * s.intermediate(), s.hidden()),
+                WeightRows.bf16(w.down(), s.experts(), s.hidden(), s.intermediate()), referenceRouting);
+        String where = c + " seed=" + seed + " weight seed=" + w.seed();
+        try (ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()),
+                LaunchOrder.OVERLAPPING_PREVIOUS, Math.max(c.tokens(), 16))) {
+            if (c.routing() == RoutingKind.OUTSIDE_IDS) {
+                checkY(where, layer, x, routing, w, ref);
+            } else {
+                checkExpertLayer(where, layer, x, routing, DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
+                        ref, BF16_OUTPUT);
+            }
+            checkPlan(where, layer, routing, s);
+        }
+    }
+
+    /** The plan the layer's align built (left from its last call) equals the host twin's. */
+    static void checkPlan(String where, ExpertLayer layer, Routing routing, ExpertShape s) {
+        RoutingPlan expected = RoutingPlan.of(routing.ids(), routing.tokens(), s.topk(), s.experts());
+        var plan = layer.routingPlan().orElseThrow();
+        int[] sorted = new int[routing.ids().length];
+        int[] offsets = new int[RoutingPlan.offsetsLength(s.experts())];
+        int[] all = new int[(int) plan.sortedSlots().elements()];
+        plan.sortedSlots().copyTo(all);
+        System.arraycopy(all, 0, sorted, 0, sorted.length);
+        plan.expertOffsets().copyTo(offsets);
+        assertArrayEquals(expected.expertOffsets(), offsets, () -> "expert_offsets differ from the host twin: " + where);
+        assertArrayEquals(expected.sortedSlots(), sorted, () -> "sorted_slots differ from the host twin: " + where);
+    }
+
+    /** The reference's view of ids outside [0, E): slots with weight 0 on expert 0 add nothing to y. */
+    static Routing withoutOutsideIds(Routing r, int experts) {
+        int[] ids = r.ids().clone();
+        float[] weights = r.weights().clone();
+        for (int i = 0; i < ids.length; i++) {
+            if (ids[i] < 0 || ids[i] >= experts) {
+                weights[i] = 0;
+                ids[i] = firstUnused(ids, i - i % r.topk(), r.topk(), experts);
+            }
+        }
+        return new Routing(r.tokens(), r.topk(), ids, weights);
+    }
+
+    private static int firstUnused(int[] ids, int from, int k, int experts) {
+        for (int e = 0; e < experts; e++) {
+            final int candidate = e;
+            if (Arrays.stream(ids, from, from + k).noneMatch(v -> v == candidate)) {
+                return e;
+            }
+        }
+        throw new IllegalStateException("no free expert");
+    }
+
+    /** y alone (inter of an id outside [0, E) is unspecified), twice: the second run must write the same bytes. */
+    static void checkY(String where, ExpertLayer layer, short[] x, Routing routing, Weights w, ExpertReference.LayerResult ref) {
+        try (DeviceBuffer dx = DeviceBuffer.allocate(DType.BF16, x.length);
+             DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
+             DeviceBuffer dw = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
+             DeviceBuffer dinter = DeviceBuffer.allocate(DType.BF16, ref.inter().stored().length);
+             DeviceBuffer dy = DeviceBuffer.allocate(DType.BF16, ref.y().stored().length)) {
+            dx.copyFrom(x);
+            dids.copyFrom(routing.ids());
+            dw.copyFrom(routing.weights());
+            short[][] runs = new short[2][];
+            for (int run = 0; run < 2; run++) {
+                dy.fillBytes16(dev.moeforge.dsl.format.Bf16.NAN);
+                layer.enqueue(stream, routing.tokens(), dx, DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
+                        dids, dw, dinter, dy);
+                stream.synchronize();
+                runs[run] = download(dy);
+            }
+            var ey = dev.moeforge.dsl.reference.ErrorStats.of(ref.y().exact(), runs[0]);
+            System.out.println(where + ": y " + ey);
+            BF16_OUTPUT.check(ey, () -> "down " + where);
+            assertArrayEquals(runs[0], runs[1], () -> "a second run wrote other bytes: " + where);
+            assertEquals(runs[0].length, ref.y().stored().length);
+        }
+    }
+
+    private static DeviceBuffer upload(short[] data) {
+        DeviceBuffer b = DeviceBuffer.allocate(DType.BF16, data.length);
+        b.copyFrom(data);
+        return b;
+    }
+}
