@@ -53,8 +53,7 @@ public final class CudaEmitter {
         String specText = SpecPrinter.print(spec);
         ScheduleModel schedule = valid.model();
         String source = render(schedule.template(), model(valid, specText, schedule));
-        return new GeneratedKernel(spec, specText, fileName(spec), source,
-                Map.of(DeviceHeader.FILE_NAME, DeviceHeader.content()));
+        return new GeneratedKernel(spec, specText, fileName(spec), source, DeviceHeader.of(schedule.library()).files());
     }
 
     /** {@code <name>_<target>.cu}: one file per kernel and target. */
@@ -107,7 +106,7 @@ public final class CudaEmitter {
             }
         }
         boolean expert = !(problem instanceof Problem.Router);
-        return new KernelModel(specText.lines().toList(), notes, DeviceHeader.FILE_NAME, config, launchBounds,
+        return new KernelModel(specText.lines().toList(), notes, DeviceHeader.of(schedule.library()).fileName(), config, launchBounds,
                 schedule.clusterSize(), valid.name(), params, schedule.body(), signature.callArguments(),
                 expert ? SpecPrinter.printEpilogue(store) : "", epilogueParams,
                 expert ? EpilogueEmitter.emit(store, bound) : List.of(), valueLines, storeLines, blockGroups, expertCounts,

@@ -49,7 +49,9 @@ public final class GenerateCatalogue {
             GeneratedKernel k = CudaEmitter.emit(specs.get(i));
             Files.writeString(cudaOut.resolve(k.fileName()), k.source(), StandardCharsets.UTF_8);
         }
-        Files.writeString(cudaOut.resolve(DeviceHeader.FILE_NAME), DeviceHeader.content(), StandardCharsets.UTF_8);
+        for (DeviceHeader header : DeviceHeader.values()) {
+            Files.writeString(cudaOut.resolve(header.fileName()), header.text(), StandardCharsets.UTF_8);
+        }
         CatalogueEmitter.emit(specs, pkg).writeTo(javaOut);
         System.out.println("MoeForge: generated " + specs.size() + " launchers and kernels from " + specDir);
     }

@@ -260,7 +260,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.integer("kWarpsN", warpsN),
                 ConfigConstant.integer("kStages", stages),
                 ConfigConstant.integer("kGroupM", groupM)),
-                notes, 0, 1, Optional.empty());
+                notes, 0, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 
     @Override

@@ -15,11 +15,18 @@ import java.util.Optional;
  * @param minBlocksPerSm {@code __launch_bounds__}'s second argument, 0 for none
  * @param clusterSize    blocks per thread-block cluster ({@code __cluster_dims__}), 1 for none
  * @param evaluation     routers: how the routing rule is evaluated; empty for expert kernels
+ * @param library        the part of the device library the kernel includes
  */
 public record ScheduleModel(String template, String body, List<ConfigConstant> config, List<String> notes,
-                            int minBlocksPerSm, int clusterSize, Optional<TreeEvaluation> evaluation) {
+                            int minBlocksPerSm, int clusterSize, Optional<TreeEvaluation> evaluation, DeviceLibrary library) {
     public ScheduleModel {
         config = List.copyOf(config);
         notes = List.copyOf(notes);
+    }
+
+    /** A kernel that needs the core library alone. */
+    public ScheduleModel(String template, String body, List<ConfigConstant> config, List<String> notes,
+                         int minBlocksPerSm, int clusterSize, Optional<TreeEvaluation> evaluation) {
+        this(template, body, config, notes, minBlocksPerSm, clusterSize, evaluation, DeviceLibrary.CORE);
     }
 }

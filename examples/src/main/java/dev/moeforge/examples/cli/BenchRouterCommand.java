@@ -1,7 +1,6 @@
 package dev.moeforge.examples.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.moeforge.dsl.build.KernelBuilder;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.KernelSpec;
@@ -27,8 +26,6 @@ import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.RouterKernel;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -37,7 +34,6 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.concurrent.Callable;
-import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -261,11 +257,6 @@ public final class BenchRouterCommand implements Callable<Integer> {
 
     /** Runs the PyTorch baseline on the same shapes; null (with a message) where it cannot run. */
     private JsonNode runTorch(List<Row> rows) throws Exception {
-        if (!Files.isRegularFile(torchScript)) {
-            System.out.println("PyTorch baseline skipped: no script at " + torchScript);
-            return null;
-        }
-        ObjectMapper json = new ObjectMapper();
         List<Map<String, Object>> shapes = new ArrayList<>();
         for (Row row : rows) {
             Problem.Router r = (Problem.Router) row.shape().spec().problem();
@@ -273,17 +264,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
                     "hidden", r.hidden(), "topk", RouterTrees.storedTopK((Store) row.shape().spec().epilogue()).orElseThrow(),
                     "rule", row.shape().torchRule(), "copies", row.copies()));
         }
-        String input = json.writeValueAsString(Map.of("shapes", shapes, "warmup", options.warmup, "reps", options.reps));
-        Process p = new ProcessBuilder("python3", torchScript.toString()).redirectError(ProcessBuilder.Redirect.INHERIT).start();
-        p.getOutputStream().write(input.getBytes(StandardCharsets.UTF_8));
-        p.getOutputStream().close();
-        String output = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        if (!p.waitFor(10, TimeUnit.MINUTES) || p.exitValue() != 0) {
-            System.out.println("PyTorch baseline failed (exit " + (p.isAlive() ? "timeout" : p.exitValue()) + "); see stderr above");
-            p.destroyForcibly();
-            return null;
-        }
-        return json.readTree(output);
+        return TorchBaseline.run(torchScript, Map.of("shapes", shapes, "warmup", options.warmup, "reps", options.reps));
     }
 
     private static void printTable(List<Row> rows, JsonNode torch) {

@@ -66,7 +66,9 @@ public final class GenCommand implements Callable<Integer> {
     /** Generates and compiles the catalogue for {@code targets} into {@code out}; returns the entries written. */
     static List<Entry> generate(List<Target> targets, Path out, int jobs, boolean progress, KernelCache cache) throws Exception {
         Files.createDirectories(out);
-        Files.writeString(out.resolve(DeviceHeader.FILE_NAME), DeviceHeader.content(), StandardCharsets.UTF_8);
+        for (DeviceHeader header : DeviceHeader.values()) {
+            Files.writeString(out.resolve(header.fileName()), header.text(), StandardCharsets.UTF_8);
+        }
         List<KernelSpec> work = new ArrayList<>();
         for (KernelSpec spec : Catalogue.specs()) {
             for (Target t : targets) {

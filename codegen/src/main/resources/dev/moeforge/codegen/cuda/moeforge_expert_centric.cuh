@@ -1,0 +1,407 @@
+// moeforge_expert_centric.cuh: the expert-centric family's device code (schedule expert_centric),
+// on top of moeforge_device.cuh. Only expert_centric kernels include it, so it is part of their
+// cache key alone.
+#pragma once
+
+#include "moeforge_device.cuh"
+
+namespace mf {
+
+// ---------------------------------------------------------------------------------------------
+// Expert-centric (schedule expert_centric): the routed (token, slot) pairs grouped by expert, then
+// grouped GEMM tiles on the tensor cores, BM pairs of one expert x BN outputs per block.
+//
+// The routing plan, written from topk_ids by the two align kernels below:
+//   sorted_slots   [M*k] int32: the flat pairs m*k + j grouped by expert, ascending within each
+//                  expert (the same routing always gives the same order)
+//   expert_offsets [E+2] int32: bucket b's pairs are sorted_slots[offsets[b] .. offsets[b+1]);
+//                  bucket E collects ids outside [0, E), which down counts as zero rows
+// The plan does not depend on a kernel's tile height, so gate_up and down share one.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ int align_bucket(int id, int experts) {
+  return static_cast<unsigned>(id) < static_cast<unsigned>(experts) ? id : experts;
+}
+
+// Align, step 1 (one warp per block): block s counts the buckets of pairs [s * segment, (s + 1) * segment)
+// into segment_counts[s][0..E]. smem: E + 1 ints.
+__device__ __forceinline__ void routing_align_count(const int* __restrict__ topk_ids, int* __restrict__ segment_counts,
+                                                    int pairs, int experts, int segment, int* smem) {
+  const int lane = threadIdx.x, s = blockIdx.x, buckets = experts + 1;
+  for (int b = lane; b < buckets; b += 32) smem[b] = 0;
+  __syncwarp();
+  const int end = min(pairs, (s + 1) * segment);
+  for (int i = s * segment + lane; i < end; i += 32) atomicAdd(&smem[align_bucket(__ldg(topk_ids + i), experts)], 1);
+  __syncwarp();
+  for (int b = lane; b < buckets; b += 32) segment_counts[static_cast<size_t>(s) * buckets + b] = smem[b];
+}
+
+// Align, step 2 (one warp per block): block s places its segment's pairs. A pair's place is the
+// pairs of all lower buckets, plus its bucket's pairs in earlier segments, plus those before it in
+// its own segment (a warp ranks 32 pairs at a time with match_any, in pair order). Block 0 also
+// writes expert_offsets. smem: 2 (E + 1) ints.
+__device__ __forceinline__ void routing_align_scatter(const int* __restrict__ topk_ids, const int* __restrict__ segment_counts,
+                                                      int* __restrict__ sorted_slots, int* __restrict__ expert_offsets,
+                                                      int pairs, int experts, int segment, int segments, int* smem) {
+  const int lane = threadIdx.x, s = blockIdx.x, buckets = experts + 1;
+  int* next = smem;            // where this segment's next pair of bucket b goes
+  int* total = smem + buckets;  // bucket b's pairs in every segment
+  for (int b = lane; b < buckets; b += 32) {
+    int before = 0, all = 0;
+    for (int t = 0; t < segments; ++t) {
+      const int c = segment_counts[static_cast<size_t>(t) * buckets + b];
+      all += c;
+      before += t < s ? c : 0;
+    }
+    next[b] = before;
+    total[b] = all;
+  }
+  __syncwarp();
+  // exclusive scan of the totals: lane l takes buckets [l per, (l + 1) per)
+  const int per = ceil_div(buckets, 32), first = lane * per, last = min(buckets, first + per);
+  int mine = 0;
+  for (int b = first; b < last; ++b) mine += total[b];
+  int inclusive = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int v = __shfl_up_sync(kFullMask, inclusive, d);
+    if (lane >= d) inclusive += v;
+  }
+  int base = inclusive - mine;
+  for (int b = first; b < last; ++b) {
+    if (s == 0) expert_offsets[b] = base;
+    next[b] += base;
+    base += total[b];
+  }
+  if (s == 0 && lane == 31) expert_offsets[buckets] = inclusive;
+  __syncwarp();
+  const int end = min(pairs, (s + 1) * segment);
+  for (int i0 = s * segment; i0 < end; i0 += 32) {
+    const int i = i0 + lane;
+    const bool live = i < end;
+    const int b = live ? align_bucket(__ldg(topk_ids + i), experts) : buckets + lane;  // dead lanes match nobody
+    const unsigned peers = __match_any_sync(kFullMask, b);
+    const unsigned lower = peers & ((1u << lane) - 1u);
+    if (live) sorted_slots[next[b] + __popc(lower)] = i;
+    __syncwarp();
+    if (live && lower == 0) next[b] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+// The sizes of a grouped GEMM tile; ExpertCentric.Layout (Java) states the same, and the kernel
+// static_asserts that the shared memory agrees.
+template <class Config, bool GATE_UP>
+struct ExpertTileShape {
+  static constexpr int H = Config::kHidden, I = Config::kIntermediate, E = Config::kExperts, K = Config::kTopk;
+  static constexpr int BM = Config::kBlockM, BN = Config::kBlockN, BK = Config::kBlockK;
+  static constexpr int WM = Config::kWarpsM, WN = Config::kWarpsN, S = Config::kStages, GM = Config::kGroupM;
+  static constexpr bool kGateUp = GATE_UP;
+  static constexpr int kReduce = GATE_UP ? H : I;          // the GEMM's K
+  static constexpr int kOutputs = GATE_UP ? I : H;         // outputs per pair
+  static constexpr int kWeightRows = GATE_UP ? 2 * I : H;  // rows of one expert's weight
+  // weight rows per tile: gate_up stages the gate and up rows of its BN neurons interleaved (gate of
+  // neuron i at 2i, up at 2i + 1), so each accumulator pair of an mma is one neuron's (gate, up)
+  static constexpr int kRows = GATE_UP ? 2 * BN : BN;
+  static constexpr int kThreads = 32 * WM * WN;
+  static constexpr int TM = BM / WM, TN = kRows / WN;  // one warp's part of the tile
+  static constexpr int FM = TM / 16, FN = TN / 8;      // its m16 and n8 fragments
+  static constexpr int P = BK / 8;                     // 16-byte pieces per staged row
+  static constexpr int kStageBytes = 2 * (BM + kRows) * BK;
+  static constexpr int kOutStride = GATE_UP ? BN + 8 : BN + 4;  // staged output row, in elements
+  static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
+  static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
+  static constexpr int kPipeBytes = S * kStageBytes;
+  static constexpr int kSharedBytes = kTableBytes + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
+  static constexpr int kKTiles = ceil_div(kReduce, BK);
+  static constexpr int kNTiles = ceil_div(kOutputs, BN);
+  static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
+  static_assert(BM % 16 == 0 && TM % 16 == 0 && WM * TM == BM, "a warp owns whole m16 rows of the tile");
+  static_assert(TN % 16 == 0 && WN * TN == kRows, "a warp owns whole pairs of n8 columns of the tile");
+  static_assert(BK == 32 || BK == 64, "a staged row is 4 or 8 16-byte pieces");
+  static_assert(BN % 8 == 0 && kReduce % 8 == 0 && kOutputs % 8 == 0, "rows move in 16-byte pieces");
+  static_assert(S >= 2, "a pipeline of at least two stages");
+  static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
+  static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
+
+  // m tiles the grid is launched for: every tile of the worst-case routing (each bucket's last tile partial)
+  __device__ static int max_m_tiles(int pairs) { return ceil_div(pairs, BM) + min_int(kBuckets, pairs); }
+};
+
+// The tile a block owns: its bucket, its first pair in sorted_slots, the end of the bucket's
+// pairs, and its n tile; false past the routing's last tile. Blocks walk m tiles in groups of GM
+// (the GROUP_M order: blocks running together share weight tiles and activation rows in L2).
+template <class T>
+__device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ offsets, int pairs, int* found, int& n_tile) {
+  const int num_m = T::max_m_tiles(pairs);
+  const int pid = blockIdx.x, in_group = T::GM * T::kNTiles;
+  const int first_m = pid / in_group * T::GM;
+  const int group_size = min_int(num_m - first_m, T::GM);
+  const int m_tile = first_m + pid % in_group % group_size;
+  n_tile = pid % in_group / group_size;
+  if (threadIdx.x < 32) {  // warp 0 scans the buckets' tile counts
+    const int lane = threadIdx.x;
+    if (lane == 0) found[0] = -1;
+    __syncwarp();
+    int before = 0;
+    for (int b0 = 0; b0 < T::kBuckets && before <= m_tile; b0 += 32) {
+      const int b = b0 + lane;
+      const int begin = b < T::kBuckets ? offsets[b] : 0;
+      const int end = b < T::kBuckets ? offsets[b + 1] : 0;
+      const int tiles = ceil_div(end - begin, T::BM);
+      int inclusive = tiles;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(kFullMask, inclusive, d);
+        if (lane >= d) inclusive += v;
+      }
+      const int first_tile = before + inclusive - tiles;
+      if (m_tile >= first_tile && m_tile < first_tile + tiles) {
+        found[0] = b;
+        found[1] = begin + (m_tile - first_tile) * T::BM;
+        found[2] = end;
+      }
+      before += __shfl_sync(kFullMask, inclusive, 31);
+    }
+  }
+  __syncthreads();
+  return found[0] >= 0;
+}
+
+// Copies k slice [k0, k0 + BK) of the tile's activation rows (gathered through the pair table) and
+// weight rows into one stage; rows past the bucket or the outputs and columns past K are zeros.
+template <class T, GateUpLayout L>
+__device__ __forceinline__ void expert_tile_load(uint32_t stage, const __nv_bfloat16* __restrict__ a,
+                                                 const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0, int k0) {
+  constexpr int P = T::P;
+#pragma unroll 2
+  for (int i = threadIdx.x; i < T::BM * P; i += T::kThreads) {
+    const int r = i / P, piece = i % P, k = k0 + piece * 8;
+    const int pair = table[r];
+    const bool valid = pair >= 0 && (T::kReduce % T::BK == 0 || k < T::kReduce);
+    // gate_up reads the pair's token's x row; down reads the pair's own inter row
+    const size_t row = T::kGateUp ? static_cast<size_t>(pair / T::K) : static_cast<size_t>(pair);
+    cp_async_16(stage + swizzled<P>(r, piece), valid ? a + row * T::kReduce + k : a, valid);
+  }
+#pragma unroll 2
+  for (int i = threadIdx.x; i < T::kRows * P; i += T::kThreads) {
+    const int r = i / P, piece = i % P, k = k0 + piece * 8;
+    int w_row, in;
+    if constexpr (T::kGateUp) {
+      const int neuron = n0 + (r >> 1);
+      in = neuron < T::I;
+      w_row = (r & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
+    } else {
+      w_row = n0 + r;
+      in = w_row < T::H;
+    }
+    const bool valid = in && (T::kReduce % T::BK == 0 || k < T::kReduce);
+    const __nv_bfloat16* src = w + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + k;
+    cp_async_16(stage + swizzled<P>(T::BM + r, piece), valid ? src : w, valid);
+  }
+}
+
+// The tile's FP32 sums: acc[i][j] is m16 fragment i x n8 fragment j of this warp's TM x TN part.
+template <class T, GateUpLayout L>
+__device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
+                                                 const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
+                                                 uint32_t base) {
+  constexpr int P = T::P, S = T::S;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+#pragma unroll
+  for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < T::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < T::kKTiles) expert_tile_load<T, L>(base + s * T::kStageBytes, a, w, table, e, n0, s * T::BK);
+    cp_async_commit();
+  }
+#pragma unroll 1
+  for (int kt = 0; kt < T::kKTiles; ++kt) {
+    cp_async_wait<S - 2>();
+    __syncthreads();  // slice kt is in; every warp is done with slice kt - 1, whose stage is refilled next
+    const int next = kt + S - 1;
+    if (next < T::kKTiles) expert_tile_load<T, L>(base + next % S * T::kStageBytes, a, w, table, e, n0, next * T::BK);
+    cp_async_commit();
+    const uint32_t stage = base + kt % S * T::kStageBytes;
+#pragma unroll
+    for (int kk = 0; kk < T::BK / 16; ++kk) {
+      uint32_t af[T::FM][4];
+#pragma unroll
+      for (int i = 0; i < T::FM; ++i) ldmatrix_x4(af[i], stage + swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
+#pragma unroll
+      for (int j = 0; j < T::FN / 2; ++j) {
+        uint32_t b[4];
+        const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
+        ldmatrix_x4(b, stage + swizzled<P>(T::BM + n, 2 * kk + ((lane >> 3) & 1)));
+#pragma unroll
+        for (int i = 0; i < T::FM; ++i) {
+          mma_bf16_16816(acc[i][2 * j], af[i], b[0], b[1]);
+          mma_bf16_16816(acc[i][2 * j + 1], af[i], b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the output staging
+}
+
+// Fills the block's pair table: row r is pair sorted_slots[first + r], or -1 past the bucket's end.
+template <class T>
+__device__ __forceinline__ void expert_tile_table(int* table, const int* __restrict__ sorted_slots, int first, int end) {
+  for (int r = threadIdx.x; r < T::BM; r += T::kThreads) table[r] = first + r < end ? sorted_slots[first + r] : -1;
+  __syncthreads();
+}
+
+template <class Config, class Epilogue>
+__device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
+                                                       const int* __restrict__ topk_ids, const int* __restrict__ sorted_slots,
+                                                       const int* __restrict__ expert_offsets,
+                                                       __nv_bfloat16* __restrict__ inter, int num_tokens, Epilogue epi) {
+  using T = ExpertTileShape<Config, true>;
+  static_assert(Config::Format::kElement == Element::kBf16, "expert_centric takes bf16 weights");
+  constexpr GateUpLayout L = Config::kLayout;
+  constexpr bool BIAS = Config::kBias;
+  constexpr int I = T::I, BN = T::BN;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int found[3];
+  int n_tile;
+  if (!expert_tile_of_block<T>(expert_offsets, num_tokens * T::K, found, n_tile)) return;  // uniform over the block
+  const int e = found[0], n0 = n_tile * BN;
+  int* table = reinterpret_cast<int*>(smem);
+  expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
+  const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_gate_up.codes);
+  float acc[T::FM][T::FN][4];
+  expert_tile_sums<T, L>(acc, x, w, table, e, n0, base);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(smem + T::kTableBytes);
+#pragma unroll
+  for (int j = 0; j < T::FN; ++j) {
+    const int local = (col0 + 8 * j + 2 * t) >> 1;  // the neuron of this thread's (gate, up) pair
+    const int neuron = n0 + local;
+    const bool real = neuron < I;
+    const float gate_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, gate_row_of<L>(neuron, I)) : 0.0f;
+    const float up_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, up_row_of<L>(neuron, I)) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float v = epi(add_bias<BIAS>(acc[i][j][2 * h], gate_bias), add_bias<BIAS>(acc[i][j][2 * h + 1], up_bias));
+        out[(row0 + 16 * i + g + 8 * h) * T::kOutStride + local] = __float2bfloat16_rn(v);
+      }
+  }
+  __syncthreads();
+  constexpr int kPieces = BN / 8;
+  for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
+    const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 8;
+    const int pair = table[r];
+    if (pair >= 0 && n < I) {
+      *reinterpret_cast<uint4*>(inter + static_cast<size_t>(pair) * I + n) =
+          *reinterpret_cast<const uint4*>(out + r * T::kOutStride + piece * 8);
+    }
+  }
+}
+
+// down: each pair's weighted partial row (routing weight x (sum + bias), FP32) goes to partials
+// [M*k][H]; the block that completes a token's k partials of an n tile (a ticket per token and n
+// tile, reset by that block) adds them in slot order and stores y. Deterministic: the sum's order is
+// fixed whatever order the blocks run in.
+template <class Config, class Epilogue>
+__device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
+                                                    const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
+                                                    const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
+                                                    __nv_bfloat16* __restrict__ y, float* __restrict__ partials,
+                                                    int* __restrict__ tickets, int num_tokens, Epilogue epi) {
+  using T = ExpertTileShape<Config, false>;
+  static_assert(Config::Format::kElement == Element::kBf16, "expert_centric takes bf16 weights");
+  constexpr bool BIAS = Config::kBias;
+  constexpr int H = T::H, K = T::K, E = T::E, BN = T::BN;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int found[3];
+  int n_tile;
+  if (!expert_tile_of_block<T>(expert_offsets, num_tokens * K, found, n_tile)) return;  // uniform over the block
+  const int e = found[0], n0 = n_tile * BN;
+  int* table = reinterpret_cast<int*>(smem);
+  int* reducing = table + T::BM;
+  expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
+  float acc[T::FM][T::FN][4];
+  const bool routed = e < E;  // bucket E: ids outside [0, E) add zero rows
+  if (routed) {
+    expert_tile_sums<T, GateUpLayout::kStacked>(acc, inter, static_cast<const __nv_bfloat16*>(w_down.codes), table, e, n0, base);
+  } else {
+#pragma unroll
+    for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < T::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+  float* out = reinterpret_cast<float*>(smem + T::kTableBytes);
+#pragma unroll
+  for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + 16 * i + g + 8 * h;
+      const int pair = table[r];
+      const float weight = routed && pair >= 0 ? __ldg(topk_weights + pair) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < T::FN; ++j) {
+        const int col = col0 + 8 * j + 2 * t;
+        const bool real = routed && n0 + col < H;
+        const float b0 = real ? load_bias<BIAS, H>(w_down, e, n0 + col) : 0.0f;
+        const float b1 = real ? load_bias<BIAS, H>(w_down, e, n0 + col + 1) : 0.0f;
+        *reinterpret_cast<float2*>(out + r * T::kOutStride + col) =
+            make_float2(weight * add_bias<BIAS>(acc[i][j][2 * h], b0), weight * add_bias<BIAS>(acc[i][j][2 * h + 1], b1));
+      }
+    }
+  __syncthreads();
+  constexpr int kPieces = BN / 4;
+  for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
+    const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
+    const int pair = table[r];
+    if (pair >= 0 && n < H) {
+      *reinterpret_cast<float4*>(partials + static_cast<size_t>(pair) * H + n) =
+          *reinterpret_cast<const float4*>(out + r * T::kOutStride + piece * 4);
+    }
+  }
+  __threadfence();  // the partials are visible before the tickets that announce them
+  __syncthreads();
+  for (int r = threadIdx.x; r < T::BM; r += T::kThreads) {
+    const int pair = table[r];
+    int token = -1;
+    if (pair >= 0) {
+      int* ticket = tickets + static_cast<size_t>(pair / K) * T::kNTiles + n_tile;
+      if (atomicAdd(ticket, 1) == K - 1) {
+        token = pair / K;
+        *ticket = 0;  // every partial has arrived: ready for the next launch
+      }
+    }
+    reducing[r] = token;
+  }
+  __syncthreads();
+  __threadfence();
+  for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
+    const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
+    const int token = reducing[r];
+    if (token < 0 || n >= H) continue;
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int j = 0; j < K; ++j) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(partials + (static_cast<size_t>(token) * K + j) * H + n));
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    __nv_bfloat16* dst = y + static_cast<size_t>(token) * H + n;
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(epi(sum.x), epi(sum.y));
+    *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(epi(sum.z), epi(sum.w));
+  }
+}
+
+}  // namespace mf

@@ -1,0 +1,184 @@
+package dev.moeforge.examples.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import dev.moeforge.dsl.build.ExpertLayerSpecs;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.schedule.ExpertCentric;
+import dev.moeforge.examples.bench.BenchKernels;
+import dev.moeforge.examples.bench.ExpertLayerBenchmark;
+import dev.moeforge.examples.bench.GpuTimer;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.LaunchOrder;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import dev.moeforge.runtime.moe.ExpertLayer;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+/**
+ * {@code moeforge bench prefill}: the BF16 expert layer of the Qwen3-30B-A3B geometry from large
+ * decode batches to prefill, with the expert-centric family's tile pairs (and the catalogue's
+ * output-centric pairs where the batch is small enough for them), weights rotated beyond L2, each
+ * layer its own random routing, graph-replayed; in the same run PyTorch's grouped-GEMM layer and a
+ * dense cuBLAS GEMM of the layer's FLOPs (the tensor-core ceiling). Writes
+ * {@code <out>/<date>-<device>-prefill.json}.
+ */
+@Command(name = "prefill", mixinStandardHelpOptions = true,
+        description = "Times the BF16 expert layer (H=2048, I=768, E=128, top-8) from 8 to 16,384 tokens with the "
+                + "expert-centric tile pairs and, up to 64 tokens, the catalogue's output-centric pairs; PyTorch's "
+                + "grouped_mm layer and a dense cuBLAS GEMM of the same FLOPs in the same run.")
+public final class BenchPrefillCommand implements Callable<Integer> {
+    static final ExpertShape SHAPE = new ExpertShape(2048, 768, 128, 8);
+    /** Token counts up to which the output-centric pairs run too (the crossover). */
+    static final int OUTPUT_CENTRIC_UP_TO = 64;
+
+    @Mixin
+    BenchOptions options;
+
+    @Option(names = "--layers", defaultValue = "8", description = "Layers of weights to rotate over (default: ${DEFAULT-VALUE}; 8 = 9.7 GB).")
+    int layers;
+
+    @Option(names = "--tokens", split = ",", defaultValue = "8,16,32,64,256,1024,4096,16384",
+            description = "Token counts (default: ${DEFAULT-VALUE}).")
+    List<Integer> tokens;
+
+    @Option(names = "--torch-script", defaultValue = "bench/torch_prefill.py",
+            description = "The PyTorch baseline script (default: ${DEFAULT-VALUE}); skipped when it or python3 with torch is missing.")
+    Path torchScript;
+
+    @Option(names = "--seed", defaultValue = "20261125", description = "Seed of weights and routing (default: ${DEFAULT-VALUE}).")
+    long seed;
+
+    /** An expert-centric tile pair by the name the tables use. */
+    record TilePair(String name, ExpertCentric gateUp, ExpertCentric down) {}
+
+    /** Tiles of 16 to 128 routed pairs per expert, from decode batches (a few pairs per expert) to prefill. */
+    static final List<TilePair> TILE_PAIRS = List.of(
+            new TilePair("ec_m16", new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 4, 1)),
+            new TilePair("ec_m32", new ExpertCentric(32, 64, 64, 2, 2, 4, 1), new ExpertCentric(32, 128, 64, 2, 2, 4, 1)),
+            new TilePair("ec_m64", new ExpertCentric(64, 64, 64, 2, 2, 4, 8), new ExpertCentric(64, 128, 64, 2, 2, 4, 8)),
+            new TilePair("ec_m128", new ExpertCentric(128, 128, 64, 2, 4, 3, 8), new ExpertCentric(128, 128, 64, 2, 4, 3, 8)),
+            new TilePair("ec_m128_k32", new ExpertCentric(128, 128, 32, 2, 4, 4, 8), new ExpertCentric(128, 256, 32, 2, 4, 4, 8)));
+
+    @Override
+    public Integer call() throws Exception {
+        LayerBenchOptions.require(layers, tokens);
+        options.require("bench prefill");
+        int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElseThrow();
+        KernelCache cache = KernelCache.defaultCache();
+        List<ExpertLayerBenchmark.Result> results = new ArrayList<>();
+        try (CudaContext ctx = CudaContext.create(0);
+             CudaStream stream = CudaStream.create();
+             KernelRuntime runtime = new KernelRuntime(ctx, cache);
+             BenchKernels kernels = new BenchKernels(runtime, cache)) {
+            System.out.println("device: " + ctx.deviceName() + ", " + ctx.smCount() + " SMs, driver " + ctx.driverVersion());
+            long readBytes = 4L << 30;
+            GpuTimer.Timing read = kernels.timeRead(stream, readBytes, 5, 50);
+            double readBw = readBytes / (read.medianMicros() * 1e-6);
+            System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s%n", readBw / 1e9);
+            List<ExpertLayerBenchmark.Variant> tiles = new ArrayList<>();
+            for (TilePair p : TILE_PAIRS) {
+                ExpertLayerSpecs specs = ExpertLayerSpecs.of("prefill_" + p.name(), SHAPE, GateUpLayout.STACKED, p.gateUp(), p.down(),
+                        runtime.target());
+                tiles.add(new ExpertLayerBenchmark.Variant(p.name(), new ExpertLayer(runtime.load(specs.gateUp()),
+                        runtime.load(specs.down()), LaunchOrder.OVERLAPPING_PREVIOUS, maxTokens)));
+            }
+            List<ExpertLayerBenchmark.Variant> warps = new ArrayList<>();
+            for (BenchCommand.CataloguePair pair : BenchCommand.PAIRS.subList(1, BenchCommand.PAIRS.size())) {
+                warps.add(new ExpertLayerBenchmark.Variant(pair.name(), new ExpertLayer(runtime.load(pair.gateUp().spec()),
+                        runtime.load(pair.down().spec()))));
+            }
+            List<ExpertLayerBenchmark.Variant> all = new ArrayList<>(tiles);
+            all.addAll(warps);
+            try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(kernels, stream, SHAPE, layers, maxTokens, seed)) {
+                System.out.printf(Locale.ROOT, "expert layer H=%d I=%d E=%d top-%d BF16, %d layers = %.1f GB of weights%n",
+                        SHAPE.hidden(), SHAPE.intermediate(), SHAPE.experts(), SHAPE.topk(), layers, bench.weightBytes() / 1e9);
+                for (int m : tokens) {
+                    List<ExpertLayerBenchmark.Variant> here = m <= OUTPUT_CENTRIC_UP_TO ? all : tiles;
+                    results.addAll(bench.run(stream, here, m, seed, options.warmup, options.reps, readBw,
+                            msg -> System.out.println("  timing " + msg)));
+                }
+            }
+            for (ExpertLayerBenchmark.Variant v : all) {
+                v.layer().close();
+            }
+            JsonNode torch = TorchBaseline.run(torchScript, Map.of("hidden", SHAPE.hidden(), "intermediate", SHAPE.intermediate(),
+                    "experts", SHAPE.experts(), "topk", SHAPE.topk(), "copies", layers, "tokens", tokens,
+                    "warmup", options.warmup, "reps", options.reps));
+            printTable(results, torch);
+            Map<String, Object> doc = BenchReports.header("prefill", ctx);
+            doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "timing",
+                    "CUDA events around each replay of one graph running all layers; per-layer = replay / layers; median",
+                    "bytes", "distinct routed experts' gate_up and down weights per layer", "flops", "2 M k 3 H I per layer",
+                    "seed", seed));
+            doc.put("read_bandwidth_bytes_per_second", readBw);
+            doc.put("shape", Map.of("hidden", SHAPE.hidden(), "intermediate", SHAPE.intermediate(), "experts", SHAPE.experts(),
+                    "topk", SHAPE.topk(), "weights", "bf16"));
+            doc.put("variants", BenchCommand.variantRows(all));
+            List<Map<String, Object>> rows = BenchCommand.resultRows(results, readBw);
+            for (int i = 0; i < rows.size(); i++) {
+                ExpertLayerBenchmark.Result r = results.get(i);
+                rows.get(i).put("tflops", flops(r.tokens()) / (r.layer().medianMicros() * 1e6));
+                JsonNode t = torchRow(torch, r.tokens());
+                if (t != null) {
+                    rows.get(i).put("fraction_of_dense_gemm", t.get("dense_gemm_us").asDouble() / r.layer().medianMicros());
+                    rows.get(i).put("speedup_over_grouped_mm", t.get("grouped_mm_us").asDouble() / r.layer().medianMicros());
+                }
+            }
+            doc.put("results", rows);
+            doc.put("torch", torch == null ? "not run" : torch);
+            System.out.println("wrote " + BenchReports.write(options.out, ctx, "prefill", doc));
+        }
+        return 0;
+    }
+
+    /** The layer's multiply-adds times two: gate_up (2I x H) and down (H x I) for each of the M k routed pairs. */
+    static double flops(int tokens) {
+        return 2.0 * tokens * SHAPE.topk() * 3.0 * SHAPE.hidden() * SHAPE.intermediate();
+    }
+
+    private static JsonNode torchRow(JsonNode torch, int tokens) {
+        if (torch == null) {
+            return null;
+        }
+        for (JsonNode r : torch.get("results")) {
+            if (r.get("tokens").asInt() == tokens) {
+                return r;
+            }
+        }
+        return null;
+    }
+
+    private static void printTable(List<ExpertLayerBenchmark.Result> results, JsonNode torch) {
+        System.out.println();
+        System.out.printf(Locale.ROOT, "%-14s %6s %10s %10s %10s %8s %8s %9s %11s %10s%n", "variant", "M", "layer us", "gate_up us",
+                "down us", "TFLOP/s", "of floor", "of dense", "grouped_mm", "vs torch");
+        for (ExpertLayerBenchmark.Result r : results) {
+            JsonNode t = torchRow(torch, r.tokens());
+            double us = r.layer().medianMicros();
+            System.out.printf(Locale.ROOT, "%-14s %6d %10.1f %10.1f %10.1f %8.1f %7.1f%% %8s %11s %10s%n", r.variant(), r.tokens(), us,
+                    r.gateUp().medianMicros(), r.down().medianMicros(), flops(r.tokens()) / (us * 1e6), 100 * r.fractionOfRead(),
+                    t == null ? "-" : String.format(Locale.ROOT, "%.1f%%", 100 * t.get("dense_gemm_us").asDouble() / us),
+                    t == null ? "-" : String.format(Locale.ROOT, "%.1f", t.get("grouped_mm_us").asDouble()),
+                    t == null ? "-" : String.format(Locale.ROOT, "%.2fx", t.get("grouped_mm_us").asDouble() / us));
+        }
+        if (torch != null) {
+            System.out.println();
+            for (JsonNode t : torch.get("results")) {
+                System.out.printf(Locale.ROOT, "M=%-6d dense cuBLAS GEMM %s: %.1f us (%.0f TFLOP/s); torch grouped_mm layer %.1f us%s%n",
+                        t.get("tokens").asInt(), t.get("dense_gemm_shape"), t.get("dense_gemm_us").asDouble(),
+                        t.get("dense_gemm_tflops").asDouble(), t.get("grouped_mm_us").asDouble(),
+                        t.get("grouped_mm_graphed").asBoolean() ? " (graphed)" : " (eager: capture failed)");
+            }
+        }
+    }
+}
