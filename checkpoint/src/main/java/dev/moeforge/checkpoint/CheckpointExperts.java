@@ -29,6 +29,8 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.TreeSet;
+import java.util.regex.Pattern;
 
 /**
  * Loads one MoE layer's routed expert weights from a {@link Checkpoint} into the kernels' in-memory
@@ -79,9 +81,11 @@ import java.util.Optional;
  * 128x128 gate/up with {@code I % 128 != 0} cannot be fused (a 128-row block would straddle gate and up)
  * and is refused. gpt-oss's fused MXFP4 is copied as is (its layout is already the kernels').
  *
- * <p>Every inconsistency is a {@link CheckpointException} naming the tensor and its file: a missing
- * scale tensor, a scale of the wrong dtype or shape, experts or projections disagreeing in format or
- * shape, a row length that is not whole blocks of the format, or a fused weight over 2 GiB.
+ * <p>Every inconsistency is a {@link CheckpointException} naming the tensor and its file: expert ids
+ * that are not {@code 0 .. E-1}, a missing expert projection or scale tensor, a scale of the wrong
+ * dtype or shape, experts or projections disagreeing in format or shape, a row length that is not
+ * whole blocks of the format, or a fused weight over 2 GiB. {@link #check} finds all but the last
+ * without reading a weight.
  */
 public final class CheckpointExperts {
 
@@ -125,6 +129,32 @@ public final class CheckpointExperts {
      * {@code model.layers.0.mlp}); see the class comment for names, formats and errors.
      */
     public static LayerWeights load(Checkpoint ckpt, String layerPrefix, int experts) {
+        return locate(ckpt, layerPrefix, experts).read(ckpt);
+    }
+
+    /**
+     * Checks the MoE block {@code layerPrefix} as {@link #load(Checkpoint, String)} does, without
+     * reading any weight: expert ids {@code 0 .. E-1} with none missing, every tensor of every expert
+     * present, their dtypes, shapes and scales, and experts agreeing in format and shape. What it does
+     * not check is the size of the fused arrays the load builds, a limit of this process rather than
+     * of the checkpoint. {@link Quantizer} runs it on its input before writing anything.
+     *
+     * @return the number of experts
+     * @throws CheckpointException as {@link #load(Checkpoint, String)} would
+     */
+    public static int check(Checkpoint ckpt, String layerPrefix) {
+        int experts = countExperts(ckpt, layerPrefix);
+        locate(ckpt, layerPrefix, experts);
+        return experts;
+    }
+
+    /** A layer's tensors found and checked; {@link #read} copies their data into the kernels' form. */
+    @FunctionalInterface
+    private interface Located {
+        LayerWeights read(Checkpoint ckpt);
+    }
+
+    private static Located locate(Checkpoint ckpt, String layerPrefix, int experts) {
         Objects.requireNonNull(ckpt, "ckpt");
         Objects.requireNonNull(layerPrefix, "layerPrefix");
         if (experts <= 0) {
@@ -132,15 +162,15 @@ public final class CheckpointExperts {
         }
         String p = layerPrefix + ".experts";
         if (ckpt.find(p + ".gate_up_proj" + BLOCKS).isPresent()) {
-            return loadGptOssMxfp4(ckpt, p, experts);
+            return locateGptOssMxfp4(ckpt, p, experts);
         }
         if (ckpt.find(p + ".gate_up_proj").isPresent()) {
-            return loadFusedFloat(ckpt, p, experts);
+            return locateFusedFloat(ckpt, p, experts);
         }
         for (String[] names : List.of(new String[] {"gate_proj", "up_proj", "down_proj"}, new String[] {"w1", "w3", "w2"})) {
             String base = p + ".0." + names[0];
             if (ckpt.find(base + "." + WEIGHT).isPresent() || ckpt.find(base + "." + WEIGHT_PACKED).isPresent()) {
-                return loadPerExpert(ckpt, p, experts, names);
+                return locatePerExpert(ckpt, p, experts, names);
             }
         }
         throw new CheckpointException(ckpt.dir() + ": no routed experts under '" + layerPrefix + "': looked for '"
@@ -148,7 +178,12 @@ public final class CheckpointExperts {
                 + p + ".0.w1.weight'");
     }
 
-    /** The number of experts of {@code layerPrefix}: the fused tensors' first dimension, or 1 + the largest expert index named. */
+    /**
+     * The number of experts of {@code layerPrefix}: the fused tensors' first dimension, or the number
+     * of expert ids named, which must run from 0 without a gap.
+     *
+     * @throws CheckpointException naming the layer if it has no experts, or ids that are not {@code 0 .. E-1}
+     */
     public static int countExperts(Checkpoint ckpt, String layerPrefix) {
         String p = layerPrefix + ".experts.";
         for (String fused : List.of("gate_up_proj" + BLOCKS, "gate_up_proj")) {
@@ -157,25 +192,65 @@ public final class CheckpointExperts {
                 return Math.toIntExact(t.get().shape().getFirst());
             }
         }
-        int max = -1;
+        TreeSet<Long> ids = new TreeSet<>();
         for (String name : ckpt.names()) {
             if (!name.startsWith(p)) {
                 continue;
             }
             int dot = name.indexOf('.', p.length());
-            if (dot > p.length()) {
-                try {
-                    max = Math.max(max, Integer.parseInt(name.substring(p.length(), dot)));
-                } catch (NumberFormatException ignored) {
-                    // not an expert index
-                }
+            String id = dot < 0 ? "" : name.substring(p.length(), dot);
+            if (EXPERT_ID.matcher(id).matches()) {
+                ids.add(id.length() > 18 ? Long.MAX_VALUE : Long.parseLong(id));
             }
         }
-        if (max < 0) {
+        if (ids.isEmpty()) {
             throw new CheckpointException(ckpt.dir() + ": no routed experts under '" + layerPrefix + "' (no tensor named '"
                     + p + "<e>.*' or '" + p + "gate_up_proj*')");
         }
-        return max + 1;
+        // A gap or a stray id would otherwise surface as a missing tensor of an expert nobody named.
+        if (ids.first() != 0 || ids.last() != ids.size() - 1) {
+            throw new CheckpointException(ckpt.dir() + ": the experts under '" + layerPrefix + "' are numbered "
+                    + ranges(ids) + "; expert ids must run from 0 to E-1 with none missing (missing "
+                    + missing(ids) + ")");
+        }
+        return ids.size();
+    }
+
+    private static final Pattern EXPERT_ID = Pattern.compile("\\d+");
+
+    /** The ids from 0 to the largest that are not in {@code ids}, as ranges: {@code 3..999}. */
+    private static String missing(TreeSet<Long> ids) {
+        List<String> parts = new ArrayList<>();
+        long next = 0;
+        for (long id : ids) {
+            if (id > next) {
+                parts.add(id - 1 == next ? Long.toString(next) : next + ".." + (id - 1));
+            }
+            next = id + 1;
+        }
+        return String.join(", ", parts);
+    }
+
+    /** {@code 0..3, 1000}: consecutive ids as one range. */
+    private static String ranges(TreeSet<Long> ids) {
+        List<String> parts = new ArrayList<>();
+        Long from = null;
+        long prev = 0;
+        for (long id : ids) {
+            if (from != null && id == prev + 1) {
+                prev = id;
+                continue;
+            }
+            if (from != null) {
+                parts.add(from == prev ? Long.toString(from) : from + ".." + prev);
+            }
+            from = id;
+            prev = id;
+        }
+        if (from != null) {
+            parts.add(from == prev ? Long.toString(from) : from + ".." + prev);
+        }
+        return String.join(", ", parts);
     }
 
     // ---------------------------------------------------------------- per expert
@@ -188,7 +263,7 @@ public final class CheckpointExperts {
         }
     }
 
-    private static LayerWeights loadPerExpert(Checkpoint ckpt, String p, int experts, String[] names) {
+    private static Located locatePerExpert(Checkpoint ckpt, String p, int experts, String[] names) {
         List<List<Source>> gateUp = new ArrayList<>();
         List<List<Source>> down = new ArrayList<>();
         for (int e = 0; e < experts; e++) {
@@ -202,9 +277,10 @@ public final class CheckpointExperts {
             throw SafetensorsFile.fail(d.file().path(), d.weight(), "is " + d.describe() + " but down must be [H, I] = ["
                     + g.cols() + ", " + g.rows() + "] to match '" + g.weight() + "' " + g.describe());
         }
-        EncodedWeights gu = concat(ckpt, gateUp, Projections.STACKED_GATE_UP);
-        EncodedWeights dn = concat(ckpt, down, Projections.ONE);
-        return new LayerWeights(gu, dn, GateUpLayout.STACKED, Optional.empty(), Optional.empty());
+        requireAgreement(gateUp);
+        requireAgreement(down);
+        return c -> new LayerWeights(concat(c, gateUp, Projections.STACKED_GATE_UP), concat(c, down, Projections.ONE),
+                GateUpLayout.STACKED, Optional.empty(), Optional.empty());
     }
 
     /** Finds the format of the weight {@code base.weight} (or {@code base.weight_packed}) and checks its companions. */
@@ -347,8 +423,11 @@ public final class CheckpointExperts {
         return new Source(name, file, group, n, k, scaleName, null, false);
     }
 
-    /** Concatenates per expert, per projection sources into one {@code [E][P*N][K]} weight. */
-    private static EncodedWeights concat(Checkpoint ckpt, List<List<Source>> sources, Projections projections) {
+    /**
+     * Every expert, and gate and up, in the first one's format and shape; gate/up whose row blocks
+     * would straddle the two projections once fused are refused.
+     */
+    private static void requireAgreement(List<List<Source>> sources) {
         Source first = sources.getFirst().getFirst();
         WeightFormat f = first.format();
         int parts = sources.getFirst().size();
@@ -361,14 +440,21 @@ public final class CheckpointExperts {
                 }
             }
         }
-        int experts = sources.size();
-        int rows = first.rows();
-        int cols = first.cols();
-        if (parts > 1 && f.blockScale().blockRows() && rows % f.blockScale().block() != 0) {
-            throw SafetensorsFile.fail(first.file().path(), first.weight(), f.text() + " gate/up of " + rows
+        if (parts > 1 && f.blockScale().blockRows() && first.rows() % f.blockScale().block() != 0) {
+            throw SafetensorsFile.fail(first.file().path(), first.weight(), f.text() + " gate/up of " + first.rows()
                     + " rows cannot be fused: a " + f.blockScale().block() + "-row scale block would straddle gate and up"
                     + " (needs I % " + f.blockScale().block() + " == 0)");
         }
+    }
+
+    /** Concatenates per expert, per projection sources, checked by {@link #requireAgreement}, into one {@code [E][P*N][K]} weight. */
+    private static EncodedWeights concat(Checkpoint ckpt, List<List<Source>> sources, Projections projections) {
+        Source first = sources.getFirst().getFirst();
+        WeightFormat f = first.format();
+        int parts = sources.getFirst().size();
+        int experts = sources.size();
+        int rows = first.rows();
+        int cols = first.cols();
         long rowBytes = f.rowBytes(cols);
         long codeBytes = rowBytes * rows;
         long blockBytes = f.blockScale().perExpert(rows, cols) * f.blockScale().bytes();
@@ -430,7 +516,7 @@ public final class CheckpointExperts {
 
     // ---------------------------------------------------------------- fused
 
-    private static LayerWeights loadGptOssMxfp4(Checkpoint ckpt, String p, int experts) {
+    private static Located locateGptOssMxfp4(Checkpoint ckpt, String p, int experts) {
         String guBlocks = p + ".gate_up_proj" + BLOCKS;
         String dnBlocks = p + ".down_proj" + BLOCKS;
         TensorInfo gu = require(ckpt, dnBlocks, guBlocks, "its gate_up partner '" + guBlocks + "'");
@@ -443,10 +529,13 @@ public final class CheckpointExperts {
             throw SafetensorsFile.fail(ckpt.fileOf(dnBlocks).path(), dnBlocks, "holds [E, " + dnShape[0] + ", " + dnShape[1]
                     + "] weights but '" + guBlocks + "' holds [E, " + twoI + ", " + h + "]; need gate_up [E, 2I, H] and down [E, H, I]");
         }
-        EncodedWeights gateUp = fusedMx(ckpt, p + ".gate_up_proj", experts, twoI, h, Projections.INTERLEAVED_GATE_UP);
-        EncodedWeights down = fusedMx(ckpt, p + ".down_proj", experts, h, twoI / 2, Projections.ONE);
-        return new LayerWeights(gateUp, down, GateUpLayout.INTERLEAVED,
-                bias(ckpt, p + ".gate_up_proj" + BIAS, experts, twoI), bias(ckpt, p + ".down_proj" + BIAS, experts, h));
+        requireMxScales(ckpt, p + ".gate_up_proj", experts, twoI, h);
+        requireMxScales(ckpt, p + ".down_proj", experts, h, twoI / 2);
+        Optional<TensorInfo> guBias = requireBias(ckpt, p + ".gate_up_proj" + BIAS, experts, twoI);
+        Optional<TensorInfo> dnBias = requireBias(ckpt, p + ".down_proj" + BIAS, experts, h);
+        return c -> new LayerWeights(fusedMx(c, p + ".gate_up_proj", experts, twoI, h, Projections.INTERLEAVED_GATE_UP),
+                fusedMx(c, p + ".down_proj", experts, h, twoI / 2, Projections.ONE), GateUpLayout.INTERLEAVED,
+                readBias(c, guBias), readBias(c, dnBias));
     }
 
     /** Checks {@code [E, N, K/32, 16]} U8 blocks; returns {N, K}. */
@@ -461,7 +550,8 @@ public final class CheckpointExperts {
         return new int[] {dim(f, t, 1), Math.multiplyExact(dim(f, t, 2), 32)};
     }
 
-    private static EncodedWeights fusedMx(Checkpoint ckpt, String proj, int experts, int n, int k, Projections projections) {
+    /** The E8M0 scales {@code proj_scales [E, N, K/32]} of the MXFP4 blocks {@code proj_blocks}. */
+    private static void requireMxScales(Checkpoint ckpt, String proj, int experts, int n, int k) {
         String blocksName = proj + BLOCKS;
         String scalesName = proj + SCALES;
         TensorInfo scales = require(ckpt, blocksName, scalesName, "the MXFP4 blocks '" + blocksName + "' need their E8M0 scales");
@@ -470,6 +560,12 @@ public final class CheckpointExperts {
             throw SafetensorsFile.fail(sf.path(), scalesName, "dtype " + scales.dtype() + ": MXFP4 scales must be U8 or F8_E8M0");
         }
         requireShape(sf, scales, List.of((long) experts, (long) n, (long) k / 32), "E8M0 scales of '" + blocksName + "'");
+    }
+
+    /** The blocks and scales of {@code proj}, checked by {@link #requireMxScales}, as they are. */
+    private static EncodedWeights fusedMx(Checkpoint ckpt, String proj, int experts, int n, int k, Projections projections) {
+        String blocksName = proj + BLOCKS;
+        String scalesName = proj + SCALES;
         long codeBytes = (long) experts * n * (k / 2);
         if (codeBytes > MAX_ARRAY_LENGTH) {
             throw SafetensorsFile.fail(ckpt.fileOf(blocksName).path(), blocksName, codeBytes + " bytes: more than one Java array holds");
@@ -479,16 +575,17 @@ public final class CheckpointExperts {
         return new EncodedWeights(WeightFormat.MXFP4, experts, n, k, projections, codes, blockScales, new float[0]);
     }
 
-    private static LayerWeights loadFusedFloat(Checkpoint ckpt, String p, int experts) {
+    private static Located locateFusedFloat(Checkpoint ckpt, String p, int experts) {
         FusedFloatExperts fused = FusedFloatExperts.find(ckpt, p);
         requireExperts(ckpt.fileOf(fused.gateUp().name()), fused.gateUp(), experts);
         int h = fused.hidden();
         int i = fused.intermediate();
-        GateUpLayout layout = fused.layout();
-        EncodedWeights gateUp = fusedBf16(ckpt, fused.gateUpRows(ckpt), !fused.transposed(), experts, 2 * i, h, Projections.of(layout));
-        EncodedWeights down = fusedBf16(ckpt, fused.downRows(ckpt), !fused.transposed(), experts, h, i, Projections.ONE);
-        return new LayerWeights(gateUp, down, layout, bias(ckpt, p + ".gate_up_proj" + BIAS, experts, 2 * i),
-                bias(ckpt, p + ".down_proj" + BIAS, experts, h));
+        Optional<TensorInfo> guBias = requireBias(ckpt, p + ".gate_up_proj" + BIAS, experts, 2 * i);
+        Optional<TensorInfo> dnBias = requireBias(ckpt, p + ".down_proj" + BIAS, experts, h);
+        return c -> new LayerWeights(
+                fusedBf16(c, fused.gateUpRows(c), !fused.transposed(), experts, 2 * i, h, Projections.of(fused.layout())),
+                fusedBf16(c, fused.downRows(c), !fused.transposed(), experts, h, i, Projections.ONE),
+                fused.layout(), readBias(c, guBias), readBias(c, dnBias));
     }
 
     /**
@@ -526,7 +623,8 @@ public final class CheckpointExperts {
         return new EncodedWeights(WeightFormat.BF16, experts, n, k, projections, codes, new byte[0], new float[0]);
     }
 
-    private static Optional<float[]> bias(Checkpoint ckpt, String name, int experts, int n) {
+    /** The expert bias {@code name} {@code [E, n]}, if the checkpoint has one; a float. */
+    private static Optional<TensorInfo> requireBias(Checkpoint ckpt, String name, int experts, int n) {
         Optional<TensorInfo> t = ckpt.find(name);
         if (t.isEmpty()) {
             return Optional.empty();
@@ -537,8 +635,16 @@ public final class CheckpointExperts {
             throw SafetensorsFile.fail(f.path(), name, "dtype " + b.dtype() + ": expert biases are read as BF16, F16 or F32");
         }
         requireShape(f, b, List.of((long) experts, (long) n), "expert bias");
-        MemorySegment data = ckpt.data(name);
-        float[] out = new float[experts * n];
+        return t;
+    }
+
+    private static Optional<float[]> readBias(Checkpoint ckpt, Optional<TensorInfo> bias) {
+        if (bias.isEmpty()) {
+            return Optional.empty();
+        }
+        TensorInfo b = bias.get();
+        MemorySegment data = ckpt.data(b.name());
+        float[] out = new float[Math.toIntExact(b.numel())];
         for (int i = 0; i < out.length; i++) {
             out[i] = FloatRows.at(data, b.dtype(), i);
         }

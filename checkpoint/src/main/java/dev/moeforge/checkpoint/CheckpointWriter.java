@@ -107,22 +107,12 @@ public final class CheckpointWriter {
         }
         List<StagedFile> staged = new ArrayList<>();
         try {
-            if (shards.size() <= 1) {
-                staged.add(SafetensorsWriter.stage(dir.resolve(Checkpoint.SINGLE_FILE),
-                        shards.isEmpty() ? List.of() : shards.getFirst(), metadata));
-            } else {
-                Map<String, String> weightMap = new TreeMap<>();
-                long totalSize = 0;
-                int n = shards.size();
-                for (int i = 0; i < n; i++) {
-                    String name = String.format("model-%05d-of-%05d.safetensors", i + 1, n);
-                    staged.add(SafetensorsWriter.stage(dir.resolve(name), shards.get(i), metadata));
-                    for (SafetensorsWriter.Pending p : shards.get(i)) {
-                        weightMap.put(p.name(), name);
-                        totalSize += p.byteSize();
-                    }
-                }
-                staged.add(stageIndex(dir.resolve(Checkpoint.INDEX_FILE), totalSize, weightMap));
+            int n = shards.size();
+            for (int i = 0; i < Math.max(n, 1); i++) {
+                staged.add(SafetensorsWriter.stage(dir.resolve(shardName(i, n)), n == 0 ? List.of() : shards.get(i), metadata));
+            }
+            if (n > 1) {
+                staged.add(stageIndex(dir.resolve(Checkpoint.INDEX_FILE), indexText(shards)));
             }
             for (StagedFile f : staged) {
                 f.moveIntoPlace();
@@ -133,6 +123,40 @@ public final class CheckpointWriter {
         List<Path> written = staged.stream().map(StagedFile::path).toList();
         deleteStale(dir, written);
         return written;
+    }
+
+    /** A file {@link #write} writes: its name, the tensors it holds (none for the index) and its size in bytes. */
+    public record PlannedFile(String name, List<String> tensors, long bytes) {
+        public PlannedFile {
+            tensors = List.copyOf(tensors);
+        }
+    }
+
+    /** The files {@link #write} would write, in the same order and with their exact sizes; writes nothing. */
+    public List<PlannedFile> plan() {
+        List<List<SafetensorsWriter.Pending>> shards = split();
+        List<PlannedFile> out = new ArrayList<>();
+        int n = shards.size();
+        for (int i = 0; i < Math.max(n, 1); i++) {
+            List<SafetensorsWriter.Pending> shard = n == 0 ? List.of() : shards.get(i);
+            String name = shardName(i, n);
+            out.add(new PlannedFile(name, shard.stream().map(SafetensorsWriter.Pending::name).toList(),
+                    SafetensorsWriter.fileSize(Path.of(name), shard, metadata)));
+        }
+        if (n > 1) {
+            out.add(new PlannedFile(Checkpoint.INDEX_FILE, List.of(), indexText(shards).getBytes(StandardCharsets.UTF_8).length));
+        }
+        return out;
+    }
+
+    /** Whether {@code fileName} is one of the files a save writes (and a later save replaces or deletes). */
+    static boolean isCheckpointFile(String fileName) {
+        return OWN_FILES.matcher(fileName).matches();
+    }
+
+    /** {@code model.safetensors} for a single file, else {@code model-0000<i+1>-of-0000<n>.safetensors}. */
+    private static String shardName(int i, int n) {
+        return n <= 1 ? Checkpoint.SINGLE_FILE : String.format("model-%05d-of-%05d.safetensors", i + 1, n);
     }
 
     /**
@@ -167,17 +191,28 @@ public final class CheckpointWriter {
         return shards;
     }
 
-    private static StagedFile stageIndex(Path index, long totalSize, Map<String, String> weightMap) {
+    /** The index of {@code shards} as transformers writes it: total data size and tensor -> shard, by name. */
+    private static String indexText(List<List<SafetensorsWriter.Pending>> shards) {
+        Map<String, String> weightMap = new TreeMap<>();
+        long totalSize = 0;
+        for (int i = 0; i < shards.size(); i++) {
+            for (SafetensorsWriter.Pending p : shards.get(i)) {
+                weightMap.put(p.name(), shardName(i, shards.size()));
+                totalSize += p.byteSize();
+            }
+        }
         ObjectNode root = Json.MAPPER.createObjectNode();
         root.putObject("metadata").put("total_size", totalSize);
         ObjectNode map = root.putObject("weight_map");
         weightMap.forEach(map::put);
-        String text;
         try {
-            text = Json.MAPPER.writer(Json.TRANSFORMERS_LAYOUT).writeValueAsString(root) + "\n";
+            return Json.MAPPER.writer(Json.TRANSFORMERS_LAYOUT).writeValueAsString(root) + "\n";
         } catch (IOException e) {
-            throw new CheckpointException(index + ": cannot write: " + e, e);
+            throw new CheckpointException(Checkpoint.INDEX_FILE + ": cannot encode: " + e, e);
         }
+    }
+
+    private static StagedFile stageIndex(Path index, String text) {
         return StagedFile.write(index, ch -> StagedFile.writeFully(ch, ByteBuffer.wrap(text.getBytes(StandardCharsets.UTF_8))));
     }
 

@@ -15,10 +15,10 @@ import dev.moeforge.dsl.format.Projections;
 import dev.moeforge.dsl.ir.WeightFormat;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.HashSet;
@@ -27,6 +27,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
+import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -50,8 +51,15 @@ import java.util.regex.Pattern;
  * <p>Every other tensor is copied byte for byte; every other top-level file is copied, config.json
  * with a {@code quantization_config} added. Shards are written in input name order; the quantised
  * tensors of one layer are encoded together, in parallel, when the first of them is written, and
- * held until written: memory peaks at about one output shard. {@link CheckpointWriter} puts the
- * shards in place only once all are written, so a failure (a NaN weight) leaves no partial checkpoint.
+ * held until written: memory peaks at about one output shard.
+ *
+ * <p>Everything that can be checked without encoding is checked before anything is written:
+ * config.json parses, every MoE layer passes {@link CheckpointExperts#check} (the loader's own
+ * structural check) and has the expert count config.json states, every weight is a float of whole
+ * blocks of the format, no output name clashes, and the output folder is new or empty (or
+ * {@link Options#force}). The checkpoint is then written into a {@link StagingFolder} beside the
+ * output folder and moved into place only once complete, so a failure (a NaN weight) or a kill
+ * leaves no output folder, and the next run removes the staging folder of a killed one.
  */
 public final class Quantizer {
 
@@ -62,10 +70,60 @@ public final class Quantizer {
 
     private Quantizer() {}
 
-    /** What one run did. */
-    public record Summary(int expertTensors, int tensorsWritten, long expertBytesBefore, long expertBytesAfter,
-                          int copiedTensors, long copiedBytes, int copiedFiles, List<Path> written) {
+    /**
+     * How a run writes.
+     *
+     * @param maxShardBytes the largest shard, in bytes of tensor data
+     * @param force write into a non-empty output folder: files of the same name are replaced, the shards
+     *     and index of an earlier checkpoint deleted, every other file kept
+     * @param dryRun check and plan everything, write nothing ({@link Summary#dryRun})
+     */
+    public record Options(long maxShardBytes, boolean force, boolean dryRun) {
+        public Options {
+            if (maxShardBytes <= 0) {
+                throw new IllegalArgumentException("maxShardBytes must be positive, got " + maxShardBytes);
+            }
+        }
+    }
+
+    /**
+     * What an output tensor is made from: the input tensor {@code tensor}, copied as is or (quantised)
+     * the rows {@code label} of it, {@code shape} being those rows ({@code [rows, cols]}, or
+     * {@code [experts, rows, cols]} for gpt-oss's fused experts) as the encoder reads them.
+     */
+    public record Source(String tensor, String label, SafetensorsDType dtype, List<Long> shape, boolean quantised) {
+        public Source {
+            shape = List.copyOf(shape);
+        }
+
+        public long byteSize() {
+            return dtype.byteSize(TensorInfo.numel(shape));
+        }
+    }
+
+    /** A tensor of the output and what it is made from. */
+    public record OutputTensor(String name, SafetensorsDType dtype, List<Long> shape, long bytes, Source source) {
+        public OutputTensor {
+            shape = List.copyOf(shape);
+        }
+    }
+
+    /** A file of the output: a safetensors shard (and its tensors), the index, config.json, or another file copied. */
+    public record OutputFile(String name, Kind kind, long bytes, int tensors) {
+        public enum Kind { SHARD, INDEX, CONFIG, COPY }
+    }
+
+    /**
+     * What one run did or, in a dry run, would do: the counts and bytes, every tensor in the order
+     * added (each shard holds a run of them), every file, and {@code written}, the checkpoint's
+     * shards and index as paths in the output folder.
+     */
+    public record Summary(boolean dryRun, int expertTensors, int tensorsWritten, long expertBytesBefore, long expertBytesAfter,
+                          int copiedTensors, long copiedBytes, int copiedFiles, List<OutputTensor> tensors,
+                          List<OutputFile> files, List<Path> written) {
         public Summary {
+            tensors = List.copyOf(tensors);
+            files = List.copyOf(files);
             written = List.copyOf(written);
         }
     }
@@ -91,34 +149,55 @@ public final class Quantizer {
                 || (Files.exists(a) && Files.exists(b) && Files.isSameFile(a, b));
     }
 
-    /**
-     * Quantises {@code ckpt}'s routed experts to {@code format} and writes the new checkpoint into
-     * {@code outDir} (created if missing), in shards of at most {@code maxShardBytes}.
-     *
-     * @throws IllegalArgumentException if {@code outDir} is the checkpoint's own folder, the checkpoint
-     *     has no routed experts, or {@code format} cannot hold them (gpt-oss's fused layout: mxfp4 only)
-     * @throws CheckpointException naming the tensor and its file: a weight that is not a float, not
-     *     whole blocks of the format, or not finite; a fused pair that does not match; an output name
-     *     that clashes with another tensor
-     */
+    /** {@link #quantize(Checkpoint, WeightFormat, Path, Options, Listener)} into a new or empty {@code outDir}. */
     public static Summary quantize(Checkpoint ckpt, WeightFormat format, Path outDir, long maxShardBytes,
                                    Listener listener) throws IOException {
+        return quantize(ckpt, format, outDir, new Options(maxShardBytes, false, false), listener);
+    }
+
+    /**
+     * Quantises {@code ckpt}'s routed experts to {@code format} and writes the new checkpoint into
+     * {@code outDir} (created, with the folders above it, if missing), in shards of at most
+     * {@code options.maxShardBytes()}; or, with {@code options.dryRun()}, only says what it would write.
+     *
+     * @throws IllegalArgumentException if {@code outDir} is the checkpoint's own folder, not a folder, or
+     *     not empty (without force); the checkpoint has no routed experts; or {@code format} cannot hold
+     *     them (gpt-oss's fused layout: mxfp4 only)
+     * @throws CheckpointException naming the file (and tensor): a config.json that is not a JSON object;
+     *     a MoE layer that {@link CheckpointExperts#check} refuses, or whose expert count is not
+     *     config.json's; a weight that is not a float, not whole blocks of the format, or not finite; a
+     *     fused pair that does not match; an output name that clashes with another tensor
+     */
+    public static Summary quantize(Checkpoint ckpt, WeightFormat format, Path outDir, Options options,
+                                   Listener listener) throws IOException {
         Objects.requireNonNull(format, "format");
+        Objects.requireNonNull(options, "options");
         Objects.requireNonNull(listener, "listener");
-        if (sameFolder(ckpt.dir(), outDir)) {
-            throw new IllegalArgumentException(outDir + ": is the folder of the checkpoint being quantised; "
-                    + "write the quantised checkpoint elsewhere");
+        Path out = outputFolder(ckpt, outDir, options.force());
+        Path configFile = ckpt.dir().resolve(CONFIG_FILE);
+        ObjectNode config = readConfig(configFile);
+        Plan plan = plan(ckpt, format, config, listener);
+        List<Path> otherFiles = otherFiles(ckpt.dir(), listener);
+        String configText = null;
+        if (config != null) {
+            if (config.has("quantization_config")) {
+                listener.note("replacing the quantization_config of " + configFile + ": " + config.get("quantization_config"));
+            }
+            config.set("quantization_config", quantizationConfig(format));
+            configText = CONFIG_JSON.writer(Json.TRANSFORMERS_LAYOUT).writeValueAsString(config) + "\n";
+        } else {
+            listener.note(ckpt.dir() + " has no config.json; no quantization_config written");
         }
-        Plan plan = plan(ckpt, format, listener);
+
         Map<String, String> metadata = new LinkedHashMap<>(ckpt.files().getFirst().metadata());
         metadata.putIfAbsent("format", "pt");
         metadata.put(ExpertTensors.FORMAT_METADATA_KEY, format.text());
-        CheckpointWriter writer = new CheckpointWriter(maxShardBytes).metadata(metadata);
+        CheckpointWriter writer = new CheckpointWriter(options.maxShardBytes()).metadata(metadata);
         Encodings encodings = new Encodings(format);
+        List<OutputTensor> tensors = new ArrayList<>();
         long after = 0;
         long copiedBytes = 0;
         int tensorsWritten = 0;
-        listener.writing(plan.copies().size() + plan.jobs().stream().mapToInt(j -> j.outputs.size()).sum());
         // Output order: input name order, each quantised weight's tensors together.
         for (Object item : plan.items()) {
             if (item instanceof String name) {
@@ -127,6 +206,8 @@ public final class Quantizer {
                     listener.tensorWritten();
                     return ckpt.data(name);
                 });
+                tensors.add(new OutputTensor(name, t.dtype(), t.shape(), t.byteSize(),
+                        new Source(name, name, t.dtype(), t.shape(), false)));
                 copiedBytes += t.byteSize();
                 continue;
             }
@@ -140,15 +221,110 @@ public final class Quantizer {
                     listener.tensorWritten();
                     return MemorySegment.ofArray(bytes);
                 });
+                tensors.add(new OutputTensor(e.name(), e.dtype(), e.shape(), e.byteSize(), j.source()));
                 after += e.byteSize();
                 tensorsWritten++;
             }
         }
-        List<Path> written = writer.write(outDir);
-        listener.tensorsWritten();
-        int files = copyOtherFiles(ckpt.dir(), outDir, format, listener);
-        return new Summary(plan.expertTensors(), tensorsWritten, plan.expertBytes(), after, plan.copies().size(),
-                copiedBytes, files, written);
+
+        List<OutputFile> files = new ArrayList<>();
+        List<Path> checkpointFiles = new ArrayList<>();
+        for (CheckpointWriter.PlannedFile f : writer.plan()) {
+            boolean index = f.name().equals(Checkpoint.INDEX_FILE);
+            files.add(new OutputFile(f.name(), index ? OutputFile.Kind.INDEX : OutputFile.Kind.SHARD, f.bytes(), f.tensors().size()));
+            checkpointFiles.add(out.resolve(f.name()));
+        }
+        for (Path p : otherFiles) {
+            boolean isConfig = p.getFileName().toString().equals(CONFIG_FILE);
+            files.add(new OutputFile(p.getFileName().toString(), isConfig ? OutputFile.Kind.CONFIG : OutputFile.Kind.COPY,
+                    isConfig ? configText.getBytes(StandardCharsets.UTF_8).length : Files.size(p), 0));
+        }
+        Summary summary = new Summary(options.dryRun(), plan.expertTensors(), tensorsWritten, plan.expertBytes(), after,
+                plan.copies().size(), copiedBytes, otherFiles.size(), tensors, files, checkpointFiles);
+        if (options.dryRun()) {
+            if (Files.isDirectory(out)) {
+                noteWhatForceReplaces(out, files, listener);
+            }
+            return summary;
+        }
+
+        try (StagingFolder staging = StagingFolder.create(out, listener::note)) {
+            listener.writing(tensors.size());
+            writer.write(staging.dir());
+            listener.tensorsWritten();
+            for (Path p : otherFiles) {
+                Path to = staging.dir().resolve(p.getFileName());
+                if (p.getFileName().toString().equals(CONFIG_FILE)) {
+                    Files.writeString(to, configText);
+                } else {
+                    Files.copy(p, to);
+                }
+            }
+            staging.commit(options.force(), listener::note);
+        }
+        return summary;
+    }
+
+    /**
+     * The output folder, absolute (and, if it exists, with links resolved, so the checkpoint lands where
+     * it points); refused if it is the input folder, not a folder, or not empty without {@code force}.
+     */
+    private static Path outputFolder(Checkpoint ckpt, Path outDir, boolean force) throws IOException {
+        Objects.requireNonNull(outDir, "outDir");
+        if (sameFolder(ckpt.dir(), outDir)) {
+            throw new IllegalArgumentException(outDir + ": is the folder of the checkpoint being quantised; "
+                    + "write the quantised checkpoint elsewhere");
+        }
+        Path out = outDir.toAbsolutePath().normalize();
+        if (Files.exists(out)) {
+            if (!Files.isDirectory(out)) {
+                throw new IllegalArgumentException(outDir + ": not a directory; the quantised checkpoint is a folder");
+            }
+            out = out.toRealPath();
+            List<String> entries = entries(out);
+            if (!entries.isEmpty() && !force) {
+                throw new IllegalArgumentException(outDir + ": not empty (holds " + describe(entries) + "); the quantised "
+                        + "checkpoint goes into a new or empty folder, or over this one with force");
+            }
+        }
+        if (out.getParent() == null || out.getFileName() == null) {
+            throw new IllegalArgumentException(outDir + ": the quantised checkpoint needs a folder of its own, not the root");
+        }
+        return out;
+    }
+
+    /** In a dry run over a non-empty output folder: which of its files the run would replace, delete and keep. */
+    private static void noteWhatForceReplaces(Path out, List<OutputFile> files, Listener listener) throws IOException {
+        Set<String> written = new HashSet<>();
+        files.forEach(f -> written.add(f.name()));
+        List<String> replaced = new ArrayList<>();
+        List<String> deleted = new ArrayList<>();
+        List<String> kept = new ArrayList<>();
+        for (String name : entries(out)) {
+            (written.contains(name) ? replaced : CheckpointWriter.isCheckpointFile(name) ? deleted : kept).add(name);
+        }
+        if (!replaced.isEmpty() || !deleted.isEmpty() || !kept.isEmpty()) {
+            listener.note("in " + out + " the run would replace " + (replaced.isEmpty() ? "nothing" : describe(replaced))
+                    + "; delete " + (deleted.isEmpty() ? "nothing" : describe(deleted)) + " (shards and index of the earlier "
+                    + "checkpoint); keep " + (kept.isEmpty() ? "nothing" : describe(kept)));
+        }
+    }
+
+    /** The names in {@code dir}, sorted. */
+    private static List<String> entries(Path dir) throws IOException {
+        List<String> names = new ArrayList<>();
+        try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir)) {
+            ds.forEach(p -> names.add(p.getFileName().toString()));
+        }
+        names.sort(null);
+        return names;
+    }
+
+    /** {@code a, b, c and 5 more}. */
+    private static String describe(List<String> names) {
+        int shown = Math.min(names.size(), 3);
+        String list = String.join(", ", names.subList(0, shown));
+        return names.size() > shown ? list + " and " + (names.size() - shown) + " more" : list;
     }
 
     // ---------------------------------------------------------------- the plan
@@ -182,6 +358,13 @@ public final class Quantizer {
             this.remaining = outputs.size();
         }
 
+        /** What the job reads, for the summary. */
+        Source source() {
+            TensorInfo t = this.source.tensor();
+            List<Long> shape = experts == 1 ? List.of((long) rows, (long) cols) : List.of((long) experts, (long) rows, (long) cols);
+            return new Source(t.name(), label, t.dtype(), shape, true);
+        }
+
         void encode(WeightFormat format) {
             try {
                 result = EncodedWeights.encode(format, source, experts, rows, cols, Projections.ONE, label);
@@ -201,7 +384,8 @@ public final class Quantizer {
      */
     private record Plan(List<Object> items, List<Job> jobs, List<String> copies, int expertTensors, long expertBytes) {}
 
-    private static Plan plan(Checkpoint ckpt, WeightFormat format, Listener listener) {
+    private static Plan plan(Checkpoint ckpt, WeightFormat format, ObjectNode config, Listener listener) {
+        checkStructure(ckpt, config);
         List<Job> jobs = new ArrayList<>();
         List<String> copies = new ArrayList<>();
         List<Object> items = new ArrayList<>();
@@ -262,6 +446,43 @@ public final class Quantizer {
                     + " (a " + block + "-row scale block would straddle gate and up)");
         }
         return new Plan(items, jobs, copies, expertTensors, before);
+    }
+
+    /** The keys under which config.json states a model's routed expert count, by model family. */
+    private static final List<String> EXPERT_COUNT_KEYS = List.of("num_experts", "num_local_experts", "n_routed_experts");
+
+    /**
+     * Runs the loader's structural check on every MoE layer, so that a checkpoint it would refuse is
+     * refused before anything is written; then compares each layer's expert count with config.json's,
+     * which catches the one gap the names alone cannot show: a last expert missing.
+     */
+    private static void checkStructure(Checkpoint ckpt, ObjectNode config) {
+        Set<String> layers = new TreeSet<>();
+        for (String name : ckpt.names()) {
+            Matcher pe = PER_EXPERT.matcher(name);
+            Matcher fu = FUSED.matcher(name);
+            String experts = pe.matches() ? (pe.group(1) != null ? pe.group(1) : pe.group(4)) : fu.matches() ? fu.group(1) : null;
+            if (experts != null) {
+                layers.add(experts.substring(0, experts.length() - ".experts".length()));
+            }
+        }
+        String key = null;
+        JsonNode stated = null;
+        for (String k : EXPERT_COUNT_KEYS) {
+            if (config != null && config.get(k) != null && config.get(k).canConvertToInt()) {
+                key = k;
+                stated = config.get(k);
+                break;
+            }
+        }
+        for (String layer : layers) {
+            int experts = CheckpointExperts.check(ckpt, layer);
+            if (stated != null && stated.intValue() != experts) {
+                throw new CheckpointException(ckpt.dir().resolve(CONFIG_FILE) + ": " + key + " is " + stated.intValue()
+                        + " but '" + layer + "' has " + experts + " experts (0.." + (experts - 1) + ") in " + ckpt.dir()
+                        + "; every MoE layer must hold all the experts the config states");
+            }
+        }
     }
 
     /** Plans the jobs of the fused pair {@code prefix.gate_up_proj} + {@code prefix.down_proj}; returns their input bytes. */
@@ -360,14 +581,16 @@ public final class Quantizer {
 
     // ---------------------------------------------------------------- other files
 
-    /** Copies the top-level files other than safetensors; config.json gets a quantization_config. Returns the count. */
-    private static int copyOtherFiles(Path inDir, Path outDir, WeightFormat format, Listener listener) throws IOException {
-        int n = 0;
+    private static final String CONFIG_FILE = "config.json";
+
+    /** The top-level files to copy: all but the safetensors and their index; config.json is copied with a quantization_config. */
+    private static List<Path> otherFiles(Path inDir, Listener listener) throws IOException {
         List<Path> entries = new ArrayList<>();
         try (DirectoryStream<Path> ds = Files.newDirectoryStream(inDir)) {
             ds.forEach(entries::add);
         }
         entries.sort(null);
+        List<Path> files = new ArrayList<>();
         for (Path p : entries) {
             String name = p.getFileName().toString();
             if (name.endsWith(".safetensors") || name.equals(Checkpoint.INDEX_FILE)) {
@@ -377,20 +600,11 @@ public final class Quantizer {
                 listener.note("skipped the folder " + name + "/ (only top-level files are copied)");
                 continue;
             }
-            if (!Files.isRegularFile(p)) {
-                continue;
+            if (Files.isRegularFile(p)) {
+                files.add(p);
             }
-            if (name.equals("config.json")) {
-                writeConfig(p, outDir.resolve(name), format, listener);
-            } else {
-                Files.copy(p, outDir.resolve(name), StandardCopyOption.REPLACE_EXISTING);
-            }
-            n++;
         }
-        if (!Files.exists(inDir.resolve("config.json"))) {
-            listener.note(inDir + " has no config.json; no quantization_config written");
-        }
-        return n;
+        return files;
     }
 
     /** Decimals kept as written (1e-06 stays 0.000001, not 1.0E-6). */
@@ -409,20 +623,20 @@ public final class Quantizer {
         return q;
     }
 
-    private static void writeConfig(Path from, Path to, WeightFormat format, Listener listener) throws IOException {
+    /** config.json parsed, or null if there is none. */
+    private static ObjectNode readConfig(Path file) {
+        if (!Files.isRegularFile(file)) {
+            return null;
+        }
         JsonNode root;
         try {
-            root = CONFIG_JSON.readTree(from.toFile());
+            root = CONFIG_JSON.readTree(file.toFile());
         } catch (IOException e) {
-            throw new IOException(from + ": cannot read as JSON: " + e.getMessage(), e);
+            throw new CheckpointException(file + ": cannot read as JSON: " + e.getMessage(), e);
         }
         if (!(root instanceof ObjectNode config)) {
-            throw new IOException(from + ": not a JSON object");
+            throw new CheckpointException(file + ": not a JSON object, so no quantization_config can be added to it");
         }
-        if (config.has("quantization_config")) {
-            listener.note("replacing the quantization_config of " + from + ": " + config.get("quantization_config"));
-        }
-        config.set("quantization_config", quantizationConfig(format));
-        Files.writeString(to, CONFIG_JSON.writer(Json.TRANSFORMERS_LAYOUT).writeValueAsString(config) + "\n");
+        return config;
     }
 }

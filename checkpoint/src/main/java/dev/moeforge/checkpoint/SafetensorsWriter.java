@@ -137,10 +137,45 @@ public final class SafetensorsWriter {
 
     /** Writes the file under a temporary name beside {@code path}, for the caller to move into place. */
     static StagedFile stage(Path path, List<Pending> tensors, Map<String, String> metadata) {
+        List<Pending> order = order(tensors);
+        ByteBuffer head = header(path, order, metadata);
+        return StagedFile.write(path, ch -> {
+            StagedFile.writeFully(ch, head);
+            for (Pending p : order) {
+                MemorySegment data = p.data().get();
+                if (data == null || data.byteSize() != p.byteSize()) {
+                    throw SafetensorsFile.fail(path, p.name(), "supplied data has "
+                            + (data == null ? "no" : Long.toString(data.byteSize())) + " bytes but "
+                            + p.dtype() + " with shape " + p.shape() + " needs " + p.byteSize());
+                }
+                for (long pos = 0; pos < data.byteSize(); pos += CHUNK) {
+                    long len = Math.min(CHUNK, data.byteSize() - pos);
+                    StagedFile.writeFully(ch, data.asSlice(pos, len).asByteBuffer());
+                }
+            }
+        });
+    }
+
+    /** The size of the file {@link #stage} writes for these tensors and metadata: header and data. */
+    static long fileSize(Path path, List<Pending> tensors, Map<String, String> metadata) {
+        List<Pending> order = order(tensors);
+        long size = header(path, order, metadata).remaining();
+        for (Pending p : order) {
+            size = Math.addExact(size, p.byteSize());
+        }
+        return size;
+    }
+
+    /** The reference writer's order: descending element alignment, then name. */
+    private static List<Pending> order(List<Pending> tensors) {
         List<Pending> order = new ArrayList<>(tensors);
         order.sort(Comparator.comparingInt((Pending p) -> p.dtype().alignment()).reversed()
                 .thenComparing(Pending::name));
+        return order;
+    }
 
+    /** The file's first bytes: the header's length, the header, its space padding. */
+    private static ByteBuffer header(Path path, List<Pending> order, Map<String, String> metadata) {
         ObjectNode header = Json.MAPPER.createObjectNode();
         if (metadata != null) {
             ObjectNode meta = header.putObject(SafetensorsFile.METADATA_KEY);
@@ -173,21 +208,6 @@ public final class SafetensorsWriter {
         byte[] spaces = new byte[(int) padded - json.length];
         Arrays.fill(spaces, (byte) ' ');
         head.put(spaces).flip();
-
-        return StagedFile.write(path, ch -> {
-            StagedFile.writeFully(ch, head);
-            for (Pending p : order) {
-                MemorySegment data = p.data().get();
-                if (data == null || data.byteSize() != p.byteSize()) {
-                    throw SafetensorsFile.fail(path, p.name(), "supplied data has "
-                            + (data == null ? "no" : Long.toString(data.byteSize())) + " bytes but "
-                            + p.dtype() + " with shape " + p.shape() + " needs " + p.byteSize());
-                }
-                for (long pos = 0; pos < data.byteSize(); pos += CHUNK) {
-                    long len = Math.min(CHUNK, data.byteSize() - pos);
-                    StagedFile.writeFully(ch, data.asSlice(pos, len).asByteBuffer());
-                }
-            }
-        });
+        return head;
     }
 }

@@ -421,6 +421,44 @@ class CheckpointExpertsTest {
         }
     }
 
+    /** Expert ids must be 0..E-1: a gap or a stray id is named as such, not as a tensor of an expert nobody named. */
+    @Test
+    void expertIdsMustRunFromZeroWithoutAGap() {
+        CheckpointWriter w = new CheckpointWriter();
+        for (int e : new int[] {0, 1, 2, 1000}) {
+            for (String proj : List.of("gate_proj", "up_proj", "down_proj")) {
+                boolean down = proj.equals("down_proj");
+                w.add(P + ".experts." + e + "." + proj + ".weight", SafetensorsDType.BF16,
+                        List.of((long) (down ? 64 : 32), (long) (down ? 32 : 64)), new byte[2 * 64 * 32]);
+            }
+        }
+        w.write(dir);
+        try (Checkpoint ckpt = Checkpoint.open(dir)) {
+            for (var call : List.<Runnable>of(() -> CheckpointExperts.countExperts(ckpt, P), () -> CheckpointExperts.load(ckpt, P),
+                    () -> CheckpointExperts.check(ckpt, P))) {
+                CheckpointException e = assertThrows(CheckpointException.class, call::run);
+                assertEquals(dir + ": the experts under '" + P + "' are numbered 0..2, 1000; expert ids must run from 0 to E-1"
+                        + " with none missing (missing 3..999)", e.getMessage());
+            }
+            // asked for the first three, the loader takes them
+            assertEquals(3, CheckpointExperts.load(ckpt, P, 3).experts());
+        }
+    }
+
+    /** check() refuses what load() refuses, without reading a weight; and passes what it loads. */
+    @Test
+    void checkRefusesWhatLoadRefuses() {
+        String missing = P + ".experts.1.up_proj.weight_scale";
+        CheckpointException loaded = loadFails(WeightFormat.NVFP4, missing::equals, w -> w);
+        try (Checkpoint ckpt = Checkpoint.open(dir)) {
+            CheckpointException checked = assertThrows(CheckpointException.class, () -> CheckpointExperts.check(ckpt, P));
+            assertEquals(loaded.getMessage(), checked.getMessage());
+        }
+        try (Checkpoint ckpt = write(WeightFormat.NVFP4, Layer.random(3), new String[] {"gate_proj", "up_proj", "down_proj"}, n -> false)) {
+            assertEquals(E, CheckpointExperts.check(ckpt, P));
+        }
+    }
+
     @Test
     void allFormatsHaveTensorNames() {
         for (WeightFormat f : WeightFormat.ALL) {

@@ -7,6 +7,7 @@ import static dev.moeforge.checkpoint.SyntheticMoeCheckpoint.transpose;
 import static dev.moeforge.checkpoint.SyntheticMoeCheckpoint.weights;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -23,6 +24,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -270,8 +272,9 @@ class QuantizerTest {
         // the index of the 2-D [out, in] tensor as stored: [row, col], no expert dimension
         assertEquals(in.resolve(file) + ": tensor " + tensor + ": NaN at [5, 7]; weights to quantise must be finite",
                 e.getMessage());
-        // layer 0's shards were written before the NaN was met; none of them is left behind
-        assertEquals(Map.of(), sizes(outDir));
+        // layer 0's shards were written before the NaN was met; none of them is left behind, nor the folder
+        assertFalse(Files.exists(outDir));
+        assertEquals(Set.of("in"), sizes(tmp).keySet(), "no staging left");
     }
 
     static Map<String, Long> sizes(Path dir) throws IOException {
@@ -381,8 +384,10 @@ class QuantizerTest {
         assertEquals(54, heard.stream().filter(h -> h.equals("tensor")).count());
         assertEquals(1, heard.stream().filter(h -> h.equals("written")).count());
         assertTrue(heard.indexOf("written") > heard.lastIndexOf("tensor"), heard::toString);
-        assertMentions(heard.getFirst(), "fp8_e4m3_block128 gate/up weights with I % 128 != 0", "straddle");
-        assertMentions(heard.getLast(), "skipped the folder extra/");
+        // the notes come with the plan, before anything is written
+        assertMentions(heard.get(0), "fp8_e4m3_block128 gate/up weights with I % 128 != 0", "straddle");
+        assertMentions(heard.get(1), "skipped the folder extra/");
+        assertEquals("writing 54", heard.get(2));
     }
 
     @Test

@@ -14,6 +14,7 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Consumer;
 
 /**
  * A synthetic BF16 MoE checkpoint of {@value #LAYERS} layers of {@value #E} experts: per layer gate_up
@@ -68,21 +69,35 @@ public final class SyntheticMoeCheckpoint {
         return Arrays.copyOfRange(a, (int) from, (int) from + n);
     }
 
+    /** One tensor as it goes into the file. */
+    public record Tensor(SafetensorsDType dtype, List<Long> shape, byte[] data) {}
+
     /** Writes per-expert names ({@code names} = gate, up, down, under {@code block}) into {@code dir}, in two or more shards. */
     public void writePerExpert(Path dir, String block, String... names) throws IOException {
-        CheckpointWriter w = new CheckpointWriter(totalBytes() / 2 + 1).metadata(Map.of("format", "pt"));
-        others.forEach((n, b) -> w.add(n, SafetensorsDType.BF16, shapeOf(n), b));
+        writePerExpert(dir, tensors -> {}, block, names);
+    }
+
+    /**
+     * As {@link #writePerExpert(Path, String, String...)}, after {@code edit} has changed the tensors
+     * (by name, in the order written): a test drops, renames or reshapes some to make a bad checkpoint.
+     */
+    public void writePerExpert(Path dir, Consumer<Map<String, Tensor>> edit, String block, String... names) throws IOException {
+        Map<String, Tensor> tensors = new LinkedHashMap<>();
+        others.forEach((n, b) -> tensors.put(n, new Tensor(SafetensorsDType.BF16, shapeOf(n), b)));
         for (int l = 0; l < LAYERS; l++) {
             for (int e = 0; e < E; e++) {
                 String base = "model.layers." + l + "." + block + ".experts." + e + ".";
-                w.add(base + names[0] + ".weight", SafetensorsDType.BF16, List.of((long) i, (long) h),
-                        bf16Bytes(slice(gateUp[l], (long) e * 2 * i * h, i * h)));
-                w.add(base + names[1] + ".weight", SafetensorsDType.BF16, List.of((long) i, (long) h),
-                        bf16Bytes(slice(gateUp[l], ((long) e * 2 * i + i) * h, i * h)));
-                w.add(base + names[2] + ".weight", SafetensorsDType.BF16, List.of((long) h, (long) i),
-                        bf16Bytes(slice(down[l], (long) e * h * i, h * i)));
+                tensors.put(base + names[0] + ".weight", new Tensor(SafetensorsDType.BF16, List.of((long) i, (long) h),
+                        bf16Bytes(slice(gateUp[l], (long) e * 2 * i * h, i * h))));
+                tensors.put(base + names[1] + ".weight", new Tensor(SafetensorsDType.BF16, List.of((long) i, (long) h),
+                        bf16Bytes(slice(gateUp[l], ((long) e * 2 * i + i) * h, i * h))));
+                tensors.put(base + names[2] + ".weight", new Tensor(SafetensorsDType.BF16, List.of((long) h, (long) i),
+                        bf16Bytes(slice(down[l], (long) e * h * i, h * i))));
             }
         }
+        edit.accept(tensors);
+        CheckpointWriter w = new CheckpointWriter(totalBytes() / 2 + 1).metadata(Map.of("format", "pt"));
+        tensors.forEach((n, t) -> w.add(n, t.dtype(), t.shape(), t.data()));
         assertTrue(w.write(dir).size() >= 3, "at least two shards and the index");
         writeSideFiles(dir);
     }
