@@ -96,6 +96,7 @@ struct ExpertTileShape {
   static constexpr int H = Config::kHidden, I = Config::kIntermediate, E = Config::kExperts, K = Config::kTopk;
   static constexpr int BM = Config::kBlockM, BN = Config::kBlockN, BK = Config::kBlockK;
   static constexpr int WM = Config::kWarpsM, WN = Config::kWarpsN, S = Config::kStages, GM = Config::kGroupM;
+  static constexpr bool kWgmma = Config::kWgmma;
   static constexpr bool kGateUp = GATE_UP;
   static constexpr int kReduce = GATE_UP ? H : I;          // the GEMM's K
   static constexpr int kOutputs = GATE_UP ? I : H;         // outputs per pair
@@ -112,7 +113,10 @@ struct ExpertTileShape {
   static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
   static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
   static constexpr int kPipeBytes = S * kStageBytes;
-  static constexpr int kSharedBytes = kTableBytes + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
+  // wgmma reads the stages through 128-byte-swizzled descriptors, whose pattern needs 1024-byte
+  // aligned stages: the pipeline starts at the first such address past the table
+  static constexpr int kAlignSlack = kWgmma ? 1024 : 0;
+  static constexpr int kSharedBytes = kTableBytes + kAlignSlack + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
   static constexpr int kKTiles = ceil_div(kReduce, BK);
   static constexpr int kNTiles = ceil_div(kOutputs, BN);
   static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
@@ -121,6 +125,8 @@ struct ExpertTileShape {
   static_assert(BK == 32 || BK == 64, "a staged row is 4 or 8 16-byte pieces");
   static_assert(BN % 8 == 0 && kReduce % 8 == 0 && kOutputs % 8 == 0, "rows move in 16-byte pieces");
   static_assert(S >= 2, "a pipeline of at least two stages");
+  static_assert(!kWgmma || (BK == 64 && WN == 1 && TM == 16 && kRows % 64 == 0 && kRows <= 256 && S >= 3),
+                "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row, at least three stages");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
   static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
 
@@ -248,6 +254,87 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   __syncthreads();  // the pipeline's shared memory becomes the output staging
 }
 
+// Where a block's pipeline (and later its output staging) starts: right after the pair table, or
+// for wgmma at the next 1024-byte boundary.
+template <class T>
+__device__ __forceinline__ unsigned char* expert_tile_pipe(unsigned char* smem) {
+  unsigned char* p = smem + T::kTableBytes;
+  if constexpr (T::kWgmma) {
+    const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    p += ((at + 1023u) & ~1023u) - at;
+  }
+  return p;
+}
+
+// Hopper warpgroup MMA (sm_90a): operands in shared memory, K-major rows of 128 bytes in the
+// 128-byte swizzle that expert_tile_load's layout already is (piece p of row r at p ^ (r % 8)).
+// A descriptor: start address, stride of 8-row groups (1024 bytes), 128-byte swizzle; a k16 step
+// within the 64-element row advances the start by 32 bytes.
+__device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t smem_addr) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Makes the block's cp.async writes to shared memory visible to wgmma's reads (the async proxy).
+__device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// d (this warpgroup's 64 x 64 FP32, 32 per thread in mma.sync's m16n8 order per warp) += A (64 x 16) B (64 x 16)^T.
+__device__ __forceinline__ void wgmma_m64n64k16(float* d, uint64_t a, uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(a), "l"(b));
+#else
+  __trap();  // the Validator lets wgmma only into sm_90a kernels
+#endif
+}
+
+// expert_tile_sums on wgmma: warpgroup g multiplies pair rows [64 g, 64 g + 64) by every weight row
+// of the tile, 64 at a time. The pipeline keeps S - 2 slices loading and one warpgroup MMA group in
+// flight: slice kt + S - 2 refills the stage of slice kt - 2, whose MMAs every warpgroup has waited
+// for before the barrier of step kt.
+template <class T, GateUpLayout L>
+__device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
+                                                       const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
+                                                       uint32_t base) {
+  constexpr int S = T::S, D = S - 2, kSlabs = T::kRows / 64;
+  const int group = threadIdx.x >> 7;
+#pragma unroll
+  for (int j = 0; j < T::FN; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < D; ++s) {
+    if (s < T::kKTiles) expert_tile_load<T, L>(base + s * T::kStageBytes, a, w, table, e, n0, s * T::BK);
+    cp_async_commit();
+  }
+#pragma unroll 1
+  for (int kt = 0; kt < T::kKTiles; ++kt) {
+    cp_async_wait<D - 1>();
+    __syncthreads();  // slice kt is in for every thread; every warpgroup is done with slice kt - 2
+    fence_shared_for_async();
+    const uint32_t stage = base + kt % S * T::kStageBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < T::BK / 16; ++kk) {
+      const uint64_t da = wgmma_descriptor(stage + group * 64 * 128 + kk * 32);
+#pragma unroll
+      for (int j = 0; j < kSlabs; ++j) {
+        wgmma_m64n64k16(&acc[0][8 * j][0], da, wgmma_descriptor(stage + (T::BM + 64 * j) * 128 + kk * 32));
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    const int next = kt + D;
+    if (next < T::kKTiles) expert_tile_load<T, L>(base + next % S * T::kStageBytes, a, w, table, e, n0, next * T::BK);
+    cp_async_commit();
+  }
+  wgmma_wait<0>();
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the output staging
+}
+
 // Fills the block's pair table: row r is pair sorted_slots[first + r], or -1 past the bucket's end.
 template <class T>
 __device__ __forceinline__ void expert_tile_table(int* table, const int* __restrict__ sorted_slots, int first, int end) {
@@ -272,13 +359,18 @@ __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __re
   const int e = found[0], n0 = n_tile * BN;
   int* table = reinterpret_cast<int*>(smem);
   expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
+  unsigned char* pipe = expert_tile_pipe<T>(smem);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
   const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_gate_up.codes);
   float acc[T::FM][T::FN][4];
-  expert_tile_sums<T, L>(acc, x, w, table, e, n0, base);
+  if constexpr (T::kWgmma) {
+    expert_tile_sums_wgmma<T, L>(acc, x, w, table, e, n0, base);
+  } else {
+    expert_tile_sums<T, L>(acc, x, w, table, e, n0, base);
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
-  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(smem + T::kTableBytes);
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(pipe);
 #pragma unroll
   for (int j = 0; j < T::FN; ++j) {
     const int local = (col0 + 8 * j + 2 * t) >> 1;  // the neuron of this thread's (gate, up) pair
@@ -328,11 +420,17 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
   int* table = reinterpret_cast<int*>(smem);
   int* reducing = table + T::BM;
   expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
+  unsigned char* pipe = expert_tile_pipe<T>(smem);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
   float acc[T::FM][T::FN][4];
   const bool routed = e < E;  // bucket E: ids outside [0, E) add zero rows
+  const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_down.codes);
   if (routed) {
-    expert_tile_sums<T, GateUpLayout::kStacked>(acc, inter, static_cast<const __nv_bfloat16*>(w_down.codes), table, e, n0, base);
+    if constexpr (T::kWgmma) {
+      expert_tile_sums_wgmma<T, GateUpLayout::kStacked>(acc, inter, w, table, e, n0, base);
+    } else {
+      expert_tile_sums<T, GateUpLayout::kStacked>(acc, inter, w, table, e, n0, base);
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < T::FM; ++i)
@@ -341,7 +439,7 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
-  float* out = reinterpret_cast<float*>(smem + T::kTableBytes);
+  float* out = reinterpret_cast<float*>(pipe);
 #pragma unroll
   for (int i = 0; i < T::FM; ++i)
 #pragma unroll

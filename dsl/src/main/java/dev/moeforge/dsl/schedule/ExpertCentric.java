@@ -32,8 +32,11 @@ import java.util.Optional;
  * @param warpsN  warps along N; each owns (weight rows of the tile) / warpsN columns
  * @param stages  slices in flight (cp.async pipeline depth), 2..8
  * @param groupM  m tiles a run of consecutive blocks walks before the next n tile (GROUP_M), 1..64
+ * @param wgmma   sm_90a only: Hopper's warpgroup MMA ({@code wgmma.mma_async}, operands straight from the
+ *                swizzled stages) instead of {@code mma.sync}: a warpgroup of four warps per 64 pairs
+ *                (warps_m = block_m / 16, warps_n = 1), block_k 64, at least three stages
  */
-public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM)
+public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma)
         implements Schedule<Problem.ExpertProblem> {
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
@@ -44,15 +47,29 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     /** The largest token count one launch takes (the down kernel's scratch grows with it). */
     public static final int MAX_TOKENS = 65_536;
 
+    /** On mma.sync. */
+    public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM) {
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false);
+    }
+
     @Override
     public ScheduleKind<ExpertCentric, Problem.ExpertProblem> kind() {
         return KIND;
     }
 
-    /** Tiles of 16-128 pairs and 16-256 outputs, both slice widths, warp grids of up to 8 warps, 2-5 stages, GROUP_M 1, 8 or 32. */
+    /**
+     * mma.sync: tiles of 16-128 pairs and 16-256 outputs, both slice widths, warp grids of up to 8
+     * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages.
+     */
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
-        return ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128), List.of(16, 32, 64, 128, 256), List.of(32, 64),
-                List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5), List.of(1, 8, 32)));
+        List<ExpertCentric> all = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
+                List.of(16, 32, 64, 128, 256), List.of(32, 64), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
+                List.of(1, 8, 32), List.of(false))));
+        if (target == Target.SM_90A) {
+            all.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
+                    List.of(1), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true))));
+        }
+        return all;
     }
 
     @Override
@@ -82,6 +99,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         range(errors, "schedule.warps_n", warpsN, 1, ScheduleRules.maxWarps(target));
         range(errors, "schedule.stages", stages, 2, 8);
         range(errors, "schedule.group_m", groupM, 1, 64);
+        if (wgmma) {
+            checkWgmma(p, target, errors);
+        }
         if (warpsM >= 1 && warpsN >= 1 && (long) warpsM * warpsN > ScheduleRules.maxWarps(target)) {
             errors.add(new SpecError("schedule", warpsM + " x " + warpsN + " warps", "at most " + ScheduleRules.maxWarps(target)
                     + " warps per thread block on " + target.text()));
@@ -121,6 +141,34 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
     }
 
+    /** What warpgroup MMA asks beyond the tile rules: Hopper, 128-byte rows, whole warpgroups, 64-row slabs. */
+    private void checkWgmma(Problem.ExpertProblem p, Target target, List<SpecError> errors) {
+        if (target != Target.SM_90A) {
+            errors.add(new SpecError("schedule.wgmma", "true", "false on " + target.text()
+                    + ": warpgroup MMA is sm_90a's; mma.sync runs on every target"));
+        }
+        if (blockK != 64) {
+            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), "64 with wgmma (128-byte swizzled rows)"));
+        }
+        if (blockM != 64 && blockM != 128) {
+            errors.add(new SpecError("schedule.block_m", Integer.toString(blockM), "64 or 128 with wgmma (one warpgroup per 64 pairs)"));
+        } else if (warpsM != blockM / 16 || warpsN != 1) {
+            errors.add(new SpecError("schedule", "warps_m = " + warpsM + ", warps_n = " + warpsN, "warps_m = "
+                    + blockM / 16 + ", warps_n = 1 with wgmma (a warpgroup of four warps per 64 pairs owns every weight row)"));
+        }
+        if (blockN >= 8 && blockN <= 256 && blockN % 8 == 0) {
+            int rows = weightRows(p);
+            if (rows % 64 != 0 || rows > 256) {
+                errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a tile of 64, 128 or 256 weight rows with"
+                        + " wgmma (" + rows + " here" + (p instanceof Problem.ExpertGateUp ? ": gate and up of each neuron" : "") + ")"));
+            }
+        }
+        if (stages < 3) {
+            errors.add(new SpecError("schedule.stages", Integer.toString(stages), "3..8 with wgmma (one stage under the MMAs, "
+                    + "one they still read, the rest loading)"));
+        }
+    }
+
     /** down adds each slot's weighted partial in the combine, which needs {@code combine(acc)}. */
     @Override
     public void checkEpilogue(Problem.ExpertProblem problem, EpilogueNode epilogue, List<SpecError> errors) {
@@ -143,7 +191,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32)
      * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK bf16 each
      * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
-     * @param sharedBytes   table + max(stages x stage, staging)
+     * @param sharedBytes   table + max(stages x stage, staging), and with wgmma 1024 bytes to align the stages
      */
     public record Layout(int tableBytes, int stageBytes, int stagingBytes, long sharedBytes) {
         public static Layout of(Problem.ExpertProblem problem, ExpertCentric s) {
@@ -154,7 +202,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 case Problem.ExpertGateUp _ -> s.blockM() * (s.blockN() + 8) * 2;
                 case Problem.ExpertDown _ -> s.blockM() * (s.blockN() + 4) * 4;
             };
-            return new Layout(table, stage, staging, table + Math.max((long) s.stages() * stage, staging));
+            // wgmma's swizzled stages start on a 1024-byte boundary past the table
+            int slack = s.wgmma() ? 1024 : 0;
+            return new Layout(table, stage, staging, table + slack + Math.max((long) s.stages() * stage, staging));
         }
     }
 
@@ -236,8 +286,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         Layout layout = layout(problem);
         int rows = weightRows(problem);
         List<String> own = new ArrayList<>();
-        own.add("A block: " + blockM + " routed pairs of one expert x " + rows + " weight rows, " + warpsM + " x " + warpsN
-                + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8k16 (bf16 in, FP32 accumulate).");
+        own.add("A block: " + blockM + " routed pairs of one expert x " + rows + " weight rows, " + (wgmma
+                ? (blockM / 64) + " warpgroup(s) of 64 x " + rows + ", wgmma m64n64k16 from the swizzled stages"
+                : warpsM + " x " + warpsN + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8k16")
+                + " (bf16 in, FP32 accumulate).");
         own.add("K slices of " + blockK + " through a " + stages + "-stage cp.async pipeline (" + layout.stageBytes()
                 + " bytes a stage); m tiles in groups of " + groupM + ".");
         own.add("The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
@@ -259,7 +311,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.integer("kWarpsM", warpsM),
                 ConfigConstant.integer("kWarpsN", warpsN),
                 ConfigConstant.integer("kStages", stages),
-                ConfigConstant.integer("kGroupM", groupM)),
+                ConfigConstant.integer("kGroupM", groupM),
+                ConfigConstant.bool("kWgmma", wgmma)),
                 notes, 0, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 
