@@ -4,10 +4,12 @@ import dev.moeforge.dsl.check.SpecError;
 import dev.moeforge.dsl.check.SpecException;
 import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Limits;
 import java.util.List;
 import org.antlr.v4.runtime.CharStreams;
 import org.antlr.v4.runtime.CommonTokenStream;
 import org.antlr.v4.runtime.IntStream;
+import org.antlr.v4.runtime.Token;
 
 /**
  * Reads the textual form of kernel specs ({@code MoeSpec.g4}; {@link SpecPrinter} writes its
@@ -58,11 +60,37 @@ public final class SpecParser {
                 CharStreams.fromString(text, sourceName == null ? IntStream.UNKNOWN_SOURCE_NAME : sourceName));
         lexer.removeErrorListeners();
         lexer.addErrorListener(errors);
-        MoeSpecParser parser = new MoeSpecParser(new CommonTokenStream(lexer));
+        CommonTokenStream tokens = new CommonTokenStream(lexer);
+        tokens.fill();
+        // ANTLR descends recursively: an expression nested too deep is refused before it parses
+        checkNesting(tokens.getTokens(), errors);
+        errors.throwIfAny();
+        MoeSpecParser parser = new MoeSpecParser(tokens);
         parser.removeErrorListeners();
         parser.addErrorListener(errors);
         MoeSpecParser.FileContext file = parser.file();
         errors.throwIfAny();
         return file;
+    }
+
+    /** Records an error at the first '(' that opens a call deeper than {@link Limits#MAX_NESTING_DEPTH}. */
+    private static void checkNesting(List<Token> tokens, SyntaxErrors errors) {
+        int depth = 0;
+        int deepest = 0;
+        Token firstTooDeep = null;
+        for (Token token : tokens) {
+            if (token.getType() == MoeSpecLexer.OPEN) {
+                depth++;
+                deepest = Math.max(deepest, depth);
+                if (depth > Limits.MAX_NESTING_DEPTH && firstTooDeep == null) {
+                    firstTooDeep = token;
+                }
+            } else if (token.getType() == MoeSpecLexer.CLOSE && depth > 0) {
+                depth--;
+            }
+        }
+        if (firstTooDeep != null) {
+            errors.nestedTooDeep(firstTooDeep, deepest);
+        }
     }
 }

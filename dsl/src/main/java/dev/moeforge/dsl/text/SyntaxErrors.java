@@ -1,6 +1,7 @@
 package dev.moeforge.dsl.text;
 
 import dev.moeforge.dsl.check.SpecError;
+import dev.moeforge.dsl.ir.Limits;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.regex.Pattern;
@@ -45,6 +46,15 @@ final class SyntaxErrors extends BaseErrorListener {
             expected = "expected a name, a number, one of { } ( ) , = or a comment; no token starts with this character";
         }
         errors.add(new SpecError(position(line, column), found, expected + excerpt(line, column)));
+    }
+
+    /** The first '(' that nests calls deeper than {@link Limits#MAX_NESTING_DEPTH}; {@code deepest}: the text's deepest nesting. */
+    void nestedTooDeep(Token open, int deepest) {
+        int line = open.getLine();
+        int column = open.getCharPositionInLine();
+        errors.add(new SpecError(position(line, column), "'(' opening call " + (Limits.MAX_NESTING_DEPTH + 1)
+                + " of a nesting " + deepest + " deep", "calls nested at most " + Limits.MAX_NESTING_DEPTH
+                + " deep; fold repeated calls (e.g. one scale by the product of the factors)" + excerpt(line, column)));
     }
 
     void throwIfAny() {
