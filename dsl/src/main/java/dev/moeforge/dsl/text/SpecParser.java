@@ -63,8 +63,9 @@ public final class SpecParser {
         CommonTokenStream tokens = new CommonTokenStream(lexer);
         tokens.fill();
         // ANTLR descends recursively: an expression nested too deep is refused before it parses
-        checkNesting(tokens.getTokens(), errors);
-        errors.throwIfAny();
+        if (!nestingWithinLimit(tokens.getTokens(), errors)) {
+            errors.throwIfAny();
+        }
         MoeSpecParser parser = new MoeSpecParser(tokens);
         parser.removeErrorListeners();
         parser.addErrorListener(errors);
@@ -73,8 +74,8 @@ public final class SpecParser {
         return file;
     }
 
-    /** Records an error at the first '(' that opens a call deeper than {@link Limits#MAX_NESTING_DEPTH}. */
-    private static void checkNesting(List<Token> tokens, SyntaxErrors errors) {
+    /** Whether no call nests deeper than {@link Limits#MAX_NESTING_DEPTH}; else records an error at the first '(' past it. */
+    private static boolean nestingWithinLimit(List<Token> tokens, SyntaxErrors errors) {
         int depth = 0;
         int deepest = 0;
         Token firstTooDeep = null;
@@ -92,5 +93,6 @@ public final class SpecParser {
         if (firstTooDeep != null) {
             errors.nestedTooDeep(firstTooDeep, deepest);
         }
+        return firstTooDeep == null;
     }
 }
