@@ -15,24 +15,24 @@ final class Args {
     private final String function;
     private final List<String> params;
     private final String path;
-    private final List<SpecError> errors;
+    private final BuildLog log;
     private final int errorsBefore;
     private final Map<String, Expr> values = new HashMap<>();
 
-    private Args(String function, List<String> params, String path, List<SpecError> errors) {
+    private Args(String function, List<String> params, String path, BuildLog log) {
         this.function = function;
         this.params = params;
         this.path = path;
-        this.errors = errors;
-        this.errorsBefore = errors.size();
+        this.log = log;
+        this.errorsBefore = log.errors().size();
     }
 
     /**
      * Binds {@code call}'s arguments to {@code params}: by name, or (where {@code positional}) by
      * position, positional ones first.
      */
-    static Args bind(Expr.Call call, List<String> params, boolean positional, String path, List<SpecError> errors) {
-        Args args = new Args(call.name(), params, path, errors);
+    static Args bind(Expr.Call call, List<String> params, boolean positional, String path, BuildLog log) {
+        Args args = new Args(call.name(), params, path, log);
         boolean namedSeen = false;
         int next = 0;
         for (Expr.Arg arg : call.args()) {
@@ -40,13 +40,14 @@ final class Args {
                 namedSeen = true;
                 args.put(arg.name(), arg.value());
             } else if (!positional) {
-                errors.add(new SpecError(path, arg.text(), "a named argument (name=value), "
-                        + args.paramsText()));
+                log.error(new SpecError(path, arg.text(), "a named argument (name=value), " + args.paramsText()),
+                        arg.value().at());
             } else if (namedSeen) {
-                errors.add(new SpecError(path, arg.text(), "a named argument: positional arguments come first"));
+                log.error(new SpecError(path, arg.text(), "a named argument: positional arguments come first"),
+                        arg.value().at());
             } else if (next == params.size()) {
-                errors.add(new SpecError(path, arg.text(), call.name() + " takes " + params.size()
-                        + " argument(s): " + String.join(", ", params)));
+                log.error(new SpecError(path, arg.text(), call.name() + " takes " + params.size()
+                        + " argument(s): " + String.join(", ", params)), arg.value().at());
             } else {
                 args.put(params.get(next++), arg.value());
             }
@@ -56,10 +57,13 @@ final class Args {
 
     private void put(String param, Expr value) {
         if (!params.contains(param)) {
-            errors.add(new SpecError(path(param), value.text(), "unknown argument of " + function + "; "
-                    + paramsText()));
+            log.error(new SpecError(path(param), value.text(), "unknown argument of " + function + "; " + paramsText()),
+                    value.at());
         } else if (values.putIfAbsent(param, value) != null) {
-            errors.add(new SpecError(path(param), value.text(), "one value; " + param + " is given more than once"));
+            log.error(new SpecError(path(param), value.text(), "one value; " + param + " is given more than once"),
+                    value.at());
+        } else {
+            log.wrote(path(param), value.at());
         }
     }
 
@@ -69,7 +73,7 @@ final class Args {
 
     /** Whether no error has been recorded since binding began, nested calls included. */
     boolean ok() {
-        return errors.size() == errorsBefore;
+        return log.errors().size() == errorsBefore;
     }
 
     Integer integer(String param) {
@@ -118,7 +122,7 @@ final class Args {
         Expr e = required(param);
         return switch (e) {
             case null -> null;
-            case Expr.Name n -> choices.read(n.text(), path(param), errors);
+            case Expr.Name n -> choices.read(n.text(), path(param), log.errors());
             case Expr.Num _, Expr.Call _ -> fail(param, e, choices.allowed());
         };
     }
@@ -130,19 +134,19 @@ final class Args {
 
     <T> T function(String param, FunctionTable<T> table) {
         Expr e = required(param);
-        return e == null ? null : table.resolve(e, path(param), errors);
+        return e == null ? null : table.resolve(e, path(param), log);
     }
 
     private Expr required(String param) {
         Expr e = values.get(param);
         if (e == null) {
-            errors.add(new SpecError(path(param), "(missing)", "a required argument of " + function));
+            log.error(new SpecError(path(param), "(missing)", "a required argument of " + function));
         }
         return e;
     }
 
     private <T> T fail(String param, Expr value, String allowed) {
-        errors.add(new SpecError(path(param), value.text(), allowed));
+        log.error(new SpecError(path(param), value.text(), allowed));
         return null;
     }
 

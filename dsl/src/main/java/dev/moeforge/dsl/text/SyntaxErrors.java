@@ -139,7 +139,7 @@ final class SyntaxErrors extends BaseErrorListener {
     }
 
     private String position(int line, int column) {
-        return (sourceName == null ? "" : sourceName + " ") + "line " + line + ":" + (column + 1);
+        return new SourcePosition(line, column + 1).in(sourceName);
     }
 
     private String sourceLine(int line) {
