@@ -1,6 +1,7 @@
 package dev.moeforge.dsl.text;
 
 import dev.moeforge.dsl.check.SpecError;
+import java.math.BigDecimal;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -80,6 +81,8 @@ final class Args {
         Expr e = required(param);
         return switch (e) {
             case null -> null;
+            case Expr.Num n when !n.text().matches("-?[0-9]+") -> fail(param, e,
+                    "an integer: a whole number written without a decimal point or exponent" + asInteger(n.text()));
             case Expr.Num n -> {
                 try {
                     yield Integer.valueOf(Integer.parseInt(n.text()));
@@ -89,6 +92,20 @@ final class Args {
             }
             case Expr.Name _, Expr.Call _ -> fail(param, e, "a number");
         };
+    }
+
+    /** {@code "; write N"} where a number with a decimal point or exponent is the integer N, else nothing. */
+    private static String asInteger(String number) {
+        BigDecimal value = new BigDecimal(number);
+        // digits before the point, counted without expanding the number: 1e999999999 is not spelled out
+        if (value.signum() != 0 && value.precision() - value.scale() > 10) {
+            return "";
+        }
+        try {
+            return "; write " + value.intValueExact();
+        } catch (ArithmeticException fractionOrTooLarge) {
+            return "";
+        }
     }
 
     /** An integer, or {@code fallback} when the argument is absent (an optional parameter). */
