@@ -5,6 +5,7 @@ import java.math.BigDecimal;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.regex.Pattern;
 
 /**
  * The arguments of one call, bound to the parameters of the function it names. Binding records
@@ -13,6 +14,9 @@ import java.util.Map;
  * the Validator uses.
  */
 final class Args {
+    /** A number as an integer is written: digits, perhaps a minus sign, no point or exponent. */
+    private static final Pattern INTEGER = Pattern.compile("-?[0-9]+");
+
     private final String function;
     private final List<String> params;
     private final String path;
@@ -81,7 +85,7 @@ final class Args {
         Expr e = required(param);
         return switch (e) {
             case null -> null;
-            case Expr.Num n when !n.text().matches("-?[0-9]+") -> fail(param, e,
+            case Expr.Num n when !INTEGER.matcher(n.text()).matches() -> fail(param, e,
                     "an integer: a whole number written without a decimal point or exponent" + asInteger(n.text()));
             case Expr.Num n -> {
                 try {

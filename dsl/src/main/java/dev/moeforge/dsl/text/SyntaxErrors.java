@@ -55,7 +55,9 @@ final class SyntaxErrors extends BaseErrorListener {
     private static final Comparator<Found> BY_POSITION = Comparator.comparingInt(Found::line).thenComparingInt(Found::column);
 
     private final String sourceName;
-    private final String[] lines;
+    private final String text;
+    /** The text's lines, split when the first error needs one. */
+    private String[] lines;
     /** The earliest errors so far, the latest of them on top: a later one displaces it. */
     private final PriorityQueue<Found> kept = new PriorityQueue<>(BY_POSITION.reversed());
     private int count;
@@ -63,7 +65,7 @@ final class SyntaxErrors extends BaseErrorListener {
 
     SyntaxErrors(String text, String sourceName) {
         this.sourceName = sourceName;
-        this.lines = text.split("\r?\n", -1);
+        this.text = text;
     }
 
     @Override
@@ -143,6 +145,9 @@ final class SyntaxErrors extends BaseErrorListener {
     }
 
     private String sourceLine(int line) {
+        if (lines == null) {
+            lines = text.split("\r?\n", -1);
+        }
         return line >= 1 && line <= lines.length ? lines[line - 1] : "";
     }
 
