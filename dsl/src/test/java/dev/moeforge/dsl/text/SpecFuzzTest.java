@@ -210,8 +210,8 @@ class SpecFuzzTest {
     }
 
     /**
-     * Nests a value deeper: wraps an epilogue's {@code acc} in calls (now and then past the nesting
-     * limit), or opens and closes a parenthesis around a stretch of tokens.
+     * Nests a value deeper: wraps an epilogue's {@code acc} in calls, or opens and closes a
+     * parenthesis around a stretch of tokens.
      */
     private static String deepen(List<String> tokens, Random random) {
         List<Integer> accs = indexesOf(tokens, "acc"::equals);
@@ -223,15 +223,20 @@ class SpecFuzzTest {
             return "parentheses around " + open + ".." + close;
         }
         int n = accs.get(random.nextInt(accs.size()));
-        int depth = random.nextInt(10) == 0 ? 40 + random.nextInt(60) : 1 + random.nextInt(4);
+        // mostly a level or few; now and then around the nesting limit, or far past what a thread's stack holds
+        int depth = switch (random.nextInt(40)) {
+            case 0 -> 2_000 + random.nextInt(18_000);
+            case 1, 2, 3, 4 -> 40 + random.nextInt(60);
+            default -> 1 + random.nextInt(4);
+        };
         String value = tokens.get(n);
         // the same wrapper all the way down keeps the deep ones valid where one level is
         String wrapper = WRAPPERS.get(random.nextInt(WRAPPERS.size()));
-        for (int d = 0; d < depth; d++) {
-            // a second operand is a plain acc, so the text grows with the depth, not exponentially
-            value = wrapper.replaceFirst("%s", java.util.regex.Matcher.quoteReplacement(value)).replace("%s", "acc");
-        }
-        tokens.set(n, value);
+        // the wrapper's text before and after the value; a second operand is a plain acc, so the text grows
+        // with the depth, not exponentially
+        String before = wrapper.substring(0, wrapper.indexOf("%s"));
+        String after = wrapper.substring(wrapper.indexOf("%s") + 2).replace("%s", "acc");
+        tokens.set(n, before.repeat(depth) + value + after.repeat(depth));
         return "wrap acc at " + n + " in " + depth + " x " + wrapper;
     }
 
