@@ -35,6 +35,10 @@ name
 
 IDENT : [A-Za-z_] [A-Za-z0-9_]* ;
 
+// Named so that SpecParser can measure how deep calls nest before the parser descends into them.
+OPEN : '(' ;
+CLOSE : ')' ;
+
 // Signed, so that an out-of-range value reaches the Validator and gets its message, and any spec prints parseably.
 NUMBER : '-'? [0-9]+ ('.' [0-9]+)? ([eE] [+-]? [0-9]+)? ;
 

@@ -18,7 +18,11 @@ import dev.moeforge.dsl.ir.epilogue.Softmax;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
 import dev.moeforge.dsl.text.SpecPrinter;
+import java.util.ArrayDeque;
+import java.util.Deque;
+import java.util.IdentityHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * The epilogue tree's type checker: gives each node its {@link ValueType} and records an error,
@@ -64,6 +68,40 @@ public final class EpilogueTypes {
             errors.add(new SpecError("problem.expert_counts", "true", "counts the experts of a top-k routing table; this "
                     + "router stores " + stored.text()));
         }
+    }
+
+    /**
+     * The number of nodes from {@code root} to its deepest leaf, found without recursion so that a tree
+     * of any depth is measured before anything recurses over it; a subtree built once and shared is
+     * measured once.
+     */
+    public static int depth(EpilogueNode root) {
+        Map<EpilogueNode, Integer> depths = new IdentityHashMap<>();
+        Deque<EpilogueNode> pending = new ArrayDeque<>();
+        pending.push(root);
+        while (!pending.isEmpty()) {
+            EpilogueNode node = pending.peek();
+            if (depths.containsKey(node)) {
+                pending.pop();
+                continue;
+            }
+            int deepest = 0;
+            boolean childrenMeasured = true;
+            for (EpilogueNode child : node.children()) {
+                Integer d = depths.get(child);
+                if (d == null) {
+                    pending.push(child);
+                    childrenMeasured = false;
+                } else {
+                    deepest = Math.max(deepest, d);
+                }
+            }
+            if (childrenMeasured) {
+                pending.pop();
+                depths.put(node, deepest + 1);
+            }
+        }
+        return depths.get(root);
     }
 
     /** Returns the node's type, or null when it is ill-formed (an error was recorded). */

@@ -8,16 +8,26 @@ import java.util.List;
  * value and what is allowed; thrown before any code is generated.
  */
 public class SpecException extends RuntimeException {
+    /** The most errors a message lists; it counts the rest, so that a flood of errors keeps the message short. */
+    public static final int MAX_LISTED_ERRORS = 20;
+
     private final transient String specName;
     private final List<SpecError> errors;
+    private final int omitted;
 
     public SpecException(String specName, List<SpecError> errors) {
-        super(format(specName, errors));
+        this(specName, errors, 0);
+    }
+
+    /** {@code errors} and {@code omitted} more that were counted but not kept. */
+    protected SpecException(String specName, List<SpecError> errors, int omitted) {
+        super(format(specName, errors, omitted));
         if (errors.isEmpty()) {
             throw new IllegalArgumentException("a SpecException needs at least one error");
         }
         this.specName = specName;
         this.errors = List.copyOf(errors);
+        this.omitted = omitted;
     }
 
     public static SpecException of(String specName, String path, Object value, String allowed) {
@@ -32,17 +42,27 @@ public class SpecException extends RuntimeException {
         return errors;
     }
 
-    private static String format(String specName, List<SpecError> errors) {
+    /** The errors found beyond {@link #errors()}: counted, not kept. */
+    public int omitted() {
+        return omitted;
+    }
+
+    private static String format(String specName, List<SpecError> errors, int omitted) {
         StringBuilder b = new StringBuilder("invalid spec");
         if (specName != null) {
             b.append(" '").append(specName).append('\'');
         }
-        if (errors.size() == 1) {
+        int total = errors.size() + omitted;
+        if (total == 1) {
             return b.append(": ").append(errors.getFirst().message()).toString();
         }
-        b.append(": ").append(errors.size()).append(" problems");
-        for (SpecError e : errors) {
+        b.append(": ").append(total).append(" problems");
+        List<SpecError> listed = errors.subList(0, Math.min(errors.size(), MAX_LISTED_ERRORS));
+        for (SpecError e : listed) {
             b.append("\n  ").append(e.message());
+        }
+        if (total > listed.size()) {
+            b.append("\n  ... and ").append(total - listed.size()).append(" more");
         }
         return b.toString();
     }

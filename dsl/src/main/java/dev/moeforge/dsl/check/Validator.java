@@ -7,6 +7,7 @@ import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Limits;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.schedule.ScheduleKind;
@@ -41,10 +42,25 @@ public final class Validator {
                     "a C identifier: a letter or '_', then letters, digits or '_', at most 100 characters, not a C++ "
                             + "keyword and not a name reserved to the implementation ('__' or '_' and a capital first)"));
         }
+        // every check of the epilogue recurses over its tree: a tree too deep is refused before any runs
+        boolean epilogueShallow = checkDepth(spec.epilogue(), errors);
         errors.addAll(problemErrors(spec.problem()));
-        checkSchedule(spec, spec.schedule(), errors);
-        EpilogueTypes.check(spec.problem(), spec.epilogue(), errors);
+        checkSchedule(spec, spec.schedule(), epilogueShallow, errors);
+        if (epilogueShallow) {
+            EpilogueTypes.check(spec.problem(), spec.epilogue(), errors);
+        }
         return errors;
+    }
+
+    /** Whether the epilogue is at most {@link Limits#MAX_NESTING_DEPTH} nodes deep; else records why not. */
+    private static boolean checkDepth(EpilogueNode epilogue, List<SpecError> errors) {
+        int depth = EpilogueTypes.depth(epilogue);
+        if (depth <= Limits.MAX_NESTING_DEPTH) {
+            return true;
+        }
+        errors.add(new SpecError("epilogue", "a tree " + depth + " nodes deep", "at most " + Limits.MAX_NESTING_DEPTH
+                + " nodes from the root to the deepest leaf; fold repeated nodes (e.g. one scale by the product of the factors)"));
+        return false;
     }
 
     /** The problem's own errors: sizes, formats and what its weights' scale blocks require. */
@@ -63,7 +79,8 @@ public final class Validator {
     }
 
     /** The schedule's rules, once it is known to lower this problem; else why not, with the kinds that do. */
-    private static <P extends Problem> void checkSchedule(KernelSpec spec, Schedule<P> schedule, List<SpecError> errors) {
+    private static <P extends Problem> void checkSchedule(KernelSpec spec, Schedule<P> schedule, boolean epilogueShallow,
+                                                          List<SpecError> errors) {
         ScheduleKind<?, P> kind = schedule.kind();
         if (!kind.lowers(spec.problem())) {
             List<String> takers = Schedule.kinds().stream().filter(k -> k.lowers(spec.problem())).map(ScheduleKind::name).toList();
@@ -73,7 +90,9 @@ public final class Validator {
         }
         P problem = kind.problemType().cast(spec.problem());
         schedule.check(problem, spec.target(), errors);
-        schedule.checkEpilogue(problem, spec.epilogue(), errors);
+        if (epilogueShallow) {
+            schedule.checkEpilogue(problem, spec.epilogue(), errors);
+        }
     }
 
     private static <P extends Problem> Optional<ValidatedSpec<P>> pair(KernelSpec spec, Schedule<P> schedule) {

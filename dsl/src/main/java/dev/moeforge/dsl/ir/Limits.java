@@ -8,6 +8,12 @@ public final class Limits {
     public static final int MAX_TOPK = 32;
     /** Largest hidden or intermediate size. */
     public static final int MAX_DIMENSION = 1 << 16;
+    /**
+     * Deepest nesting of a spec: calls inside calls in the textual form, nodes from an epilogue's root to
+     * its deepest leaf. The parser, type checker, printer, reference and emitter recurse once per level,
+     * so a bound keeps any spec far from the thread's stack limit; real trees are under ten deep.
+     */
+    public static final int MAX_NESTING_DEPTH = 64;
 
     private Limits() {}
 }

@@ -6,17 +6,18 @@ import java.util.stream.Collectors;
 /**
  * An expression of the textual form as written, before any name is resolved: the one generic shape
  * of problems, schedules and epilogues ({@link FunctionRegistry} gives the names their meaning).
+ * Each keeps where it starts in the text, for the errors about the field it is the value of.
  */
 sealed interface Expr {
 
     /** {@code name(args)}. */
-    record Call(String name, List<Arg> args) implements Expr {}
+    record Call(String name, List<Arg> args, SourcePosition at) implements Expr {}
 
     /** A bare name: a value such as {@code bf16}, or a function called without arguments such as {@code acc}. */
-    record Name(String text) implements Expr {}
+    record Name(String text, SourcePosition at) implements Expr {}
 
     /** An integer literal, kept as written so that an out-of-range one can be reported. */
-    record Num(String text) implements Expr {}
+    record Num(String text, SourcePosition at) implements Expr {}
 
     /** One argument of a call; {@code name} is null for a positional argument. */
     record Arg(String name, Expr value) {
@@ -24,6 +25,8 @@ sealed interface Expr {
             return name == null ? value.text() : name + "=" + value.text();
         }
     }
+
+    SourcePosition at();
 
     /** The expression as it reads in messages. */
     default String text() {
@@ -51,7 +54,7 @@ sealed interface Expr {
             List<Arg> args = ctx.arg().stream()
                     .map(a -> new Arg(a.name() == null ? null : a.name().getText(), a.expr().accept(this)))
                     .toList();
-            return new Call(ctx.name().getText(), args);
+            return new Call(ctx.name().getText(), args, SourcePosition.of(ctx.getStart()));
         }
 
         @Override
@@ -61,12 +64,12 @@ sealed interface Expr {
 
         @Override
         public Expr visitNameExpr(MoeSpecParser.NameExprContext ctx) {
-            return new Name(ctx.getText());
+            return new Name(ctx.getText(), SourcePosition.of(ctx.getStart()));
         }
 
         @Override
         public Expr visitNumberExpr(MoeSpecParser.NumberExprContext ctx) {
-            return new Num(ctx.getText());
+            return new Num(ctx.getText(), SourcePosition.of(ctx.getStart()));
         }
     }
 }

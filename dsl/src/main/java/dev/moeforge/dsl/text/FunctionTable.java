@@ -46,19 +46,20 @@ final class FunctionTable<T> {
         return new FunctionTable<>(entries, true);
     }
 
-    T resolve(Expr expr, String path, List<SpecError> errors) {
+    T resolve(Expr expr, String path, BuildLog log) {
+        log.wrote(path, expr.at());
         Expr.Call call = switch (expr) {
             case Expr.Call c -> c;
-            case Expr.Name n -> new Expr.Call(n.text(), List.of());
+            case Expr.Name n -> new Expr.Call(n.text(), List.of(), n.at());
             case Expr.Num _ -> null;
         };
         Entry<T> entry = call == null ? null : entries.get(call.name());
         if (entry == null) {
-            errors.add(new SpecError(path, call == null ? expr.text() : call.name(),
+            log.error(new SpecError(path, call == null ? expr.text() : call.name(),
                     "one of: " + String.join(", ", entries.keySet())));
             return null;
         }
         String argsPath = expressions ? path + "." + entry.name() : path;
-        return entry.build().apply(Args.bind(call, entry.params(), expressions, argsPath, errors));
+        return entry.build().apply(Args.bind(call, entry.params(), expressions, argsPath, log));
     }
 }

@@ -7,7 +7,6 @@ import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.schedule.Schedule;
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -15,12 +14,16 @@ import java.util.Map;
 /**
  * Builds the {@link KernelSpec} of one {@code kernel} block from its parse tree, resolving names
  * through {@link FunctionRegistry}. Collects every semantic error of the block and throws them
- * together; it does not validate (the caller passes the spec through the Validator).
+ * together, each at its place in the text; it does not validate (the caller passes the spec through
+ * the Validator, and places its errors with the {@link BuildLog} it returns).
  */
 final class KernelBuilder extends MoeSpecBaseVisitor<Void> {
     private static final List<String> SECTIONS = List.of("problem", "schedule", "epilogue", "target");
 
-    private final List<SpecError> errors = new ArrayList<>();
+    /** A kernel block's spec and where the text wrote each of its fields. */
+    record Built(KernelSpec spec, BuildLog log) {}
+
+    private final BuildLog log;
     /** The line of each section seen so far, to name the first one when it is repeated. */
     private final Map<String, Integer> sectionLines = new HashMap<>();
     private Problem problem;
@@ -28,18 +31,22 @@ final class KernelBuilder extends MoeSpecBaseVisitor<Void> {
     private EpilogueNode epilogue;
     private Target target;
 
-    private KernelBuilder() {}
+    private KernelBuilder(BuildLog log) {
+        this.log = log;
+    }
 
-    static KernelSpec build(MoeSpecParser.KernelContext kernel) {
-        KernelBuilder builder = new KernelBuilder();
+    /** {@code sourceName} (nullable) is named in the errors' places. */
+    static Built build(MoeSpecParser.KernelContext kernel, String sourceName) {
+        KernelBuilder builder = new KernelBuilder(new BuildLog(sourceName, SourcePosition.of(kernel.getStart())));
+        builder.log.wrote("name", SourcePosition.of(kernel.name().getStart()));
         kernel.section().forEach(builder::visit);
-        return builder.finish(kernel.name().getText());
+        return new Built(builder.finish(kernel.name().getText()), builder.log);
     }
 
     @Override
     public Void visitProblemSection(MoeSpecParser.ProblemSectionContext ctx) {
         if (isFirst(ctx)) {
-            problem = FunctionRegistry.PROBLEMS.resolve(Expr.of(ctx.call()), "problem", errors);
+            problem = FunctionRegistry.PROBLEMS.resolve(Expr.of(ctx.call()), "problem", log);
         }
         return null;
     }
@@ -47,7 +54,7 @@ final class KernelBuilder extends MoeSpecBaseVisitor<Void> {
     @Override
     public Void visitScheduleSection(MoeSpecParser.ScheduleSectionContext ctx) {
         if (isFirst(ctx)) {
-            schedule = FunctionRegistry.SCHEDULES.resolve(Expr.of(ctx.call()), "schedule", errors);
+            schedule = FunctionRegistry.SCHEDULES.resolve(Expr.of(ctx.call()), "schedule", log);
         }
         return null;
     }
@@ -55,7 +62,7 @@ final class KernelBuilder extends MoeSpecBaseVisitor<Void> {
     @Override
     public Void visitEpilogueSection(MoeSpecParser.EpilogueSectionContext ctx) {
         if (isFirst(ctx)) {
-            epilogue = FunctionRegistry.EPILOGUE.resolve(Expr.of(ctx.expr()), "epilogue", errors);
+            epilogue = FunctionRegistry.EPILOGUE.resolve(Expr.of(ctx.expr()), "epilogue", log);
         }
         return null;
     }
@@ -63,7 +70,8 @@ final class KernelBuilder extends MoeSpecBaseVisitor<Void> {
     @Override
     public Void visitTargetSection(MoeSpecParser.TargetSectionContext ctx) {
         if (isFirst(ctx)) {
-            target = FunctionRegistry.TARGETS.read(ctx.name().getText(), "target", errors);
+            log.wrote("target", SourcePosition.of(ctx.name().getStart()));
+            target = FunctionRegistry.TARGETS.read(ctx.name().getText(), "target", log.errors());
         }
         return null;
     }
@@ -74,8 +82,10 @@ final class KernelBuilder extends MoeSpecBaseVisitor<Void> {
         int line = ctx.getStart().getLine();
         Integer firstLine = sectionLines.putIfAbsent(section, line);
         if (firstLine != null) {
-            errors.add(new SpecError(section, "a second " + section + " section at line " + line,
-                    "one per kernel (the first is at line " + firstLine + ")"));
+            log.error(new SpecError(section, "a second " + section + " section at line " + line,
+                    "one per kernel (the first is at line " + firstLine + ")"), SourcePosition.of(ctx.getStart()));
+        } else {
+            log.wrote(section, SourcePosition.of(ctx.getStart()));
         }
         return firstLine == null;
     }
@@ -83,11 +93,11 @@ final class KernelBuilder extends MoeSpecBaseVisitor<Void> {
     private KernelSpec finish(String name) {
         for (String section : SECTIONS) {
             if (!sectionLines.containsKey(section)) {
-                errors.add(new SpecError(section, "(missing)", "every kernel has the sections " + String.join(", ", SECTIONS)));
+                log.error(new SpecError(section, "(missing)", "every kernel has the sections " + String.join(", ", SECTIONS)));
             }
         }
-        if (!errors.isEmpty()) {
-            throw new SpecException(name, errors);
+        if (!log.errors().isEmpty()) {
+            throw new SpecException(name, log.located(log.errors()));
         }
         return new KernelSpec(name, problem, schedule, epilogue, target);
     }

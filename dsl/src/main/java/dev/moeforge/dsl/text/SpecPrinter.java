@@ -68,8 +68,14 @@ public final class SpecPrinter {
         };
     }
 
-    /** A scale factor as the textual form writes it: an integer without a decimal point, else Java's shortest repeatable digits. */
+    /**
+     * A scale factor as the textual form writes it: an integer without a decimal point, else Java's
+     * shortest repeatable digits. -0 keeps its sign, which the kernels' FP32 product keeps too.
+     */
     public static String number(double v) {
+        if (Double.doubleToRawLongBits(v) == Double.doubleToRawLongBits(-0.0)) {
+            return "-0";
+        }
         if (v == Math.rint(v) && Math.abs(v) < 1e15) {
             return Long.toString((long) v);
         }

@@ -17,7 +17,9 @@ import dev.moeforge.dsl.ir.epilogue.Combine;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.GateFunction;
 import dev.moeforge.dsl.ir.epilogue.GatedActivation;
+import dev.moeforge.dsl.ir.epilogue.Scale;
 import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.ir.epilogue.TopK;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.OutputTensorCore;
 import dev.moeforge.dsl.schedule.Schedule;
@@ -117,6 +119,28 @@ class SpecRoundTripTest {
     void emptyTextHoldsNoKernels() {
         assertEquals(List.of(), SpecParser.parseAll("  # nothing here\n"));
         assertEquals("", SpecPrinter.printAll(List.of()));
+    }
+
+    @Test
+    void negativeZeroKeepsItsSign() {
+        String text = """
+                kernel r {
+                  problem router(hidden=2048, experts=128, weights=bf16, activations=bf16, expert_counts=false)
+                  schedule router_gemv(warps_per_cta=4, load_bytes=16, k_unroll=8, experts_per_cta=4)
+                  epilogue store(topk(scale(acc, -0), 2), dtype=fp32)
+                  target sm_90a
+                }
+                """;
+        KernelSpec spec = SpecParser.parse(text);
+        assertEquals(-0.0, ((Scale) ((TopK) ((Store) spec.epilogue()).input()).input()).factor());
+        assertEquals(text, SpecPrinter.print(spec));
+        assertEquals(spec, SpecParser.parse(SpecPrinter.print(spec)));
+        assertEquals("-0", SpecPrinter.number(-0.0));
+        assertEquals("0", SpecPrinter.number(0.0));
+        for (String written : List.of("-0.0", "-0e5", "-0.000")) {
+            KernelSpec same = SpecParser.parse(text.replace("scale(acc, -0)", "scale(acc, " + written + ")"));
+            assertEquals(spec, same, written);
+        }
     }
 
     @Test
