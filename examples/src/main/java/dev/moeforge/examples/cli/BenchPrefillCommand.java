@@ -67,7 +67,11 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             new TilePair("ec_m32", new ExpertCentric(32, 64, 64, 2, 2, 4, 1), new ExpertCentric(32, 128, 64, 2, 2, 4, 1)),
             new TilePair("ec_m64", new ExpertCentric(64, 64, 64, 2, 2, 4, 8), new ExpertCentric(64, 128, 64, 2, 2, 4, 8)),
             new TilePair("ec_m128", new ExpertCentric(128, 128, 64, 2, 4, 3, 8), new ExpertCentric(128, 128, 64, 2, 4, 3, 8)),
-            new TilePair("ec_m128_k32", new ExpertCentric(128, 128, 32, 2, 4, 4, 8), new ExpertCentric(128, 256, 32, 2, 4, 4, 8)));
+            new TilePair("ec_m128_k32", new ExpertCentric(128, 128, 32, 2, 4, 4, 8), new ExpertCentric(128, 256, 32, 2, 4, 4, 8)),
+            // warpgroup MMA (sm_90a)
+            new TilePair("wg_m64", new ExpertCentric(64, 64, 64, 4, 1, 5, 8, true), new ExpertCentric(64, 128, 64, 4, 1, 5, 8, true)),
+            new TilePair("wg_m128", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
+            new TilePair("wg_m128_n64", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true), new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)));
 
     @Override
     public Integer call() throws Exception {
@@ -87,6 +91,9 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s%n", readBw / 1e9);
             List<ExpertLayerBenchmark.Variant> tiles = new ArrayList<>();
             for (TilePair p : TILE_PAIRS) {
+                if (p.gateUp().wgmma() && runtime.target() != dev.moeforge.dsl.ir.Target.SM_90A) {
+                    continue;  // warpgroup MMA is sm_90a's
+                }
                 ExpertLayerSpecs specs = ExpertLayerSpecs.of("prefill_" + p.name(), SHAPE, GateUpLayout.STACKED, p.gateUp(), p.down(),
                         runtime.target());
                 tiles.add(new ExpertLayerBenchmark.Variant(p.name(), new ExpertLayer(runtime.load(specs.gateUp()),
