@@ -78,13 +78,25 @@ public final class ExpertLayer {
     /** gate_up alone: {@code inter = act(x W_gu^T)} for each routed (token, slot). */
     public void enqueueGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds,
                               DeviceBuffer inter) {
-        wGateUp.requireLayout(DeviceWeights.Layout.NATURAL, "gate_up's weights");
-        gateUp.launch(stream, order, tokens, args(List.of(x), List.of(wGateUp), List.of(topkIds, inter)));
+        launchGateUp(gateUp, order, stream, tokens, x, wGateUp, topkIds, inter);
     }
 
     /** down alone: {@code y = sum_j topk_weights[j] * (inter_j W_down^T)}. */
     public void enqueueDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
                             DeviceBuffer topkWeights, DeviceBuffer y) {
+        launchDown(down, order, stream, tokens, inter, wDown, topkIds, topkWeights, y);
+    }
+
+    /** A gate_up kernel on its own (one with no down to form a layer with), as {@link #enqueueGateUp} launches it. */
+    public static void launchGateUp(KernelHandle gateUp, LaunchOrder order, CudaStream stream, int tokens, DeviceBuffer x,
+                                    DeviceWeights wGateUp, DeviceBuffer topkIds, DeviceBuffer inter) {
+        wGateUp.requireLayout(DeviceWeights.Layout.NATURAL, "gate_up's weights");
+        gateUp.launch(stream, order, tokens, args(List.of(x), List.of(wGateUp), List.of(topkIds, inter)));
+    }
+
+    /** A down kernel on its own, as {@link #enqueueDown} launches it. */
+    public static void launchDown(KernelHandle down, LaunchOrder order, CudaStream stream, int tokens, DeviceBuffer inter,
+                                  DeviceWeights wDown, DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer y) {
         wDown.requireLayout(DeviceWeights.Layout.NATURAL, "down's weights");
         down.launch(stream, order, tokens, args(List.of(inter), List.of(wDown), List.of(topkIds, topkWeights, y)));
     }
