@@ -105,15 +105,20 @@ sealed interface TrialUnit {
         return a.problem().equals(b.problem()) && a.epilogue().equals(b.epilogue());
     }
 
-    /** The units {@code kernels} form, in order: each gate_up with the first unpaired down of its shape, the rest alone. */
+    /**
+     * The units {@code kernels} form, in order: each gate_up with an unpaired down of its shape (the one
+     * named as it is with {@code down} for {@code gate_up}, else the first), the rest alone.
+     */
     static List<TrialUnit> of(List<KernelSpec> kernels) {
         List<KernelSpec> downs = new ArrayList<>(kernels.stream().filter(k -> k.problem() instanceof Problem.ExpertDown).toList());
         List<TrialUnit> units = new ArrayList<>();
         for (KernelSpec k : kernels) {
             switch (k.problem()) {
                 case Problem.ExpertGateUp g -> {
+                    String namesake = k.name().replace("gate_up", "down");
                     Optional<KernelSpec> down = downs.stream()
-                            .filter(d -> ((Problem.ExpertDown) d.problem()).shape().equals(g.shape())).findFirst();
+                            .filter(d -> ((Problem.ExpertDown) d.problem()).shape().equals(g.shape()))
+                            .min(java.util.Comparator.comparing(d -> !d.name().equals(namesake)));
                     down.ifPresent(downs::remove);
                     units.add(down.<TrialUnit>map(d -> new Layer(k, d)).orElseGet(() -> new Single(k)));
                 }
