@@ -12,6 +12,7 @@ import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import java.io.PrintWriter;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -88,6 +89,9 @@ public final class TryCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--reps " + reps + ": at least 1");
         }
         List<Target> chosen = targets == null ? null : GenCommand.parseTargets(targets);
+        if (json != null && json.toAbsolutePath().getParent() != null) {
+            Files.createDirectories(json.toAbsolutePath().getParent());  // a path that cannot be written fails now, not after the runs
+        }
         if (noRun) {
             CheckCommand.printCanonical(out, List.of(file));
             return 0;
