@@ -61,8 +61,11 @@ public final class BenchCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        options.require("bench");
         workload.require();
+        if (readGib < 1) {
+            throw new IllegalArgumentException("--read-gib " + readGib + ": at least 1");
+        }
+        options.require("bench");
         int maxTokens = workload.maxTokens();
         KernelCache cache = KernelCache.defaultCache();
         try (CudaContext ctx = CudaContext.create(0);

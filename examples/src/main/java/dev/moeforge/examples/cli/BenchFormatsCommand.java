@@ -116,9 +116,9 @@ public final class BenchFormatsCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        options.require("bench formats");
         LayerBenchOptions.require(layers, tokens);
         List<Workload> workloads = workloads();
+        options.require("bench formats");
         int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElse(1);
         KernelCache cache = KernelCache.defaultCache();
         try (CudaContext ctx = CudaContext.create(0);

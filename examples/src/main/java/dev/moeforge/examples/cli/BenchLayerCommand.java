@@ -43,8 +43,8 @@ public final class BenchLayerCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        options.require("bench layer");
         workload.require();
+        options.require("bench layer");
         int maxTokens = workload.maxTokens();
         KernelCache cache = KernelCache.defaultCache();
         List<ExpertLayerBenchmark.LayerResult> results = new ArrayList<>();

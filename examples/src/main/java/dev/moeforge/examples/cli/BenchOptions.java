@@ -15,10 +15,16 @@ final class BenchOptions {
     @Option(names = "--out", defaultValue = "bench/results", description = "Directory of the JSON result (default: ${DEFAULT-VALUE}).")
     Path out;
 
-    /** Refuses too few repetitions, and a machine without a CUDA device, naming the command. */
+    /**
+     * Refuses too few repetitions, then a machine without a CUDA device, naming the command. Each
+     * benchmark calls it after checking its own options, so that a bad option is named on any machine.
+     */
     void require(String command) {
         if (reps < 50) {
             throw new IllegalArgumentException("--reps " + reps + ": at least 50 timed repetitions");
+        }
+        if (warmup < 0) {
+            throw new IllegalArgumentException("--warmup " + warmup + ": at least 0");
         }
         if (!Gpu.available()) {
             throw new IllegalStateException(command + " needs a CUDA device: " + Gpu.unavailableReason());

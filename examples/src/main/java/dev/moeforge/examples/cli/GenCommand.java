@@ -8,21 +8,24 @@ import dev.moeforge.codegen.cuda.GeneratedKernel;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
-import dev.moeforge.dsl.schedule.LaunchGeometry;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.compile.CompileResult;
 import dev.moeforge.runtime.compile.CudaSource;
-import dev.moeforge.runtime.compile.PtxasReport;
+import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
 
 /** {@code moeforge gen}: one .cu and .cubin per built-in kernel and target, and catalogue.json. */
 @Command(name = "gen", mixinStandardHelpOptions = true,
@@ -44,15 +47,20 @@ public final class GenCommand implements Callable<Integer> {
     public record Entry(String name, String family, String format, String target, int registers,
                         long spill_bytes, long smem_bytes, String source, String cubin) {}
 
+    @Spec
+    CommandSpec command;
+
     @Override
     public Integer call() throws Exception {
-        List<Entry> entries = generate(parseTargets(targets), out, jobs, true, KernelCache.defaultCache());
-        System.out.println("wrote " + entries.size() + " kernels and " + out.resolve("catalogue.json"));
+        PrintWriter stdout = command.commandLine().getOut();
+        List<Entry> entries = generate(Catalogue.specs(), parseTargets(targets), out, jobs, stdout, KernelCache.defaultCache());
+        stdout.println("wrote " + entries.size() + " kernels and " + out.resolve("catalogue.json"));
         return 0;
     }
 
+    /** The targets named, each once, in the order first named; an unknown name is refused with the known ones. */
     static List<Target> parseTargets(List<String> names) {
-        List<Target> result = new ArrayList<>();
+        Set<Target> result = new LinkedHashSet<>();
         for (String n : names) {
             Target t = Target.fromText(n.trim());
             if (t == null) {
@@ -60,22 +68,26 @@ public final class GenCommand implements Callable<Integer> {
             }
             result.add(t);
         }
-        return result;
+        return List.copyOf(result);
     }
 
-    /** Generates and compiles the catalogue for {@code targets} into {@code out}; returns the entries written. */
-    static List<Entry> generate(List<Target> targets, Path out, int jobs, boolean progress, KernelCache cache) throws Exception {
+    /**
+     * Generates and compiles {@code specs} (the catalogue) for {@code targets} into {@code out}; returns the
+     * entries written. A compile longer than a second is reported on {@code log} (null: not reported).
+     */
+    static List<Entry> generate(List<KernelSpec> specs, List<Target> targets, Path out, int jobs, PrintWriter log,
+                                KernelCache cache) throws Exception {
         Files.createDirectories(out);
         for (DeviceHeader header : DeviceHeader.values()) {
             Files.writeString(out.resolve(header.fileName()), header.text(), StandardCharsets.UTF_8);
         }
         List<KernelSpec> work = new ArrayList<>();
-        for (KernelSpec spec : Catalogue.specs()) {
+        for (KernelSpec spec : specs) {
             for (Target t : targets) {
                 work.add(spec.withTarget(t));
             }
         }
-        List<Entry> entries = ParallelCompile.run(work, jobs, progress, spec -> compileOne(spec, out, cache));
+        List<Entry> entries = ParallelCompile.run(work, jobs, log, spec -> compileOne(spec, out, cache));
         ObjectMapper json = new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT);
         Map<String, Object> doc = new LinkedHashMap<>();
         doc.put("kernels", entries);
@@ -90,15 +102,14 @@ public final class GenCommand implements Callable<Integer> {
         CompileResult r = cache.getOrCompile(CudaSource.of(k), spec.target());
         String cubinName = k.fileName().replaceAll("\\.cu$", ".cubin");
         Files.write(out.resolve(cubinName), r.cubin());
-        PtxasReport.FunctionResources f = r.report().function(spec.name());
+        KernelResources res = KernelResources.of(spec, r);
         String family = spec.schedule().kind().name() + switch (spec.problem()) {
             case Problem.ExpertGateUp _ -> "_gate_up";
             case Problem.ExpertDown _ -> "_down";
             case Problem.ExpertMlp _ -> "_mlp";
             case Problem.Router _ -> "";
         };
-        long smem = f.sharedBytes() + LaunchGeometry.of(spec, 1).sharedBytes();
-        return new Entry(spec.name(), family, spec.problem().weights().text(), spec.target().text(), f.registers(),
-                f.spillStoreBytes() + f.spillLoadBytes(), smem, k.fileName(), cubinName);
+        return new Entry(spec.name(), family, spec.problem().weights().text(), spec.target().text(), res.registers(),
+                res.spillBytes(), res.sharedBytes(), k.fileName(), cubinName);
     }
 }

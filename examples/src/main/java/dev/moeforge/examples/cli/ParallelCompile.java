@@ -1,17 +1,15 @@
 package dev.moeforge.examples.cli;
 
 import dev.moeforge.dsl.ir.KernelSpec;
+import java.io.PrintWriter;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
-import me.tongfei.progressbar.ProgressBar;
-import me.tongfei.progressbar.ProgressBarBuilder;
-import me.tongfei.progressbar.ProgressBarStyle;
 
-/** Runs one job per spec on a pool of threads (each starts an nvcc process), with a progress bar on a terminal. */
+/** Runs one job per spec on a pool of threads (each starts an nvcc process), with a {@link Progress} line or bar while they run. */
 final class ParallelCompile {
     /** The work done for one spec. */
     interface Job<T> {
@@ -20,22 +18,20 @@ final class ParallelCompile {
 
     private ParallelCompile() {}
 
-    /** The jobs' results, in the order of {@code specs}; {@code jobs} threads (0: the core count). */
-    static <T> List<T> run(List<KernelSpec> specs, int jobs, boolean progress, Job<T> job) throws Exception {
+    /**
+     * The jobs' results, in the order of {@code specs}; {@code jobs} threads (0: the core count). A run
+     * longer than a second is reported on {@code log} (null: not reported).
+     */
+    static <T> List<T> run(List<KernelSpec> specs, int jobs, PrintWriter log, Job<T> job) throws Exception {
         int threads = jobs > 0 ? jobs : Runtime.getRuntime().availableProcessors();
-        ProgressBarBuilder bar = new ProgressBarBuilder().setTaskName("nvcc").setInitialMax(specs.size())
-                .setStyle(ProgressBarStyle.ASCII).continuousUpdate().setUpdateIntervalMillis(250);
         ExecutorService pool = Executors.newFixedThreadPool(threads);
         List<T> results = new ArrayList<>();
-        // a bar on a terminal; in a log, the caller's summary line is enough
-        try (ProgressBar pb = progress && System.console() != null ? bar.build() : null) {
+        try (Progress progress = log == null ? Progress.none() : Progress.start(log, "   nvcc", specs.size())) {
             List<Future<T>> futures = new ArrayList<>();
             for (KernelSpec spec : specs) {
                 futures.add(pool.submit(() -> {
                     T result = job.run(spec);
-                    if (pb != null) {
-                        pb.step();
-                    }
+                    progress.step();
                     return result;
                 }));
             }

@@ -3,10 +3,9 @@ package dev.moeforge.examples.cli;
 import dev.moeforge.codegen.cuda.CudaEmitter;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Target;
-import dev.moeforge.dsl.text.SpecParser;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.compile.CudaSource;
-import java.nio.charset.StandardCharsets;
+import java.io.PrintWriter;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -15,8 +14,10 @@ import java.util.List;
 import java.util.Set;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Parameters;
+import picocli.CommandLine.Spec;
 
 /**
  * {@code moeforge precompile}: fills the kernel cache with the kernels of .moe files (and the
@@ -45,19 +46,16 @@ public final class PrecompileCommand implements Callable<Integer> {
             + "kernel cache at DIR (e.g. a bundle's), compiling only what the main cache lacks.")
     Path into;
 
+    @Spec
+    CommandSpec command;
+
     @Override
     public Integer call() throws Exception {
         List<Target> chosen = GenCommand.parseTargets(targets);
         if (into != null && Files.exists(into) && !Files.isDirectory(into)) {
             throw new IllegalArgumentException("--into " + into + ": not a directory");
         }
-        List<KernelSpec> specs = new ArrayList<>();
-        for (Path file : files) {
-            if (!Files.isRegularFile(file)) {
-                throw new IllegalArgumentException(file + ": no such spec file");
-            }
-            specs.addAll(SpecParser.parseAll(Files.readString(file, StandardCharsets.UTF_8), file.toString()));
-        }
+        List<KernelSpec> specs = new ArrayList<>(SpecFiles.read(files).stream().map(SpecFiles.Located::spec).toList());
         if (catalogue) {
             specs.addAll(Catalogue.specs());
         }
@@ -72,7 +70,8 @@ public final class PrecompileCommand implements Callable<Integer> {
         }
         KernelCache cache = KernelCache.defaultCache();
         KernelCache copy = into == null ? null : new KernelCache(into);
-        List<Boolean> spilled = ParallelCompile.run(List.copyOf(work), jobs, true, spec -> {
+        PrintWriter stdout = command.commandLine().getOut();
+        List<Boolean> spilled = ParallelCompile.run(List.copyOf(work), jobs, stdout, spec -> {
             CudaSource source = CudaSource.of(CudaEmitter.emit(spec));
             boolean spills = cache.getOrCompile(source, spec.target()).report().function(spec.name()).spills();
             if (copy != null) {
@@ -81,7 +80,7 @@ public final class PrecompileCommand implements Callable<Integer> {
             return spills;
         });
         long spills = spilled.stream().filter(b -> b).count();
-        System.out.println("precompiled " + work.size() + (work.size() == 1 ? " kernel" : " kernels") + " into "
+        stdout.println("precompiled " + work.size() + (work.size() == 1 ? " kernel" : " kernels") + " into "
                 + cache.directory() + (copy != null ? " and copied them into " + copy.directory() : "") + " (" + cache.misses()
                 + " compiled now, the rest already cached" + (spills > 0 ? "; " + spills + " spill registers" : "") + ")");
         return 0;

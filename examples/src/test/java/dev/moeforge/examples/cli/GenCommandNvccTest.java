@@ -36,7 +36,7 @@ class GenCommandNvccTest {
         List<Target> targets = List.of(Target.values());
         // every core: the compiles are independent, CPU-bound nvcc processes (most of each is cicc
         // parsing the device header), so the wall time falls with the core count
-        List<GenCommand.Entry> entries = GenCommand.generate(targets, out, Runtime.getRuntime().availableProcessors(), false,
+        List<GenCommand.Entry> entries = GenCommand.generate(Catalogue.specs(), targets, out, Runtime.getRuntime().availableProcessors(), null,
                 new KernelCache(cacheDir));
         int kernels = Catalogue.specs().size();
         assertEquals(kernels * targets.size(), entries.size());

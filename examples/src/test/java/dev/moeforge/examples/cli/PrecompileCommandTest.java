@@ -46,7 +46,7 @@ class PrecompileCommandTest {
                 + "activations=bf16, expert_counts=false)\n  schedule router_gemv(warps_per_cta=4, load_bytes=16, k_unroll=8, "
                 + "experts_per_cta=4)\n  epilogue store(topk(acc, 2), dtype=fp32)\n  target sm_90a\n}\n");
         Exception e = refusal(bad.toString());
-        assertInstanceOf(dev.moeforge.dsl.check.SpecException.class, e);
+        assertInstanceOf(SpecFiles.Invalid.class, e);
         assertTrue(e.getMessage().contains("problem.hidden = 0"), e.getMessage());
     }
 }

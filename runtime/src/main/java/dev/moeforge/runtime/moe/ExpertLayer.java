@@ -1,17 +1,13 @@
 package dev.moeforge.runtime.moe;
 
-import dev.moeforge.codegen.cuda.KernelParam;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.schedule.RoutingPlan;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.RoutingAlign;
 import java.util.ArrayList;
-import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -36,8 +32,8 @@ public final class ExpertLayer implements AutoCloseable {
     private final int capacity;
     private final Optional<RoutingAlign> align;
     private final RoutingAlign.PlanBuffers plan;
-    /** Both kernels' WORKSPACE tensors by kernel and name, allocated zeroed (tickets must start at zero). */
-    private final Map<KernelHandle, Map<String, DeviceBuffer>> workspace = new HashMap<>();
+    private final ExpertHalf gateUpHalf;
+    private final ExpertHalf downHalf;
 
     public ExpertLayer(KernelHandle gateUp, KernelHandle down) {
         this(gateUp, down, LaunchOrder.OVERLAPPING_PREVIOUS);
@@ -70,17 +66,8 @@ public final class ExpertLayer implements AutoCloseable {
         this.capacity = capacity;
         this.align = gateUp.routingAlign().or(down::routingAlign);
         this.plan = align.map(a -> a.allocate(capacity)).orElse(null);
-        for (KernelHandle k : List.of(gateUp, down)) {
-            Map<String, DeviceBuffer> mine = new LinkedHashMap<>();
-            for (KernelParam p : k.signature().tensors()) {
-                if (p.role() == KernelParam.Role.WORKSPACE) {
-                    DeviceBuffer b = DeviceBuffer.allocate(p.elementType(), p.elements(capacity));
-                    b.fillWords32(0);
-                    mine.put(p.name(), b);
-                }
-            }
-            workspace.put(k, mine);
-        }
+        this.gateUpHalf = ExpertHalf.sharing(gateUp, order, capacity, plan);
+        this.downHalf = ExpertHalf.sharing(down, order, capacity, plan);
     }
 
     /** How each kernel is ordered after the one before it. */
@@ -102,8 +89,7 @@ public final class ExpertLayer implements AutoCloseable {
 
     /** The most tokens one call takes: the kernels' limit, or the scratch's where a kernel has scratch. */
     public int maxTokens() {
-        return plan != null || workspace.values().stream().anyMatch(m -> !m.isEmpty())
-                ? capacity : Math.min(gateUp.maxTokens(), down.maxTokens());
+        return Math.min(gateUpHalf.maxTokens(), downHalf.maxTokens());
     }
 
     /** Tokens the layer's scratch is sized for. */
@@ -125,7 +111,6 @@ public final class ExpertLayer implements AutoCloseable {
     /** As above, with the weights in the kernels' format (codes and scales). */
     public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceWeights wDown,
                         DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
-        checkTokens(tokens);
         enqueuePlan(stream, tokens, topkIds);
         launchGateUp(stream, tokens, x, wGateUp, topkIds, inter);
         launchDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
@@ -134,7 +119,6 @@ public final class ExpertLayer implements AutoCloseable {
     /** gate_up alone (after the routing plan, where it takes one): {@code inter = act(x W_gu^T)} for each routed (token, slot). */
     public void enqueueGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds,
                               DeviceBuffer inter) {
-        checkTokens(tokens);
         if (gateUp.takesRoutingPlan()) {
             enqueuePlan(stream, tokens, topkIds);
         }
@@ -144,21 +128,15 @@ public final class ExpertLayer implements AutoCloseable {
     /** down alone (after the routing plan, where it takes one): {@code y = sum_j topk_weights[j] * (inter_j W_down^T)}. */
     public void enqueueDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
                             DeviceBuffer topkWeights, DeviceBuffer y) {
-        checkTokens(tokens);
         if (down.takesRoutingPlan()) {
             enqueuePlan(stream, tokens, topkIds);
         }
         launchDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
     }
 
-    private void checkTokens(int tokens) {
-        if (tokens < 1 || tokens > maxTokens()) {
-            throw new IllegalArgumentException("tokens = " + tokens + ": this layer takes 1.." + maxTokens()
-                    + (maxTokens() == capacity ? " (its scratch's capacity; construct it with a larger one)" : ""));
-        }
-    }
-
     private void enqueuePlan(CudaStream stream, int tokens, DeviceBuffer topkIds) {
+        gateUpHalf.checkTokens(tokens);
+        downHalf.checkTokens(tokens);
         if (align.isPresent()) {
             align.get().enqueue(stream, order, tokens, topkIds, plan);
         }
@@ -166,37 +144,15 @@ public final class ExpertLayer implements AutoCloseable {
 
     private void launchGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds,
                               DeviceBuffer inter) {
-        wGateUp.requireLayout(DeviceWeights.Layout.NATURAL, "gate_up's weights");
-        gateUp.launch(stream, order, tokens, bind(gateUp, Map.of("x", x, "topk_ids", topkIds, "inter", inter),
-                Map.of("w_gate_up", wGateUp)));
+        gateUpHalf.checkTokens(tokens);
+        gateUpHalf.launch(stream, tokens, Map.of("x", x, "topk_ids", topkIds, "inter", inter), "gate_up's weights", wGateUp);
     }
 
     private void launchDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
                             DeviceBuffer topkWeights, DeviceBuffer y) {
-        wDown.requireLayout(DeviceWeights.Layout.NATURAL, "down's weights");
-        down.launch(stream, order, tokens, bind(down, Map.of("inter", inter, "topk_ids", topkIds, "topk_weights", topkWeights,
-                "y", y), Map.of("w_down", wDown)));
-    }
-
-    /**
-     * A kernel's buffers in its signature's order: each tensor by name from {@code named}, the
-     * routing plan or the kernel's workspace, and all of a weight's buffers at its codes.
-     */
-    private DeviceBuffer[] bind(KernelHandle kernel, Map<String, DeviceBuffer> named, Map<String, DeviceWeights> weights) {
-        List<DeviceBuffer> all = new ArrayList<>();
-        Map<String, DeviceBuffer> scratch = workspace.get(kernel);
-        for (KernelParam p : kernel.signature().tensors()) {
-            switch (p.weightPart()) {
-                case CODES -> all.addAll(weights.get(p.name()).buffers());
-                case BLOCK_SCALES, ROW_SCALES, BIAS -> { }  // among the weight's buffers
-                case NONE -> all.add(switch (p.name()) {
-                    case RoutingPlan.SORTED_SLOTS -> plan.sortedSlots();
-                    case RoutingPlan.EXPERT_OFFSETS -> plan.expertOffsets();
-                    default -> p.role() == KernelParam.Role.WORKSPACE ? scratch.get(p.name()) : named.get(p.name());
-                });
-            }
-        }
-        return all.toArray(DeviceBuffer[]::new);
+        downHalf.checkTokens(tokens);
+        downHalf.launch(stream, tokens, Map.of("inter", inter, "topk_ids", topkIds, "topk_weights", topkWeights, "y", y),
+                "down's weights", wDown);
     }
 
     /** A kernel's buffers in launch order: {@code before}, each weight's buffers, then {@code after}. */
@@ -215,6 +171,7 @@ public final class ExpertLayer implements AutoCloseable {
         if (plan != null) {
             plan.close();
         }
-        workspace.values().forEach(m -> m.values().forEach(DeviceBuffer::close));
+        gateUpHalf.close();
+        downHalf.close();
     }
 }

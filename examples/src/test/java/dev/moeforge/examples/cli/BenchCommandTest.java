@@ -1,0 +1,31 @@
+package dev.moeforge.examples.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.junit.jupiter.api.Test;
+
+/** Every bench command refuses a bad option on any machine: its options are checked before the GPU is looked for. */
+class BenchCommandTest {
+
+    private static void refused(String expected, String... args) {
+        CliRun run = CliRun.of(args);
+        assertEquals(1, run.exitCode(), run.out() + run.err());
+        assertTrue(run.err().contains(expected), String.join(" ", args) + ": " + run.err());
+    }
+
+    @Test
+    void badOptionsAreNamedBeforeTheGpuIsLookedFor() {
+        refused("moeforge bench: --tokens [0]: each token count at least 1, got 0", "bench", "--tokens", "0");
+        refused("moeforge bench: --layers 0: at least 1", "bench", "--layers", "0");
+        refused("moeforge bench: --read-gib 0: at least 1", "bench", "--read-gib", "0");
+        refused("moeforge bench: --reps 10: at least 50 timed repetitions", "bench", "--reps", "10");
+        refused("moeforge bench layer: --tokens [1, -2]: each token count at least 1, got -2", "bench", "layer", "--tokens", "1,-2");
+        refused("moeforge bench layer: --layers 0: at least 1", "bench", "layer", "--layers", "0");
+        refused("moeforge bench formats: --formats: unknown format 'bogus'", "bench", "formats", "--formats", "bogus");
+        refused("moeforge bench formats: --tokens [0]: each token count at least 1", "bench", "formats", "--tokens", "0");
+        refused("moeforge bench formats: --warmup -1: at least 0", "bench", "formats", "--warmup", "-1");
+        refused("moeforge bench router: --shapes: unknown shape 'nope'", "bench", "router", "--shapes", "nope");
+        refused("moeforge bench router: --reps 3: at least 50 timed repetitions", "bench", "router", "--reps", "3");
+    }
+}
