@@ -49,8 +49,9 @@ def grouped_layer(x, w13, w2, ids, weights, experts):
     m, k = ids.shape
     flat = ids.flatten()
     order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=experts)
-    offs = torch.cumsum(counts, 0).to(torch.int32)
+    # each expert's end in the sorted pairs (searchsorted, not bincount: bincount reads its max back to the host)
+    ends = torch.arange(1, experts + 1, device=x.device, dtype=flat.dtype)
+    offs = torch.searchsorted(flat[order], ends).to(torch.int32)
     xs = x.index_select(0, order // k)
     gu = torch._grouped_mm(xs, w13.transpose(-2, -1), offs=offs)
     i = w13.shape[1] // 2
