@@ -297,7 +297,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN
                     + " neurons, gate and up rows staged side by side";
             case Problem.ExpertDown _ -> "a tile of pairs routed to one expert x " + blockN + " hidden outputs; each pair's"
-                    + " weighted partial goes to scratch and the block completing a token adds its slots in slot order";
+                    + " weighted partial (FP32) goes to scratch and the block completing a token adds its slots in slot order";
         };
         String body = switch (problem) {
             case Problem.ExpertGateUp _ -> "gate_up_expert_centric";

@@ -204,7 +204,7 @@ public record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tok
             case Problem.ExpertGateUp _ -> "one warp per (" + (tiled ? "tile of " + tokensPerCta + " tokens, distinct expert"
                     : "token, routed slot") + ", neuron)";
             case Problem.ExpertDown _ -> "one warp per (" + (tiled ? "tile of " + tokensPerCta + " tokens" : "token")
-                    + ", hidden output)";
+                    + ", hidden output); routing weights folded into one FP32 accumulator";
         };
         String body = switch (problem) {
             case Problem.ExpertGateUp _ -> tiled ? "gate_up_token_tile" : "gate_up_single_token";

@@ -166,7 +166,7 @@ public record OutputTensorCore(int warpsPerCta, int kUnroll, int warpsPerTile, i
         }
         String unit = switch (problem) {
             case Problem.ExpertGateUp _ -> "one warp per (token, routed slot, tile of 8 neurons: their gate and up rows)";
-            case Problem.ExpertDown _ -> "one warp per (token, tile of 16 hidden outputs)";
+            case Problem.ExpertDown _ -> "one warp per (token, tile of 16 hidden outputs); routing weights folded into one FP32 accumulator";
         };
         String body = switch (problem) {
             case Problem.ExpertGateUp _ -> "gate_up_tensor_core";

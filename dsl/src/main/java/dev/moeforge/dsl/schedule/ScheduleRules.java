@@ -153,7 +153,8 @@ final class ScheduleRules {
     }
 
     /**
-     * The header comment of an expert kernel: the unit a warp owns, how the weights are decoded,
+     * The header comment of an expert kernel: the unit a warp owns (down's says how the routing
+     * weights meet the sums), how the weights are decoded,
      * the bias, the schedule's own lines, and what the kernel assumes of the routing.
      */
     static List<String> expertNotes(Problem.ExpertProblem problem, String unit, boolean tensorCores, List<String> scheduleNotes) {
@@ -161,7 +162,7 @@ final class ScheduleRules {
         notes.add(switch (problem) {
             case Problem.ExpertGateUp g -> "gate_up: " + unit + "; gate and up rows "
                     + (g.layout() == GateUpLayout.STACKED ? "stacked ([gate; up])" : "interleaved (2i, 2i+1)") + ".";
-            case Problem.ExpertDown _ -> "down: " + unit + "; routing weights folded into one FP32 accumulator.";
+            case Problem.ExpertDown _ -> "down: " + unit + ".";
         });
         notes.add(formatNote(problem.weights(), tensorCores));
         if (problem.bias()) {

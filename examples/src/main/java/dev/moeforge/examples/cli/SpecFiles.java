@@ -135,7 +135,8 @@ final class SpecFiles {
     private static String located(Path file, ParserRuleContext kernel, Map<String, Token> sections, String name, SpecError error) {
         String section = error.path().split("[.\\[ ]", 2)[0];
         Token at = sections.getOrDefault(section, kernel.getStart());
-        return file + ":" + line(at) + ":" + column(at) + ": kernel '" + name + "': " + error.message();
+        // the place leads the line here, so the error's own (the parser's "FILE line L:C") is left out
+        return file + ":" + line(at) + ":" + column(at) + ": kernel '" + name + "': " + error.at(null).message();
     }
 
     private static int line(Token t) {

@@ -47,7 +47,8 @@ class TrialUnitTest {
     void aCatalogueLayerIsComparedWithTheCataloguePairsOfItsFunction() {
         TrialUnit layer = new TrialUnit.Layer(BuiltinKernel.QWEN3_30B_A3B_GATE_UP.spec().withName("mine_gate_up"),
                 BuiltinKernel.QWEN3_30B_A3B_DOWN.spec().withName("mine_down"));
-        assertEquals(List.of("qwen3_30b_a3b_gate_up + qwen3_30b_a3b_down", "qwen3_30b_a3b_gate_up_t32 + qwen3_30b_a3b_down_t32",
+        assertEquals(List.of("qwen3_30b_a3b_gate_up + qwen3_30b_a3b_down", "qwen3_30b_a3b_gate_up_m16 + qwen3_30b_a3b_down_m16",
+                        "qwen3_30b_a3b_gate_up_m64 + qwen3_30b_a3b_down_m64", "qwen3_30b_a3b_gate_up_t32 + qwen3_30b_a3b_down_t32",
                         "qwen3_30b_a3b_gate_up_t8 + qwen3_30b_a3b_down_t8"),
                 layer.catalogueVariants(Catalogue.specs()).stream().map(TrialUnit::name).toList());
         TrialUnit router = new TrialUnit.Single(BuiltinKernel.GPT_OSS_20B_ROUTER.spec().withName("mine_router"));
