@@ -89,6 +89,16 @@ __device__ __forceinline__ void routing_align_scatter(const int* __restrict__ to
   }
 }
 
+// Byte offset of 16-byte piece p of staged row r: rows of 4 pieces swizzle in pairs, longer rows
+// XOR the piece's low three bits with r % 8, so ldmatrix's 8 rows at one logical piece hit 8
+// distinct bank groups. Rows of 8 pieces are exactly wgmma's 128-byte swizzle.
+template <int P>
+__device__ __forceinline__ uint32_t tile_swizzled(int row, int piece) {
+  static_assert(P == 4 || P == 8 || P == 16, "rows of 4, 8 or 16 pieces");
+  const int mix = P == 4 ? (row >> 1) & 3 : row & 7;
+  return 16u * static_cast<uint32_t>(row * P + (piece ^ mix));
+}
+
 // The sizes of a grouped GEMM tile; ExpertCentric.Layout (Java) states the same, and the kernel
 // static_asserts that the shared memory agrees.
 template <class Config, bool GATE_UP>
@@ -122,7 +132,7 @@ struct ExpertTileShape {
   static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
   static_assert(BM % 16 == 0 && TM % 16 == 0 && WM * TM == BM, "a warp owns whole m16 rows of the tile");
   static_assert(TN % 16 == 0 && WN * TN == kRows, "a warp owns whole pairs of n8 columns of the tile");
-  static_assert(BK == 32 || BK == 64, "a staged row is 4 or 8 16-byte pieces");
+  static_assert(BK == 32 || BK == 64 || BK == 128, "a staged row is 4, 8 or 16 16-byte pieces");
   static_assert(BN % 8 == 0 && kReduce % 8 == 0 && kOutputs % 8 == 0, "rows move in 16-byte pieces");
   static_assert(S >= 2, "a pipeline of at least two stages");
   static_assert(!kWgmma || (BK == 64 && WN == 1 && TM == 16 && kRows % 64 == 0 && kRows <= 256 && S >= 3),
@@ -187,7 +197,7 @@ __device__ __forceinline__ void expert_tile_load(uint32_t stage, const __nv_bflo
     const bool valid = pair >= 0 && (T::kReduce % T::BK == 0 || k < T::kReduce);
     // gate_up reads the pair's token's x row; down reads the pair's own inter row
     const size_t row = T::kGateUp ? static_cast<size_t>(pair / T::K) : static_cast<size_t>(pair);
-    cp_async_16(stage + swizzled<P>(r, piece), valid ? a + row * T::kReduce + k : a, valid);
+    cp_async_16(stage + tile_swizzled<P>(r, piece), valid ? a + row * T::kReduce + k : a, valid);
   }
 #pragma unroll 2
   for (int i = threadIdx.x; i < T::kRows * P; i += T::kThreads) {
@@ -203,7 +213,7 @@ __device__ __forceinline__ void expert_tile_load(uint32_t stage, const __nv_bflo
     }
     const bool valid = in && (T::kReduce % T::BK == 0 || k < T::kReduce);
     const __nv_bfloat16* src = w + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + k;
-    cp_async_16(stage + swizzled<P>(T::BM + r, piece), valid ? src : w, valid);
+    cp_async_16(stage + tile_swizzled<P>(T::BM + r, piece), valid ? src : w, valid);
   }
 }
 
@@ -236,12 +246,12 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     for (int kk = 0; kk < T::BK / 16; ++kk) {
       uint32_t af[T::FM][4];
 #pragma unroll
-      for (int i = 0; i < T::FM; ++i) ldmatrix_x4(af[i], stage + swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
+      for (int i = 0; i < T::FM; ++i) ldmatrix_x4(af[i], stage + tile_swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
 #pragma unroll
       for (int j = 0; j < T::FN / 2; ++j) {
         uint32_t b[4];
         const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
-        ldmatrix_x4(b, stage + swizzled<P>(T::BM + n, 2 * kk + ((lane >> 3) & 1)));
+        ldmatrix_x4(b, stage + tile_swizzled<P>(T::BM + n, 2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
         for (int i = 0; i < T::FM; ++i) {
           mma_bf16_16816(acc[i][2 * j], af[i], b[0], b[1]);

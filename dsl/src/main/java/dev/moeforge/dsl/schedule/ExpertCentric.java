@@ -27,7 +27,7 @@ import java.util.Optional;
  *
  * @param blockM  pairs per tile (the mma's M side), a multiple of 16
  * @param blockN  outputs per tile: gate_up neurons (twice as many weight rows), down hidden units
- * @param blockK  K slice per pipeline stage: 32 or 64 elements
+ * @param blockK  K slice per pipeline stage: 32, 64 or 128 elements
  * @param warpsM  warps along M; each owns blockM / warpsM rows of the tile
  * @param warpsN  warps along N; each owns (weight rows of the tile) / warpsN columns
  * @param stages  slices in flight (cp.async pipeline depth), 2..8
@@ -58,12 +58,12 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     }
 
     /**
-     * mma.sync: tiles of 16-128 pairs and 16-256 outputs, both slice widths, warp grids of up to 8
+     * mma.sync: tiles of 16-128 pairs and 16-256 outputs, slices of 32-128, warp grids of up to 8
      * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages.
      */
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> all = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
-                List.of(16, 32, 64, 128, 256), List.of(32, 64), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
+                List.of(16, 32, 64, 128, 256), List.of(32, 64, 128), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
                 List.of(1, 8, 32), List.of(false))));
         if (target == Target.SM_90A) {
             all.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
@@ -91,8 +91,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     + "(outputs leave in 16-byte pieces)"));
             tileOk = false;
         }
-        if (blockK != 32 && blockK != 64) {
-            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), "32 or 64 (a staged row is 4 or 8 "
+        if (blockK != 32 && blockK != 64 && blockK != 128) {
+            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), "32, 64 or 128 (a staged row is 4, 8 or 16 "
                     + "16-byte pieces, swizzled for ldmatrix)"));
         }
         range(errors, "schedule.warps_m", warpsM, 1, ScheduleRules.maxWarps(target));
@@ -136,7 +136,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             errors.add(new SpecError("problem.intermediate", Integer.toString(p.shape().intermediate()), "a multiple of 8 under "
                     + KIND.name() + " (rows move in 16-byte pieces)"));
         }
-        if (blockK == 32 || blockK == 64) {
+        if (blockK == 32 || blockK == 64 || blockK == 128) {
             ScheduleRules.sharedLimit(errors, sharedBytes(p), target, "fewer stages, or a smaller block_m, block_n or block_k");
         }
     }
