@@ -63,7 +63,9 @@ class ExpertCentricGpuTest extends GpuSession {
             new ExpertCentric[] {new ExpertCentric(128, 64, 32, 4, 2, 3, 32), new ExpertCentric(128, 128, 32, 4, 2, 3, 32)},
             // warpgroup MMA (sm_90a): one warpgroup with the narrowest slabs, two with the widest
             new ExpertCentric[] {new ExpertCentric(64, 32, 64, 4, 1, 3, 1, true), new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true)},
-            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)});
+            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)},
+            // 128-element slices (rows of 16 pieces), wide tiles
+            new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1)});
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -136,6 +138,10 @@ class ExpertCentricGpuTest extends GpuSession {
         cases.add(new Case(SMALL, 0, 4096, RoutingKind.UNIFORM));
         cases.add(new Case(SMALL, 2, 16384, RoutingKind.UNIFORM));
         cases.add(new Case(SMALL, 4, 16384, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 5, 64, RoutingKind.UNIFORM));
+        cases.add(new Case(ODD, 5, 17, RoutingKind.UNIFORM));
+        cases.add(new Case(NARROW, 5, 50, RoutingKind.ALL_ON_EXPERT_0));
+        cases.add(new Case(SMALL, 5, 256, RoutingKind.OUTSIDE_IDS));
         return cases;
     }
 
