@@ -13,36 +13,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-
-def time_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return sorted(s.elapsed_time(e) for s, e in zip(starts, ends))[reps // 2]
-
-
-def graphed(step):
-    """step captured in a CUDA graph (its replay), or None when capture fails."""
-    try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            step()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        return graph.replay
-    except Exception as e:  # noqa: BLE001 - report and fall back to eager timing
-        print(f"graph capture failed: {e}", file=sys.stderr)
-        return None
+from torch_timing import graphed, time_ms
 
 
 def grouped_layer(x, w13, w2, ids, weights, experts):

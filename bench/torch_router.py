@@ -8,6 +8,8 @@ import sys
 
 import torch
 
+from torch_timing import graphed, time_ms
+
 
 def rule_fn(rule, k, bias):
     def softmax_renorm(s):
@@ -40,20 +42,6 @@ def rule_fn(rule, k, bias):
             "biased_topk_softmax": biased_topk_softmax, "grouped_sigmoid": grouped_sigmoid}[rule]
 
 
-def time_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return sorted(s.elapsed_time(e) for s, e in zip(starts, ends))[reps // 2]
-
-
 def main():
     spec = json.load(sys.stdin)
     dev = torch.device("cuda")
@@ -71,16 +59,11 @@ def main():
                 fn((x @ w.t()).float())
 
         eager = time_ms(step, spec["warmup"], spec["reps"]) / copies
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            step()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        graphed = time_ms(graph.replay, spec["warmup"], spec["reps"]) / copies
-        out["results"].append({"name": shape["name"], "eager_us": eager * 1000.0, "graph_us": graphed * 1000.0})
+        replay = graphed(step)
+        if replay is None:
+            raise RuntimeError(f"{shape['name']}: the PyTorch router did not capture in a CUDA graph")
+        graph_ms = time_ms(replay, spec["warmup"], spec["reps"]) / copies
+        out["results"].append({"name": shape["name"], "eager_us": eager * 1000.0, "graph_us": graph_ms * 1000.0})
     json.dump(out, sys.stdout)
 
 

@@ -411,7 +411,9 @@ __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __re
 // down: each pair's weighted partial row (routing weight x (sum + bias), FP32) goes to partials
 // [M*k][H]; the block that completes a token's k partials of an n tile (a ticket per token and n
 // tile, reset by that block) adds them in slot order and stores y. Deterministic: the sum's order is
-// fixed whatever order the blocks run in.
+// fixed whatever order the blocks run in. With kAtomicCombine, partials is [M][H] instead: each
+// pair's row is added atomically into its token's sum, which the completing block stores and zeroes
+// (less traffic; the additions' order, so y's last bits, may vary).
 template <class Config, class Epilogue>
 __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
                                                     const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
@@ -473,8 +475,16 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
     const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
     const int pair = table[r];
     if (pair >= 0 && n < H) {
-      *reinterpret_cast<float4*>(partials + static_cast<size_t>(pair) * H + n) =
-          *reinterpret_cast<const float4*>(out + r * T::kOutStride + piece * 4);
+      const float4 v = *reinterpret_cast<const float4*>(out + r * T::kOutStride + piece * 4);
+      if constexpr (Config::kAtomicCombine) {  // partials is [M][H]: each token's running sum
+        float* sum = partials + static_cast<size_t>(pair / K) * H + n;
+        atomicAdd(sum, v.x);
+        atomicAdd(sum + 1, v.y);
+        atomicAdd(sum + 2, v.z);
+        atomicAdd(sum + 3, v.w);
+      } else {  // partials is [M*k][H]: each pair's own row
+        *reinterpret_cast<float4*>(partials + static_cast<size_t>(pair) * H + n) = v;
+      }
     }
   }
   __threadfence();  // the partials are visible before the tickets that announce them
@@ -498,13 +508,19 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
     const int token = reducing[r];
     if (token < 0 || n >= H) continue;
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if constexpr (Config::kAtomicCombine) {
+      float4* at = reinterpret_cast<float4*>(partials + static_cast<size_t>(token) * H + n);
+      sum = __ldcg(at);
+      __stcg(at, make_float4(0.0f, 0.0f, 0.0f, 0.0f));  // zero again for the next launch
+    } else {
 #pragma unroll 4
-    for (int j = 0; j < K; ++j) {
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(partials + (static_cast<size_t>(token) * K + j) * H + n));
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
+      for (int j = 0; j < K; ++j) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(partials + (static_cast<size_t>(token) * K + j) * H + n));
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
     }
     __nv_bfloat16* dst = y + static_cast<size_t>(token) * H + n;
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(epi(sum.x), epi(sum.y));

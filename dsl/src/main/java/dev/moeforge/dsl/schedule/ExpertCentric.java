@@ -32,11 +32,15 @@ import java.util.Optional;
  * @param warpsN  warps along N; each owns (weight rows of the tile) / warpsN columns
  * @param stages  slices in flight (cp.async pipeline depth), 2..8
  * @param groupM  m tiles a run of consecutive blocks walks before the next n tile (GROUP_M), 1..64
+ * @param atomicCombine down only: each slot's weighted row is added atomically into an FP32 sum per
+ *                token instead of kept for an ordered reduction (less memory traffic; the order
+ *                of the additions, so y's last bits, may differ from run to run)
  * @param wgmma   sm_90a only: Hopper's warpgroup MMA ({@code wgmma.mma_async}, operands straight from the
  *                swizzled stages) instead of {@code mma.sync}: a warpgroup of four warps per 64 pairs
  *                (warps_m = block_m / 16, warps_n = 1), block_k 64, at least three stages
  */
-public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma)
+public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
+                            boolean atomicCombine)
         implements Schedule<Problem.ExpertProblem> {
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
@@ -47,9 +51,14 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     /** The largest token count one launch takes (the down kernel's scratch grows with it). */
     public static final int MAX_TOKENS = 65_536;
 
-    /** On mma.sync. */
+    /** On mma.sync, with the ordered combine. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false);
+    }
+
+    /** With the ordered combine. */
+    public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma) {
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false);
     }
 
     @Override
@@ -64,10 +73,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> all = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
                 List.of(16, 32, 64, 128, 256), List.of(32, 64, 128), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
-                List.of(1, 8, 32), List.of(false))));
+                List.of(1, 8, 32), List.of(false), List.of(false, true))));
         if (target == Target.SM_90A) {
             all.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
-                    List.of(1), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true))));
+                    List.of(1), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true))));
         }
         return all;
     }
@@ -101,6 +110,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         range(errors, "schedule.group_m", groupM, 1, 64);
         if (wgmma) {
             checkWgmma(p, target, errors);
+        }
+        if (atomicCombine && p instanceof Problem.ExpertGateUp) {
+            errors.add(new SpecError("schedule.atomic_combine", "true", "false for expert_gate_up: only down combines a token's slots"));
         }
         if (warpsM >= 1 && warpsN >= 1 && (long) warpsM * warpsN > ScheduleRules.maxWarps(target)) {
             errors.add(new SpecError("schedule", warpsM + " x " + warpsN + " warps", "at most " + ScheduleRules.maxWarps(target)
@@ -269,8 +281,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     public List<Workspace> workspace(Problem.ExpertProblem problem) {
         return switch (problem) {
             case Problem.ExpertGateUp _ -> List.of();
-            case Problem.ExpertDown d -> List.of(
-                    new Workspace(PARTIALS, DType.FP32, List.of(Workspace.TOKENS, d.shape().topk(), d.shape().hidden()),
+            case Problem.ExpertDown d -> List.of(atomicCombine
+                    ? new Workspace(PARTIALS, DType.FP32, List.of(Workspace.TOKENS, d.shape().hidden()),
+                            "scratch: each token's FP32 sum of its slots' weighted rows; zero before the first launch, left zero")
+                    : new Workspace(PARTIALS, DType.FP32, List.of(Workspace.TOKENS, d.shape().topk(), d.shape().hidden()),
                             "scratch: each (token, slot)'s weighted partial row of y"),
                     new Workspace(TICKETS, DType.INT32, List.of(Workspace.TOKENS, Math.ceilDiv(d.shape().hidden(), blockN)),
                             "scratch: slots in per token and n tile; zero before the first launch, left zero"));
@@ -296,8 +310,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         String unit = switch (problem) {
             case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN
                     + " neurons, gate and up rows staged side by side";
-            case Problem.ExpertDown _ -> "a tile of pairs routed to one expert x " + blockN + " hidden outputs; each pair's"
-                    + " weighted partial (FP32) goes to scratch and the block completing a token adds its slots in slot order";
+            case Problem.ExpertDown _ -> "a tile of pairs routed to one expert x " + blockN + " hidden outputs; " + (atomicCombine
+                    ? "each pair's weighted row is added atomically into its token's FP32 sum (the order of the additions varies)"
+                    : "each pair's weighted partial (FP32) goes to scratch and the block completing a token adds its slots in"
+                    + " slot order");
         };
         String body = switch (problem) {
             case Problem.ExpertGateUp _ -> "gate_up_expert_centric";
@@ -312,7 +328,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.integer("kWarpsN", warpsN),
                 ConfigConstant.integer("kStages", stages),
                 ConfigConstant.integer("kGroupM", groupM),
-                ConfigConstant.bool("kWgmma", wgmma)),
+                ConfigConstant.bool("kWgmma", wgmma),
+                ConfigConstant.bool("kAtomicCombine", atomicCombine)),
                 notes, 0, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 

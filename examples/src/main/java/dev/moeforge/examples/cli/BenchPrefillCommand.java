@@ -72,10 +72,17 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             new TilePair("ec_m16_k128", new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1)),
             new TilePair("ec_m32_k128", new ExpertCentric(32, 128, 128, 2, 4, 3, 1), new ExpertCentric(32, 256, 128, 2, 4, 3, 1)),
             new TilePair("ec_m16_n128", new ExpertCentric(16, 128, 64, 1, 8, 4, 1), new ExpertCentric(16, 256, 64, 1, 8, 4, 1)),
+            // down's atomic combine: one FP32 sum per token instead of k partial rows
+            new TilePair("ec_m16_k128_atomic", new ExpertCentric(16, 128, 128, 1, 8, 3, 1),
+                    new ExpertCentric(16, 256, 128, 1, 8, 3, 1, false, true)),
+            new TilePair("ec_m32_k128_atomic", new ExpertCentric(32, 128, 128, 2, 4, 3, 1),
+                    new ExpertCentric(32, 256, 128, 2, 4, 3, 1, false, true)),
             // warpgroup MMA (sm_90a)
             new TilePair("wg_m64", new ExpertCentric(64, 64, 64, 4, 1, 5, 8, true), new ExpertCentric(64, 128, 64, 4, 1, 5, 8, true)),
             new TilePair("wg_m128", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
-            new TilePair("wg_m128_n64", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true), new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)));
+            new TilePair("wg_m128_n64", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true), new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)),
+            new TilePair("wg_m128_atomic", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)));
 
     @Override
     public Integer call() throws Exception {

@@ -24,7 +24,6 @@ import java.util.List;
 import java.util.SplittableRandom;
 import java.util.function.IntFunction;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -65,7 +64,11 @@ class ExpertCentricGpuTest extends GpuSession {
             new ExpertCentric[] {new ExpertCentric(64, 32, 64, 4, 1, 3, 1, true), new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true)},
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)},
             // 128-element slices (rows of 16 pieces), wide tiles
-            new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1)});
+            new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1)},
+            // down's atomic combine, on mma.sync and on wgmma
+            new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1, false, true)},
+            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)});
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -74,34 +77,8 @@ class ExpertCentricGpuTest extends GpuSession {
 
     static final long RUN_SEED = System.nanoTime();
 
-    record Weights(Geometry geometry, long seed, short[] gateUp, short[] down, DeviceBuffer deviceGateUp,
-                   DeviceBuffer deviceDown) implements AutoCloseable {
-        static Weights draw(Geometry g) {
-            ExpertShape s = g.shape();
-            long seed = RUN_SEED + g.name().hashCode();
-            short[] gu = RandomInputs.bf16Normal(seed, s.experts() * 2 * s.intermediate() * s.hidden(), 1.0 / Math.sqrt(s.hidden()));
-            short[] dn = RandomInputs.bf16Normal(seed + 1, s.experts() * s.hidden() * s.intermediate(), 1.0 / Math.sqrt(s.intermediate()));
-            return new Weights(g, seed, gu, dn, upload(gu), upload(dn));
-        }
-
-        @Override
-        public void close() {
-            deviceGateUp.close();
-            deviceDown.close();
-        }
-    }
-
-    static Weights weights;
-
-    static Weights weightsFor(Geometry g) {
-        if (weights == null || !weights.geometry().equals(g)) {
-            if (weights != null) {
-                weights.close();
-            }
-            weights = null;
-            weights = Weights.draw(g);
-        }
-        return weights;
+    static LayerWeights weightsFor(Geometry g) {
+        return layerWeights(g.shape(), RUN_SEED + g.name().hashCode());
     }
 
     record Case(Geometry geometry, int schedule, int tokens, RoutingKind routing) {
@@ -142,6 +119,13 @@ class ExpertCentricGpuTest extends GpuSession {
         cases.add(new Case(ODD, 5, 17, RoutingKind.UNIFORM));
         cases.add(new Case(NARROW, 5, 50, RoutingKind.ALL_ON_EXPERT_0));
         cases.add(new Case(SMALL, 5, 256, RoutingKind.OUTSIDE_IDS));
+        for (int schedule : new int[] {6, 7}) {
+            cases.add(new Case(QWEN3_30B, schedule, 64, RoutingKind.UNIFORM));
+            cases.add(new Case(ODD, schedule, 17, RoutingKind.UNIFORM));
+            cases.add(new Case(NARROW, schedule, 50, RoutingKind.ALL_ON_EXPERT_0));
+            cases.add(new Case(SMALL, schedule, 256, RoutingKind.OUTSIDE_IDS));
+            cases.add(new Case(SMALL, schedule, 4096, RoutingKind.UNIFORM));
+        }
         return cases;
     }
 
@@ -175,13 +159,6 @@ class ExpertCentricGpuTest extends GpuSession {
         compileAll(specs);
     }
 
-    @AfterAll
-    static void releaseWeights() {
-        if (weights != null) {
-            weights.close();
-            weights = null;
-        }
-    }
 
     /** The case's routing: ids drawn as its kind says, weights positive and summing to one per token. */
     static Routing routing(Case c, long seed) {
@@ -226,7 +203,7 @@ class ExpertCentricGpuTest extends GpuSession {
     void layerMatchesReference(Case c) {
         Assumptions.assumeTrue(runsHere(c), "wgmma schedules run on sm_90a only");
         ExpertLayerSpecs specs = specs(c.geometry(), c.schedule());
-        Weights w = weightsFor(c.geometry());
+        LayerWeights w = weightsFor(c.geometry());
         ExpertShape s = c.geometry().shape();
         long seed = System.nanoTime();
         short[] x = RandomInputs.bf16Normal(seed, c.tokens() * s.hidden(), 1.0);
@@ -238,8 +215,9 @@ class ExpertCentricGpuTest extends GpuSession {
         String where = c + " seed=" + seed + " weight seed=" + w.seed();
         try (ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()),
                 LaunchOrder.OVERLAPPING_PREVIOUS, Math.max(c.tokens(), 16))) {
-            if (c.routing() == RoutingKind.OUTSIDE_IDS) {
-                checkY(where, layer, x, routing, w, ref);
+            boolean atomic = SCHEDULES.get(c.schedule())[1].atomicCombine();
+            if (c.routing() == RoutingKind.OUTSIDE_IDS || atomic) {
+                checkY(where, layer, x, routing, w, ref, !atomic);
             } else {
                 checkExpertLayer(where, layer, x, routing, DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
                         ref, BF16_OUTPUT);
@@ -285,8 +263,12 @@ class ExpertCentricGpuTest extends GpuSession {
         throw new IllegalStateException("no free expert");
     }
 
-    /** y alone (inter of an id outside [0, E) is unspecified), twice: the second run must write the same bytes. */
-    static void checkY(String where, ExpertLayer layer, short[] x, Routing routing, Weights w, ExpertReference.LayerResult ref) {
+    /**
+     * y alone (inter of an id outside [0, E) is unspecified), twice: both within the bounds, and with
+     * {@code sameBytes} (the ordered combine) the second run must write the same bytes as the first.
+     */
+    static void checkY(String where, ExpertLayer layer, short[] x, Routing routing, LayerWeights w, ExpertReference.LayerResult ref,
+                       boolean sameBytes) {
         try (DeviceBuffer dx = DeviceBuffer.allocate(DType.BF16, x.length);
              DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
              DeviceBuffer dw = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
@@ -303,17 +285,16 @@ class ExpertCentricGpuTest extends GpuSession {
                 stream.synchronize();
                 runs[run] = download(dy);
             }
-            var ey = dev.moeforge.dsl.reference.ErrorStats.of(ref.y().exact(), runs[0]);
-            System.out.println(where + ": y " + ey);
-            BF16_OUTPUT.check(ey, () -> "down " + where);
-            assertArrayEquals(runs[0], runs[1], () -> "a second run wrote other bytes: " + where);
+            for (short[] run : runs) {
+                var ey = dev.moeforge.dsl.reference.ErrorStats.of(ref.y().exact(), run);
+                System.out.println(where + ": y " + ey);
+                BF16_OUTPUT.check(ey, () -> "down " + where);
+            }
+            if (sameBytes) {
+                assertArrayEquals(runs[0], runs[1], () -> "a second run wrote other bytes: " + where);
+            }
             assertEquals(runs[0].length, ref.y().stored().length);
         }
     }
 
-    private static DeviceBuffer upload(short[] data) {
-        DeviceBuffer b = DeviceBuffer.allocate(DType.BF16, data.length);
-        b.copyFrom(data);
-        return b;
-    }
 }

@@ -18,7 +18,6 @@ import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -74,39 +73,8 @@ class ExpertLayerGpuTest extends GpuSession {
     static final long RUN_SEED = System.nanoTime();
 
 
-    /**
-     * One geometry's random weights, on the host for the reference and on the device. Drawn once
-     * per geometry and run (fresh every run); routing and activations are fresh for every case.
-     */
-    record Weights(Geometry geometry, long seed, short[] gateUp, short[] down, DeviceBuffer deviceGateUp,
-                   DeviceBuffer deviceDown) implements AutoCloseable {
-        static Weights draw(Geometry g) {
-            ExpertShape s = g.shape();
-            long seed = RUN_SEED + GEOMETRIES.indexOf(g);
-            short[] gu = RandomInputs.bf16Normal(seed, s.experts() * 2 * s.intermediate() * s.hidden(), 1.0 / Math.sqrt(s.hidden()));
-            short[] dn = RandomInputs.bf16Normal(seed + 1, s.experts() * s.hidden() * s.intermediate(), 1.0 / Math.sqrt(s.intermediate()));
-            return new Weights(g, seed, gu, dn, upload(gu), upload(dn));
-        }
-
-        @Override
-        public void close() {
-            deviceGateUp.close();
-            deviceDown.close();
-        }
-    }
-
-    /** The weights of the geometry under test; cases come grouped by geometry, so one is kept at a time. */
-    static Weights weights;
-
-    static Weights weightsFor(Geometry g) {
-        if (weights == null || !weights.geometry().equals(g)) {
-            if (weights != null) {
-                weights.close();
-            }
-            weights = null;
-            weights = Weights.draw(g);
-        }
-        return weights;
+    static LayerWeights weightsFor(Geometry g) {
+        return layerWeights(g.shape(), RUN_SEED + GEOMETRIES.indexOf(g));
     }
 
     @BeforeAll
@@ -121,13 +89,6 @@ class ExpertLayerGpuTest extends GpuSession {
         compileAll(specs);
     }
 
-    @AfterAll
-    static void releaseWeights() {  // runs before GpuSession closes the context
-        if (weights != null) {
-            weights.close();
-            weights = null;
-        }
-    }
 
     static ExpertLayerSpecs specs(Geometry g, Schedules s) {
         return ExpertLayerSpecs.of("t_" + g.name() + "_" + tag(s.gateUp()) + "_" + tag(s.down()), g.shape(), g.layout(),
@@ -160,7 +121,7 @@ class ExpertLayerGpuTest extends GpuSession {
     void layerMatchesReference(Geometry g, int scheduleIndex, int tokens) {
         ExpertLayerSpecs specs = specs(g, SCHEDULES.get(scheduleIndex));
         ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()));
-        Weights w = weightsFor(g);
+        LayerWeights w = weightsFor(g);
         long seed = System.nanoTime();
         ExpertShape s = g.shape();
         short[] x = RandomInputs.bf16Normal(seed, tokens * s.hidden(), 1.0);
@@ -192,9 +153,4 @@ class ExpertLayerGpuTest extends GpuSession {
         }
     }
 
-    private static DeviceBuffer upload(short[] data) {
-        DeviceBuffer b = DeviceBuffer.allocate(DType.BF16, data.length);
-        b.copyFrom(data);
-        return b;
-    }
 }

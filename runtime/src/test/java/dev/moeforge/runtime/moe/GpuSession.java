@@ -10,9 +10,11 @@ import dev.moeforge.runtime.kernel.KernelRuntime;
 
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
+import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
@@ -122,6 +124,49 @@ abstract class GpuSession {
         }
     }
 
+    /**
+     * One geometry's random BF16 layer weights, on the host for the reference and on the device;
+     * drawn fresh every run from {@code seed} (print it with any failure).
+     */
+    record LayerWeights(ExpertShape shape, long seed, short[] gateUp, short[] down, DeviceBuffer deviceGateUp,
+                        DeviceBuffer deviceDown) implements AutoCloseable {
+        static LayerWeights draw(ExpertShape s, long seed) {
+            short[] gu = RandomInputs.bf16Normal(seed, s.experts() * 2 * s.intermediate() * s.hidden(), 1.0 / Math.sqrt(s.hidden()));
+            short[] dn = RandomInputs.bf16Normal(seed + 1, s.experts() * s.hidden() * s.intermediate(), 1.0 / Math.sqrt(s.intermediate()));
+            return new LayerWeights(s, seed, gu, dn, uploadBf16(gu), uploadBf16(dn));
+        }
+
+        @Override
+        public void close() {
+            deviceGateUp.close();
+            deviceDown.close();
+        }
+    }
+
+    /** The weights of the geometry under test; cases come grouped by geometry, so one set is kept at a time. */
+    private static LayerWeights layerWeights;
+
+    static LayerWeights layerWeights(ExpertShape shape, long seed) {
+        if (layerWeights == null || !layerWeights.shape().equals(shape) || layerWeights.seed() != seed) {
+            releaseLayerWeights();
+            layerWeights = LayerWeights.draw(shape, seed);
+        }
+        return layerWeights;
+    }
+
+    static void releaseLayerWeights() {
+        if (layerWeights != null) {
+            layerWeights.close();
+            layerWeights = null;
+        }
+    }
+
+    static DeviceBuffer uploadBf16(short[] data) {
+        DeviceBuffer b = DeviceBuffer.allocate(DType.BF16, data.length);
+        b.copyFrom(data);
+        return b;
+    }
+
     /** A bf16 buffer's contents. */
     static short[] download(DeviceBuffer b) {
         short[] out = new short[(int) b.elements()];
@@ -131,6 +176,7 @@ abstract class GpuSession {
 
     @AfterAll
     static void closeGpu() {
+        releaseLayerWeights();
         if (runtime != null) {
             runtime.close();
             stream.close();
