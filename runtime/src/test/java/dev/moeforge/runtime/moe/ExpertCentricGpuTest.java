@@ -4,7 +4,6 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
-import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
@@ -15,7 +14,6 @@ import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.RoutingPlan;
-import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.util.ArrayList;
@@ -39,13 +37,6 @@ import org.junit.jupiter.params.provider.MethodSource;
  */
 @RequiresGpu
 class ExpertCentricGpuTest extends GpuSession {
-    record Geometry(String name, ExpertShape shape, GateUpLayout layout) {
-        @Override
-        public String toString() {
-            return name;
-        }
-    }
-
     static final Geometry QWEN3_30B = new Geometry("qwen3_30b_a3b", new ExpertShape(2048, 768, 128, 8), GateUpLayout.STACKED);
     static final Geometry GPT_OSS = new Geometry("gpt_oss_20b", new ExpertShape(2880, 2880, 32, 4), GateUpLayout.INTERLEAVED);
     static final Geometry SMALL = new Geometry("small_256x128_e16_k4", new ExpertShape(256, 128, 16, 4), GateUpLayout.STACKED);
@@ -269,21 +260,13 @@ class ExpertCentricGpuTest extends GpuSession {
      */
     static void checkY(String where, ExpertLayer layer, short[] x, Routing routing, LayerWeights w, ExpertReference.LayerResult ref,
                        boolean sameBytes) {
-        try (DeviceBuffer dx = DeviceBuffer.allocate(DType.BF16, x.length);
-             DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
-             DeviceBuffer dw = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
-             DeviceBuffer dinter = DeviceBuffer.allocate(DType.BF16, ref.inter().stored().length);
-             DeviceBuffer dy = DeviceBuffer.allocate(DType.BF16, ref.y().stored().length)) {
-            dx.copyFrom(x);
-            dids.copyFrom(routing.ids());
-            dw.copyFrom(routing.weights());
+        try (LayerBuffers b = LayerBuffers.of(x, routing, ref)) {
             short[][] runs = new short[2][];
             for (int run = 0; run < 2; run++) {
-                dy.fillBytes16(dev.moeforge.dsl.format.Bf16.NAN);
-                layer.enqueue(stream, routing.tokens(), dx, DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
-                        dids, dw, dinter, dy);
+                b.poison();
+                b.enqueue(layer, routing.tokens(), DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()));
                 stream.synchronize();
-                runs[run] = download(dy);
+                runs[run] = download(b.y());
             }
             for (short[] run : runs) {
                 var ey = dev.moeforge.dsl.reference.ErrorStats.of(ref.y().exact(), run);

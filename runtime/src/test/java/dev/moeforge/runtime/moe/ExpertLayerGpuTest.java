@@ -30,13 +30,6 @@ import org.junit.jupiter.params.provider.MethodSource;
  */
 @RequiresGpu
 class ExpertLayerGpuTest extends GpuSession {
-    record Geometry(String name, ExpertShape shape, GateUpLayout layout) {
-        @Override
-        public String toString() {
-            return name;
-        }
-    }
-
     static final List<Geometry> GEOMETRIES = List.of(
             new Geometry("gpt_oss_20b", new ExpertShape(2880, 2880, 32, 4), GateUpLayout.INTERLEAVED),
             new Geometry("qwen3_30b_a3b", new ExpertShape(2048, 768, 128, 8), GateUpLayout.STACKED),

@@ -11,6 +11,7 @@ import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
@@ -91,20 +92,12 @@ abstract class GpuSession {
     static void checkExpertLayer(String where, ExpertLayer layer, short[] x, Routing routing, DeviceWeights gateUp,
                                  DeviceWeights down, ExpertReference.LayerResult ref, Bounds bounds) {
         int tokens = routing.tokens();
-        try (DeviceBuffer dx = DeviceBuffer.allocate(DType.BF16, x.length);
-             DeviceBuffer dids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
-             DeviceBuffer dw = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
-             DeviceBuffer dinter = DeviceBuffer.allocate(DType.BF16, ref.inter().stored().length);
-             DeviceBuffer dy = DeviceBuffer.allocate(DType.BF16, ref.y().stored().length)) {
-            dx.copyFrom(x);
-            dids.copyFrom(routing.ids());
-            dw.copyFrom(routing.weights());
-            dinter.fillBytes16(Bf16.NAN);
-            dy.fillBytes16(Bf16.NAN);
-            layer.enqueue(stream, tokens, dx, gateUp, down, dids, dw, dinter, dy);
+        try (LayerBuffers b = LayerBuffers.of(x, routing, ref)) {
+            b.poison();
+            b.enqueue(layer, tokens, gateUp, down);
             stream.synchronize();
-            short[] gotInter = download(dinter);
-            short[] gotY = download(dy);
+            short[] gotInter = download(b.inter());
+            short[] gotY = download(b.y());
             ErrorStats ei = ErrorStats.of(ref.inter().exact(), gotInter);
             ErrorStats ey = ErrorStats.of(ref.y().exact(), gotY);
             System.out.println(where + ": gate_up " + ei + "; y " + ey);
@@ -112,15 +105,54 @@ abstract class GpuSession {
             bounds.check(ey, () -> "down " + where);
 
             // a graph replay computes the same bytes as the direct launch
-            dinter.fillBytes16(Bf16.NAN);
-            dy.fillBytes16(Bf16.NAN);
-            try (CudaGraph graph = CudaGraph.capture(stream,
-                    () -> layer.enqueue(stream, tokens, dx, gateUp, down, dids, dw, dinter, dy))) {
+            b.poison();
+            try (CudaGraph graph = CudaGraph.capture(stream, () -> b.enqueue(layer, tokens, gateUp, down))) {
                 graph.launch(stream);
                 stream.synchronize();
             }
-            assertArrayEquals(gotInter, download(dinter), () -> "graph replay of gate_up differs: " + where);
-            assertArrayEquals(gotY, download(dy), () -> "graph replay of down differs: " + where);
+            assertArrayEquals(gotInter, download(b.inter()), () -> "graph replay of gate_up differs: " + where);
+            assertArrayEquals(gotY, download(b.y()), () -> "graph replay of down differs: " + where);
+        }
+    }
+
+    /** An expert layer's geometry under test, named for the test reports. */
+    record Geometry(String name, ExpertShape shape, GateUpLayout layout) {
+        @Override
+        public String toString() {
+            return name;
+        }
+    }
+
+    /** One layer call's device buffers: x and the routing uploaded, inter and y for the outputs. */
+    record LayerBuffers(DeviceBuffer x, DeviceBuffer ids, DeviceBuffer weights, DeviceBuffer inter, DeviceBuffer y)
+            implements AutoCloseable {
+        static LayerBuffers of(short[] x, Routing routing, ExpertReference.LayerResult ref) {
+            LayerBuffers b = new LayerBuffers(DeviceBuffer.allocate(DType.BF16, x.length),
+                    DeviceBuffer.allocate(DType.INT32, routing.ids().length), DeviceBuffer.allocate(DType.FP32, routing.weights().length),
+                    DeviceBuffer.allocate(DType.BF16, ref.inter().stored().length), DeviceBuffer.allocate(DType.BF16, ref.y().stored().length));
+            b.x.copyFrom(x);
+            b.ids.copyFrom(routing.ids());
+            b.weights.copyFrom(routing.weights());
+            return b;
+        }
+
+        /** Fills both outputs with NaN, so that an output the kernels leave unwritten shows. */
+        void poison() {
+            inter.fillBytes16(Bf16.NAN);
+            y.fillBytes16(Bf16.NAN);
+        }
+
+        void enqueue(ExpertLayer layer, int tokens, DeviceWeights gateUp, DeviceWeights down) {
+            layer.enqueue(stream, tokens, x, gateUp, down, ids, weights, inter, y);
+        }
+
+        @Override
+        public void close() {
+            x.close();
+            ids.close();
+            weights.close();
+            inter.close();
+            y.close();
         }
     }
 
