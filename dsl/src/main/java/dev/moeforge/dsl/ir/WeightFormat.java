@@ -221,4 +221,10 @@ public sealed interface WeightFormat permits WeightFormat.Bf16, WeightFormat.Fp8
     /** Every format, in the order the docs and benchmarks list them. */
     java.util.List<WeightFormat> ALL = java.util.List.of(BF16, FP8_CHANNEL, FP8_BLOCK128, MXFP8, NVFP4, MXFP4,
             INT8_CHANNEL, INT8_GROUP128, INT4_CHANNEL, INT4_GROUP128);
+
+    /** The format written {@code text}, e.g. {@code nvfp4}; an unknown one is refused with the list of known ones. */
+    static WeightFormat fromText(String text) {
+        return ALL.stream().filter(f -> f.text().equals(text)).findFirst().orElseThrow(() -> new IllegalArgumentException(
+                "unknown format '" + text + "'; known: " + String.join(", ", ALL.stream().map(WeightFormat::text).toList())));
+    }
 }

@@ -234,9 +234,11 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             chosen.addAll(WeightFormat.ALL);
         } else {
             for (String name : formats) {
-                chosen.add(WeightFormat.ALL.stream().filter(f -> f.text().equals(name)).findFirst().orElseThrow(() ->
-                        new IllegalArgumentException("--formats: unknown format '" + name + "'; known: "
-                                + WeightFormat.ALL.stream().map(WeightFormat::text).toList())));
+                try {
+                    chosen.add(WeightFormat.fromText(name));
+                } catch (IllegalArgumentException e) {
+                    throw new IllegalArgumentException("--formats: " + e.getMessage(), e);
+                }
             }
         }
         return WORKLOADS.stream().filter(w -> chosen.contains(w.format())).toList();

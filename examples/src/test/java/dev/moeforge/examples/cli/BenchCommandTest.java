@@ -27,5 +27,7 @@ class BenchCommandTest {
         refused("moeforge bench formats: --warmup -1: at least 0", "bench", "formats", "--warmup", "-1");
         refused("moeforge bench router: --shapes: unknown shape 'nope'", "bench", "router", "--shapes", "nope");
         refused("moeforge bench router: --reps 3: at least 50 timed repetitions", "bench", "router", "--reps", "3");
+        refused("moeforge bench prefill: --tokens [0]: each token count at least 1", "bench", "prefill", "--tokens", "0");
+        refused("moeforge bench prefill: --reps 20: at least 50 timed repetitions", "bench", "prefill", "--reps", "20");
     }
 }
