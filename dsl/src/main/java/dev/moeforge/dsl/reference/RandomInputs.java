@@ -71,4 +71,82 @@ public final class RandomInputs {
         }
         return new Routing(tokens, topk, ids, weights);
     }
+
+    /** How close to the requested balancedness {@link #skewedRouting} lands. */
+    public static final double BALANCEDNESS_TOLERANCE = 0.02;
+
+    /**
+     * A routing whose expert load has the requested balancedness ({@link Routing#balancedness}),
+     * within {@link #BALANCEDNESS_TOLERANCE}: each expert gets a popularity logit z_e ~ N(0, 1), and
+     * each token takes the top k of z_e / t + g (fresh Gumbel noise g per token and expert): k
+     * distinct experts drawn without replacement with probabilities softmax(z / t). The temperature t
+     * is found by bisection on the drawn routing's own balancedness (the same draws for every t, so
+     * the search is deterministic), hot t spreading the load, cold t piling it onto the same experts.
+     * Weights as in {@link #uniformRouting}. A balancedness no temperature reaches for this batch
+     * (above what uniform draws give, or below every token on the same experts) is refused with the
+     * reachable range.
+     */
+    public static Routing skewedRouting(long seed, int tokens, int experts, int topk, double balancedness) {
+        if (topk < 1 || topk > experts || tokens < 1) {
+            throw new IllegalArgumentException("routing of " + tokens + " tokens x top-" + topk + " over " + experts
+                    + " experts: needs tokens >= 1 and 1 <= topk <= experts");
+        }
+        SplittableRandom r = new SplittableRandom(seed);
+        double[] popularity = new double[experts];
+        for (int e = 0; e < experts; e++) {
+            popularity[e] = r.nextGaussian();
+        }
+        double[] gumbel = new double[tokens * experts];
+        for (int i = 0; i < gumbel.length; i++) {
+            gumbel[i] = -Math.log(-Math.log(Math.max(r.nextDouble(), Double.MIN_NORMAL)));
+        }
+        Routing uniform = uniformRouting(seed + 1, tokens, experts, topk);
+        double hot = 1e3;
+        double cold = 1e-3;
+        Routing high = draw(popularity, gumbel, hot, tokens, experts, topk, uniform.weights());
+        Routing low = draw(popularity, gumbel, cold, tokens, experts, topk, uniform.weights());
+        double max = high.balancedness(experts);
+        double min = low.balancedness(experts);
+        if (balancedness > max + BALANCEDNESS_TOLERANCE || balancedness < min - BALANCEDNESS_TOLERANCE) {
+            throw new IllegalArgumentException(String.format(java.util.Locale.ROOT, "balancedness %.3f: %d tokens x top-%d over %d "
+                    + "experts reach %.3f..%.3f", balancedness, tokens, topk, experts, min, max));
+        }
+        Routing best = Math.abs(max - balancedness) < Math.abs(min - balancedness) ? high : low;
+        for (int step = 0; step < 60 && Math.abs(best.balancedness(experts) - balancedness) > BALANCEDNESS_TOLERANCE / 4; step++) {
+            double t = Math.sqrt(hot * cold);  // bisection in log t
+            Routing mid = draw(popularity, gumbel, t, tokens, experts, topk, uniform.weights());
+            double b = mid.balancedness(experts);
+            if (Math.abs(b - balancedness) < Math.abs(best.balancedness(experts) - balancedness)) {
+                best = mid;
+            }
+            if (b > balancedness) {
+                hot = t;
+            } else {
+                cold = t;
+            }
+        }
+        return best;
+    }
+
+    /** Each token's top k of popularity / t + its Gumbel noise, in descending order. */
+    private static Routing draw(double[] popularity, double[] gumbel, double t, int tokens, int experts, int topk, float[] weights) {
+        int[] ids = new int[tokens * topk];
+        double[] score = new double[experts];
+        for (int m = 0; m < tokens; m++) {
+            for (int e = 0; e < experts; e++) {
+                score[e] = popularity[e] / t + gumbel[m * experts + e];
+            }
+            for (int j = 0; j < topk; j++) {
+                int pick = 0;
+                for (int e = 1; e < experts; e++) {
+                    if (score[e] > score[pick]) {
+                        pick = e;
+                    }
+                }
+                ids[m * topk + j] = pick;
+                score[pick] = Double.NEGATIVE_INFINITY;
+            }
+        }
+        return new Routing(tokens, topk, ids, weights);
+    }
 }

@@ -55,6 +55,33 @@ public record Routing(int tokens, int topk, int[] ids, float[] weights) {
     }
 
     /** Experts routed to by at least one token. */
+    /**
+     * How evenly the routed (token, slot) pairs spread over {@code experts}: the entropy of the
+     * expert-load distribution over the natural log of the expert count (1: every expert takes as many
+     * pairs; ln k / ln E: every token on the same k experts). Ids outside [0, E) are not counted.
+     */
+    public double balancedness(int experts) {
+        if (experts < 2) {
+            throw new IllegalArgumentException("balancedness needs at least 2 experts, got " + experts);
+        }
+        long[] load = new long[experts];
+        long total = 0;
+        for (int id : ids) {
+            if (id >= 0 && id < experts) {
+                load[id]++;
+                total++;
+            }
+        }
+        double entropy = 0;
+        for (long n : load) {
+            if (n > 0) {
+                double p = (double) n / total;
+                entropy -= p * Math.log(p);
+            }
+        }
+        return entropy / Math.log(experts);
+    }
+
     public int distinctExperts() {
         return (int) Arrays.stream(ids).distinct().count();
     }

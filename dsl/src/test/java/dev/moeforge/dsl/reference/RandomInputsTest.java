@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.format.Bf16;
@@ -131,5 +132,49 @@ class RandomInputsTest {
             out[i] = a[i];
         }
         return out;
+    }
+
+    @ParameterizedTest(name = "M={0}, E={1}, k={2}")
+    @CsvSource({"64, 128, 8", "256, 128, 8", "1024, 128, 8", "4096, 128, 8", "256, 512, 10", "512, 64, 8"})
+    void skewedRoutingHitsTheRequestedBalancednessWithDistinctIds(int tokens, int experts, int topk) {
+        for (double beta : new double[] {0.6, 0.7, 0.8, 0.9}) {
+            long seed = 1000L * tokens + (long) (beta * 100);
+            Routing r = RandomInputs.skewedRouting(seed, tokens, experts, topk, beta);
+            double got = r.balancedness(experts);
+            assertTrue(Math.abs(got - beta) <= RandomInputs.BALANCEDNESS_TOLERANCE,
+                    () -> "asked " + beta + ", got " + got + " (M=" + tokens + ", E=" + experts + ", k=" + topk + ", seed " + seed + ")");
+            for (int m = 0; m < tokens; m++) {
+                boolean[] seen = new boolean[experts];
+                for (int k = 0; k < topk; k++) {
+                    int e = r.id(m, k);
+                    assertTrue(e >= 0 && e < experts && !seen[e], "token " + m + " slot " + k + ": expert " + e);
+                    seen[e] = true;
+                }
+            }
+            assertArrayEquals(r.ids(), RandomInputs.skewedRouting(seed, tokens, experts, topk, beta).ids(), "the same seed, the same routing");
+        }
+    }
+
+    @Test
+    void balancednessIsOneForAnEvenLoadAndLowForOneHotSpot() {
+        int[] even = new int[64];
+        for (int i = 0; i < even.length; i++) {
+            even[i] = i % 16;
+        }
+        assertEquals(1.0, new Routing(32, 2, even, new float[64]).balancedness(16), 1e-12);
+        int[] piled = new int[64];
+        for (int m = 0; m < 32; m++) {
+            piled[2 * m] = 0;
+            piled[2 * m + 1] = 1;
+        }
+        assertEquals(Math.log(2) / Math.log(16), new Routing(32, 2, piled, new float[64]).balancedness(16), 1e-12);
+    }
+
+    @Test
+    void anUnreachableBalancednessIsRefusedWithTheRange() {
+        // 8 tokens x top-8 are 64 pairs over 128 experts: at most ln 64 / ln 128 = 0.857
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> RandomInputs.skewedRouting(1, 8, 128, 8, 0.99));
+        assertTrue(e.getMessage().startsWith("balancedness 0.990: 8 tokens x top-8 over 128 experts reach "), e.getMessage());
     }
 }
