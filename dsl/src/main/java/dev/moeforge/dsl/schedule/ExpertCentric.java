@@ -258,6 +258,20 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 Math.toIntExact(sharedBytes(problem)));
     }
 
+    /** One block per tile of block_m pairs of an expert and block_n outputs (the over-launched rest exits at once). */
+    @Override
+    public long workBlocks(Problem.ExpertProblem problem, int tokens, int[] expertLoad) {
+        if (expertLoad.length != problem.shape().experts()) {
+            throw new IllegalArgumentException("expert load of " + expertLoad.length + " experts for a problem of "
+                    + problem.shape().experts());
+        }
+        long tiles = 0;
+        for (int n : expertLoad) {
+            tiles += Math.ceilDiv(n, blockM);
+        }
+        return tiles * Math.ceilDiv(outputs(problem), blockN);
+    }
+
     /** {@link #MAX_TOKENS}, or fewer where the over-launched grid would pass CUDA's 2^31 - 1 blocks. */
     @Override
     public int maxTokens(Problem.ExpertProblem problem) {

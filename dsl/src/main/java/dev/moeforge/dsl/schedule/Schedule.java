@@ -62,6 +62,17 @@ public sealed interface Schedule<P extends Problem>
     int maxTokens(P problem);
 
     /**
+     * The thread blocks that have work for {@code tokens} tokens whose routed pairs fall on the
+     * experts as {@code expertLoad} counts them (pairs per expert): the grid G of the dispatch cost
+     * model. By default the launched grid, which does not depend on the routing; a kind whose work
+     * follows the routing counts its own.
+     */
+    default long workBlocks(P problem, int tokens, int[] expertLoad) {
+        LaunchGeometry g = geometry(problem, tokens);
+        return (long) g.gridX() * g.gridY();
+    }
+
+    /**
      * Whether the kernel also takes the routing grouped by expert ({@link RoutingPlan}: sorted_slots
      * and expert_offsets, after the routing tables), which its module's align entry points build.
      */
