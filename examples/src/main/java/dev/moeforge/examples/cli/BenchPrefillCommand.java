@@ -2,9 +2,17 @@ package dev.moeforge.examples.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
+import dev.moeforge.dsl.build.ModelGeometry;
+import dev.moeforge.dsl.check.SpecException;
+import dev.moeforge.dsl.check.Validator;
+import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.schedule.ExpertCentric;
+import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.examples.bench.BenchKernels;
 import dev.moeforge.examples.bench.ExpertLayerBenchmark;
 import dev.moeforge.examples.bench.GpuTimer;
@@ -19,6 +27,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Optional;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -37,7 +46,6 @@ import picocli.CommandLine.Option;
                 + "expert-centric tile pairs and, up to 64 tokens, the catalogue's output-centric pairs; PyTorch's "
                 + "grouped_mm layer and a dense cuBLAS GEMM of the same FLOPs in the same run.")
 public final class BenchPrefillCommand implements Callable<Integer> {
-    static final ExpertShape SHAPE = new ExpertShape(2048, 768, 128, 8);
     /** Token counts up to which the output-centric pairs run too (the crossover). */
     static final int OUTPUT_CENTRIC_UP_TO = 64;
 
@@ -50,6 +58,14 @@ public final class BenchPrefillCommand implements Callable<Integer> {
     @Option(names = "--tokens", split = ",", defaultValue = "8,16,32,64,256,1024,4096,16384",
             description = "Token counts (default: ${DEFAULT-VALUE}).")
     List<Integer> tokens;
+
+    @Option(names = "--model", defaultValue = "qwen3-30b-a3b",
+            description = "The model whose expert geometry is timed (default: ${DEFAULT-VALUE}); see `moeforge pool` for the names.")
+    String model;
+
+    @Option(names = "--shape", paramLabel = "H,I,E,k", split = ",",
+            description = "A geometry instead of a model's: hidden, intermediate, experts, top-k (gate and up stacked).")
+    List<Integer> shapeOption;
 
     @Option(names = "--torch-script", defaultValue = "bench/torch_prefill.py",
             description = "The PyTorch baseline script (default: ${DEFAULT-VALUE}); skipped when it or python3 with torch is missing.")
@@ -84,9 +100,23 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             new TilePair("wg_m128_atomic", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
                     new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)));
 
+    /** The geometry timed, and its gate/up layout. */
+    private ExpertShape shape;
+    private GateUpLayout layout;
+
     @Override
     public Integer call() throws Exception {
         LayerBenchOptions.require(layers, tokens);
+        ModelGeometry named = ModelGeometry.fromText(model);
+        shape = named.shape();
+        layout = named.layout();
+        if (shapeOption != null) {
+            if (shapeOption.size() != 4) {
+                throw new IllegalArgumentException("--shape " + shapeOption + ": four numbers, H,I,E,k");
+            }
+            shape = new ExpertShape(shapeOption.get(0), shapeOption.get(1), shapeOption.get(2), shapeOption.get(3));
+            layout = GateUpLayout.STACKED;
+        }
         options.require("bench prefill");
         int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElseThrow();
         KernelCache cache = KernelCache.defaultCache();
@@ -105,21 +135,24 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                 if (p.gateUp().wgmma() && runtime.target() != dev.moeforge.dsl.ir.Target.SM_90A) {
                     continue;  // warpgroup MMA is sm_90a's
                 }
-                ExpertLayerSpecs specs = ExpertLayerSpecs.of("prefill_" + p.name(), SHAPE, GateUpLayout.STACKED, p.gateUp(), p.down(),
-                        runtime.target());
-                tiles.add(new ExpertLayerBenchmark.Variant(p.name(), new ExpertLayer(runtime.load(specs.gateUp()),
-                        runtime.load(specs.down()), LaunchOrder.OVERLAPPING_PREVIOUS, maxTokens)));
+                layerOf("prefill_" + p.name(), p.gateUp(), p.down(), runtime, maxTokens)
+                        .ifPresent(l -> tiles.add(new ExpertLayerBenchmark.Variant(p.name(), l)));
             }
+            // the catalogue's Qwen3-30B-A3B output-centric tiles of 8 and 32 tokens (their schedules on another geometry)
             List<ExpertLayerBenchmark.Variant> warps = new ArrayList<>();
             for (BenchCommand.CataloguePair pair : BenchCommand.PAIRS.subList(1, BenchCommand.PAIRS.size())) {
-                warps.add(new ExpertLayerBenchmark.Variant(pair.name(), new ExpertLayer(runtime.load(pair.gateUp().spec()),
-                        runtime.load(pair.down().spec()))));
+                KernelSpec gu = pair.gateUp().spec();
+                KernelSpec dn = pair.down().spec();
+                Optional<ExpertLayer> layer = gu.problem().equals(new Problem.ExpertGateUp(shape, WeightFormat.BF16, DType.BF16, layout))
+                        ? Optional.of(new ExpertLayer(runtime.load(gu), runtime.load(dn)))
+                        : layerOf("prefill_" + pair.name(), gu.schedule(), dn.schedule(), runtime, Math.min(maxTokens, OUTPUT_CENTRIC_UP_TO));
+                layer.ifPresent(l -> warps.add(new ExpertLayerBenchmark.Variant(pair.name(), l)));
             }
             List<ExpertLayerBenchmark.Variant> all = new ArrayList<>(tiles);
             all.addAll(warps);
-            try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(kernels, stream, SHAPE, layers, maxTokens, seed)) {
+            try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(kernels, stream, shape, layers, maxTokens, seed)) {
                 System.out.printf(Locale.ROOT, "expert layer H=%d I=%d E=%d top-%d BF16, %d layers = %.1f GB of weights%n",
-                        SHAPE.hidden(), SHAPE.intermediate(), SHAPE.experts(), SHAPE.topk(), layers, bench.weightBytes() / 1e9);
+                        shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), layers, bench.weightBytes() / 1e9);
                 for (int m : tokens) {
                     List<ExpertLayerBenchmark.Variant> here = m <= OUTPUT_CENTRIC_UP_TO ? all : tiles;
                     results.addAll(bench.run(stream, here, m, seed, options.warmup, options.reps, readBw,
@@ -129,8 +162,8 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             for (ExpertLayerBenchmark.Variant v : all) {
                 v.layer().close();
             }
-            JsonNode torch = TorchBaseline.run(torchScript, Map.of("hidden", SHAPE.hidden(), "intermediate", SHAPE.intermediate(),
-                    "experts", SHAPE.experts(), "topk", SHAPE.topk(), "copies", layers, "tokens", tokens,
+            JsonNode torch = TorchBaseline.run(torchScript, Map.of("hidden", shape.hidden(), "intermediate", shape.intermediate(),
+                    "experts", shape.experts(), "topk", shape.topk(), "copies", layers, "tokens", tokens,
                     "warmup", options.warmup, "reps", options.reps));
             printTable(results, torch);
             Map<String, Object> doc = BenchReports.header("prefill", ctx);
@@ -139,8 +172,9 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                     "bytes", "distinct routed experts' gate_up and down weights per layer", "flops", "2 M k 3 H I per layer",
                     "seed", seed));
             doc.put("read_bandwidth_bytes_per_second", readBw);
-            doc.put("shape", Map.of("hidden", SHAPE.hidden(), "intermediate", SHAPE.intermediate(), "experts", SHAPE.experts(),
-                    "topk", SHAPE.topk(), "weights", "bf16"));
+            doc.put("model", shapeOption == null ? model : "(--shape)");
+            doc.put("shape", Map.of("hidden", shape.hidden(), "intermediate", shape.intermediate(), "experts", shape.experts(),
+                    "topk", shape.topk(), "layout", layout.text(), "weights", "bf16"));
             doc.put("variants", BenchCommand.variantRows(all));
             List<Map<String, Object>> rows = BenchCommand.resultRows(results, readBw);
             for (int i = 0; i < rows.size(); i++) {
@@ -159,9 +193,22 @@ public final class BenchPrefillCommand implements Callable<Integer> {
         return 0;
     }
 
+    /** A layer of the two schedules on the geometry timed, or empty (with a line saying why) where they do not lower it. */
+    private Optional<ExpertLayer> layerOf(String name, Schedule<?> gateUp, Schedule<?> down, KernelRuntime runtime, int capacity) {
+        try {
+            ExpertLayerSpecs specs = ExpertLayerSpecs.of(name, shape, layout, gateUp, down, runtime.target());
+            ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()), LaunchOrder.OVERLAPPING_PREVIOUS,
+                    Math.min(capacity, Math.min(Validator.check(specs.gateUp()).maxTokens(), Validator.check(specs.down()).maxTokens())));
+            return Optional.of(layer);
+        } catch (SpecException e) {
+            System.out.println("  skipped " + name + ": " + e.getMessage().lines().findFirst().orElse(""));
+            return Optional.empty();
+        }
+    }
+
     /** The layer's multiply-adds times two: gate_up (2I x H) and down (H x I) for each of the M k routed pairs. */
-    static double flops(int tokens) {
-        return 2.0 * tokens * SHAPE.topk() * 3.0 * SHAPE.hidden() * SHAPE.intermediate();
+    double flops(int tokens) {
+        return 2.0 * tokens * shape.topk() * 3.0 * shape.hidden() * shape.intermediate();
     }
 
     private static JsonNode torchRow(JsonNode torch, int tokens) {
@@ -176,7 +223,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
         return null;
     }
 
-    private static void printTable(List<ExpertLayerBenchmark.Result> results, JsonNode torch) {
+    private void printTable(List<ExpertLayerBenchmark.Result> results, JsonNode torch) {
         System.out.println();
         System.out.printf(Locale.ROOT, "%-14s %6s %10s %10s %10s %8s %8s %9s %11s %10s%n", "variant", "M", "layer us", "gate_up us",
                 "down us", "TFLOP/s", "of floor", "of dense", "grouped_mm", "vs torch");

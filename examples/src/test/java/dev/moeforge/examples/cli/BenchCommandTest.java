@@ -29,5 +29,7 @@ class BenchCommandTest {
         refused("moeforge bench router: --reps 3: at least 50 timed repetitions", "bench", "router", "--reps", "3");
         refused("moeforge bench prefill: --tokens [0]: each token count at least 1", "bench", "prefill", "--tokens", "0");
         refused("moeforge bench prefill: --reps 20: at least 50 timed repetitions", "bench", "prefill", "--reps", "20");
+        refused("moeforge bench prefill: --shape [2048, 768]: four numbers, H,I,E,k", "bench", "prefill", "--shape", "2048,768");
+        refused("moeforge bench prefill: unknown model 'nope'", "bench", "prefill", "--model", "nope");
     }
 }
