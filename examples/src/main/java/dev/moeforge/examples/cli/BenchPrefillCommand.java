@@ -2,7 +2,6 @@ package dev.moeforge.examples.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
-import dev.moeforge.dsl.build.ModelGeometry;
 import dev.moeforge.dsl.check.SpecException;
 import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.DType;
@@ -107,16 +106,9 @@ public final class BenchPrefillCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         LayerBenchOptions.require(layers, tokens);
-        ModelGeometry named = ModelGeometry.fromText(model);
-        shape = named.shape();
-        layout = named.layout();
-        if (shapeOption != null) {
-            if (shapeOption.size() != 4) {
-                throw new IllegalArgumentException("--shape " + shapeOption + ": four numbers, H,I,E,k");
-            }
-            shape = new ExpertShape(shapeOption.get(0), shapeOption.get(1), shapeOption.get(2), shapeOption.get(3));
-            layout = GateUpLayout.STACKED;
-        }
+        LayerGeometry geometry = LayerGeometry.of(model, shapeOption);
+        shape = geometry.shape();
+        layout = geometry.layout();
         options.require("bench prefill");
         int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElseThrow();
         KernelCache cache = KernelCache.defaultCache();
@@ -172,7 +164,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                     "bytes", "distinct routed experts' gate_up and down weights per layer", "flops", "2 M k 3 H I per layer",
                     "seed", seed));
             doc.put("read_bandwidth_bytes_per_second", readBw);
-            doc.put("model", shapeOption == null ? model : "(--shape)");
+            doc.put("model", geometry.name());
             doc.put("shape", Map.of("hidden", shape.hidden(), "intermediate", shape.intermediate(), "experts", shape.experts(),
                     "topk", shape.topk(), "layout", layout.text(), "weights", "bf16"));
             doc.put("variants", BenchCommand.variantRows(all));

@@ -90,22 +90,10 @@ public final class PoolCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         Target t = GenCommand.parseTargets(List.of(target)).getFirst();
         WeightFormat weights = WeightFormat.fromText(format);
-        String name;
-        ExpertShape shape;
-        GateUpLayout layout;
-        if (geometry.model != null) {
-            ModelGeometry m = ModelGeometry.fromText(geometry.model);
-            name = m.text();
-            shape = m.shape();
-            layout = m.layout();
-        } else {
-            if (geometry.shape.size() != 4) {
-                throw new IllegalArgumentException("--shape " + geometry.shape + ": four numbers, H,I,E,k");
-            }
-            shape = new ExpertShape(geometry.shape.get(0), geometry.shape.get(1), geometry.shape.get(2), geometry.shape.get(3));
-            name = "shape_" + shape.hidden() + "x" + shape.intermediate() + "_e" + shape.experts() + "_k" + shape.topk();
-            layout = GateUpLayout.STACKED;
-        }
+        LayerGeometry chosen = LayerGeometry.of(geometry.model, geometry.shape);
+        String name = chosen.name();
+        ExpertShape shape = chosen.shape();
+        GateUpLayout layout = chosen.layout();
         List<Config> configs = configs(shape, layout, weights, t);
         PrintWriter stdout = command.commandLine().getOut();
         Map<String, Integer> sizes = sizes(configs);

@@ -72,6 +72,11 @@ public final class ExpertHalf implements AutoCloseable {
     public void enqueueGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds,
                               DeviceBuffer inter) {
         enqueueOwnPlan(stream, tokens, topkIds);
+        launchGateUp(stream, tokens, x, wGateUp, topkIds, inter);
+    }
+
+    /** gate_up's kernel alone, reading the plan already built. */
+    void launchGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds, DeviceBuffer inter) {
         launch(stream, tokens, Map.of("x", x, "topk_ids", topkIds, "inter", inter), "gate_up's weights", wGateUp);
     }
 
@@ -79,17 +84,23 @@ public final class ExpertHalf implements AutoCloseable {
     public void enqueueDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
                             DeviceBuffer topkWeights, DeviceBuffer y) {
         enqueueOwnPlan(stream, tokens, topkIds);
+        launchDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
+    }
+
+    /** down's kernel alone, reading the plan already built. */
+    void launchDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
+                    DeviceBuffer topkWeights, DeviceBuffer y) {
         launch(stream, tokens, Map.of("inter", inter, "topk_ids", topkIds, "topk_weights", topkWeights, "y", y), "down's weights", wDown);
     }
 
     private void enqueueOwnPlan(CudaStream stream, int tokens, DeviceBuffer topkIds) {
-        checkTokens(tokens);
+        checkTokens(tokens);  // before the plan's launches, so a refused call enqueues nothing
         if (ownsPlan && plan != null) {
             kernel.routingAlign().orElseThrow().enqueue(stream, order, tokens, topkIds, plan);
         }
     }
 
-    void checkTokens(int tokens) {
+    private void checkTokens(int tokens) {
         if (tokens < 1 || tokens > maxTokens()) {
             throw new IllegalArgumentException("tokens = " + tokens + ": kernel " + kernel.spec().name() + " takes 1.." + maxTokens()
                     + (maxTokens() == capacity ? " here (its scratch's capacity; give the layer a larger one)" : ""));
@@ -97,7 +108,8 @@ public final class ExpertHalf implements AutoCloseable {
     }
 
     /** The kernel alone, on its buffers bound by name in its signature's order (the plan and scratch its own). */
-    void launch(CudaStream stream, int tokens, Map<String, DeviceBuffer> named, String weightsName, DeviceWeights weights) {
+    private void launch(CudaStream stream, int tokens, Map<String, DeviceBuffer> named, String weightsName, DeviceWeights weights) {
+        checkTokens(tokens);
         weights.requireLayout(DeviceWeights.Layout.NATURAL, weightsName);
         List<DeviceBuffer> all = new ArrayList<>();
         for (KernelParam p : kernel.signature().tensors()) {

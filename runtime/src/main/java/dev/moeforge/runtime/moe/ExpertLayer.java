@@ -9,7 +9,6 @@ import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.RoutingAlign;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
 import java.util.Optional;
 
 /**
@@ -134,9 +133,8 @@ public final class ExpertLayer implements AutoCloseable {
         launchDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
     }
 
+    /** The routing plan both halves read, where one takes it (the align refuses more tokens than the plan holds). */
     private void enqueuePlan(CudaStream stream, int tokens, DeviceBuffer topkIds) {
-        gateUpHalf.checkTokens(tokens);
-        downHalf.checkTokens(tokens);
         if (align.isPresent()) {
             align.get().enqueue(stream, order, tokens, topkIds, plan);
         }
@@ -144,15 +142,12 @@ public final class ExpertLayer implements AutoCloseable {
 
     private void launchGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds,
                               DeviceBuffer inter) {
-        gateUpHalf.checkTokens(tokens);
-        gateUpHalf.launch(stream, tokens, Map.of("x", x, "topk_ids", topkIds, "inter", inter), "gate_up's weights", wGateUp);
+        gateUpHalf.launchGateUp(stream, tokens, x, wGateUp, topkIds, inter);
     }
 
     private void launchDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
                             DeviceBuffer topkWeights, DeviceBuffer y) {
-        downHalf.checkTokens(tokens);
-        downHalf.launch(stream, tokens, Map.of("inter", inter, "topk_ids", topkIds, "topk_weights", topkWeights, "y", y),
-                "down's weights", wDown);
+        downHalf.launchDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
     }
 
     /** A kernel's buffers in launch order: {@code before}, each weight's buffers, then {@code after}. */
