@@ -91,20 +91,11 @@ public final class RandomInputs {
             throw new IllegalArgumentException("routing of " + tokens + " tokens x top-" + topk + " over " + experts
                     + " experts: needs tokens >= 1 and 1 <= topk <= experts");
         }
-        SplittableRandom r = new SplittableRandom(seed);
-        double[] popularity = new double[experts];
-        for (int e = 0; e < experts; e++) {
-            popularity[e] = r.nextGaussian();
-        }
-        double[] gumbel = new double[tokens * experts];
-        for (int i = 0; i < gumbel.length; i++) {
-            gumbel[i] = -Math.log(-Math.log(Math.max(r.nextDouble(), Double.MIN_NORMAL)));
-        }
-        Routing uniform = uniformRouting(seed + 1, tokens, experts, topk);
-        double hot = 1e3;
-        double cold = 1e-3;
-        Routing high = draw(popularity, gumbel, hot, tokens, experts, topk, uniform.weights());
-        Routing low = draw(popularity, gumbel, cold, tokens, experts, topk, uniform.weights());
+        Draws d = Draws.of(seed, tokens, experts, topk);
+        double hot = HOT;
+        double cold = COLD;
+        Routing high = d.routing(hot);
+        Routing low = d.routing(cold);
         double max = high.balancedness(experts);
         double min = low.balancedness(experts);
         if (balancedness > max + BALANCEDNESS_TOLERANCE || balancedness < min - BALANCEDNESS_TOLERANCE) {
@@ -114,7 +105,7 @@ public final class RandomInputs {
         Routing best = Math.abs(max - balancedness) < Math.abs(min - balancedness) ? high : low;
         for (int step = 0; step < 60 && Math.abs(best.balancedness(experts) - balancedness) > BALANCEDNESS_TOLERANCE / 4; step++) {
             double t = Math.sqrt(hot * cold);  // bisection in log t
-            Routing mid = draw(popularity, gumbel, t, tokens, experts, topk, uniform.weights());
+            Routing mid = d.routing(t);
             double b = mid.balancedness(experts);
             if (Math.abs(b - balancedness) < Math.abs(best.balancedness(experts) - balancedness)) {
                 best = mid;
@@ -126,6 +117,44 @@ public final class RandomInputs {
             }
         }
         return best;
+    }
+
+    /** The temperatures that bound {@link #skewedRouting}'s search: nearly uniform draws, nearly the same experts for every token. */
+    private static final double HOT = 1e3;
+    private static final double COLD = 1e-3;
+
+    /** The balancedness {@link #skewedRouting} can reach for this seed and batch: {@code [min, max]}. */
+    public record BalancednessRange(double min, double max) {
+        /** {@code requested}, moved into the range. */
+        public double clamp(double requested) {
+            return Math.max(min, Math.min(max, requested));
+        }
+    }
+
+    /** What {@link #skewedRouting} reaches with this seed for {@code tokens} x top-{@code topk} over {@code experts}. */
+    public static BalancednessRange reachableBalancedness(long seed, int tokens, int experts, int topk) {
+        Draws d = Draws.of(seed, tokens, experts, topk);
+        return new BalancednessRange(d.routing(COLD).balancedness(experts), d.routing(HOT).balancedness(experts));
+    }
+
+    /** What one seed draws for {@link #skewedRouting}: each expert's popularity, each (token, expert)'s Gumbel noise, the weights. */
+    private record Draws(double[] popularity, double[] gumbel, float[] weights, int tokens, int experts, int topk) {
+        static Draws of(long seed, int tokens, int experts, int topk) {
+            SplittableRandom r = new SplittableRandom(seed);
+            double[] popularity = new double[experts];
+            for (int e = 0; e < experts; e++) {
+                popularity[e] = r.nextGaussian();
+            }
+            double[] gumbel = new double[tokens * experts];
+            for (int i = 0; i < gumbel.length; i++) {
+                gumbel[i] = -Math.log(-Math.log(Math.max(r.nextDouble(), Double.MIN_NORMAL)));
+            }
+            return new Draws(popularity, gumbel, uniformRouting(seed + 1, tokens, experts, topk).weights(), tokens, experts, topk);
+        }
+
+        Routing routing(double temperature) {
+            return draw(popularity, gumbel, temperature, tokens, experts, topk, weights);
+        }
     }
 
     /** Each token's top k of popularity / t + its Gumbel noise, in descending order. */

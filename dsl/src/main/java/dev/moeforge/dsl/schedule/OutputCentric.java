@@ -179,6 +179,43 @@ public record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tok
         };
     }
 
+    /**
+     * The (output group, token tile, routed expert) units that read weights: one token per warp
+     * serves each (token, slot) pair; a tile of tokens reads each distinct expert of its tokens once,
+     * estimated from the histogram as if the tile's T tokens were drawn at random from the batch of M
+     * without replacement (expert e, on n_e tokens, misses the tile with probability C(M - n_e, T) / C(M, T)).
+     */
+    @Override
+    public long workBlocks(Problem.ExpertProblem problem, int tokens, int[] expertLoad) {
+        if (expertLoad.length != problem.shape().experts()) {
+            throw new IllegalArgumentException("expert load of " + expertLoad.length + " experts for a problem of "
+                    + problem.shape().experts());
+        }
+        int outputs = switch (problem) {
+            case Problem.ExpertGateUp p -> p.shape().intermediate();
+            case Problem.ExpertDown p -> p.shape().hidden();
+        };
+        long groups = Math.ceilDiv(outputs, outputsPerCta());
+        if (tokensPerCta == 1) {
+            long pairs = 0;
+            for (int n : expertLoad) {
+                pairs += n;
+            }
+            return groups * pairs;
+        }
+        int tiles = Math.ceilDiv(tokens, tokensPerCta);
+        int perTile = Math.min(tokensPerCta, tokens);
+        double distinct = 0;
+        for (int n : expertLoad) {
+            double miss = 1;
+            for (int i = 0; i < perTile && miss > 0; i++) {
+                miss *= Math.max(0.0, (double) (tokens - n - i) / (tokens - i));
+            }
+            distinct += 1 - miss;
+        }
+        return Math.max(1, Math.round(groups * tiles * distinct));
+    }
+
     @Override
     public int maxTokens(Problem.ExpertProblem problem) {
         int k = problem.shape().topk();

@@ -73,6 +73,10 @@ public final class BenchPrefillCommand implements Callable<Integer> {
     @Option(names = "--seed", defaultValue = "20261125", description = "Seed of weights and routing (default: ${DEFAULT-VALUE}).")
     long seed;
 
+    @Option(names = "--variants", split = ",", paramLabel = "NAME",
+            description = "Only these variants (the tile pairs' names, and t8, t32 for the catalogue's output-centric pairs); default all.")
+    List<String> variantNames;
+
     /** An expert-centric tile pair by the name the tables use. */
     record TilePair(String name, ExpertCentric gateUp, ExpertCentric down) {}
 
@@ -97,7 +101,20 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             new TilePair("wg_m128", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
             new TilePair("wg_m128_n64", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true), new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)),
             new TilePair("wg_m128_atomic", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)));
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)),
+            // persistent grids: each block walks a run of tiles through one pipeline
+            new TilePair("ec_m16_p", new ExpertCentric(16, 64, 64, 1, 4, 4, 1).persistentGrid(),
+                    new ExpertCentric(16, 128, 64, 1, 4, 4, 1).persistentGrid()),
+            new TilePair("ec_m16_k128_p", new ExpertCentric(16, 128, 128, 1, 8, 3, 1).persistentGrid(),
+                    new ExpertCentric(16, 256, 128, 1, 8, 3, 1).persistentGrid()),
+            new TilePair("ec_m32_k128_p", new ExpertCentric(32, 128, 128, 2, 4, 3, 1).persistentGrid(),
+                    new ExpertCentric(32, 256, 128, 2, 4, 3, 1).persistentGrid()),
+            new TilePair("ec_m64_p", new ExpertCentric(64, 64, 64, 2, 2, 4, 1).persistentGrid(),
+                    new ExpertCentric(64, 128, 64, 2, 2, 4, 1).persistentGrid()),
+            new TilePair("wg_m64_p", new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).persistentGrid(),
+                    new ExpertCentric(64, 128, 64, 4, 1, 5, 1, true).persistentGrid()),
+            new TilePair("wg_m128_p", new ExpertCentric(128, 128, 64, 8, 1, 3, 1, true).persistentGrid(),
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 1, true).persistentGrid()));
 
     /** The geometry timed, and its gate/up layout. */
     private ExpertShape shape;
@@ -110,6 +127,15 @@ public final class BenchPrefillCommand implements Callable<Integer> {
         shape = geometry.shape();
         layout = geometry.layout();
         options.require("bench prefill");
+        if (variantNames != null) {
+            List<String> known = new ArrayList<>(TILE_PAIRS.stream().map(TilePair::name).toList());
+            BenchCommand.PAIRS.subList(1, BenchCommand.PAIRS.size()).forEach(p -> known.add(p.name()));
+            for (String v : variantNames) {
+                if (!known.contains(v)) {
+                    throw new IllegalArgumentException("--variants: unknown variant '" + v + "'; known: " + String.join(", ", known));
+                }
+            }
+        }
         int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElseThrow();
         KernelCache cache = KernelCache.defaultCache();
         List<ExpertLayerBenchmark.Result> results = new ArrayList<>();
@@ -124,6 +150,9 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s%n", readBw / 1e9);
             List<ExpertLayerBenchmark.Variant> tiles = new ArrayList<>();
             for (TilePair p : TILE_PAIRS) {
+                if (!wanted(p.name())) {
+                    continue;
+                }
                 if (p.gateUp().wgmma() && runtime.target() != dev.moeforge.dsl.ir.Target.SM_90A) {
                     continue;  // warpgroup MMA is sm_90a's
                 }
@@ -133,6 +162,9 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             // the catalogue's Qwen3-30B-A3B output-centric tiles of 8 and 32 tokens (their schedules on another geometry)
             List<ExpertLayerBenchmark.Variant> warps = new ArrayList<>();
             for (BenchCommand.CataloguePair pair : BenchCommand.PAIRS.subList(1, BenchCommand.PAIRS.size())) {
+                if (!wanted(pair.name())) {
+                    continue;
+                }
                 KernelSpec gu = pair.gateUp().spec();
                 KernelSpec dn = pair.down().spec();
                 Optional<ExpertLayer> layer = gu.problem().equals(new Problem.ExpertGateUp(shape, WeightFormat.BF16, DType.BF16, layout))
@@ -183,6 +215,10 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             System.out.println("wrote " + BenchReports.write(options.out, ctx, "prefill", doc));
         }
         return 0;
+    }
+
+    private boolean wanted(String variant) {
+        return variantNames == null || variantNames.contains(variant);
     }
 
     /** A layer of the two schedules on the geometry timed, or empty (with a line saying why) where they do not lower it. */

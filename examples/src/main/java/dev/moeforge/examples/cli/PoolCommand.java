@@ -83,6 +83,19 @@ public final class PoolCommand implements Callable<Integer> {
     @Spec
     CommandSpec command;
 
+    /** The pool's kernels beside pool.json, in the textual form (what `profile` loads, and `precompile --into` takes). */
+    static final String KERNELS_FILE = "pool.moe";
+
+    /** Hex SHA-256 of the kernels' text: a profile names the pool it timed by it. */
+    static String sha256(String text) {
+        try {
+            return java.util.HexFormat.of().formatHex(java.security.MessageDigest.getInstance("SHA-256")
+                    .digest(text.getBytes(java.nio.charset.StandardCharsets.UTF_8)));
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
     /** One configuration of the pool: the half it computes, its family and schedule, and its kernel. */
     record Config(String half, String family, Schedule<?> schedule, KernelSpec spec) {}
 
@@ -113,6 +126,7 @@ public final class PoolCommand implements Callable<Integer> {
                 });
         List<Map<String, Object>> kept = new ArrayList<>();
         List<Map<String, Object>> dropped = new ArrayList<>();
+        StringBuilder kernels = new StringBuilder();
         for (int i = 0; i < configs.size(); i++) {
             Config c = configs.get(i);
             KernelResources r = resources.get(i);
@@ -125,18 +139,25 @@ public final class PoolCommand implements Callable<Integer> {
             row.put("spill_bytes", r.spillBytes());
             row.put("smem_bytes", r.sharedBytes());
             (r.spillBytes() > 0 ? dropped : kept).add(row);
+            if (r.spillBytes() == 0) {
+                kernels.append(SpecPrinter.print(c.spec())).append('\n');
+            }
         }
+        Path moe = out.resolve(KERNELS_FILE);
+        Files.writeString(moe, kernels.toString());
         Map<String, Object> doc = new LinkedHashMap<>();
         doc.put("model", name);
         doc.put("shape", Map.of("hidden", shape.hidden(), "intermediate", shape.intermediate(), "experts", shape.experts(),
                 "topk", shape.topk(), "layout", layout.text()));
         doc.put("format", weights.text());
         doc.put("target", t.text());
+        doc.put("kernels", KERNELS_FILE);
+        doc.put("kernels_sha256", sha256(kernels.toString()));
         doc.put("configs", kept);
         doc.put("dropped_for_spills", dropped);
         Path file = out.resolve("pool.json");
         new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT).writeValue(file.toFile(), doc);
-        stdout.println("kept " + kept.size() + ", dropped " + dropped.size() + " that spill; wrote " + file);
+        stdout.println("kept " + kept.size() + ", dropped " + dropped.size() + " that spill; wrote " + file + " and " + moe);
         stdout.flush();
         return 0;
     }

@@ -57,7 +57,7 @@ class WaveCostModelTest {
     }
 
     @Test
-    void expertCentricGridFollowsTheHistogramAndOutputCentricTheLaunch() {
+    void workBlocksFollowTheHistogram() {
         ExpertShape shape = new ExpertShape(2048, 768, 128, 8);
         Problem.ExpertGateUp gateUp = new Problem.ExpertGateUp(shape, WeightFormat.BF16, DType.BF16,
                 dev.moeforge.dsl.ir.GateUpLayout.STACKED);
@@ -67,8 +67,22 @@ class WaveCostModelTest {
         load[9] = 1;   // 1
         ExpertCentric ec = new ExpertCentric(16, 64, 64, 1, 4, 4, 1);
         assertEquals(5L * (768 / 64), ec.workBlocks(gateUp, 7, load));
-        OutputCentric oc = new OutputCentric(4, 16, 4, 1, 1, 0);
-        var g = oc.geometry(gateUp, 7);
-        assertEquals((long) g.gridX() * g.gridY(), oc.workBlocks(gateUp, 7, load));
+        // 7 tokens: expert 0 on all of them, 3 on four, 9 on one
+        int[] few = new int[128];
+        few[0] = 7;
+        few[3] = 4;
+        few[9] = 1;
+        // one token per warp: each routed pair's neuron groups
+        OutputCentric perToken = new OutputCentric(4, 16, 4, 1, 1, 0);
+        int groups = Math.ceilDiv(768, perToken.outputsPerCta());
+        assertEquals(12L * groups, perToken.workBlocks(gateUp, 7, few));
+        // one tile of all 7 tokens: each of the 3 experts read once
+        OutputCentric tile = new OutputCentric(4, 16, 4, 8, 1, 0);
+        assertEquals(3L * Math.ceilDiv(768, tile.outputsPerCta()), tile.workBlocks(gateUp, 7, few));
+        // 16 tokens in two tiles of 8: expert 0 (on every token) in both, expert 5 (on one) in either with chance 1/2
+        int[] two = new int[128];
+        two[0] = 16;
+        two[5] = 1;
+        assertEquals(3L * Math.ceilDiv(768, tile.outputsPerCta()), tile.workBlocks(gateUp, 16, two));
     }
 }

@@ -1,0 +1,184 @@
+package dev.moeforge.examples.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.SerializationFeature;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.text.SpecParser;
+import dev.moeforge.runtime.dispatch.PoolFit;
+import dev.moeforge.runtime.dispatch.WaveCostModel;
+import java.io.IOException;
+import java.io.PrintWriter;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
+import picocli.CommandLine.Parameters;
+import picocli.CommandLine.Spec;
+
+/**
+ * {@code moeforge fit DIR}: fits the wave cost model of every pool configuration on DIR's profile,
+ * reports the regret of its choices on the held-out points (mean, p95, max) for 2, 3 and 4 terms,
+ * and routing-aware dispatch against the best static pair per batch; writes {@code DIR/fit.json}
+ * and the pictures {@code DIR/regret-cdf.png}, {@code DIR/winners.png} and {@code DIR/predicted.png}.
+ */
+@Command(name = "fit", mixinStandardHelpOptions = true,
+        description = "Fits the wave cost model T = a + b ceil(G/S) + c G + d sqrt(G) of every config in DIR's profile and "
+                + "reports the regret of its choices on the held-out points (2, 3 and 4 terms) and dispatch against static "
+                + "configs; writes DIR/fit.json and PNG plots.")
+public final class FitCommand implements Callable<Integer> {
+    static final String FILE = "fit.json";
+
+    @Parameters(index = "0", paramLabel = "DIR", description = "The pool's directory, with profile.json from `moeforge profile`.")
+    Path dir;
+
+    @Spec
+    CommandSpec command;
+
+    @Override
+    public Integer call() throws Exception {
+        PrintWriter out = command.commandLine().getOut();
+        PoolFit fit = load(dir);
+        JsonNode profile = new ObjectMapper().readTree(dir.resolve(ProfileCommand.FILE).toFile());
+        int sms = profile.get("sm_count").asInt();
+        Map<String, Object> doc = new LinkedHashMap<>();
+        doc.put("model", profile.get("model").asText());
+        doc.put("device", profile.path("device").path("name").asText());
+        doc.put("sm_count", sms);
+        doc.put("profile_date", profile.path("date").asText());
+        doc.put("cost_model", "T = a + b ceil(G/S) + c G + d sqrt(G); d only where the config's median profiled grid is under S");
+        out.printf(Locale.ROOT, "fit of %s: %d configs, %d profiled points, %d held out (S = %d)%n%n", profile.get("model").asText(),
+                fit.configs().size(), fit.profiled().size(), fit.heldOut().size(), sms);
+        out.println("regret of the model's choice for the layer (gate_up + down) against the best measured pair");
+        out.printf(Locale.ROOT, "%-6s %-12s %7s %9s %9s %9s%n", "terms", "points", "count", "mean", "p95", "max");
+        List<Map<String, Object>> ablation = new ArrayList<>();
+        for (int terms = 2; terms <= 4; terms++) {
+            Map<String, WaveCostModel> models = fit.fit(terms);
+            Map<String, Object> row = new LinkedHashMap<>();
+            row.put("terms", terms);
+            for (var where : List.of(Map.entry("held_out", fit.heldOut()), Map.entry("profiled", fit.profiled()))) {
+                PoolFit.Regret r = PoolFit.Regret.of(fit.choices(models, where.getValue()));
+                row.put(where.getKey(), Map.of("points", r.points(), "mean", r.mean(), "p95", r.p95(), "max", r.max()));
+                out.printf(Locale.ROOT, "%-6d %-12s %7d %8.2f%% %8.2f%% %8.2f%%%n", terms, where.getKey(), r.points(), 100 * r.mean(),
+                        100 * r.p95(), 100 * r.max());
+            }
+            ablation.add(row);
+        }
+        doc.put("ablation", ablation);
+        Map<String, WaveCostModel> models = fit.fit(4);
+        Map<String, Object> coefficients = new LinkedHashMap<>();
+        models.forEach((name, m) -> coefficients.put(name, Map.of("a", m.a(), "b", m.b(), "c", m.c(), "d", m.d(), "terms", m.terms())));
+        doc.put("models", coefficients);
+        List<PoolFit.Choice> choices = fit.choices(models, fit.heldOut());
+        doc.put("held_out_choices", choices.stream().map(FitCommand::choiceRow).toList());
+        out.println();
+        out.println("held-out points: the model's pair against the best measured pair (us per layer)");
+        for (PoolFit.Choice c : choices) {
+            out.printf(Locale.ROOT, "  M=%-5d beta=%.2f  %8.1f vs %8.1f  (%+.2f%%)  %s + %s%n", c.point().batch(), c.point().balancedness(),
+                    c.micros(), c.bestMicros(), 100 * c.regret(), c.gateUp(), c.down());
+        }
+        List<PoolFit.AgainstStatic> vsStatic = new ArrayList<>(fit.againstStatic(models, fit.heldOut()));
+        vsStatic.addAll(fit.againstStatic(models, fit.profiled()));
+        double logSum = 0;
+        double worst = Double.POSITIVE_INFINITY;
+        List<Map<String, Object>> staticRows = new ArrayList<>();
+        out.println();
+        out.println("routing-aware dispatch against the static pair per batch (the best measured at the batch's most balanced point)");
+        for (PoolFit.AgainstStatic s : vsStatic) {
+            logSum += Math.log(s.speedup());
+            worst = Math.min(worst, s.speedup());
+            Map<String, Object> row = new LinkedHashMap<>();
+            row.put("point", s.point().key());
+            row.put("batch", s.point().batch());
+            row.put("balancedness", s.point().balancedness());
+            row.put("held_out", s.point().heldOut());
+            row.put("static", s.staticGateUp() + " + " + s.staticDown());
+            row.put("static_us", s.staticMicros());
+            row.put("dispatched_us", s.dispatchedMicros());
+            row.put("speedup", s.speedup());
+            staticRows.add(row);
+            out.printf(Locale.ROOT, "  M=%-5d beta=%.2f  static %8.1f  dispatched %8.1f  %.3fx%n", s.point().batch(),
+                    s.point().balancedness(), s.staticMicros(), s.dispatchedMicros(), s.speedup());
+        }
+        double geomean = vsStatic.isEmpty() ? Double.NaN : Math.exp(logSum / vsStatic.size());
+        out.printf(Locale.ROOT, "  geomean %.3fx over %d points, worst %.3fx%n", geomean, vsStatic.size(), worst);
+        doc.put("against_static", Map.of("rows", staticRows, "geomean_speedup", geomean, "worst_speedup", worst));
+        List<Path> pictures = FitPlots.write(dir, fit, models, choices, sms);
+        doc.put("plots", pictures.stream().map(p -> p.getFileName().toString()).toList());
+        Path file = dir.resolve(FILE);
+        new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT).writeValue(file.toFile(), doc);
+        out.println();
+        out.println("wrote " + file + " and " + pictures.stream().map(p -> p.getFileName().toString()).toList());
+        out.flush();
+        return 0;
+    }
+
+    private static Map<String, Object> choiceRow(PoolFit.Choice c) {
+        Map<String, Object> row = new LinkedHashMap<>();
+        row.put("point", c.point().key());
+        row.put("batch", c.point().batch());
+        row.put("balancedness", c.point().balancedness());
+        row.put("chosen", c.gateUp() + " + " + c.down());
+        row.put("chosen_us", c.micros());
+        row.put("best", c.bestGateUp() + " + " + c.bestDown());
+        row.put("best_us", c.bestMicros());
+        row.put("regret", c.regret());
+        return row;
+    }
+
+    /**
+     * The pool's configs (from pool.moe) and the profile's points and timings. A profile of another
+     * pool is refused by name.
+     */
+    static PoolFit load(Path dir) throws IOException {
+        Path profileFile = dir.resolve(ProfileCommand.FILE);
+        if (!Files.isRegularFile(profileFile)) {
+            throw new IllegalArgumentException(profileFile + " does not exist: run `moeforge profile " + dir + "` on a GPU first");
+        }
+        JsonNode profile = new ObjectMapper().readTree(profileFile.toFile());
+        if (!ProfileCommand.FORMAT.equals(profile.path("format").asText())) {
+            throw new IllegalArgumentException(profileFile + " is not a profile of this version (format " + profile.path("format").asText()
+                    + ", expected " + ProfileCommand.FORMAT + ")");
+        }
+        String kernelsText = Files.readString(dir.resolve(PoolCommand.KERNELS_FILE));
+        if (!PoolCommand.sha256(kernelsText).equals(profile.path("pool_sha256").asText())) {
+            throw new IllegalArgumentException(profileFile + " is a profile of another pool than " + dir.resolve(PoolCommand.KERNELS_FILE)
+                    + " (its pool_sha256 differs): profile this pool again");
+        }
+        List<PoolFit.Config> configs = new ArrayList<>();
+        for (KernelSpec spec : SpecParser.parseAll(kernelsText, PoolCommand.KERNELS_FILE)) {
+            if (!(spec.problem() instanceof Problem.ExpertProblem p)) {
+                throw new IllegalArgumentException(spec.name() + " in " + PoolCommand.KERNELS_FILE + " is not a gate_up or down kernel");
+            }
+            @SuppressWarnings("unchecked")
+            Schedule<Problem.ExpertProblem> s = (Schedule<Problem.ExpertProblem>) spec.schedule();
+            configs.add(new PoolFit.Config(spec.name(), p instanceof Problem.ExpertGateUp ? PoolFit.Half.GATE_UP : PoolFit.Half.DOWN, p, s));
+        }
+        List<PoolFit.Point> points = new ArrayList<>();
+        for (JsonNode p : profile.get("points")) {
+            int[] load = new int[p.get("expert_load").size()];
+            for (int i = 0; i < load.length; i++) {
+                load[i] = p.get("expert_load").get(i).asInt();
+            }
+            points.add(new PoolFit.Point(p.get("key").asText(), p.get("batch").asInt(), p.get("balancedness").asDouble(),
+                    p.get("held_out").asBoolean(), load));
+        }
+        List<PoolFit.Measured> measured = new ArrayList<>();
+        for (JsonNode t : profile.get("timings")) {
+            measured.add(new PoolFit.Measured(t.get("config").asText(), t.get("point").asText(), t.get("us").asDouble()));
+        }
+        if (points.stream().noneMatch(PoolFit.Point::heldOut)) {
+            throw new IllegalArgumentException(profileFile + " has no held-out points yet (the profile stopped before them?): "
+                    + "run `moeforge profile " + dir + "` again to finish it");
+        }
+        return new PoolFit(configs, points, measured, profile.get("sm_count").asInt());
+    }
+}
