@@ -11,7 +11,7 @@
 // Weights bf16: plain bf16 rows, no scales.
 // A block: 16 routed pairs of one expert x 256 weight rows, 1 x 8 warps of 16 x 32, mma.sync m16n8k16 (bf16 in, FP32 accumulate).
 // K slices of 128 through a 3-stage cp.async pipeline (69632 bytes a stage); m tiles in groups of 1.
-// A persistent grid (at most the blocks the device holds at once): block b walks tiles [b T / G, (b + 1) T / G) of the routing's T, each expert's n tiles outer and m tiles inner, through one pipeline.
+// A persistent grid of G blocks (at most the device holds at once): block b walks tiles b, b + G, b + 2G, ... of the routing's, numbered per expert n tile outer and m tile inner, through one pipeline.
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
 // Dynamic shared memory: 209712 bytes.
 #include "moeforge_expert_centric.cuh"

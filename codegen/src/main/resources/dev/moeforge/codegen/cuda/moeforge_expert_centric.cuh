@@ -128,18 +128,17 @@ struct ExpertTileShape {
   static constexpr int kTableInts = 2 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
   // slices loading ahead of the one under the MMAs: wgmma keeps one more stage busy (its MMAs still read it)
   static constexpr int kLookahead = kWgmma ? S - 2 : S - 1;
-  // A persistent block walks a run of tiles through one pipeline: the m tiles before each bucket
-  // (kBuckets + 1 ints), two tables (the tile under the MMAs and the next) and their tiles, and
-  // gate_up's output staging of its own (the pipeline holds the next tile's slices meanwhile; down
-  // writes its partial rows straight from the accumulators)
+  // A persistent block walks its tiles through one pipeline: the m tiles before each bucket
+  // (kBuckets + 1 ints), two tables (the tile under the MMAs and the next) and their tiles. gate_up
+  // stages a finished tile in the stage of its last slice (the others hold the next tile's slices);
+  // down writes its partial rows straight from the accumulators
   static constexpr int kPrefixInts = (kBuckets + 1 + 3) / 4 * 4;
   static constexpr int kTableBytes = kPersistent ? 4 * (kPrefixInts + 2 * kTableInts + 2 * 4) : 4 * kTableInts;
-  static constexpr int kStagingBytes = kPersistent ? (GATE_UP ? kOutBytes : 0) : 0;
   static constexpr int kPipeBytes = S * kStageBytes;
   // wgmma reads the stages through 128-byte-swizzled descriptors, whose pattern needs 1024-byte
   // aligned stages: the pipeline starts at the first such address past the table
   static constexpr int kAlignSlack = kWgmma ? 1024 : 0;
-  static constexpr int kSharedBytes = kPersistent ? kTableBytes + kStagingBytes + kAlignSlack + kPipeBytes
+  static constexpr int kSharedBytes = kPersistent ? kTableBytes + kAlignSlack + kPipeBytes
                                                   : kTableBytes + kAlignSlack + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
   static_assert(BM % 16 == 0 && TM % 16 == 0 && WM * TM == BM, "a warp owns whole m16 rows of the tile");
   static_assert(TN % 16 == 0 && WN * TN == kRows, "a warp owns whole pairs of n8 columns of the tile");
@@ -148,8 +147,9 @@ struct ExpertTileShape {
   static_assert(S >= 2, "a pipeline of at least two stages");
   static_assert(!kWgmma || (BK == 64 && WN == 1 && TM == 16 && kRows % 64 == 0 && kRows <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row, at least three stages");
-  static_assert(!kPersistent || (kKTiles >= kLookahead && GM == 1),
-                "persistent: at least as many K slices as load ahead (a run of tiles crosses one boundary at a time), GROUP_M 1");
+  static_assert(!kPersistent || (kKTiles >= kLookahead && GM == 1 && (!GATE_UP || kOutBytes <= kStageBytes)),
+                "persistent: at least as many K slices as load ahead (a run of tiles crosses one boundary at a time), GROUP_M 1, "
+                "gate_up's finished tile within one stage");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
   static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
 
@@ -512,9 +512,9 @@ __device__ __forceinline__ void down_tile_partials(const float (&acc)[T::FM][T::
 
 // ---------------------------------------------------------------------------------------------
 // Persistent blocks (schedule persistent=true): the grid is at most the blocks the device holds at
-// once, the routing's tiles are numbered expert by expert (n tile outer, m tile inner, so a block's
-// consecutive tiles share a weight tile) and block b takes the run [b T / G, (b + 1) T / G). One
-// cp.async pipeline runs through the whole run: the next tile's first slices load while the MMAs
+// once, the routing's tiles are numbered expert by expert (n tile outer, m tile inner, so blocks
+// running side by side share a weight tile in L2) and block b takes tiles b, b + G, b + 2G, ... One
+// pipeline runs through all of a block's tiles: the next tile's first slices load while the MMAs
 // finish this one and its outputs leave, so no tile pays for filling the pipeline.
 // ---------------------------------------------------------------------------------------------
 
@@ -557,8 +557,9 @@ __device__ __forceinline__ ExpertTile expert_tile_at(const int* prefix, const in
   return ExpertTile{lo, offsets[lo] + u % m_tiles * T::BM, offsets[lo + 1], u / m_tiles};
 }
 
-// Walks this block's run of tiles. load(stage, table, tile, k0) fills a stage; finish(acc, table,
-// tile) takes a tile's sums (on wgmma after every group has landed). Returns without a barrier.
+// Walks this block's tiles. load(stage, table, tile, k0) fills a stage; finish(acc, table, tile,
+// stage) takes a tile's sums, after a barrier (on wgmma after every group has landed), and may use
+// `stage`, that of the tile's last slice, until it returns. Returns without a barrier.
 template <class T, class Load, class Finish>
 __device__ __forceinline__ void expert_persistent_run(const int* __restrict__ offsets, const int* __restrict__ sorted_slots,
                                                       unsigned char* smem, uint32_t base, Load load, Finish finish) {
@@ -568,13 +569,12 @@ __device__ __forceinline__ void expert_persistent_run(const int* __restrict__ of
   int* infos = tables + 2 * T::kTableInts;     // their tiles, 4 ints each
   expert_tile_prefix<T>(offsets, prefix);
   __syncthreads();
-  const long long total = static_cast<long long>(prefix[T::kBuckets]) * T::kNTiles;
-  const int first = static_cast<int>(total * blockIdx.x / gridDim.x);
-  const int count = static_cast<int>(total * (blockIdx.x + 1) / gridDim.x) - first;
-  if (count <= 0) return;  // uniform over the block
-  // table slot j & 1 of the run's tile j: its rows' pairs, and (infos) the tile itself
+  const int total = prefix[T::kBuckets] * T::kNTiles;
+  const int count = blockIdx.x < total ? ceil_div(total - blockIdx.x, gridDim.x) : 0;
+  if (count == 0) return;  // uniform over the block
+  // table slot j & 1 of the block's tile j: its rows' pairs, and (infos) the tile itself
   auto prepare = [&](int j) {
-    const ExpertTile tile = expert_tile_at<T>(prefix, offsets, first + j);
+    const ExpertTile tile = expert_tile_at<T>(prefix, offsets, blockIdx.x + j * gridDim.x);
     int* table = tables + (j & 1) * T::kTableInts;
     for (int r = threadIdx.x; r < T::BM; r += T::kThreads) table[r] = tile.first + r < tile.end ? sorted_slots[tile.first + r] : -1;
     if (threadIdx.x == 0) {
@@ -624,7 +624,10 @@ __device__ __forceinline__ void expert_persistent_run(const int* __restrict__ of
       load_slice(s + LA);
       expert_slice_mma<T>(acc, stage);
     }
-    if (kt == KT - 1) finish(acc, tables + (j & 1) * T::kTableInts, tile_of(j));
+    if (kt == KT - 1) {
+      __syncthreads();  // every warp is done with the last slice's stage
+      finish(acc, tables + (j & 1) * T::kTableInts, tile_of(j), stage);
+    }
   }
   cp_async_wait<0>();
 }
@@ -642,15 +645,15 @@ __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __re
   extern __shared__ __align__(16) unsigned char smem[];
   const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_gate_up.codes);
   if constexpr (T::kPersistent) {
-    __nv_bfloat16* staging = reinterpret_cast<__nv_bfloat16*>(smem + T::kTableBytes);
-    unsigned char* pipe = expert_tile_pipe<T>(smem + T::kStagingBytes);
+    unsigned char* pipe = expert_tile_pipe<T>(smem);
     const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
     expert_persistent_run<T>(
         expert_offsets, sorted_slots, smem, base,
         [&](uint32_t stage, const int* table, const ExpertTile& tile, int k0) {
           expert_tile_load<T, L>(stage, x, w, table, tile.bucket, tile.n_tile * BN, k0);
         },
-        [&](const float (&acc)[T::FM][T::FN][4], int* table, const ExpertTile& tile) {
+        [&](const float (&acc)[T::FM][T::FN][4], int* table, const ExpertTile& tile, uint32_t stage) {
+          __nv_bfloat16* staging = reinterpret_cast<__nv_bfloat16*>(pipe + (stage - base));
           gate_up_tile_store<T, L, BIAS>(acc, staging, table, w_gate_up, tile.bucket, tile.n_tile * BN, inter, epi);
         });
     return;
@@ -698,7 +701,7 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
         [&](uint32_t stage, const int* table, const ExpertTile& tile, int k0) {
           expert_tile_load<T, GateUpLayout::kStacked>(stage, inter, w, table, tile.bucket, tile.n_tile * BN, k0);
         },
-        [&](const float (&acc)[T::FM][T::FN][4], int* table, const ExpertTile& tile) {
+        [&](const float (&acc)[T::FM][T::FN][4], int* table, const ExpertTile& tile, uint32_t) {
           down_tile_partials<Config, T, BIAS>(acc, table, topk_weights, w_down, tile.bucket, tile.n_tile * BN, partials);
           down_tile_combine<Config, T>(table, table + T::BM, partials, tickets, y, tile.n_tile * BN, tile.n_tile, epi);
         });

@@ -38,9 +38,9 @@ import java.util.Optional;
  * @param wgmma   sm_90a only: Hopper's warpgroup MMA ({@code wgmma.mma_async}, operands straight from the
  *                swizzled stages) instead of {@code mma.sync}: a warpgroup of four warps per 64 pairs
  *                (warps_m = block_m / 16, warps_n = 1), block_k 64, at least three stages
- * @param persistent the grid is cut to the blocks the device holds at once and each block walks a
- *                run of the routing's tiles (an expert's n tiles outer, its m tiles inner) through one
- *                pipeline, so the next tile's slices load while this one's outputs leave; group_m 1
+ * @param persistent the grid is cut to the blocks the device holds at once and each block walks every
+ *                G-th of the routing's tiles (numbered per expert, n tile outer and m tile inner) through
+ *                one pipeline, so the next tile's slices load while this one's outputs leave; group_m 1
  */
 public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
                             boolean atomicCombine, boolean persistent)
@@ -169,6 +169,12 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (blockK == 32 || blockK == 64 || blockK == 128) {
             ScheduleRules.sharedLimit(errors, sharedBytes(p), target, "fewer stages, or a smaller block_m, block_n or block_k");
             int slices = Math.ceilDiv(reduced(p), blockK);
+            Layout layout = layout(p);
+            if (persistent && layout.stagingBytes() > layout.stageBytes()) {
+                errors.add(new SpecError("schedule", "persistent=true with block_m " + blockM + ", block_n " + blockN + ", block_k "
+                        + blockK, "a finished tile (" + layout.stagingBytes() + " bytes) within one stage (" + layout.stageBytes()
+                        + "), where a persistent gate_up stages it: a larger block_k or a smaller block_m"));
+            }
             if (persistent && slices < lookahead()) {
                 errors.add(new SpecError("schedule.stages", Integer.toString(stages), "at most " + (slices + (wgmma ? 2 : 1))
                         + " with persistent=true here: the pipeline loads " + lookahead() + " slices ahead, and a tile has "
@@ -236,16 +242,17 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      * The shared memory of an expert_centric block, as the device header's {@code ExpertTileShape}
      * lays it out (and static_asserts). One block per tile: the tile's pair table, then the cp.async
      * pipeline, whose bytes the output staging reuses after the last slice. Persistent: the m tiles
-     * before each bucket, two tables and their tiles, gate_up's staging of its own (the pipeline
-     * holds the next tile meanwhile; down writes from its accumulators), then the pipeline.
+     * before each bucket, two tables and their tiles, then the pipeline; gate_up stages a finished
+     * tile in its last slice's stage (the others hold the next tile's slices), down writes from its
+     * accumulators.
      *
      * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32);
      *                      persistent: (buckets + 1, rounded up to 4) ints, two such tables, two tiles of 4 ints
      * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK bf16 each
      * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
      *                      (persistent down: none)
-     * @param sharedBytes   table + max(stages x stage, staging), or persistent table + staging + stages x stage,
-     *                      and with wgmma 1024 bytes to align the stages
+     * @param sharedBytes   table + max(stages x stage, staging), or persistent table + stages x stage, and with
+     *                      wgmma 1024 bytes to align the stages
      */
     public record Layout(int tableBytes, int stageBytes, int stagingBytes, long sharedBytes) {
         public static Layout of(Problem.ExpertProblem problem, ExpertCentric s) {
@@ -262,7 +269,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             if (s.persistent()) {
                 int prefixInts = Math.ceilDiv(buckets(problem) + 1, 4) * 4;
                 int table = 4 * (prefixInts + 2 * tableInts + 2 * 4);
-                return new Layout(table, stage, staging, table + staging + slack + pipe);
+                return new Layout(table, stage, staging, table + slack + pipe);
             }
             int table = 4 * tableInts;
             return new Layout(table, stage, staging, table + slack + Math.max(pipe, staging));
@@ -376,8 +383,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         own.add("K slices of " + blockK + " through a " + stages + "-stage cp.async pipeline (" + layout.stageBytes()
                 + " bytes a stage); m tiles in groups of " + groupM + ".");
         own.add(persistent
-                ? "A persistent grid (at most the blocks the device holds at once): block b walks tiles [b T / G, (b + 1) T / G)"
-                + " of the routing's T, each expert's n tiles outer and m tiles inner, through one pipeline."
+                ? "A persistent grid of G blocks (at most the device holds at once): block b walks tiles b, b + G, b + 2G, ..."
+                + " of the routing's, numbered per expert n tile outer and m tile inner, through one pipeline."
                 : "The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
         String unit = switch (problem) {
             case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN

@@ -113,7 +113,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                     new ExpertCentric(64, 128, 64, 2, 2, 4, 1).persistentGrid()),
             new TilePair("wg_m64_p", new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).persistentGrid(),
                     new ExpertCentric(64, 128, 64, 4, 1, 5, 1, true).persistentGrid()),
-            new TilePair("wg_m128_p", new ExpertCentric(128, 128, 64, 8, 1, 3, 1, true).persistentGrid(),
+            new TilePair("wg_m128_p", new ExpertCentric(128, 128, 64, 8, 1, 4, 1, true).persistentGrid(),
                     new ExpertCentric(128, 256, 64, 8, 1, 4, 1, true).persistentGrid()));
 
     /** The geometry timed, and its gate/up layout. */

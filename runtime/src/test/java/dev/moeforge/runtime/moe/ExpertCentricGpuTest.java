@@ -73,8 +73,11 @@ class ExpertCentricGpuTest extends GpuSession {
             // 12: bench prefill's persistent pairs on the geometries whose K takes their pipelines
             new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1).persistentGrid(),
                     new ExpertCentric(16, 256, 128, 1, 8, 3, 1).persistentGrid()},
-            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 3, 1, true).persistentGrid(),
+            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 1, true).persistentGrid(),
                     new ExpertCentric(128, 256, 64, 8, 1, 4, 1, true).persistentGrid()});
+
+    /** Schedules 0..11 take every geometry here; 12 and 13 (bench prefill's pairs) only those with a K their pipelines take. */
+    static final int ON_EVERY_GEOMETRY = 12;
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -96,7 +99,7 @@ class ExpertCentricGpuTest extends GpuSession {
 
     static List<Case> cases() {
         List<Case> cases = new ArrayList<>();
-        for (int s = 0; s < SCHEDULES.size(); s++) {
+        for (int s = 0; s < ON_EVERY_GEOMETRY; s++) {
             for (int m : new int[] {1, 3, 16, 65, 256}) {
                 cases.add(new Case(SMALL, s, m, RoutingKind.UNIFORM));
             }
@@ -133,18 +136,8 @@ class ExpertCentricGpuTest extends GpuSession {
             cases.add(new Case(SMALL, schedule, 4096, RoutingKind.UNIFORM));
         }
         for (int schedule : new int[] {8, 9, 10, 11}) {
-            for (int m : new int[] {1, 3, 65, 256}) {
-                cases.add(new Case(SMALL, schedule, m, RoutingKind.UNIFORM));
-            }
-            for (int m : new int[] {1, 200}) {
-                cases.add(new Case(ODD, schedule, m, RoutingKind.UNIFORM));
-                cases.add(new Case(NARROW, schedule, m, RoutingKind.UNIFORM));
-            }
-            cases.add(new Case(NARROW, schedule, 50, RoutingKind.ALL_ON_EXPERT_0));
-            cases.add(new Case(SMALL, schedule, 40, RoutingKind.OUTSIDE_IDS));
-            cases.add(new Case(TOP1, schedule, 3 * 64 + 40, RoutingKind.BLOCK_EDGES));
-            cases.add(new Case(TOP1, schedule, 300, RoutingKind.ALL_ON_EXPERT_0));
             cases.add(new Case(SMALL, schedule, 16384, RoutingKind.UNIFORM));
+            cases.add(new Case(QWEN3_30B, schedule, 256, RoutingKind.UNIFORM));
         }
         for (int schedule : new int[] {12, 13}) {
             for (int m : new int[] {1, 32, 64, 256, 1024}) {
