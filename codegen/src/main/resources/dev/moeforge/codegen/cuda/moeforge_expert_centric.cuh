@@ -121,25 +121,15 @@ struct ExpertTileShape {
   static constexpr int kStageBytes = 2 * (BM + kRows) * BK;
   static constexpr int kOutStride = GATE_UP ? BN + 8 : BN + 4;  // staged output row, in elements
   static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
-  static constexpr bool kPersistent = Config::kPersistent;
-  static constexpr int kKTiles = ceil_div(kReduce, BK);
-  static constexpr int kNTiles = ceil_div(kOutputs, BN);
-  static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
-  static constexpr int kTableInts = 2 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
-  // slices loading ahead of the one under the MMAs: wgmma keeps one more stage busy (its MMAs still read it)
-  static constexpr int kLookahead = kWgmma ? S - 2 : S - 1;
-  // A persistent block walks its tiles through one pipeline: the m tiles before each bucket
-  // (kBuckets + 1 ints), two tables (the tile under the MMAs and the next) and their tiles. gate_up
-  // stages a finished tile in the stage of its last slice (the others hold the next tile's slices);
-  // down writes its partial rows straight from the accumulators
-  static constexpr int kPrefixInts = (kBuckets + 1 + 3) / 4 * 4;
-  static constexpr int kTableBytes = kPersistent ? 4 * (kPrefixInts + 2 * kTableInts + 2 * 4) : 4 * kTableInts;
+  static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
   static constexpr int kPipeBytes = S * kStageBytes;
   // wgmma reads the stages through 128-byte-swizzled descriptors, whose pattern needs 1024-byte
   // aligned stages: the pipeline starts at the first such address past the table
   static constexpr int kAlignSlack = kWgmma ? 1024 : 0;
-  static constexpr int kSharedBytes = kPersistent ? kTableBytes + kAlignSlack + kPipeBytes
-                                                  : kTableBytes + kAlignSlack + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
+  static constexpr int kSharedBytes = kTableBytes + kAlignSlack + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
+  static constexpr int kKTiles = ceil_div(kReduce, BK);
+  static constexpr int kNTiles = ceil_div(kOutputs, BN);
+  static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
   static_assert(BM % 16 == 0 && TM % 16 == 0 && WM * TM == BM, "a warp owns whole m16 rows of the tile");
   static_assert(TN % 16 == 0 && WN * TN == kRows, "a warp owns whole pairs of n8 columns of the tile");
   static_assert(BK == 32 || BK == 64 || BK == 128, "a staged row is 4, 8 or 16 16-byte pieces");
@@ -147,9 +137,6 @@ struct ExpertTileShape {
   static_assert(S >= 2, "a pipeline of at least two stages");
   static_assert(!kWgmma || (BK == 64 && WN == 1 && TM == 16 && kRows % 64 == 0 && kRows <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row, at least three stages");
-  static_assert(!kPersistent || (kKTiles >= kLookahead && GM == 1 && (!GATE_UP || kOutBytes <= kStageBytes)),
-                "persistent: at least as many K slices as load ahead (a run of tiles crosses one boundary at a time), GROUP_M 1, "
-                "gate_up's finished tile within one stage");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
   static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
 
@@ -222,44 +209,11 @@ __device__ __forceinline__ void expert_tile_load(uint32_t stage, const __nv_bflo
       w_row = (r & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
     } else {
       w_row = n0 + r;
-      in = w_row < T::H && e < T::E;  // bucket E (ids outside [0, E)) has no weights: zero rows
+      in = w_row < T::H;
     }
     const bool valid = in && (T::kReduce % T::BK == 0 || k < T::kReduce);
     const __nv_bfloat16* src = w + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + k;
     cp_async_16(stage + tile_swizzled<P>(T::BM + r, piece), valid ? src : w, valid);
-  }
-}
-
-template <class T>
-__device__ __forceinline__ void expert_tile_zero(float (&acc)[T::FM][T::FN][4]) {
-#pragma unroll
-  for (int i = 0; i < T::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < T::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
-}
-
-// acc += the staged slice's pair rows x weight rows, on mma.sync: this warp's TM x TN part.
-template <class T>
-__device__ __forceinline__ void expert_slice_mma(float (&acc)[T::FM][T::FN][4], uint32_t stage) {
-  constexpr int P = T::P;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
-#pragma unroll
-  for (int kk = 0; kk < T::BK / 16; ++kk) {
-    uint32_t af[T::FM][4];
-#pragma unroll
-    for (int i = 0; i < T::FM; ++i) ldmatrix_x4(af[i], stage + tile_swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
-#pragma unroll
-    for (int j = 0; j < T::FN / 2; ++j) {
-      uint32_t b[4];
-      const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
-      ldmatrix_x4(b, stage + tile_swizzled<P>(T::BM + n, 2 * kk + ((lane >> 3) & 1)));
-#pragma unroll
-      for (int i = 0; i < T::FM; ++i) {
-        mma_bf16_16816(acc[i][2 * j], af[i], b[0], b[1]);
-        mma_bf16_16816(acc[i][2 * j + 1], af[i], b[2], b[3]);
-      }
-    }
   }
 }
 
@@ -268,8 +222,13 @@ template <class T, GateUpLayout L>
 __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
                                                  const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
                                                  uint32_t base) {
-  constexpr int S = T::S;
-  expert_tile_zero<T>(acc);
+  constexpr int P = T::P, S = T::S;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+#pragma unroll
+  for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < T::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < T::kKTiles) expert_tile_load<T, L>(base + s * T::kStageBytes, a, w, table, e, n0, s * T::BK);
@@ -282,7 +241,24 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     const int next = kt + S - 1;
     if (next < T::kKTiles) expert_tile_load<T, L>(base + next % S * T::kStageBytes, a, w, table, e, n0, next * T::BK);
     cp_async_commit();
-    expert_slice_mma<T>(acc, base + kt % S * T::kStageBytes);
+    const uint32_t stage = base + kt % S * T::kStageBytes;
+#pragma unroll
+    for (int kk = 0; kk < T::BK / 16; ++kk) {
+      uint32_t af[T::FM][4];
+#pragma unroll
+      for (int i = 0; i < T::FM; ++i) ldmatrix_x4(af[i], stage + tile_swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
+#pragma unroll
+      for (int j = 0; j < T::FN / 2; ++j) {
+        uint32_t b[4];
+        const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
+        ldmatrix_x4(b, stage + tile_swizzled<P>(T::BM + n, 2 * kk + ((lane >> 3) & 1)));
+#pragma unroll
+        for (int i = 0; i < T::FM; ++i) {
+          mma_bf16_16816(acc[i][2 * j], af[i], b[0], b[1]);
+          mma_bf16_16816(acc[i][2 * j + 1], af[i], b[2], b[3]);
+        }
+      }
+    }
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory becomes the output staging
@@ -326,25 +302,6 @@ __device__ __forceinline__ void wgmma_m64n64k16(float* d, uint64_t a, uint64_t b
 #endif
 }
 
-// Issues (and commits as one group) acc += the staged slice on wgmma: warpgroup g's 64 pair rows x
-// every weight row of the tile, 64 at a time. The caller waits for the group.
-template <class T>
-__device__ __forceinline__ void expert_slice_wgmma(float (&acc)[T::FM][T::FN][4], uint32_t stage) {
-  constexpr int kSlabs = T::kRows / 64;
-  const int group = threadIdx.x >> 7;
-  fence_shared_for_async();
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < T::BK / 16; ++kk) {
-    const uint64_t da = wgmma_descriptor(stage + group * 64 * 128 + kk * 32);
-#pragma unroll
-    for (int j = 0; j < kSlabs; ++j) {
-      wgmma_m64n64k16(&acc[0][8 * j][0], da, wgmma_descriptor(stage + (T::BM + 64 * j) * 128 + kk * 32));
-    }
-  }
-  wgmma_commit();
-}
-
 // expert_tile_sums on wgmma: warpgroup g multiplies pair rows [64 g, 64 g + 64) by every weight row
 // of the tile, 64 at a time. The pipeline keeps S - 2 slices loading and one warpgroup MMA group in
 // flight: slice kt + S - 2 refills the stage of slice kt - 2, whose MMAs every warpgroup has waited
@@ -353,8 +310,10 @@ template <class T, GateUpLayout L>
 __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
                                                        const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
                                                        uint32_t base) {
-  constexpr int S = T::S, D = T::kLookahead;
-  expert_tile_zero<T>(acc);
+  constexpr int S = T::S, D = S - 2, kSlabs = T::kRows / 64;
+  const int group = threadIdx.x >> 7;
+#pragma unroll
+  for (int j = 0; j < T::FN; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
 #pragma unroll
   for (int s = 0; s < D; ++s) {
     if (s < T::kKTiles) expert_tile_load<T, L>(base + s * T::kStageBytes, a, w, table, e, n0, s * T::BK);
@@ -364,7 +323,18 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
   for (int kt = 0; kt < T::kKTiles; ++kt) {
     cp_async_wait<D - 1>();
     __syncthreads();  // slice kt is in for every thread; every warpgroup is done with slice kt - 2
-    expert_slice_wgmma<T>(acc, base + kt % S * T::kStageBytes);
+    fence_shared_for_async();
+    const uint32_t stage = base + kt % S * T::kStageBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < T::BK / 16; ++kk) {
+      const uint64_t da = wgmma_descriptor(stage + group * 64 * 128 + kk * 32);
+#pragma unroll
+      for (int j = 0; j < kSlabs; ++j) {
+        wgmma_m64n64k16(&acc[0][8 * j][0], da, wgmma_descriptor(stage + (T::BM + 64 * j) * 128 + kk * 32));
+      }
+    }
+    wgmma_commit();
     wgmma_wait<1>();
     const int next = kt + D;
     if (next < T::kKTiles) expert_tile_load<T, L>(base + next % S * T::kStageBytes, a, w, table, e, n0, next * T::BK);
@@ -382,15 +352,35 @@ __device__ __forceinline__ void expert_tile_table(int* table, const int* __restr
   __syncthreads();
 }
 
-// gate_up's finished tile: the gated activation of each (gate, up) accumulator pair, staged as bf16
-// rows in `out`, then each pair's row of inter in 16-byte pieces.
-template <class T, GateUpLayout L, bool BIAS, class Epilogue>
-__device__ __forceinline__ void gate_up_tile_store(const float (&acc)[T::FM][T::FN][4], __nv_bfloat16* out, const int* table,
-                                                   const WeightArgs& w_gate_up, int e, int n0, __nv_bfloat16* __restrict__ inter,
-                                                   const Epilogue& epi) {
+template <class Config, class Epilogue>
+__device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
+                                                       const int* __restrict__ topk_ids, const int* __restrict__ sorted_slots,
+                                                       const int* __restrict__ expert_offsets,
+                                                       __nv_bfloat16* __restrict__ inter, int num_tokens, Epilogue epi) {
+  using T = ExpertTileShape<Config, true>;
+  static_assert(Config::Format::kElement == Element::kBf16, "expert_centric takes bf16 weights");
+  constexpr GateUpLayout L = Config::kLayout;
+  constexpr bool BIAS = Config::kBias;
   constexpr int I = T::I, BN = T::BN;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int found[3];
+  int n_tile;
+  if (!expert_tile_of_block<T>(expert_offsets, num_tokens * T::K, found, n_tile)) return;  // uniform over the block
+  const int e = found[0], n0 = n_tile * BN;
+  int* table = reinterpret_cast<int*>(smem);
+  expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
+  unsigned char* pipe = expert_tile_pipe<T>(smem);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
+  const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_gate_up.codes);
+  float acc[T::FM][T::FN][4];
+  if constexpr (T::kWgmma) {
+    expert_tile_sums_wgmma<T, L>(acc, x, w, table, e, n0, base);
+  } else {
+    expert_tile_sums<T, L>(acc, x, w, table, e, n0, base);
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(pipe);
 #pragma unroll
   for (int j = 0; j < T::FN; ++j) {
     const int local = (col0 + 8 * j + 2 * t) >> 1;  // the neuron of this thread's (gate, up) pair
@@ -418,25 +408,85 @@ __device__ __forceinline__ void gate_up_tile_store(const float (&acc)[T::FM][T::
   }
 }
 
-// down's weighted value of accumulator column `col` of row `r` (both local to the tile): routing
-// weight x (sum + bias); zero for bucket E and for columns past H.
-template <class T, bool BIAS>
-__device__ __forceinline__ float2 down_weighted(const float* acc2, float weight, const WeightArgs& w_down, bool routed, int e,
-                                                int n) {
-  const bool real = routed && n < T::H;
-  const float b0 = real ? load_bias<BIAS, T::H>(w_down, e, n) : 0.0f;
-  const float b1 = real ? load_bias<BIAS, T::H>(w_down, e, n + 1) : 0.0f;
-  return make_float2(weight * add_bias<BIAS>(acc2[0], b0), weight * add_bias<BIAS>(acc2[1], b1));
-}
-
-// down after its partial rows are in memory: each row's pair takes a ticket of its token and n
-// tile; the block that takes the token's k-th adds the k partial rows in slot order (or, with the
-// atomic combine, takes the running sum and zeroes it) and stores y. `reducing` holds BM ints.
-template <class Config, class T, class Epilogue>
-__device__ __forceinline__ void down_tile_combine(const int* table, int* reducing, float* __restrict__ partials,
-                                                  int* __restrict__ tickets, __nv_bfloat16* __restrict__ y, int n0, int n_tile,
-                                                  const Epilogue& epi) {
-  constexpr int H = T::H, K = T::K, BN = T::BN, kPieces = BN / 4;
+// down: each pair's weighted partial row (routing weight x (sum + bias), FP32) goes to partials
+// [M*k][H]; the block that completes a token's k partials of an n tile (a ticket per token and n
+// tile, reset by that block) adds them in slot order and stores y. Deterministic: the sum's order is
+// fixed whatever order the blocks run in. With kAtomicCombine, partials is [M][H] instead: each
+// pair's row is added atomically into its token's sum, which the completing block stores and zeroes
+// (less traffic; the additions' order, so y's last bits, may vary).
+template <class Config, class Epilogue>
+__device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
+                                                    const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
+                                                    const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
+                                                    __nv_bfloat16* __restrict__ y, float* __restrict__ partials,
+                                                    int* __restrict__ tickets, int num_tokens, Epilogue epi) {
+  using T = ExpertTileShape<Config, false>;
+  static_assert(Config::Format::kElement == Element::kBf16, "expert_centric takes bf16 weights");
+  constexpr bool BIAS = Config::kBias;
+  constexpr int H = T::H, K = T::K, E = T::E, BN = T::BN;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int found[3];
+  int n_tile;
+  if (!expert_tile_of_block<T>(expert_offsets, num_tokens * K, found, n_tile)) return;  // uniform over the block
+  const int e = found[0], n0 = n_tile * BN;
+  int* table = reinterpret_cast<int*>(smem);
+  int* reducing = table + T::BM;
+  expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
+  unsigned char* pipe = expert_tile_pipe<T>(smem);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
+  float acc[T::FM][T::FN][4];
+  const bool routed = e < E;  // bucket E: ids outside [0, E) add zero rows
+  const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_down.codes);
+  if (routed) {
+    if constexpr (T::kWgmma) {
+      expert_tile_sums_wgmma<T, GateUpLayout::kStacked>(acc, inter, w, table, e, n0, base);
+    } else {
+      expert_tile_sums<T, GateUpLayout::kStacked>(acc, inter, w, table, e, n0, base);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < T::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+  float* out = reinterpret_cast<float*>(pipe);
+#pragma unroll
+  for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + 16 * i + g + 8 * h;
+      const int pair = table[r];
+      const float weight = routed && pair >= 0 ? __ldg(topk_weights + pair) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < T::FN; ++j) {
+        const int col = col0 + 8 * j + 2 * t;
+        const bool real = routed && n0 + col < H;
+        const float b0 = real ? load_bias<BIAS, H>(w_down, e, n0 + col) : 0.0f;
+        const float b1 = real ? load_bias<BIAS, H>(w_down, e, n0 + col + 1) : 0.0f;
+        *reinterpret_cast<float2*>(out + r * T::kOutStride + col) =
+            make_float2(weight * add_bias<BIAS>(acc[i][j][2 * h], b0), weight * add_bias<BIAS>(acc[i][j][2 * h + 1], b1));
+      }
+    }
+  __syncthreads();
+  constexpr int kPieces = BN / 4;
+  for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
+    const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
+    const int pair = table[r];
+    if (pair >= 0 && n < H) {
+      const float4 v = *reinterpret_cast<const float4*>(out + r * T::kOutStride + piece * 4);
+      if constexpr (Config::kAtomicCombine) {  // partials is [M][H]: each token's running sum
+        float* sum = partials + static_cast<size_t>(pair / K) * H + n;
+        atomicAdd(sum, v.x);
+        atomicAdd(sum + 1, v.y);
+        atomicAdd(sum + 2, v.z);
+        atomicAdd(sum + 3, v.w);
+      } else {  // partials is [M*k][H]: each pair's own row
+        *reinterpret_cast<float4*>(partials + static_cast<size_t>(pair) * H + n) = v;
+      }
+    }
+  }
   __threadfence();  // the partials are visible before the tickets that announce them
   __syncthreads();
   for (int r = threadIdx.x; r < T::BM; r += T::kThreads) {
@@ -476,293 +526,6 @@ __device__ __forceinline__ void down_tile_combine(const int* table, int* reducin
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(epi(sum.x), epi(sum.y));
     *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(epi(sum.z), epi(sum.w));
   }
-}
-
-// down's weighted partial rows straight from the accumulators (persistent blocks, whose shared
-// memory holds the next tile's slices): each quad of threads writes 32 contiguous bytes of a row.
-template <class Config, class T, bool BIAS>
-__device__ __forceinline__ void down_tile_partials(const float (&acc)[T::FM][T::FN][4], const int* table,
-                                                   const float* __restrict__ topk_weights, const WeightArgs& w_down, int e,
-                                                   int n0, float* __restrict__ partials) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
-  const bool routed = e < T::E;
-#pragma unroll
-  for (int i = 0; i < T::FM; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int pair = table[row0 + 16 * i + g + 8 * h];
-      if (pair < 0) continue;
-      const float weight = routed ? __ldg(topk_weights + pair) : 0.0f;
-#pragma unroll
-      for (int j = 0; j < T::FN; ++j) {
-        const int n = n0 + col0 + 8 * j + 2 * t;
-        if (n >= T::H) continue;
-        const float2 v = down_weighted<T, BIAS>(&acc[i][j][2 * h], weight, w_down, routed, e, n);
-        if constexpr (Config::kAtomicCombine) {
-          float* sum = partials + static_cast<size_t>(pair / T::K) * T::H + n;
-          atomicAdd(sum, v.x);
-          atomicAdd(sum + 1, v.y);
-        } else {
-          *reinterpret_cast<float2*>(partials + static_cast<size_t>(pair) * T::H + n) = v;
-        }
-      }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Persistent blocks (schedule persistent=true): the grid is at most the blocks the device holds at
-// once, the routing's tiles are numbered expert by expert (n tile outer, m tile inner, so blocks
-// running side by side share a weight tile in L2) and block b takes tiles b, b + G, b + 2G, ... One
-// pipeline runs through all of a block's tiles: the next tile's first slices load while the MMAs
-// finish this one and its outputs leave, so no tile pays for filling the pipeline.
-// ---------------------------------------------------------------------------------------------
-
-// One tile of a persistent run: its bucket, first pair in sorted_slots, the bucket's end, n tile.
-struct ExpertTile {
-  int bucket, first, end, n_tile;
-};
-
-// prefix[b] = m tiles of buckets below b (b = 0..kBuckets), by warp 0; the caller waits at a barrier.
-template <class T>
-__device__ __forceinline__ void expert_tile_prefix(const int* __restrict__ offsets, int* prefix) {
-  if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
-  int before = 0;
-  for (int b0 = 0; b0 <= T::kBuckets; b0 += 32) {
-    const int b = b0 + lane;
-    const int tiles = b < T::kBuckets ? ceil_div(offsets[b + 1] - offsets[b], T::BM) : 0;
-    int inclusive = tiles;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int v = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += v;
-    }
-    if (b <= T::kBuckets) prefix[b] = before + inclusive - tiles;
-    before += __shfl_sync(kFullMask, inclusive, 31);
-  }
-}
-
-// Tile `tile` (0 <= tile < prefix[kBuckets] x kNTiles): the last bucket whose first tile is at or
-// before it (empty buckets share their successor's start), then its n tile and m tile.
-template <class T>
-__device__ __forceinline__ ExpertTile expert_tile_at(const int* prefix, const int* __restrict__ offsets, int tile) {
-  int lo = 0, hi = T::kBuckets;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (prefix[mid] * T::kNTiles <= tile) lo = mid; else hi = mid;
-  }
-  const int m_tiles = prefix[lo + 1] - prefix[lo];
-  const int u = tile - prefix[lo] * T::kNTiles;
-  return ExpertTile{lo, offsets[lo] + u % m_tiles * T::BM, offsets[lo + 1], u / m_tiles};
-}
-
-// Walks this block's tiles. load(stage, table, tile, k0) fills a stage; finish(acc, table, tile,
-// stage) takes a tile's sums, after a barrier (on wgmma after every group has landed), and may use
-// `stage`, that of the tile's last slice, until it returns. Returns without a barrier.
-template <class T, class Load, class Finish>
-__device__ __forceinline__ void expert_persistent_run(const int* __restrict__ offsets, const int* __restrict__ sorted_slots,
-                                                      unsigned char* smem, uint32_t base, Load load, Finish finish) {
-  constexpr int S = T::S, KT = T::kKTiles, LA = T::kLookahead;
-  int* prefix = reinterpret_cast<int*>(smem);
-  int* tables = prefix + T::kPrefixInts;       // two tables of kTableInts
-  int* infos = tables + 2 * T::kTableInts;     // their tiles, 4 ints each
-  expert_tile_prefix<T>(offsets, prefix);
-  __syncthreads();
-  const int total = prefix[T::kBuckets] * T::kNTiles;
-  const int count = blockIdx.x < total ? ceil_div(total - blockIdx.x, gridDim.x) : 0;
-  if (count == 0) return;  // uniform over the block
-  // table slot j & 1 of the block's tile j: its rows' pairs, and (infos) the tile itself
-  auto prepare = [&](int j) {
-    const ExpertTile tile = expert_tile_at<T>(prefix, offsets, blockIdx.x + j * gridDim.x);
-    int* table = tables + (j & 1) * T::kTableInts;
-    for (int r = threadIdx.x; r < T::BM; r += T::kThreads) table[r] = tile.first + r < tile.end ? sorted_slots[tile.first + r] : -1;
-    if (threadIdx.x == 0) {
-      int* info = infos + (j & 1) * 4;
-      info[0] = tile.bucket;
-      info[1] = tile.first;
-      info[2] = tile.end;
-      info[3] = tile.n_tile;
-    }
-  };
-  auto tile_of = [&](int j) {
-    const int* info = infos + (j & 1) * 4;
-    return ExpertTile{info[0], info[1], info[2], info[3]};
-  };
-  const int slices = count * KT;
-  auto load_slice = [&](int s) {
-    if (s < slices) {
-      const int j = s / KT;
-      load(base + s % S * T::kStageBytes, tables + (j & 1) * T::kTableInts, tile_of(j), s % KT * T::BK);
-    }
-    cp_async_commit();
-  };
-  prepare(0);
-  __syncthreads();
-#pragma unroll 1
-  for (int s = 0; s < LA; ++s) load_slice(s);
-  float acc[T::FM][T::FN][4];
-#pragma unroll 1
-  for (int s = 0; s < slices; ++s) {
-    const int j = s / KT, kt = s % KT;
-    cp_async_wait<LA - 1>();
-    __syncthreads();  // slice s is in; every warp is done with the stage refilled next, and with tile j - 1
-    if (kt == 0) {
-      if (j + 1 < count) {
-        prepare(j + 1);  // the slot of tile j - 1, whose outputs have left
-        __syncthreads();
-      }
-      expert_tile_zero<T>(acc);
-    }
-    const uint32_t stage = base + s % S * T::kStageBytes;
-    if constexpr (T::kWgmma) {
-      expert_slice_wgmma<T>(acc, stage);
-      wgmma_wait<1>();
-      load_slice(s + LA);
-      if (kt == KT - 1) wgmma_wait<0>();
-    } else {
-      load_slice(s + LA);
-      expert_slice_mma<T>(acc, stage);
-    }
-    if (kt == KT - 1) {
-      __syncthreads();  // every warp is done with the last slice's stage
-      finish(acc, tables + (j & 1) * T::kTableInts, tile_of(j), stage);
-    }
-  }
-  cp_async_wait<0>();
-}
-
-template <class Config, class Epilogue>
-__device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
-                                                       const int* __restrict__ topk_ids, const int* __restrict__ sorted_slots,
-                                                       const int* __restrict__ expert_offsets,
-                                                       __nv_bfloat16* __restrict__ inter, int num_tokens, Epilogue epi) {
-  using T = ExpertTileShape<Config, true>;
-  static_assert(Config::Format::kElement == Element::kBf16, "expert_centric takes bf16 weights");
-  constexpr GateUpLayout L = Config::kLayout;
-  constexpr bool BIAS = Config::kBias;
-  constexpr int BN = T::BN;
-  extern __shared__ __align__(16) unsigned char smem[];
-  const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_gate_up.codes);
-  if constexpr (T::kPersistent) {
-    unsigned char* pipe = expert_tile_pipe<T>(smem);
-    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
-    expert_persistent_run<T>(
-        expert_offsets, sorted_slots, smem, base,
-        [&](uint32_t stage, const int* table, const ExpertTile& tile, int k0) {
-          expert_tile_load<T, L>(stage, x, w, table, tile.bucket, tile.n_tile * BN, k0);
-        },
-        [&](const float (&acc)[T::FM][T::FN][4], int* table, const ExpertTile& tile, uint32_t stage) {
-          __nv_bfloat16* staging = reinterpret_cast<__nv_bfloat16*>(pipe + (stage - base));
-          gate_up_tile_store<T, L, BIAS>(acc, staging, table, w_gate_up, tile.bucket, tile.n_tile * BN, inter, epi);
-        });
-    return;
-  }
-  __shared__ int found[3];
-  int n_tile;
-  if (!expert_tile_of_block<T>(expert_offsets, num_tokens * T::K, found, n_tile)) return;  // uniform over the block
-  const int e = found[0], n0 = n_tile * BN;
-  int* table = reinterpret_cast<int*>(smem);
-  expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
-  unsigned char* pipe = expert_tile_pipe<T>(smem);
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
-  float acc[T::FM][T::FN][4];
-  if constexpr (T::kWgmma) {
-    expert_tile_sums_wgmma<T, L>(acc, x, w, table, e, n0, base);
-  } else {
-    expert_tile_sums<T, L>(acc, x, w, table, e, n0, base);
-  }
-  gate_up_tile_store<T, L, BIAS>(acc, reinterpret_cast<__nv_bfloat16*>(pipe), table, w_gate_up, e, n0, inter, epi);
-}
-
-// down: each pair's weighted partial row (routing weight x (sum + bias), FP32) goes to partials
-// [M*k][H]; the block that completes a token's k partials of an n tile (a ticket per token and n
-// tile, reset by that block) adds them in slot order and stores y. Deterministic: the sum's order is
-// fixed whatever order the blocks run in. With kAtomicCombine, partials is [M][H] instead: each
-// pair's row is added atomically into its token's sum, which the completing block stores and zeroes
-// (less traffic; the additions' order, so y's last bits, may vary).
-template <class Config, class Epilogue>
-__device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
-                                                    const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
-                                                    const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
-                                                    __nv_bfloat16* __restrict__ y, float* __restrict__ partials,
-                                                    int* __restrict__ tickets, int num_tokens, Epilogue epi) {
-  using T = ExpertTileShape<Config, false>;
-  static_assert(Config::Format::kElement == Element::kBf16, "expert_centric takes bf16 weights");
-  constexpr bool BIAS = Config::kBias;
-  constexpr int H = T::H, BN = T::BN;
-  extern __shared__ __align__(16) unsigned char smem[];
-  const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_down.codes);
-  if constexpr (T::kPersistent) {
-    unsigned char* pipe = expert_tile_pipe<T>(smem);
-    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
-    expert_persistent_run<T>(
-        expert_offsets, sorted_slots, smem, base,
-        [&](uint32_t stage, const int* table, const ExpertTile& tile, int k0) {
-          expert_tile_load<T, GateUpLayout::kStacked>(stage, inter, w, table, tile.bucket, tile.n_tile * BN, k0);
-        },
-        [&](const float (&acc)[T::FM][T::FN][4], int* table, const ExpertTile& tile, uint32_t) {
-          down_tile_partials<Config, T, BIAS>(acc, table, topk_weights, w_down, tile.bucket, tile.n_tile * BN, partials);
-          down_tile_combine<Config, T>(table, table + T::BM, partials, tickets, y, tile.n_tile * BN, tile.n_tile, epi);
-        });
-    return;
-  }
-  __shared__ int found[3];
-  int n_tile;
-  if (!expert_tile_of_block<T>(expert_offsets, num_tokens * T::K, found, n_tile)) return;  // uniform over the block
-  const int e = found[0], n0 = n_tile * BN;
-  int* table = reinterpret_cast<int*>(smem);
-  int* reducing = table + T::BM;
-  expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
-  unsigned char* pipe = expert_tile_pipe<T>(smem);
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
-  float acc[T::FM][T::FN][4];
-  const bool routed = e < T::E;  // bucket E: ids outside [0, E) add zero rows
-  if (routed) {
-    if constexpr (T::kWgmma) {
-      expert_tile_sums_wgmma<T, GateUpLayout::kStacked>(acc, inter, w, table, e, n0, base);
-    } else {
-      expert_tile_sums<T, GateUpLayout::kStacked>(acc, inter, w, table, e, n0, base);
-    }
-  } else {
-    expert_tile_zero<T>(acc);
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
-  float* out = reinterpret_cast<float*>(pipe);
-#pragma unroll
-  for (int i = 0; i < T::FM; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + 16 * i + g + 8 * h;
-      const int pair = table[r];
-      const float weight = routed && pair >= 0 ? __ldg(topk_weights + pair) : 0.0f;
-#pragma unroll
-      for (int j = 0; j < T::FN; ++j) {
-        const int col = col0 + 8 * j + 2 * t;
-        *reinterpret_cast<float2*>(out + r * T::kOutStride + col) =
-            down_weighted<T, BIAS>(&acc[i][j][2 * h], weight, w_down, routed, e, n0 + col);
-      }
-    }
-  __syncthreads();
-  constexpr int kPieces = BN / 4;
-  for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
-    const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
-    const int pair = table[r];
-    if (pair >= 0 && n < H) {
-      const float4 v = *reinterpret_cast<const float4*>(out + r * T::kOutStride + piece * 4);
-      if constexpr (Config::kAtomicCombine) {  // partials is [M][H]: each token's running sum
-        float* sum = partials + static_cast<size_t>(pair / T::K) * H + n;
-        atomicAdd(sum, v.x);
-        atomicAdd(sum + 1, v.y);
-        atomicAdd(sum + 2, v.z);
-        atomicAdd(sum + 3, v.w);
-      } else {  // partials is [M*k][H]: each pair's own row
-        *reinterpret_cast<float4*>(partials + static_cast<size_t>(pair) * H + n) = v;
-      }
-    }
-  }
-  down_tile_combine<Config, T>(table, reducing, partials, tickets, y, n0, n_tile, epi);
 }
 
 }  // namespace mf

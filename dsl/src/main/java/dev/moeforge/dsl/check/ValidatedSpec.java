@@ -76,11 +76,6 @@ public final class ValidatedSpec<P extends Problem> {
         return schedule.takesRoutingPlan();
     }
 
-    /** Whether the launch may cut the grid to the blocks the device holds at once (see {@code Schedule.gridMayShrink}). */
-    public boolean gridMayShrink() {
-        return schedule.gridMayShrink();
-    }
-
     public ScheduleModel model() {
         return schedule.model(problem, epilogue);
     }

@@ -38,12 +38,9 @@ import java.util.Optional;
  * @param wgmma   sm_90a only: Hopper's warpgroup MMA ({@code wgmma.mma_async}, operands straight from the
  *                swizzled stages) instead of {@code mma.sync}: a warpgroup of four warps per 64 pairs
  *                (warps_m = block_m / 16, warps_n = 1), block_k 64, at least three stages
- * @param persistent the grid is cut to the blocks the device holds at once and each block walks every
- *                G-th of the routing's tiles (numbered per expert, n tile outer and m tile inner) through
- *                one pipeline, so the next tile's slices load while this one's outputs leave; group_m 1
  */
 public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                            boolean atomicCombine, boolean persistent)
+                            boolean atomicCombine)
         implements Schedule<Problem.ExpertProblem> {
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
@@ -56,23 +53,12 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /** On mma.sync, with the ordered combine. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false);
     }
 
-    /** With the ordered combine, one block per tile. */
+    /** With the ordered combine. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false);
-    }
-
-    /** One block per tile. */
-    public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                         boolean atomicCombine) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, false);
-    }
-
-    /** The same tiles on a persistent grid. */
-    public ExpertCentric persistentGrid() {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, 1, wgmma, atomicCombine, true);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false);
     }
 
     @Override
@@ -87,10 +73,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> all = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
                 List.of(16, 32, 64, 128, 256), List.of(32, 64, 128), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
-                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false, true))));
+                List.of(1, 8, 32), List.of(false), List.of(false, true))));
         if (target == Target.SM_90A) {
             all.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
-                    List.of(1), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false, true))));
+                    List.of(1), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true))));
         }
         return all;
     }
@@ -124,10 +110,6 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         range(errors, "schedule.group_m", groupM, 1, 64);
         if (wgmma) {
             checkWgmma(p, target, errors);
-        }
-        if (persistent && groupM != 1) {
-            errors.add(new SpecError("schedule.group_m", Integer.toString(groupM), "1 with persistent=true (a persistent block "
-                    + "walks each expert's m tiles for one weight tile before the next already)"));
         }
         if (atomicCombine && p instanceof Problem.ExpertGateUp) {
             errors.add(new SpecError("schedule.atomic_combine", "true", "false for expert_gate_up: only down combines a token's slots"));
@@ -168,32 +150,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
         if (blockK == 32 || blockK == 64 || blockK == 128) {
             ScheduleRules.sharedLimit(errors, sharedBytes(p), target, "fewer stages, or a smaller block_m, block_n or block_k");
-            int slices = Math.ceilDiv(reduced(p), blockK);
-            Layout layout = layout(p);
-            if (persistent && layout.stagingBytes() > layout.stageBytes()) {
-                errors.add(new SpecError("schedule", "persistent=true with block_m " + blockM + ", block_n " + blockN + ", block_k "
-                        + blockK, "a finished tile (" + layout.stagingBytes() + " bytes) within one stage (" + layout.stageBytes()
-                        + "), where a persistent gate_up stages it: a larger block_k or a smaller block_m"));
-            }
-            if (persistent && slices < lookahead()) {
-                errors.add(new SpecError("schedule.stages", Integer.toString(stages), "at most " + (slices + (wgmma ? 2 : 1))
-                        + " with persistent=true here: the pipeline loads " + lookahead() + " slices ahead, and a tile has "
-                        + slices + " (K " + reduced(p) + " / block_k " + blockK + "); or a smaller block_k"));
-            }
         }
-    }
-
-    /** Slices the pipeline loads ahead of the one under the MMAs; wgmma keeps one more stage busy. */
-    int lookahead() {
-        return wgmma ? stages - 2 : stages - 1;
-    }
-
-    /** The GEMM's K: gate_up reduces over H, down over I. */
-    static int reduced(Problem.ExpertProblem problem) {
-        return switch (problem) {
-            case Problem.ExpertGateUp g -> g.shape().hidden();
-            case Problem.ExpertDown d -> d.shape().intermediate();
-        };
     }
 
     /** What warpgroup MMA asks beyond the tile rules: Hopper, 128-byte rows, whole warpgroups, 64-row slabs. */
@@ -240,39 +197,26 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /**
      * The shared memory of an expert_centric block, as the device header's {@code ExpertTileShape}
-     * lays it out (and static_asserts). One block per tile: the tile's pair table, then the cp.async
-     * pipeline, whose bytes the output staging reuses after the last slice. Persistent: the m tiles
-     * before each bucket, two tables and their tiles, then the pipeline; gate_up stages a finished
-     * tile in its last slice's stage (the others hold the next tile's slices), down writes from its
-     * accumulators.
+     * lays it out (and static_asserts): the tile's pair table, then the cp.async pipeline, whose
+     * bytes the output staging reuses after the last slice.
      *
-     * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32);
-     *                      persistent: (buckets + 1, rounded up to 4) ints, two such tables, two tiles of 4 ints
+     * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32)
      * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK bf16 each
      * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
-     *                      (persistent down: none)
-     * @param sharedBytes   table + max(stages x stage, staging), or persistent table + stages x stage, and with
-     *                      wgmma 1024 bytes to align the stages
+     * @param sharedBytes   table + max(stages x stage, staging), and with wgmma 1024 bytes to align the stages
      */
     public record Layout(int tableBytes, int stageBytes, int stagingBytes, long sharedBytes) {
         public static Layout of(Problem.ExpertProblem problem, ExpertCentric s) {
             int rows = s.weightRows(problem);
-            int tableInts = 2 * s.blockM();
+            int table = 8 * s.blockM();
             int stage = 2 * (s.blockM() + rows) * s.blockK();
             int staging = switch (problem) {
                 case Problem.ExpertGateUp _ -> s.blockM() * (s.blockN() + 8) * 2;
-                case Problem.ExpertDown _ -> s.persistent() ? 0 : s.blockM() * (s.blockN() + 4) * 4;
+                case Problem.ExpertDown _ -> s.blockM() * (s.blockN() + 4) * 4;
             };
             // wgmma's swizzled stages start on a 1024-byte boundary past the table
             int slack = s.wgmma() ? 1024 : 0;
-            long pipe = (long) s.stages() * stage;
-            if (s.persistent()) {
-                int prefixInts = Math.ceilDiv(buckets(problem) + 1, 4) * 4;
-                int table = 4 * (prefixInts + 2 * tableInts + 2 * 4);
-                return new Layout(table, stage, staging, table + slack + pipe);
-            }
-            int table = 4 * tableInts;
-            return new Layout(table, stage, staging, table + slack + Math.max(pipe, staging));
+            return new Layout(table, stage, staging, table + slack + Math.max((long) s.stages() * stage, staging));
         }
     }
 
@@ -314,7 +258,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 Math.toIntExact(sharedBytes(problem)));
     }
 
-    /** Every tile of block_m pairs of an expert and block_n outputs (a block each, or a persistent grid's runs). */
+    /** One block per tile of block_m pairs of an expert and block_n outputs (the over-launched rest exits at once). */
     @Override
     public long workBlocks(Problem.ExpertProblem problem, int tokens, int[] expertLoad) {
         if (expertLoad.length != problem.shape().experts()) {
@@ -341,12 +285,6 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     @Override
     public boolean takesRoutingPlan() {
         return true;
-    }
-
-    /** A persistent grid divides whatever tiles the routing has among the blocks launched. */
-    @Override
-    public boolean gridMayShrink() {
-        return persistent;
     }
 
     /**
@@ -382,10 +320,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 + " (bf16 in, FP32 accumulate).");
         own.add("K slices of " + blockK + " through a " + stages + "-stage cp.async pipeline (" + layout.stageBytes()
                 + " bytes a stage); m tiles in groups of " + groupM + ".");
-        own.add(persistent
-                ? "A persistent grid of G blocks (at most the device holds at once): block b walks tiles b, b + G, b + 2G, ..."
-                + " of the routing's, numbered per expert n tile outer and m tile inner, through one pipeline."
-                : "The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
+        own.add("The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
         String unit = switch (problem) {
             case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN
                     + " neurons, gate and up rows staged side by side";
@@ -408,8 +343,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.integer("kStages", stages),
                 ConfigConstant.integer("kGroupM", groupM),
                 ConfigConstant.bool("kWgmma", wgmma),
-                ConfigConstant.bool("kAtomicCombine", atomicCombine),
-                ConfigConstant.bool("kPersistent", persistent)),
+                ConfigConstant.bool("kAtomicCombine", atomicCombine)),
                 notes, 0, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 

@@ -80,15 +80,6 @@ public sealed interface Schedule<P extends Problem>
         return false;
     }
 
-    /**
-     * Whether the launch may cut the grid of {@link #geometry} to the blocks the device holds at
-     * once (its multiprocessors x resident blocks each): the kernel divides its work among
-     * {@code gridDim.x} blocks, whatever that is.
-     */
-    default boolean gridMayShrink() {
-        return false;
-    }
-
     /** Scratch tensors the kernel owns beyond the problem's inputs and outputs (none by default). */
     default List<Workspace> workspace(P problem) {
         return List.of();

@@ -101,20 +101,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             new TilePair("wg_m128", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
             new TilePair("wg_m128_n64", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true), new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)),
             new TilePair("wg_m128_atomic", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)),
-            // persistent grids: each block walks a run of tiles through one pipeline
-            new TilePair("ec_m16_p", new ExpertCentric(16, 64, 64, 1, 4, 4, 1).persistentGrid(),
-                    new ExpertCentric(16, 128, 64, 1, 4, 4, 1).persistentGrid()),
-            new TilePair("ec_m16_k128_p", new ExpertCentric(16, 128, 128, 1, 8, 3, 1).persistentGrid(),
-                    new ExpertCentric(16, 256, 128, 1, 8, 3, 1).persistentGrid()),
-            new TilePair("ec_m32_k128_p", new ExpertCentric(32, 128, 128, 2, 4, 3, 1).persistentGrid(),
-                    new ExpertCentric(32, 256, 128, 2, 4, 3, 1).persistentGrid()),
-            new TilePair("ec_m64_p", new ExpertCentric(64, 64, 64, 2, 2, 4, 1).persistentGrid(),
-                    new ExpertCentric(64, 128, 64, 2, 2, 4, 1).persistentGrid()),
-            new TilePair("wg_m64_p", new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).persistentGrid(),
-                    new ExpertCentric(64, 128, 64, 4, 1, 5, 1, true).persistentGrid()),
-            new TilePair("wg_m128_p", new ExpertCentric(128, 128, 64, 8, 1, 4, 1, true).persistentGrid(),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 1, true).persistentGrid()));
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)));
 
     /** The geometry timed, and its gate/up layout. */
     private ExpertShape shape;

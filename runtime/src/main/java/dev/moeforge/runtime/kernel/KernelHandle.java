@@ -27,14 +27,9 @@ public final class KernelHandle {
     private final CudaFunction function;
     private final PtxasReport.FunctionResources resources;
     private final Optional<RoutingAlign> routingAlign;
-    private final int residentBlocks;
 
-    /**
-     * @param residentBlocks the blocks the device holds at once, to which the grid of a schedule that
-     *                       allows it is cut ({@code ValidatedSpec.gridMayShrink}); unused otherwise
-     */
     KernelHandle(ValidatedSpec<?> valid, String specText, CudaFunction function, PtxasReport.FunctionResources resources,
-                 Optional<RoutingAlign> routingAlign, int residentBlocks) {
+                 Optional<RoutingAlign> routingAlign) {
         this.valid = valid;
         this.spec = valid.spec();
         this.maxTokens = valid.maxTokens();
@@ -43,7 +38,6 @@ public final class KernelHandle {
         this.function = function;
         this.resources = resources;
         this.routingAlign = routingAlign;
-        this.residentBlocks = residentBlocks;
     }
 
     /** The align entry points of a kernel that takes the routing plan (expert_centric); empty for the others. */
@@ -111,11 +105,10 @@ public final class KernelHandle {
         }
         args[params.size()] = numTokens;
         LaunchGeometry g = valid.geometry(numTokens);
-        int gridX = valid.gridMayShrink() ? Math.min(g.gridX(), residentBlocks) : g.gridX();
         try {
-            function.launch(order, gridX, g.gridY(), 1, g.blockX(), 1, 1, g.sharedBytes(), stream, args);
+            function.launch(order, g.gridX(), g.gridY(), 1, g.blockX(), 1, 1, g.sharedBytes(), stream, args);
         } catch (RuntimeException e) {
-            throw new KernelLaunchException("launch of kernel " + spec.name() + " failed (grid " + gridX + "x" + g.gridY()
+            throw new KernelLaunchException("launch of kernel " + spec.name() + " failed (grid " + g.gridX() + "x" + g.gridY()
                     + ", block " + g.blockX() + ", " + g.sharedBytes() + " B shared): " + e.getMessage() + "\nspec:\n" + specText, e);
         }
     }

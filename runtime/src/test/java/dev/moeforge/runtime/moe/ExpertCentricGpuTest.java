@@ -59,25 +59,7 @@ class ExpertCentricGpuTest extends GpuSession {
             // down's atomic combine, on mma.sync and on wgmma
             new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1, false, true)},
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)},
-            // persistent grids (8-11), stage counts every geometry here takes (a run's pipeline loads at most a
-            // tile's slices ahead): wide mma.sync tiles, small ones, wgmma, the atomic combine
-            new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 2, 1).persistentGrid(),
-                    new ExpertCentric(16, 256, 128, 1, 8, 2, 1).persistentGrid()},
-            new ExpertCentric[] {new ExpertCentric(16, 32, 32, 1, 2, 3, 1).persistentGrid(),
-                    new ExpertCentric(16, 32, 32, 1, 2, 2, 1).persistentGrid()},
-            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 3, 1, true).persistentGrid(),
-                    new ExpertCentric(128, 256, 64, 8, 1, 3, 1, true).persistentGrid()},
-            new ExpertCentric[] {new ExpertCentric(64, 64, 64, 2, 2, 3, 1).persistentGrid(),
-                    new ExpertCentric(64, 128, 64, 2, 2, 2, 1, false, true).persistentGrid()},
-            // 12: bench prefill's persistent pairs on the geometries whose K takes their pipelines
-            new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1).persistentGrid(),
-                    new ExpertCentric(16, 256, 128, 1, 8, 3, 1).persistentGrid()},
-            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 1, true).persistentGrid(),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 1, true).persistentGrid()});
-
-    /** Schedules 0..11 take every geometry here; 12 and 13 (bench prefill's pairs) only those with a K their pipelines take. */
-    static final int ON_EVERY_GEOMETRY = 12;
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)});
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -99,7 +81,7 @@ class ExpertCentricGpuTest extends GpuSession {
 
     static List<Case> cases() {
         List<Case> cases = new ArrayList<>();
-        for (int s = 0; s < ON_EVERY_GEOMETRY; s++) {
+        for (int s = 0; s < SCHEDULES.size(); s++) {
             for (int m : new int[] {1, 3, 16, 65, 256}) {
                 cases.add(new Case(SMALL, s, m, RoutingKind.UNIFORM));
             }
@@ -135,18 +117,6 @@ class ExpertCentricGpuTest extends GpuSession {
             cases.add(new Case(SMALL, schedule, 256, RoutingKind.OUTSIDE_IDS));
             cases.add(new Case(SMALL, schedule, 4096, RoutingKind.UNIFORM));
         }
-        for (int schedule : new int[] {8, 9, 10, 11}) {
-            cases.add(new Case(SMALL, schedule, 16384, RoutingKind.UNIFORM));
-            cases.add(new Case(QWEN3_30B, schedule, 256, RoutingKind.UNIFORM));
-        }
-        for (int schedule : new int[] {12, 13}) {
-            for (int m : new int[] {1, 32, 64, 256, 1024}) {
-                cases.add(new Case(QWEN3_30B, schedule, m, RoutingKind.UNIFORM));
-            }
-            cases.add(new Case(ODD, schedule, 17, RoutingKind.UNIFORM));
-            cases.add(new Case(GPT_OSS, schedule, 96, RoutingKind.UNIFORM));
-        }
-        cases.add(new Case(QWEN3_30B, 13, 4096, RoutingKind.UNIFORM));
         return cases;
     }
 
