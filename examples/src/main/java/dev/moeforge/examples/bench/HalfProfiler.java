@@ -58,7 +58,7 @@ public final class HalfProfiler implements AutoCloseable {
         stream.synchronize();
     }
 
-    /** The routing every layer runs on from now on. */
+    /** The routing every layer runs on from now on; {@link #tokens()} is its batch. */
     public void route(Routing routing) {
         if (routing.tokens() > maxTokens) {
             throw new IllegalArgumentException(routing.tokens() + " tokens: this profiler was sized for 1.." + maxTokens);
@@ -68,21 +68,64 @@ public final class HalfProfiler implements AutoCloseable {
         tokens = routing.tokens();
     }
 
+    public int tokens() {
+        return tokens;
+    }
+
     /** The half's time per layer on the current routing: {@code warmup} replays, then the median of {@code reps}. */
     public Timing time(CudaStream stream, ExpertHalf half, Half which, int warmup, int reps) {
         if (tokens == 0) {
             throw new IllegalStateException("no routing yet: call route() first");
         }
+        return timeLayers(stream, l -> {
+            switch (which) {
+                case GATE_UP -> half.enqueueGateUp(stream, tokens, x, gateUpWeights.get(l), ids, inter);
+                case DOWN -> half.enqueueDown(stream, tokens, inter, downWeights.get(l), ids, weights, y);
+            }
+        }, warmup, reps);
+    }
+
+    /** Times a graph of one {@code perLayer(l)} per layer (l = 0..layers-1): per layer = replay / layers. */
+    public Timing timeLayers(CudaStream stream, java.util.function.IntConsumer perLayer, int warmup, int reps) {
         try (CudaGraph graph = CudaGraph.capture(stream, () -> {
             for (int l = 0; l < layers; l++) {
-                switch (which) {
-                    case GATE_UP -> half.enqueueGateUp(stream, tokens, x, gateUpWeights.get(l), ids, inter);
-                    case DOWN -> half.enqueueDown(stream, tokens, inter, downWeights.get(l), ids, weights, y);
-                }
+                perLayer.accept(l);
             }
         })) {
             return GpuTimer.time(stream, graph, warmup, reps).scaled(1.0 / layers);
         }
+    }
+
+    public int layers() {
+        return layers;
+    }
+
+    public DeviceWeights gateUpWeights(int layer) {
+        return gateUpWeights.get(layer);
+    }
+
+    public DeviceWeights downWeights(int layer) {
+        return downWeights.get(layer);
+    }
+
+    public DeviceBuffer x() {
+        return x;
+    }
+
+    public DeviceBuffer ids() {
+        return ids;
+    }
+
+    public DeviceBuffer weights() {
+        return weights;
+    }
+
+    public DeviceBuffer inter() {
+        return inter;
+    }
+
+    public DeviceBuffer y() {
+        return y;
     }
 
     @Override

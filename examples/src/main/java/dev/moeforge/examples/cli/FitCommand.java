@@ -7,6 +7,7 @@ import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.text.SpecParser;
+import dev.moeforge.runtime.dispatch.DispatchTable;
 import dev.moeforge.runtime.dispatch.PoolFit;
 import dev.moeforge.runtime.dispatch.WaveCostModel;
 import java.io.IOException;
@@ -26,12 +27,12 @@ import picocli.CommandLine.Spec;
 
 /**
  * {@code moeforge fit DIR}: fits the wave cost model of every pool configuration on DIR's profile,
- * reports the regret of its choices on the held-out points (mean, p95, max) for 2, 3 and 4 terms,
+ * reports the regret of its choices on the held-out points (mean, p95, max) for 2 to 5 terms,
  * and routing-aware dispatch against the best static pair per batch; writes {@code DIR/fit.json}
  * and the pictures {@code DIR/regret-cdf.png}, {@code DIR/winners.png} and {@code DIR/predicted.png}.
  */
 @Command(name = "fit", mixinStandardHelpOptions = true,
-        description = "Fits the wave cost model T = a + b ceil(G/S) + c G + d sqrt(G) of every config in DIR's profile and "
+        description = "Fits the wave cost model T = a + b ceil(G/S) + c G + d sqrt(G) + e P of every config in DIR's profile and "
                 + "reports the regret of its choices on the held-out points (2, 3 and 4 terms) and dispatch against static "
                 + "configs; writes DIR/fit.json and PNG plots.")
 public final class FitCommand implements Callable<Integer> {
@@ -54,13 +55,14 @@ public final class FitCommand implements Callable<Integer> {
         doc.put("device", profile.path("device").path("name").asText());
         doc.put("sm_count", sms);
         doc.put("profile_date", profile.path("date").asText());
-        doc.put("cost_model", "T = a + b ceil(G/S) + c G + d sqrt(G); d only where the config's median profiled grid is under S");
+        doc.put("cost_model", "T = a + b ceil(G/S) + c G + d sqrt(G) + e P (P: routed pairs); d only where the config's median "
+                + "profiled grid is under S; the dispatch uses all five terms");
         out.printf(Locale.ROOT, "fit of %s: %d configs, %d profiled points, %d held out (S = %d)%n%n", profile.get("model").asText(),
                 fit.configs().size(), fit.profiled().size(), fit.heldOut().size(), sms);
         out.println("regret of the model's choice for the layer (gate_up + down) against the best measured pair");
         out.printf(Locale.ROOT, "%-6s %-12s %7s %9s %9s %9s%n", "terms", "points", "count", "mean", "p95", "max");
         List<Map<String, Object>> ablation = new ArrayList<>();
-        for (int terms = 2; terms <= 4; terms++) {
+        for (int terms = 2; terms <= WaveCostModel.MAX_TERMS; terms++) {
             Map<String, WaveCostModel> models = fit.fit(terms);
             Map<String, Object> row = new LinkedHashMap<>();
             row.put("terms", terms);
@@ -73,9 +75,10 @@ public final class FitCommand implements Callable<Integer> {
             ablation.add(row);
         }
         doc.put("ablation", ablation);
-        Map<String, WaveCostModel> models = fit.fit(4);
+        Map<String, WaveCostModel> models = fit.fit(WaveCostModel.MAX_TERMS);
         Map<String, Object> coefficients = new LinkedHashMap<>();
-        models.forEach((name, m) -> coefficients.put(name, Map.of("a", m.a(), "b", m.b(), "c", m.c(), "d", m.d(), "terms", m.terms())));
+        models.forEach((name, m) -> coefficients.put(name, Map.of("a", m.a(), "b", m.b(), "c", m.c(), "d", m.d(), "e", m.e(),
+                "terms", m.terms())));
         doc.put("models", coefficients);
         List<PoolFit.Choice> choices = fit.choices(models, fit.heldOut());
         doc.put("held_out_choices", choices.stream().map(FitCommand::choiceRow).toList());
@@ -111,6 +114,11 @@ public final class FitCommand implements Callable<Integer> {
         double geomean = vsStatic.isEmpty() ? Double.NaN : Math.exp(logSum / vsStatic.size());
         out.printf(Locale.ROOT, "  geomean %.3fx over %d points, worst %.3fx%n", geomean, vsStatic.size(), worst);
         doc.put("against_static", Map.of("rows", staticRows, "geomean_speedup", geomean, "worst_speedup", worst));
+        DispatchTable table = DispatchTable.of(fit, models);
+        doc.put("dispatch", Map.of("gate_up", table.gateUp().stream().map(DispatchTable.Row::name).toList(),
+                "down", table.down().stream().map(DispatchTable.Row::name).toList()));
+        out.printf(Locale.ROOT, "dispatch candidates (the configs the model picks at some point): %d for gate_up, %d for down%n",
+                table.gateUp().size(), table.down().size());
         List<Path> pictures = FitPlots.write(dir, fit, models, choices, sms);
         doc.put("plots", pictures.stream().map(p -> p.getFileName().toString()).toList());
         Path file = dir.resolve(FILE);

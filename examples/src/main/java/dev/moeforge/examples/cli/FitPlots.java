@@ -43,7 +43,7 @@ final class FitPlots {
     /** The held-out regret's cumulative distribution, one line per model size (the ablation). */
     private static JFreeChart regretCdf(PoolFit fit) {
         XYSeriesCollection data = new XYSeriesCollection();
-        for (int terms = 2; terms <= 4; terms++) {
+        for (int terms = 2; terms <= WaveCostModel.MAX_TERMS; terms++) {
             double[] r = fit.choices(fit.fit(terms), fit.heldOut()).stream().mapToDouble(PoolFit.Choice::regret).sorted().toArray();
             XYSeries s = new XYSeries(terms + " terms");
             for (int i = 0; i < r.length; i++) {
@@ -83,7 +83,7 @@ final class FitPlots {
                 if (t.isEmpty()) {
                     continue;
                 }
-                double predicted = models.get(c.name()).predict(c.schedule().workBlocks(c.problem(), p.batch(), p.expertLoad()), sms);
+                double predicted = c.predict(models.get(c.name()), p, sms);
                 if (predicted <= 0) {
                     continue;  // a log axis has no place for it
                 }

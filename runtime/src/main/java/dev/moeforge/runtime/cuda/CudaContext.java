@@ -61,6 +61,11 @@ public final class CudaContext extends NativeResource {
         return deviceIndex;
     }
 
+    /** The driver's context handle (for calls bound outside JCuda). */
+    CUcontext handle() {
+        return context;
+    }
+
     /** E.g. {@code NVIDIA H100 80GB HBM3}. */
     public String deviceName() {
         checkOpen();

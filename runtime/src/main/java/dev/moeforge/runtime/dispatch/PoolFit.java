@@ -29,13 +29,23 @@ public final class PoolFit {
             return schedule.workBlocks(problem, p.batch(), p.expertLoad());
         }
 
+        /** The model's prediction at this point. */
+        public double predict(WaveCostModel model, Point p, int sms) {
+            return model.predict(blocks(p), p.pairs(), sms);
+        }
+
         boolean runs(Point p) {
             return p.batch() <= schedule.maxTokens(problem);
         }
     }
 
     /** A profiled point: its batch, the routing's balancedness and expert load, and whether it was held out of the fit. */
-    public record Point(String key, int batch, double balancedness, boolean heldOut, int[] expertLoad) {}
+    public record Point(String key, int batch, double balancedness, boolean heldOut, int[] expertLoad) {
+        /** The routed (token, slot) pairs: the model's P. */
+        public long pairs() {
+            return Arrays.stream(expertLoad).asLongStream().sum();
+        }
+    }
 
     /** One measured time of one configuration at one point (per layer). */
     public record Measured(String config, String point, double micros) {}
@@ -97,7 +107,7 @@ public final class PoolFit {
             List<WaveCostModel.Sample> samples = new ArrayList<>();
             for (Point p : points) {
                 if (!p.heldOut()) {
-                    measured(c, p).ifPresent(t -> samples.add(new WaveCostModel.Sample(c.blocks(p), t)));
+                    measured(c, p).ifPresent(t -> samples.add(new WaveCostModel.Sample(c.blocks(p), p.pairs(), t)));
                 }
             }
             try {
@@ -113,7 +123,7 @@ public final class PoolFit {
     /** The configuration of {@code half} the models predict fastest at {@code p}, among those that run at its batch. */
     public Config choose(Map<String, WaveCostModel> models, Half half, Point p) {
         return configs.stream().filter(c -> c.half() == half && c.runs(p))
-                .min(Comparator.comparingDouble(c -> models.get(c.name()).predict(c.blocks(p), sms)))
+                .min(Comparator.comparingDouble(c -> c.predict(models.get(c.name()), p, sms)))
                 .orElseThrow(() -> new IllegalStateException("no config of " + half + " runs " + p.batch() + " tokens"));
     }
 

@@ -72,6 +72,20 @@ public final class KernelRuntime implements AutoCloseable {
         return context;
     }
 
+    /**
+     * A hand-written CUDA source (not generated from a spec), compiled for this runtime's target
+     * through the kernel cache and loaded; the runtime closes the module.
+     */
+    public CudaModule loadSource(String fileName, String code) {
+        CompileResult compiled = cache.getOrCompile(CudaSource.of(fileName, code), target);
+        context.makeCurrent();
+        CudaModule module = CudaModule.load(compiled.cubin());
+        synchronized (modules) {
+            modules.add(module);
+        }
+        return module;
+    }
+
     public KernelHandle load(String specText) {
         return load(SpecParser.parse(specText));
     }

@@ -19,18 +19,23 @@ import org.junit.jupiter.api.Test;
 class WaveCostModelTest {
     static final int SMS = 132;
 
+    /** The routed pairs of a sample with {@code g} blocks: any function of g not linear in it, as a batch's pairs are not. */
+    static long pairsOf(long g) {
+        return 3 * g + (g * g) % 97;
+    }
+
     static List<WaveCostModel.Sample> samples(WaveCostModel truth, long[] grids, double noise, long seed) {
         SplittableRandom r = new SplittableRandom(seed);
         List<WaveCostModel.Sample> out = new ArrayList<>();
         for (long g : grids) {
-            out.add(new WaveCostModel.Sample(g, truth.predict(g, SMS) * (1 + noise * r.nextGaussian())));
+            out.add(new WaveCostModel.Sample(g, pairsOf(g), truth.predict(g, pairsOf(g), SMS) * (1 + noise * r.nextGaussian())));
         }
         return out;
     }
 
     @Test
     void recoversTheCoefficientsOfFourTermsUnderOneWave() {
-        WaveCostModel truth = new WaveCostModel(20, 15, 0.05, 3, 4);
+        WaveCostModel truth = new WaveCostModel(20, 15, 0.05, 3, 0, 4);
         long[] grids = {8, 16, 24, 40, 64, 80, 100, 120, 200, 400, 20, 30};
         WaveCostModel fit = WaveCostModel.fit(samples(truth, grids, 0, 1), SMS, 4);
         assertEquals(4, fit.terms());
@@ -41,19 +46,33 @@ class WaveCostModelTest {
     }
 
     @Test
+    void recoversThePairsTerm() {
+        WaveCostModel truth = new WaveCostModel(10, 25, 0.03, 0, 0.004, 4);
+        long[] grids = {300, 500, 700, 900, 1200, 1500, 2000, 2600, 3100, 4000, 5000, 6500};
+        WaveCostModel fit = WaveCostModel.fit(samples(truth, grids, 0, 1), SMS, 5);
+        assertEquals(4, fit.terms(), "a, b, c and e: the median grid is above one wave");
+        assertEquals(0.004, fit.e(), 1e-9);
+        assertEquals(0.03, fit.c(), 1e-9);
+        assertEquals(0, WaveCostModel.fit(samples(truth, grids, 0, 1), SMS, 4).e(), "no pairs term below five");
+    }
+
+    @Test
     void theSubWaveTermJoinsOnlyUnderOneWaveAndNoisyPointsStillPredictWithinAFewPercent() {
-        WaveCostModel truth = new WaveCostModel(30, 40, 0.02, 0, 3);
+        WaveCostModel truth = new WaveCostModel(30, 40, 0.02, 0, 0, 3);
         long[] grids = {300, 500, 700, 900, 1200, 1500, 2000, 2600, 3100, 4000, 5000, 6500};
         WaveCostModel fit = WaveCostModel.fit(samples(truth, grids, 0.01, 7), SMS, 4);
         assertEquals(3, fit.terms(), "the median grid is above one wave");
         assertEquals(0, fit.d());
         for (long g : new long[] {350, 1000, 3000, 6000}) {
-            double expected = truth.predict(g, SMS);
-            assertTrue(Math.abs(fit.predict(g, SMS) - expected) / expected < 0.03, g + ": " + fit.predict(g, SMS) + " vs " + expected);
+            double expected = truth.predict(g, pairsOf(g), SMS);
+            double got = fit.predict(g, pairsOf(g), SMS);
+            assertTrue(Math.abs(got - expected) / expected < 0.03, g + ": " + got + " vs " + expected);
         }
         assertEquals(2, WaveCostModel.fit(samples(truth, grids, 0, 7), SMS, 2).terms());
         assertThrows(IllegalArgumentException.class, () -> WaveCostModel.fit(samples(truth, new long[] {1, 2, 3}, 0, 1), SMS, 4));
-        assertThrows(IllegalArgumentException.class, () -> WaveCostModel.fit(samples(truth, grids, 0, 1), SMS, 5));
+        assertThrows(IllegalArgumentException.class, () -> WaveCostModel.fit(samples(truth, grids, 0, 1), SMS, 6));
+        assertThrows(IllegalArgumentException.class, () -> WaveCostModel.fit(List.of(new WaveCostModel.Sample(1, 1, 0),
+                new WaveCostModel.Sample(2, 2, 1), new WaveCostModel.Sample(3, 3, 1), new WaveCostModel.Sample(4, 4, 1)), SMS, 2));
     }
 
     @Test

@@ -1,0 +1,152 @@
+package dev.moeforge.examples.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.dsl.text.SpecParser;
+import dev.moeforge.examples.bench.BenchKernels;
+import dev.moeforge.examples.bench.GpuTimer.Timing;
+import dev.moeforge.examples.bench.HalfProfiler;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.LaunchOrder;
+import dev.moeforge.runtime.dispatch.DispatchTable;
+import dev.moeforge.runtime.dispatch.PoolFit;
+import dev.moeforge.runtime.dispatch.WaveCostModel;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import dev.moeforge.runtime.moe.DispatchedLayer;
+import dev.moeforge.runtime.moe.ExpertLayer;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+
+/**
+ * {@code moeforge bench dispatch DIR}: the expert layer with routing-aware dispatch decided on the
+ * GPU (the plan, the dispatch kernel and a graph switch per half; {@link DispatchedLayer}) against
+ * the static pair an autotuner picks per batch (the best measured at the batch's most balanced
+ * profiled point), at each profiled batch and a skewed routing; and the dispatch's own cost
+ * (the dispatched layer against a plain layer of the pair it chose).
+ */
+@Command(name = "dispatch", mixinStandardHelpOptions = true,
+        description = "Times the expert layer with dispatch decided on the GPU (DIR's pool, profile and fit) against the static "
+                + "pair per batch, at the profiled batches and the given balancedness; writes <out>/<date>-<device>-dispatch.json.")
+public final class BenchDispatchCommand implements Callable<Integer> {
+    @Mixin
+    BenchOptions options;
+
+    @Parameters(index = "0", paramLabel = "DIR", description = "The pool's directory, profiled (`moeforge profile`).")
+    Path dir;
+
+    @Option(names = "--balancedness", split = ",", defaultValue = "0.7,1.0",
+            description = "Balancedness of the routings timed at each batch (default: ${DEFAULT-VALUE}; moved into what the batch reaches).")
+    List<Double> levels;
+
+    @Option(names = "--layers", defaultValue = "4", description = "Layers of weights rotated per replay (default: ${DEFAULT-VALUE}).")
+    int layers;
+
+    @Option(names = "--seed", defaultValue = "20261128", description = "Seed of weights and routings (default: ${DEFAULT-VALUE}).")
+    long seed;
+
+    @Override
+    public Integer call() throws Exception {
+        PoolFit fit = FitCommand.load(dir);
+        options.require("bench dispatch");
+        JsonNode profile = new ObjectMapper().readTree(dir.resolve(ProfileCommand.FILE).toFile());
+        Map<String, WaveCostModel> models = fit.fit(WaveCostModel.MAX_TERMS);
+        DispatchTable table = DispatchTable.of(fit, models);
+        Map<String, KernelSpec> specs = new LinkedHashMap<>();
+        for (KernelSpec s : SpecParser.parseAll(Files.readString(dir.resolve(PoolCommand.KERNELS_FILE)), PoolCommand.KERNELS_FILE)) {
+            specs.put(s.name(), s);
+        }
+        ExpertShape shape = fit.configs().getFirst().problem().shape();
+        List<Integer> batches = fit.profiled().stream().map(PoolFit.Point::batch).distinct().sorted().toList();
+        int maxBatch = batches.getLast();
+        KernelCache cache = KernelCache.defaultCache();
+        List<Map<String, Object>> rows = new ArrayList<>();
+        try (CudaContext ctx = CudaContext.create(0);
+             CudaStream stream = CudaStream.create();
+             CudaStream bodies = CudaStream.create();
+             KernelRuntime runtime = new KernelRuntime(ctx, cache);
+             BenchKernels kernels = new BenchKernels(runtime, cache);
+             DispatchedLayer dispatched = new DispatchedLayer(runtime, table, name -> runtime.load(specs.get(name)), maxBatch);
+             HalfProfiler bench = new HalfProfiler(kernels, stream, shape, layers, maxBatch, seed)) {
+            System.out.printf(Locale.ROOT, "dispatch of %s on %s: %d gate_up and %d down candidates, %d layers rotated%n",
+                    profile.get("model").asText(), ctx.deviceName(), table.gateUp().size(), table.down().size(), layers);
+            System.out.printf(Locale.ROOT, "%-6s %-6s %12s %12s %10s %12s %10s  %s%n", "M", "beta", "dispatched", "static",
+                    "speedup", "chosen plain", "overhead", "chosen / static");
+            for (int m : batches) {
+                PoolFit.Point balanced = fit.profiled().stream().filter(p -> p.batch() == m)
+                        .max(java.util.Comparator.comparingDouble(PoolFit.Point::balancedness)).orElseThrow();
+                String staticUp = fit.best(PoolFit.Half.GATE_UP, balanced).name();
+                String staticDown = fit.best(PoolFit.Half.DOWN, balanced).name();
+                try (ExpertLayer fixed = new ExpertLayer(runtime.load(specs.get(staticUp)), runtime.load(specs.get(staticDown)),
+                        LaunchOrder.OVERLAPPING_PREVIOUS, m)) {
+                    for (double level : levels) {
+                        RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(seed + m, m, shape.experts(), shape.topk());
+                        Routing routing = RandomInputs.skewedRouting(seed + m, m, shape.experts(), shape.topk(), range.clamp(level));
+                        bench.route(routing);
+                        Timing withDispatch = bench.timeLayers(stream, l -> dispatched.record(stream, bodies, m, bench.x(),
+                                bench.gateUpWeights(l), bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()),
+                                options.warmup, options.reps);
+                        int[] chosen = dispatched.lastChoice();
+                        String chosenUp = table.gateUp().get(chosen[0]).name();
+                        String chosenDown = table.down().get(chosen[1]).name();
+                        Timing staticPair = bench.timeLayers(stream, l -> fixed.enqueue(stream, m, bench.x(), bench.gateUpWeights(l),
+                                bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()), options.warmup, options.reps);
+                        Timing chosenPlain;
+                        try (ExpertLayer plain = new ExpertLayer(runtime.load(specs.get(chosenUp)), runtime.load(specs.get(chosenDown)),
+                                LaunchOrder.OVERLAPPING_PREVIOUS, m)) {
+                            chosenPlain = bench.timeLayers(stream, l -> plain.enqueue(stream, m, bench.x(), bench.gateUpWeights(l),
+                                    bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()), options.warmup, options.reps);
+                        }
+                        double beta = routing.balancedness(shape.experts());
+                        Map<String, Object> row = new LinkedHashMap<>();
+                        row.put("batch", m);
+                        row.put("balancedness", beta);
+                        row.put("dispatched_us", withDispatch.medianMicros());
+                        row.put("static_us", staticPair.medianMicros());
+                        row.put("speedup_over_static", staticPair.medianMicros() / withDispatch.medianMicros());
+                        row.put("chosen", chosenUp + " + " + chosenDown);
+                        row.put("chosen_plain_us", chosenPlain.medianMicros());
+                        row.put("dispatch_overhead_us", withDispatch.medianMicros() - chosenPlain.medianMicros());
+                        row.put("static", staticUp + " + " + staticDown);
+                        rows.add(row);
+                        System.out.printf(Locale.ROOT, "%-6d %-6.2f %12.1f %12.1f %9.3fx %12.1f %10.1f  %s / %s%n", m, beta,
+                                withDispatch.medianMicros(), staticPair.medianMicros(), staticPair.medianMicros() / withDispatch.medianMicros(),
+                                chosenPlain.medianMicros(), withDispatch.medianMicros() - chosenPlain.medianMicros(),
+                                shortName(chosenUp) + " + " + shortName(chosenDown), shortName(staticUp) + " + " + shortName(staticDown));
+                    }
+                }
+            }
+            Map<String, Object> doc = BenchReports.header("dispatch", ctx);
+            doc.put("model", profile.get("model").asText());
+            doc.put("pool", dir.toString());
+            doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "seed", seed, "timing",
+                    "CUDA events around each replay of one graph running all layers (each: plan, dispatch kernel, a switch per half)"
+                            + "; per layer = replay / layers; median", "static", "the best measured pair at the batch's most balanced "
+                            + "profiled point", "overhead", "dispatched minus a plain graph of the pair the dispatch chose"));
+            doc.put("candidates", Map.of("gate_up", table.gateUp().stream().map(DispatchTable.Row::name).toList(),
+                    "down", table.down().stream().map(DispatchTable.Row::name).toList()));
+            doc.put("results", rows);
+            System.out.println("wrote " + BenchReports.write(options.out, ctx, "dispatch", doc));
+        }
+        return 0;
+    }
+
+    private static String shortName(String name) {
+        return name.replaceFirst("^pool_(gate_up|down)_", "").replace("expert_centric_", "ec_").replace("output_centric_", "oc_");
+    }
+}

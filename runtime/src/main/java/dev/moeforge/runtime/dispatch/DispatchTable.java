@@ -1,0 +1,185 @@
+package dev.moeforge.runtime.dispatch;
+
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.schedule.ExpertCentric;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.OutputTensorCore;
+import dev.moeforge.dsl.schedule.Schedule;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * What the dispatch kernel ({@code moeforge_dispatch.cu}) prices: for each half of the layer, its
+ * candidate configurations, each as a row of eight doubles (how its grid follows the expert
+ * histogram, and its fitted {@link WaveCostModel}). {@link #choose} is the host twin: the same
+ * rows, the same arithmetic, the same choice.
+ */
+public final class DispatchTable {
+    /** The most candidates per half (the kernel's table holds 64 rows in all). */
+    public static final int MAX_PER_HALF = 32;
+    /** The most experts the kernel's histogram holds. */
+    public static final int MAX_EXPERTS = 1024;
+
+    /** How a candidate's grid G follows the histogram. */
+    public enum Kind {
+        /** expert-centric: {@code groups x sum_e ceil(n_e / param)}. */
+        TILES,
+        /** output-centric, one token per warp: {@code groups x pairs}. */
+        PER_PAIR,
+        /** output-centric, tiles of {@code param} tokens: {@code groups x tiles x expected distinct experts per tile}. */
+        TOKEN_TILES
+    }
+
+    /** One candidate: its name, how its grid follows the histogram, and its model. */
+    public record Row(String name, Kind kind, int param, long groups, WaveCostModel model) {
+        /** The grid at this histogram, as the kernel computes it. */
+        public long blocks(int[] load, int tokens) {
+            return switch (kind) {
+                case TILES -> {
+                    long tiles = 0;
+                    for (int n : load) {
+                        tiles += Math.ceilDiv(n, param);
+                    }
+                    yield groups * tiles;
+                }
+                case PER_PAIR -> groups * pairs(load);
+                case TOKEN_TILES -> {
+                    int per = Math.min(param, tokens);
+                    double distinct = 0;
+                    for (int n : load) {
+                        double miss = 1;
+                        for (int i = 0; i < per && miss > 0; i++) {
+                            miss *= Math.max(0.0, (double) (tokens - n - i) / (tokens - i));
+                        }
+                        distinct += 1 - miss;
+                    }
+                    yield Math.max(1, Math.round(groups * Math.ceilDiv(tokens, param) * distinct));
+                }
+            };
+        }
+
+        public double cost(int[] load, int tokens, int sms) {
+            return model.predict(blocks(load, tokens), pairs(load), sms);
+        }
+
+        double[] packed() {
+            return new double[] {kind.ordinal(), param, groups, model.a(), model.b(), model.c(), model.d(), model.e()};
+        }
+    }
+
+    private final int experts;
+    private final List<Row> gateUp;
+    private final List<Row> down;
+
+    public DispatchTable(int experts, List<Row> gateUp, List<Row> down) {
+        if (experts < 1 || experts > MAX_EXPERTS) {
+            throw new IllegalArgumentException("experts = " + experts + ": the dispatch kernel takes 1.." + MAX_EXPERTS);
+        }
+        for (List<Row> half : List.of(gateUp, down)) {
+            if (half.isEmpty() || half.size() > MAX_PER_HALF) {
+                throw new IllegalArgumentException(half.size() + " candidates for a half: 1.." + MAX_PER_HALF);
+            }
+        }
+        this.experts = experts;
+        this.gateUp = List.copyOf(gateUp);
+        this.down = List.copyOf(down);
+    }
+
+    public int experts() {
+        return experts;
+    }
+
+    public List<Row> gateUp() {
+        return gateUp;
+    }
+
+    public List<Row> down() {
+        return down;
+    }
+
+    /** The row of a pool configuration: how its schedule's grid follows the histogram. */
+    public static Row row(String name, Problem.ExpertProblem problem, Schedule<Problem.ExpertProblem> schedule, WaveCostModel model) {
+        int outputs = switch (problem) {
+            case Problem.ExpertGateUp p -> p.shape().intermediate();
+            case Problem.ExpertDown p -> p.shape().hidden();
+        };
+        return switch (schedule) {
+            case ExpertCentric ec -> new Row(name, Kind.TILES, ec.blockM(), Math.ceilDiv(outputs, ec.blockN()), model);
+            case OutputCentric oc -> oc.tokensPerCta() == 1
+                    ? new Row(name, Kind.PER_PAIR, 1, Math.ceilDiv(outputs, oc.outputsPerCta()), model)
+                    : new Row(name, Kind.TOKEN_TILES, oc.tokensPerCta(), Math.ceilDiv(outputs, oc.outputsPerCta()), model);
+            case OutputTensorCore _ -> throw new IllegalArgumentException(
+                    name + ": routing-aware dispatch prices expert_centric and output_centric schedules, not " + schedule.kind().name());
+        };
+    }
+
+    /**
+     * The candidates of a fitted pool: for each half, the configurations its models pick at some
+     * profiled or held-out point (the only ones the dispatch could choose there), the most picked
+     * first, at most {@link #MAX_PER_HALF}.
+     */
+    public static DispatchTable of(PoolFit fit, Map<String, WaveCostModel> models) {
+        List<List<Row>> halves = new ArrayList<>();
+        for (PoolFit.Half half : PoolFit.Half.values()) {
+            Map<PoolFit.Config, Integer> picks = new LinkedHashMap<>();
+            for (PoolFit.Point p : fit.points()) {
+                picks.merge(fit.choose(models, half, p), 1, Integer::sum);
+            }
+            List<Row> rows = new ArrayList<>();
+            picks.entrySet().stream().sorted(Map.Entry.<PoolFit.Config, Integer>comparingByValue().reversed()).limit(MAX_PER_HALF)
+                    .forEach(e -> rows.add(row(e.getKey().name(), e.getKey().problem(), e.getKey().schedule(), models.get(e.getKey().name()))));
+            halves.add(rows);
+        }
+        int experts = fit.configs().getFirst().problem().shape().experts();
+        return new DispatchTable(experts, halves.get(0), halves.get(1));
+    }
+
+    /** The host twin of the kernel: the cheapest gate_up row and the cheapest down row at this histogram (first on a tie). */
+    public int[] choose(int[] load, int tokens, int sms) {
+        if (load.length != experts) {
+            throw new IllegalArgumentException("a histogram of " + load.length + " experts for a table of " + experts);
+        }
+        return new int[] {cheapest(gateUp, load, tokens, sms), cheapest(down, load, tokens, sms)};
+    }
+
+    private static int cheapest(List<Row> rows, int[] load, int tokens, int sms) {
+        int best = 0;
+        for (int r = 1; r < rows.size(); r++) {
+            if (rows.get(r).cost(load, tokens, sms) < rows.get(best).cost(load, tokens, sms)) {
+                best = r;
+            }
+        }
+        return best;
+    }
+
+    /** The kernel's rows, gate_up's then down's, eight doubles each. */
+    public double[] packed() {
+        double[] out = new double[8 * (gateUp.size() + down.size())];
+        int at = 0;
+        for (Row r : gateUp) {
+            System.arraycopy(r.packed(), 0, out, at, 8);
+            at += 8;
+        }
+        for (Row r : down) {
+            System.arraycopy(r.packed(), 0, out, at, 8);
+            at += 8;
+        }
+        return out;
+    }
+
+    /** The rows by cost at a histogram, cheapest first (for reports). */
+    public static List<Row> byCost(List<Row> rows, int[] load, int tokens, int sms) {
+        return rows.stream().sorted(Comparator.comparingDouble(r -> r.cost(load, tokens, sms))).toList();
+    }
+
+    static long pairs(int[] load) {
+        long p = 0;
+        for (int n : load) {
+            p += n;
+        }
+        return p;
+    }
+}

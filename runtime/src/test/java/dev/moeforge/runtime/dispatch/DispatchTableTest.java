@@ -1,0 +1,83 @@
+package dev.moeforge.runtime.dispatch;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.dsl.schedule.ConfigPool;
+import dev.moeforge.dsl.schedule.OutputTensorCore;
+import dev.moeforge.dsl.schedule.Schedule;
+import java.util.ArrayList;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+
+/** The dispatch table's rows price what the schedules' own grids say, and its host choice is the cost model's. */
+class DispatchTableTest {
+    static final ExpertShape SHAPE = new ExpertShape(2048, 768, 128, 8);
+    static final Problem.ExpertGateUp GATE_UP = new Problem.ExpertGateUp(SHAPE, WeightFormat.BF16, DType.BF16, GateUpLayout.STACKED);
+    static final Problem.ExpertDown DOWN = new Problem.ExpertDown(SHAPE, WeightFormat.BF16, DType.BF16);
+
+    static int[] load(Routing r) {
+        int[] load = new int[SHAPE.experts()];
+        for (int id : r.ids()) {
+            load[id]++;
+        }
+        return load;
+    }
+
+    @Test
+    void everyPoolRowCountsTheGridItsScheduleDoes() {
+        List<int[]> loads = new ArrayList<>();
+        int[] batches = {1, 7, 64, 1000};
+        for (int tokens : batches) {
+            for (double beta : new double[] {0.95, 0.6}) {
+                RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(tokens, tokens, SHAPE.experts(), SHAPE.topk());
+                loads.add(load(RandomInputs.skewedRouting(tokens, tokens, SHAPE.experts(), SHAPE.topk(), range.clamp(beta))));
+            }
+        }
+        for (Problem.ExpertProblem problem : List.<Problem.ExpertProblem>of(GATE_UP, DOWN)) {
+            for (Schedule<Problem.ExpertProblem> s : ConfigPool.of(problem, Target.SM_90A)) {
+                DispatchTable.Row row = DispatchTable.row("c", problem, s, new WaveCostModel(1, 0, 0, 0, 0, 2));
+                for (int i = 0; i < loads.size(); i++) {
+                    int tokens = batches[i / 2];
+                    assertEquals(s.workBlocks(problem, tokens, loads.get(i)), row.blocks(loads.get(i), tokens), s + " at M=" + tokens);
+                }
+            }
+        }
+    }
+
+    @Test
+    void theHostChoiceIsTheCheapestPredictionAndBadTablesAreRefused() {
+        List<DispatchTable.Row> up = new ArrayList<>();
+        List<DispatchTable.Row> down = new ArrayList<>();
+        List<Schedule<Problem.ExpertProblem>> ups = ConfigPool.of(GATE_UP, Target.SM_90A);
+        for (int i = 0; i < 12; i++) {
+            up.add(DispatchTable.row("u" + i, GATE_UP, ups.get(i * 5), new WaveCostModel(10 + i, 2, 0.01 * (i % 4), 0, 0.001 * i, 5)));
+            down.add(DispatchTable.row("d" + i, DOWN, ups.get(i * 3), new WaveCostModel(5 + i, 1, 0.02, 0, 0, 3)));
+        }
+        DispatchTable table = new DispatchTable(SHAPE.experts(), up, down);
+        int[] load = load(RandomInputs.uniformRouting(3, 200, SHAPE.experts(), SHAPE.topk()));
+        int[] chosen = table.choose(load, 200, 132);
+        for (int i = 0; i < up.size(); i++) {
+            assertTrue(up.get(chosen[0]).cost(load, 200, 132) <= up.get(i).cost(load, 200, 132));
+        }
+        assertArrayEquals(new int[] {
+                up.indexOf(DispatchTable.byCost(up, load, 200, 132).getFirst()),
+                down.indexOf(DispatchTable.byCost(down, load, 200, 132).getFirst())}, chosen);
+        assertEquals(8 * 24, table.packed().length);
+        assertThrows(IllegalArgumentException.class, () -> table.choose(new int[64], 200, 132), "a histogram of 64 experts");
+        assertThrows(IllegalArgumentException.class, () -> new DispatchTable(SHAPE.experts(), List.of(), down));
+        assertThrows(IllegalArgumentException.class, () -> new DispatchTable(2048, up, down));
+        var tensorCore = new OutputTensorCore(4, 1, 1, 0);
+        assertThrows(IllegalArgumentException.class, () -> DispatchTable.row("t", GATE_UP, tensorCore, new WaveCostModel(1, 0, 0, 0, 0, 2)));
+    }
+}
