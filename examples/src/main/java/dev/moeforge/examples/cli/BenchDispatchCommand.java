@@ -85,8 +85,8 @@ public final class BenchDispatchCommand implements Callable<Integer> {
              HalfProfiler bench = new HalfProfiler(kernels, stream, shape, layers, maxBatch, seed)) {
             System.out.printf(Locale.ROOT, "dispatch of %s on %s: %d gate_up and %d down candidates, %d layers rotated%n",
                     profile.get("model").asText(), ctx.deviceName(), table.gateUp().size(), table.down().size(), layers);
-            System.out.printf(Locale.ROOT, "%-6s %-6s %12s %12s %10s %12s %10s  %s%n", "M", "beta", "dispatched", "static",
-                    "speedup", "chosen plain", "overhead", "chosen / static");
+            System.out.printf(Locale.ROOT, "%-6s %-6s %12s %12s %10s %12s %10s %8s %8s %8s  %s%n", "M", "beta", "dispatched", "static",
+                    "speedup", "chosen plain", "overhead", "serial", "decision", "plan", "chosen / static");
             for (int m : batches) {
                 PoolFit.Point balanced = fit.profiled().stream().filter(p -> p.batch() == m)
                         .max(java.util.Comparator.comparingDouble(PoolFit.Point::balancedness)).orElseThrow();
@@ -112,6 +112,16 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                             chosenPlain = bench.timeLayers(stream, l -> plain.enqueue(stream, m, bench.x(), bench.gateUpWeights(l),
                                     bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()), options.warmup, options.reps);
                         }
+                        Timing chosenSerial;
+                        try (ExpertLayer serial = new ExpertLayer(runtime.load(specs.get(chosenUp)), runtime.load(specs.get(chosenDown)),
+                                LaunchOrder.AFTER_PREVIOUS, m)) {
+                            chosenSerial = bench.timeLayers(stream, l -> serial.enqueue(stream, m, bench.x(), bench.gateUpWeights(l),
+                                    bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()), options.warmup, options.reps);
+                        }
+                        Timing decision = bench.timeLayers(stream, l -> dispatched.recordDecision(stream, bodies, m, bench.ids(), true),
+                                options.warmup, options.reps);
+                        Timing planOnly = bench.timeLayers(stream, l -> dispatched.recordDecision(stream, bodies, m, bench.ids(), false),
+                                options.warmup, options.reps);
                         double beta = routing.balancedness(shape.experts());
                         Map<String, Object> row = new LinkedHashMap<>();
                         row.put("batch", m);
@@ -122,11 +132,15 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         row.put("chosen", chosenUp + " + " + chosenDown);
                         row.put("chosen_plain_us", chosenPlain.medianMicros());
                         row.put("dispatch_overhead_us", withDispatch.medianMicros() - chosenPlain.medianMicros());
+                        row.put("chosen_serial_us", chosenSerial.medianMicros());
+                        row.put("decision_us", decision.medianMicros());
+                        row.put("plan_us", planOnly.medianMicros());
                         row.put("static", staticUp + " + " + staticDown);
                         rows.add(row);
-                        System.out.printf(Locale.ROOT, "%-6d %-6.2f %12.1f %12.1f %9.3fx %12.1f %10.1f  %s / %s%n", m, beta,
+                        System.out.printf(Locale.ROOT, "%-6d %-6.2f %12.1f %12.1f %9.3fx %12.1f %10.1f %8.1f %8.1f %8.1f  %s / %s%n", m, beta,
                                 withDispatch.medianMicros(), staticPair.medianMicros(), staticPair.medianMicros() / withDispatch.medianMicros(),
                                 chosenPlain.medianMicros(), withDispatch.medianMicros() - chosenPlain.medianMicros(),
+                                chosenSerial.medianMicros(), decision.medianMicros(), planOnly.medianMicros(),
                                 shortName(chosenUp) + " + " + shortName(chosenDown), shortName(staticUp) + " + " + shortName(staticDown));
                     }
                 }
@@ -137,7 +151,9 @@ public final class BenchDispatchCommand implements Callable<Integer> {
             doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "seed", seed, "timing",
                     "CUDA events around each replay of one graph running all layers (each: plan, dispatch kernel, a switch per half)"
                             + "; per layer = replay / layers; median", "static", "the best measured pair at the batch's most balanced "
-                            + "profiled point", "overhead", "dispatched minus a plain graph of the pair the dispatch chose"));
+                            + "profiled point", "overhead", "dispatched minus a plain graph of the pair the dispatch chose (its kernels "
+                            + "launched as programmatic dependents); serial: that pair launched without; decision: the plan, the "
+                            + "dispatch kernel and both switches with empty bodies; plan: the plan alone"));
             doc.put("candidates", Map.of("gate_up", table.gateUp().stream().map(DispatchTable.Row::name).toList(),
                     "down", table.down().stream().map(DispatchTable.Row::name).toList()));
             doc.put("results", rows);

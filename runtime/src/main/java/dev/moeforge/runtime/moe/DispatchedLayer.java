@@ -130,6 +130,25 @@ public final class DispatchedLayer implements AutoCloseable {
         }).toList());
     }
 
+    /**
+     * The decision alone, into the graph {@code stream} is capturing: the plan, the dispatch kernel and
+     * the two switches with empty bodies (what the dispatch costs beyond the chosen kernels). With
+     * {@code dispatch} false, the plan alone.
+     */
+    public void recordDecision(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer topkIds, boolean dispatch) {
+        CudaContext context = runtime.context();
+        align.enqueue(stream, LaunchOrder.AFTER_PREVIOUS, tokens, topkIds, plan);
+        if (!dispatch) {
+            return;
+        }
+        GraphSwitch upSwitch = GraphSwitch.create(stream, context, gateUp.size());
+        GraphSwitch downSwitch = GraphSwitch.create(stream, context, down.size());
+        this.dispatch.launch(1, 1, 1, 1024, 1, 1, 0, stream, plan.expertOffsets(), table.experts(), rows, table.gateUp().size(),
+                table.down().size(), tokens, context.smCount(), upSwitch.handle(), downSwitch.handle(), chosen);
+        upSwitch.insert(stream, context, bodyStream, java.util.Collections.nCopies(gateUp.size(), () -> { }));
+        downSwitch.insert(stream, context, bodyStream, java.util.Collections.nCopies(down.size(), () -> { }));
+    }
+
     private static void requireRuns(ExpertHalf h, int tokens) {
         if (tokens > h.maxTokens()) {
             throw new IllegalArgumentException("candidate " + h.kernel().spec().name() + " takes at most " + h.maxTokens()
