@@ -324,7 +324,7 @@ public final class ProfileCommand implements Callable<Integer> {
             compare(mismatches, "pool (kernels_sha256)", old.get("pool_sha256"), poolSha);
             compare(mismatches, "target", old.get("target"), runtime.target().text());
             compare(mismatches, "device", old.get("device") instanceof Map<?, ?> d ? d.get("name") : null, ctx.deviceName());
-            compare(mismatches, "options", json.valueToTree(old.get("method")), json.valueToTree(method));
+            compare(mismatches, "options", asJson(json, old.get("method")), asJson(json, method));
             if (!mismatches.isEmpty()) {
                 throw new IllegalArgumentException(file + " is a profile of another " + String.join(", ", mismatches)
                         + ": move it away to start a new one here");
@@ -347,6 +347,11 @@ public final class ProfileCommand implements Callable<Integer> {
         doc.put("points", new ArrayList<Map<String, Object>>());
         doc.put("timings", new ArrayList<Map<String, Object>>());
         return doc;
+    }
+
+    /** A value as the JSON file holds it: numbers compare by value, not by the Java type that wrote them. */
+    static JsonNode asJson(ObjectMapper json, Object value) throws IOException {
+        return json.readTree(json.writeValueAsString(value));
     }
 
     private static void compare(List<String> mismatches, String what, Object was, Object now) {

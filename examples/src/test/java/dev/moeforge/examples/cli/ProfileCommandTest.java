@@ -30,6 +30,20 @@ class ProfileCommandTest {
     }
 
     @Test
+    void optionsReadBackFromAProfileEqualTheSameOptionsAgain() throws Exception {
+        var json = new com.fasterxml.jackson.databind.ObjectMapper();
+        java.util.Map<String, Object> method = new java.util.LinkedHashMap<>();
+        method.put("batches", List.of(8, 32));
+        method.put("balancedness", List.of(1.0, 0.7));
+        method.put("prune", 1.5);
+        method.put("seed", 20261127L);  // a long that fits an int: read back as an int
+        Object readBack = json.readValue(json.writeValueAsString(java.util.Map.of("method", method)), java.util.Map.class).get("method");
+        assertEquals(ProfileCommand.asJson(json, method), ProfileCommand.asJson(json, readBack));
+        method.put("seed", 7L);
+        assertTrue(!ProfileCommand.asJson(json, method).equals(ProfileCommand.asJson(json, readBack)));
+    }
+
+    @Test
     void levelsABatchCannotReachMoveIntoItsRangeWithoutRepeats() {
         ProfileCommand p = new ProfileCommand();
         p.batches = List.of(1, 512);
