@@ -1,30 +1,21 @@
 package dev.moeforge.examples.bench;
 
 import dev.moeforge.dsl.ir.DType;
-import dev.moeforge.runtime.compile.CompileResult;
-import dev.moeforge.runtime.compile.CudaSource;
 import dev.moeforge.runtime.cuda.CudaFunction;
 import dev.moeforge.runtime.cuda.CudaModule;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.kernel.KernelRuntime;
-import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
-import java.util.Map;
 
 /** The benchmark's hand-written helper kernels (bench_kernels.cu), compiled through the kernel cache. */
 public final class BenchKernels implements AutoCloseable {
     private static final String FILE = "bench_kernels.cu";
-    private final CudaModule module;
     private final CudaFunction readBandwidth;
     private final CudaFunction fillUniformBf16;
     private final int smCount;
 
-    public BenchKernels(KernelRuntime runtime, dev.moeforge.runtime.cache.KernelCache cache) {
-        CompileResult r = cache.getOrCompile(new CudaSource(FILE, source(), Map.of(), ""), runtime.target());
-        this.module = CudaModule.load(r.cubin());
+    public BenchKernels(KernelRuntime runtime) {
+        CudaModule module = runtime.loadResource(BenchKernels.class, FILE);
         this.readBandwidth = module.function("read_bandwidth");
         this.fillUniformBf16 = module.function("fill_uniform_bf16");
         this.smCount = runtime.context().smCount();
@@ -60,19 +51,8 @@ public final class BenchKernels implements AutoCloseable {
         return smCount * 4;
     }
 
-    private static String source() {
-        try (InputStream in = BenchKernels.class.getResourceAsStream(FILE)) {
-            if (in == null) {
-                throw new IllegalStateException(FILE + " is missing from the examples jar");
-            }
-            return new String(in.readAllBytes(), StandardCharsets.UTF_8);
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        }
-    }
-
+    /** The module is the runtime's, closed with it. */
     @Override
     public void close() {
-        module.close();
     }
 }

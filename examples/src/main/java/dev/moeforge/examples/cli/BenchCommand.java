@@ -71,7 +71,7 @@ public final class BenchCommand implements Callable<Integer> {
         try (CudaContext ctx = CudaContext.create(0);
              CudaStream stream = CudaStream.create();
              KernelRuntime runtime = new KernelRuntime(ctx, cache);
-             BenchKernels kernels = new BenchKernels(runtime, cache)) {
+             BenchKernels kernels = new BenchKernels(runtime)) {
             System.out.println("device: " + ctx.deviceName() + ", " + ctx.smCount() + " SMs, L2 " + ctx.l2Bytes() / (1 << 20)
                     + " MiB, SM clock " + ctx.clockKhz() / 1000 + " MHz, memory clock " + ctx.memoryClockKhz() / 1000
                     + " MHz, driver " + ctx.driverVersion());

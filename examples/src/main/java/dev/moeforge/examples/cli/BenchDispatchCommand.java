@@ -80,7 +80,7 @@ public final class BenchDispatchCommand implements Callable<Integer> {
              CudaStream stream = CudaStream.create();
              CudaStream bodies = CudaStream.create();
              KernelRuntime runtime = new KernelRuntime(ctx, cache);
-             BenchKernels kernels = new BenchKernels(runtime, cache);
+             BenchKernels kernels = new BenchKernels(runtime);
              DispatchedLayer dispatched = new DispatchedLayer(runtime, table, name -> runtime.load(specs.get(name)), maxBatch);
              HalfProfiler bench = new HalfProfiler(kernels, stream, shape, layers, maxBatch, seed)) {
             System.out.printf(Locale.ROOT, "dispatch of %s on %s: %d gate_up and %d down candidates, %d layers rotated%n",
@@ -118,10 +118,13 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                             chosenSerial = bench.timeLayers(stream, l -> serial.enqueue(stream, m, bench.x(), bench.gateUpWeights(l),
                                     bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()), options.warmup, options.reps);
                         }
-                        Timing decision = bench.timeLayers(stream, l -> dispatched.recordDecision(stream, bodies, m, bench.ids(), true),
-                                options.warmup, options.reps);
-                        Timing planOnly = bench.timeLayers(stream, l -> dispatched.recordDecision(stream, bodies, m, bench.ids(), false),
-                                options.warmup, options.reps);
+                        // the decision in parts: the plan (-1), with the dispatch kernel (0), and one (1) or both (2) switches
+                        double[] parts = new double[4];
+                        for (int switches = -1; switches <= 2; switches++) {
+                            int n = switches;
+                            parts[n + 1] = bench.timeLayers(stream, l -> dispatched.recordDecision(stream, bodies, m, bench.ids(), n),
+                                    options.warmup, options.reps).medianMicros();
+                        }
                         double beta = routing.balancedness(shape.experts());
                         Map<String, Object> row = new LinkedHashMap<>();
                         row.put("batch", m);
@@ -133,14 +136,16 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         row.put("chosen_plain_us", chosenPlain.medianMicros());
                         row.put("dispatch_overhead_us", withDispatch.medianMicros() - chosenPlain.medianMicros());
                         row.put("chosen_serial_us", chosenSerial.medianMicros());
-                        row.put("decision_us", decision.medianMicros());
-                        row.put("plan_us", planOnly.medianMicros());
+                        row.put("plan_us", parts[0]);
+                        row.put("plan_and_dispatch_kernel_us", parts[1]);
+                        row.put("plan_kernel_and_one_switch_us", parts[2]);
+                        row.put("decision_us", parts[3]);
                         row.put("static", staticUp + " + " + staticDown);
                         rows.add(row);
                         System.out.printf(Locale.ROOT, "%-6d %-6.2f %12.1f %12.1f %9.3fx %12.1f %10.1f %8.1f %8.1f %8.1f  %s / %s%n", m, beta,
                                 withDispatch.medianMicros(), staticPair.medianMicros(), staticPair.medianMicros() / withDispatch.medianMicros(),
                                 chosenPlain.medianMicros(), withDispatch.medianMicros() - chosenPlain.medianMicros(),
-                                chosenSerial.medianMicros(), decision.medianMicros(), planOnly.medianMicros(),
+                                chosenSerial.medianMicros(), parts[3], parts[0],
                                 shortName(chosenUp) + " + " + shortName(chosenDown), shortName(staticUp) + " + " + shortName(staticDown));
                     }
                 }
@@ -153,7 +158,8 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                             + "; per layer = replay / layers; median", "static", "the best measured pair at the batch's most balanced "
                             + "profiled point", "overhead", "dispatched minus a plain graph of the pair the dispatch chose (its kernels "
                             + "launched as programmatic dependents); serial: that pair launched without; decision: the plan, the "
-                            + "dispatch kernel and both switches with empty bodies; plan: the plan alone"));
+                            + "dispatch kernel and both switches with empty bodies; plan: the plan alone; and the plan with the kernel "
+                            + "and no switch or one"));
             doc.put("candidates", Map.of("gate_up", table.gateUp().stream().map(DispatchTable.Row::name).toList(),
                     "down", table.down().stream().map(DispatchTable.Row::name).toList()));
             doc.put("results", rows);

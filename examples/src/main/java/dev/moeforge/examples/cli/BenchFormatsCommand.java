@@ -124,7 +124,7 @@ public final class BenchFormatsCommand implements Callable<Integer> {
         try (CudaContext ctx = CudaContext.create(0);
              CudaStream stream = CudaStream.create();
              KernelRuntime runtime = new KernelRuntime(ctx, cache);
-             BenchKernels kernels = new BenchKernels(runtime, cache)) {
+             BenchKernels kernels = new BenchKernels(runtime)) {
             System.out.println("device: " + ctx.deviceName() + ", " + ctx.smCount() + " SMs, L2 " + ctx.l2Bytes() / (1 << 20) + " MiB");
             long readBytes = 4L << 30;
             GpuTimer.Timing read = kernels.timeRead(stream, readBytes, 5, 50);

@@ -51,7 +51,7 @@ public final class BenchLayerCommand implements Callable<Integer> {
         try (CudaContext ctx = CudaContext.create(0);
              CudaStream stream = CudaStream.create();
              KernelRuntime runtime = new KernelRuntime(ctx, cache);
-             BenchKernels kernels = new BenchKernels(runtime, cache)) {
+             BenchKernels kernels = new BenchKernels(runtime)) {
             long readBytes = 4L << 30;
             double readBw = readBytes / (kernels.timeRead(stream, readBytes, 5, 50).medianMicros() * 1e-6);
             RouterKernel router = new RouterKernel(runtime.load(BuiltinKernel.QWEN3_30B_A3B_ROUTER.spec()), maxTokens);

@@ -129,7 +129,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
         try (CudaContext ctx = CudaContext.create(0);
              CudaStream stream = CudaStream.create();
              KernelRuntime runtime = new KernelRuntime(ctx, cache);
-             BenchKernels kernels = new BenchKernels(runtime, cache)) {
+             BenchKernels kernels = new BenchKernels(runtime)) {
             System.out.println("device: " + ctx.deviceName() + ", " + ctx.smCount() + " SMs, driver " + ctx.driverVersion());
             long readBytes = 4L << 30;
             GpuTimer.Timing read = kernels.timeRead(stream, readBytes, 5, 50);

@@ -89,7 +89,7 @@ public final class BenchRouterCommand implements Callable<Integer> {
         try (CudaContext ctx = CudaContext.create(0);
              CudaStream stream = CudaStream.create();
              KernelRuntime runtime = new KernelRuntime(ctx, cache);
-             BenchKernels kernels = new BenchKernels(runtime, cache)) {
+             BenchKernels kernels = new BenchKernels(runtime)) {
             System.out.println("device: " + ctx.deviceName());
             for (Shape s : sweep ? withSweep(base) : base) {
                 rows.add(time(runtime, kernels, stream, s, ctx.l2Bytes()));

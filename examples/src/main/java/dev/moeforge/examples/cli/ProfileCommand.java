@@ -134,7 +134,7 @@ public final class ProfileCommand implements Callable<Integer> {
         try (CudaContext ctx = CudaContext.create(0);
              CudaStream stream = CudaStream.create();
              KernelRuntime runtime = new KernelRuntime(ctx, KernelCache.defaultCache());
-             BenchKernels kernels = new BenchKernels(runtime, KernelCache.defaultCache())) {
+             BenchKernels kernels = new BenchKernels(runtime)) {
             Map<String, Object> doc = resumeOrStart(file, pool, poolSha, ctx, runtime, out);
             @SuppressWarnings("unchecked")
             List<Map<String, Object>> donePoints = (List<Map<String, Object>>) doc.get("points");

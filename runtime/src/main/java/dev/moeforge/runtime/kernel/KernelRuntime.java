@@ -76,6 +76,18 @@ public final class KernelRuntime implements AutoCloseable {
      * A hand-written CUDA source (not generated from a spec), compiled for this runtime's target
      * through the kernel cache and loaded; the runtime closes the module.
      */
+    /** As {@link #loadSource(String, String)}, the source being {@code owner}'s classpath resource {@code fileName} beside it. */
+    public CudaModule loadResource(Class<?> owner, String fileName) {
+        try (java.io.InputStream in = owner.getResourceAsStream(fileName)) {
+            if (in == null) {
+                throw new IllegalStateException(fileName + " is missing from the jar of " + owner.getName());
+            }
+            return loadSource(fileName, new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8));
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+    }
+
     public CudaModule loadSource(String fileName, String code) {
         CompileResult compiled = cache.getOrCompile(CudaSource.of(fileName, code), target);
         context.makeCurrent();

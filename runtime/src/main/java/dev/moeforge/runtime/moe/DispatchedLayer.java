@@ -14,10 +14,6 @@ import dev.moeforge.runtime.dispatch.DispatchTable;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.kernel.RoutingAlign;
-import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.function.Function;
@@ -71,7 +67,7 @@ public final class DispatchedLayer implements AutoCloseable {
             requireShape(k);
             down.add(ExpertHalf.sharing(k, LaunchOrder.AFTER_PREVIOUS, Math.min(capacity, k.maxTokens()), plan));
         }
-        this.dispatch = runtime.loadSource(SOURCE, source()).function("moe_dispatch");
+        this.dispatch = runtime.loadResource(DispatchTable.class, SOURCE).function("moe_dispatch");
         double[] packed = table.packed();
         int[] words = new int[2 * packed.length];
         for (int i = 0; i < packed.length; i++) {
@@ -131,22 +127,27 @@ public final class DispatchedLayer implements AutoCloseable {
     }
 
     /**
-     * The decision alone, into the graph {@code stream} is capturing: the plan, the dispatch kernel and
-     * the two switches with empty bodies (what the dispatch costs beyond the chosen kernels). With
-     * {@code dispatch} false, the plan alone.
+     * Parts of the decision, into the graph {@code stream} is capturing, to see what each costs:
+     * the plan; with {@code switches} 0 or more also the dispatch kernel, and that many of the two
+     * switches, with empty bodies (a switch left out is not set by the kernel).
      */
-    public void recordDecision(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer topkIds, boolean dispatch) {
+    public void recordDecision(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer topkIds, int switches) {
         CudaContext context = runtime.context();
         align.enqueue(stream, LaunchOrder.AFTER_PREVIOUS, tokens, topkIds, plan);
-        if (!dispatch) {
+        if (switches < 0) {
             return;
         }
-        GraphSwitch upSwitch = GraphSwitch.create(stream, context, gateUp.size());
-        GraphSwitch downSwitch = GraphSwitch.create(stream, context, down.size());
+        GraphSwitch upSwitch = switches >= 1 ? GraphSwitch.create(stream, context, gateUp.size()) : null;
+        GraphSwitch downSwitch = switches >= 2 ? GraphSwitch.create(stream, context, down.size()) : null;
         this.dispatch.launch(1, 1, 1, 1024, 1, 1, 0, stream, plan.expertOffsets(), table.experts(), rows, table.gateUp().size(),
-                table.down().size(), tokens, context.smCount(), upSwitch.handle(), downSwitch.handle(), chosen);
-        upSwitch.insert(stream, context, bodyStream, java.util.Collections.nCopies(gateUp.size(), () -> { }));
-        downSwitch.insert(stream, context, bodyStream, java.util.Collections.nCopies(down.size(), () -> { }));
+                table.down().size(), tokens, context.smCount(), upSwitch == null ? 0L : upSwitch.handle(),
+                downSwitch == null ? 0L : downSwitch.handle(), chosen);
+        if (upSwitch != null) {
+            upSwitch.insert(stream, context, bodyStream, java.util.Collections.nCopies(gateUp.size(), () -> { }));
+        }
+        if (downSwitch != null) {
+            downSwitch.insert(stream, context, bodyStream, java.util.Collections.nCopies(down.size(), () -> { }));
+        }
     }
 
     private static void requireRuns(ExpertHalf h, int tokens) {
@@ -161,17 +162,6 @@ public final class DispatchedLayer implements AutoCloseable {
         int[] out = new int[2];
         chosen.copyTo(out);
         return out;
-    }
-
-    private static String source() {
-        try (InputStream in = DispatchTable.class.getResourceAsStream(SOURCE)) {
-            if (in == null) {
-                throw new IllegalStateException(SOURCE + " is missing from the runtime jar");
-            }
-            return new String(in.readAllBytes(), StandardCharsets.UTF_8);
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        }
     }
 
     @Override

@@ -77,7 +77,8 @@ extern "C" __global__ void __launch_bounds__(1024) moe_dispatch(
     for (int r = gate_up_rows + 1; r < n; ++r) down = cost[r] < cost[down] ? r : down;
     chosen[0] = up;
     chosen[1] = down - gate_up_rows;
-    cudaGraphSetConditional(gate_up_switch, up);
-    cudaGraphSetConditional(down_switch, down - gate_up_rows);
+    // a zero handle: no switch to set (the decision timed without its graph nodes)
+    if (gate_up_switch != 0) cudaGraphSetConditional(gate_up_switch, up);
+    if (down_switch != 0) cudaGraphSetConditional(down_switch, down - gate_up_rows);
   }
 }
