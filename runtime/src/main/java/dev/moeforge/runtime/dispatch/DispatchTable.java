@@ -20,8 +20,10 @@ import java.util.Map;
 public final class DispatchTable {
     /** The most candidates per half (the kernel's table holds 64 rows in all). */
     public static final int MAX_PER_HALF = 32;
-    /** The most experts the kernel's histogram holds. */
+    /** The most experts a table takes: one per thread of the dispatch kernel's block. */
     public static final int MAX_EXPERTS = 1024;
+    /** The most distinct histogram features (tile heights, token tiles) the kernel sums. */
+    public static final int MAX_FEATURES = 8;
 
     /** How a candidate's grid G follows the histogram. */
     public enum Kind {
@@ -82,6 +84,12 @@ public final class DispatchTable {
             if (half.isEmpty() || half.size() > MAX_PER_HALF) {
                 throw new IllegalArgumentException(half.size() + " candidates for a half: 1.." + MAX_PER_HALF);
             }
+        }
+        long features = java.util.stream.Stream.concat(gateUp.stream(), down.stream()).filter(r -> r.kind() != Kind.PER_PAIR)
+                .map(r -> r.kind() + "/" + r.param()).distinct().count();
+        if (features > MAX_FEATURES) {
+            throw new IllegalArgumentException(features + " distinct tile heights and token tiles among the candidates: the dispatch "
+                    + "kernel sums at most " + MAX_FEATURES);
         }
         this.experts = experts;
         this.gateUp = List.copyOf(gateUp);

@@ -6,7 +6,6 @@
 
 namespace {
 
-constexpr int kMaxExperts = 1024;
 constexpr int kMaxRows = 64;
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -26,7 +25,12 @@ __device__ __forceinline__ double warp_sum(double v) {
 
 }  // namespace
 
-// One block of 32 warps; warp w prices rows w, w + 32. chosen[0..1]: the picks (for checks).
+// The histogram's features the rows read: for each distinct (kind, param) of kinds 0 and 2, the sum
+// over experts of ceil(n_e / param) or of the chance expert e is in a tile of `param` tokens. One
+// expert per thread, each feature summed over the block, so the rows themselves are a few flops.
+constexpr int kMaxFeatures = 8;
+
+// One block of 1024 threads. chosen[0..1]: the picks (for checks).
 extern "C" __global__ void __launch_bounds__(1024) moe_dispatch(
     const int* __restrict__ expert_offsets,
     int experts,
@@ -39,36 +43,72 @@ extern "C" __global__ void __launch_bounds__(1024) moe_dispatch(
     cudaGraphConditionalHandle down_switch,
     int* __restrict__ chosen
 ) {
-  __shared__ int load[kMaxExperts];
+  __shared__ int feature_kind[kMaxFeatures], feature_param[kMaxFeatures], row_feature[kMaxRows], features;
+  __shared__ double warp_sums[32][kMaxFeatures];
+  __shared__ double sums[kMaxFeatures];
   __shared__ double cost[kMaxRows];
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) load[e] = expert_offsets[e + 1] - expert_offsets[e];
-  __syncthreads();
-  const double pairs = static_cast<double>(expert_offsets[experts] - expert_offsets[0]);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = gate_up_rows + down_rows;
-  for (int r = warp; r < n; r += blockDim.x >> 5) {
-    const Row row = rows[r];
-    const int kind = static_cast<int>(row.kind), param = static_cast<int>(row.param);
-    double g;
-    if (kind == 1) {
-      g = row.groups * pairs;
-    } else {
-      double part = 0;
-      for (int e = lane; e < experts; e += 32) {
-        const int m = load[e];
-        if (kind == 0) {
-          part += (m + param - 1) / param;
-        } else {
-          // expert e (on m of the batch's tokens) misses a tile of `per` tokens drawn without replacement
-          const int per = min(param, tokens);
-          double miss = 1;
-          for (int i = 0; i < per && miss > 0; ++i) miss *= fmax(0.0, static_cast<double>(tokens - m - i) / (tokens - i));
-          part += 1 - miss;
+  if (threadIdx.x == 0) {  // the distinct features (DispatchTable allows at most kMaxFeatures)
+    int f = 0;
+    for (int r = 0; r < n; ++r) {
+      const int kind = static_cast<int>(rows[r].kind), param = static_cast<int>(rows[r].param);
+      int at = -1;
+      if (kind != 1) {
+        for (int j = 0; j < f; ++j) at = feature_kind[j] == kind && feature_param[j] == param ? j : at;
+        if (at < 0 && f < kMaxFeatures) {
+          feature_kind[f] = kind;
+          feature_param[f] = param;
+          at = f++;
         }
       }
-      const double sum = warp_sum(part);
-      g = kind == 0 ? row.groups * sum : fmax(1.0, floor(row.groups * ((tokens + param - 1) / param) * sum + 0.5));
+      row_feature[r] = at;
     }
-    if (lane == 0) cost[r] = row.a + row.b * ceil(g / sms) + row.c * g + row.d * sqrt(g) + row.e * pairs;
+    features = f;
+  }
+  __syncthreads();
+  double part[kMaxFeatures];
+#pragma unroll
+  for (int j = 0; j < kMaxFeatures; ++j) part[j] = 0;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    const int m = expert_offsets[e + 1] - expert_offsets[e];
+#pragma unroll
+    for (int j = 0; j < kMaxFeatures; ++j) {
+      if (j >= features) break;
+      const int param = feature_param[j];
+      if (feature_kind[j] == 0) {
+        part[j] += (m + param - 1) / param;
+      } else {
+        // expert e (on m of the batch's tokens) misses a tile of `per` tokens drawn without replacement
+        const int per = min(param, tokens);
+        double miss = 1;
+        for (int i = 0; i < per && miss > 0; ++i) miss *= fmax(0.0, static_cast<double>(tokens - m - i) / (tokens - i));
+        part[j] += 1 - miss;
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxFeatures; ++j) {
+    const double v = warp_sum(part[j]);
+    if (lane == 0) warp_sums[warp][j] = v;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x >> 5;
+#pragma unroll
+    for (int j = 0; j < kMaxFeatures; ++j) {
+      const double v = warp_sum(lane < warps ? warp_sums[lane][j] : 0.0);
+      if (lane == 0) sums[j] = v;
+    }
+  }
+  __syncthreads();
+  const double pairs = static_cast<double>(expert_offsets[experts] - expert_offsets[0]);
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
+    const Row row = rows[r];
+    const int kind = static_cast<int>(row.kind), param = static_cast<int>(row.param);
+    const double g = kind == 1 ? row.groups * pairs
+                   : kind == 0 ? row.groups * sums[row_feature[r]]
+                               : fmax(1.0, floor(row.groups * ((tokens + param - 1) / param) * sums[row_feature[r]] + 0.5));
+    cost[r] = row.a + row.b * ceil(g / sms) + row.c * g + row.d * sqrt(g) + row.e * pairs;
   }
   __syncthreads();
   if (threadIdx.x == 0) {

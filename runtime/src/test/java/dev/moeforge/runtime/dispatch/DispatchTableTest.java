@@ -77,6 +77,11 @@ class DispatchTableTest {
         assertThrows(IllegalArgumentException.class, () -> table.choose(new int[64], 200, 132), "a histogram of 64 experts");
         assertThrows(IllegalArgumentException.class, () -> new DispatchTable(SHAPE.experts(), List.of(), down));
         assertThrows(IllegalArgumentException.class, () -> new DispatchTable(2048, up, down));
+        List<DispatchTable.Row> nine = new ArrayList<>();
+        for (int i = 1; i <= 9; i++) {
+            nine.add(new DispatchTable.Row("t" + i, DispatchTable.Kind.TILES, 16 * i, 4, new WaveCostModel(1, 0, 0, 0, 0, 2)));
+        }
+        assertThrows(IllegalArgumentException.class, () -> new DispatchTable(SHAPE.experts(), nine, down), "nine tile heights");
         var tensorCore = new OutputTensorCore(4, 1, 1, 0);
         assertThrows(IllegalArgumentException.class, () -> DispatchTable.row("t", GATE_UP, tensorCore, new WaveCostModel(1, 0, 0, 0, 0, 2)));
     }
