@@ -207,13 +207,22 @@ public record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tok
         int perTile = Math.min(tokensPerCta, tokens);
         double distinct = 0;
         for (int n : expertLoad) {
-            double miss = 1;
-            for (int i = 0; i < perTile && miss > 0; i++) {
-                miss *= Math.max(0.0, (double) (tokens - n - i) / (tokens - i));
-            }
-            distinct += 1 - miss;
+            distinct += inTile(tokens, n, perTile);
         }
         return Math.max(1, Math.round(groups * tiles * distinct));
+    }
+
+    /**
+     * The chance that an expert routed on {@code n} of {@code tokens} tokens is in a tile of
+     * {@code per} of them drawn without replacement. In float, step by step as the dispatch kernel
+     * computes it on the device (IEEE division and multiplication: the same bits there and here).
+     */
+    public static double inTile(int tokens, int n, int per) {
+        float miss = 1.0f;
+        for (int i = 0; i < per && miss > 0.0f; i++) {
+            miss *= Math.max(0.0f, (float) (tokens - n - i) / (float) (tokens - i));
+        }
+        return 1.0 - miss;
     }
 
     @Override

@@ -13,7 +13,7 @@ import java.util.Map;
 
 /**
  * What the dispatch kernel ({@code moeforge_dispatch.cu}) prices: for each half of the layer, its
- * candidate configurations, each as a row of eight doubles (how its grid follows the expert
+ * candidate configurations, each as a row of ten doubles (how its grid follows the expert
  * histogram, and its fitted {@link WaveCostModel}). {@link #choose} is the host twin: the same
  * rows, the same arithmetic, the same choice.
  */
@@ -52,11 +52,7 @@ public final class DispatchTable {
                     int per = Math.min(param, tokens);
                     double distinct = 0;
                     for (int n : load) {
-                        double miss = 1;
-                        for (int i = 0; i < per && miss > 0; i++) {
-                            miss *= Math.max(0.0, (double) (tokens - n - i) / (tokens - i));
-                        }
-                        distinct += 1 - miss;
+                        distinct += OutputCentric.inTile(tokens, n, per);
                     }
                     yield Math.max(1, Math.round(groups * Math.ceilDiv(tokens, param) * distinct));
                 }
@@ -67,8 +63,14 @@ public final class DispatchTable {
             return model.predict(blocks(load, tokens), pairs(load), sms);
         }
 
-        double[] packed() {
-            return new double[] {kind.ordinal(), param, groups, model.a(), model.b(), model.c(), model.d(), model.e()};
+        /** What the kernel reads: kind, param, groups, the feature's number (-1: none), the five coefficients, padding. */
+        double[] packed(int feature) {
+            return new double[] {kind.ordinal(), param, groups, feature, model.a(), model.b(), model.c(), model.d(), model.e(), 0};
+        }
+
+        /** The histogram feature this row's grid reads, or null (one block per pair reads the pairs alone). */
+        String feature() {
+            return kind == Kind.PER_PAIR ? null : kind + "/" + param;
         }
     }
 
@@ -85,8 +87,8 @@ public final class DispatchTable {
                 throw new IllegalArgumentException(half.size() + " candidates for a half: 1.." + MAX_PER_HALF);
             }
         }
-        long features = java.util.stream.Stream.concat(gateUp.stream(), down.stream()).filter(r -> r.kind() != Kind.PER_PAIR)
-                .map(r -> r.kind() + "/" + r.param()).distinct().count();
+        long features = java.util.stream.Stream.concat(gateUp.stream(), down.stream()).map(Row::feature)
+                .filter(java.util.Objects::nonNull).distinct().count();
         if (features > MAX_FEATURES) {
             throw new IllegalArgumentException(features + " distinct tile heights and token tiles among the candidates: the dispatch "
                     + "kernel sums at most " + MAX_FEATURES);
@@ -163,17 +165,18 @@ public final class DispatchTable {
         return best;
     }
 
-    /** The kernel's rows, gate_up's then down's, eight doubles each. */
+    /** Doubles per row the kernel reads. */
+    static final int ROW_DOUBLES = 10;
+
+    /** The kernel's rows, gate_up's then down's, with their features numbered in order of first use. */
     public double[] packed() {
-        double[] out = new double[8 * (gateUp.size() + down.size())];
-        int at = 0;
-        for (Row r : gateUp) {
-            System.arraycopy(r.packed(), 0, out, at, 8);
-            at += 8;
-        }
-        for (Row r : down) {
-            System.arraycopy(r.packed(), 0, out, at, 8);
-            at += 8;
+        List<Row> all = new ArrayList<>(gateUp);
+        all.addAll(down);
+        List<String> features = all.stream().map(Row::feature).filter(java.util.Objects::nonNull).distinct().toList();
+        double[] out = new double[ROW_DOUBLES * all.size()];
+        for (int i = 0; i < all.size(); i++) {
+            Row r = all.get(i);
+            System.arraycopy(r.packed(r.feature() == null ? -1 : features.indexOf(r.feature())), 0, out, ROW_DOUBLES * i, ROW_DOUBLES);
         }
         return out;
     }

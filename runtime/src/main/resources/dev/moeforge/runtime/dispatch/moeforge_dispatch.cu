@@ -9,12 +9,14 @@ namespace {
 constexpr int kMaxRows = 64;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// One candidate, as DispatchTable.Row lays it out (8 doubles).
+// One candidate, as DispatchTable.Row lays it out (10 doubles).
 struct Row {
-  double kind;    // 0: tiles of `param` pairs per expert; 1: one block per routed pair; 2: tiles of `param` tokens
-  double param;   // block_m (kind 0) or tokens per tile (kind 2)
-  double groups;  // blocks per unit: n tiles (kind 0) or output groups (kinds 1, 2)
+  double kind;     // 0: tiles of `param` pairs per expert; 1: one block per routed pair; 2: tiles of `param` tokens
+  double param;    // block_m (kind 0) or tokens per tile (kind 2)
+  double groups;   // blocks per unit: n tiles (kind 0) or output groups (kinds 1, 2)
+  double feature;  // which histogram feature G reads (kinds 0, 2; the table numbers them), or -1
   double a, b, c, d, e;  // T = a + b ceil(G/S) + c G + d sqrt(G) + e P
+  double unused;
 };
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -43,27 +45,19 @@ extern "C" __global__ void __launch_bounds__(1024) moe_dispatch(
     cudaGraphConditionalHandle down_switch,
     int* __restrict__ chosen
 ) {
-  __shared__ int feature_kind[kMaxFeatures], feature_param[kMaxFeatures], row_feature[kMaxRows], features;
+  __shared__ int feature_kind[kMaxFeatures], feature_param[kMaxFeatures];
   __shared__ double warp_sums[32][kMaxFeatures];
   __shared__ double sums[kMaxFeatures];
   __shared__ double cost[kMaxRows];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = gate_up_rows + down_rows;
-  if (threadIdx.x == 0) {  // the distinct features (DispatchTable allows at most kMaxFeatures)
-    int f = 0;
-    for (int r = 0; r < n; ++r) {
-      const int kind = static_cast<int>(rows[r].kind), param = static_cast<int>(rows[r].param);
-      int at = -1;
-      if (kind != 1) {
-        for (int j = 0; j < f; ++j) at = feature_kind[j] == kind && feature_param[j] == param ? j : at;
-        if (at < 0 && f < kMaxFeatures) {
-          feature_kind[f] = kind;
-          feature_param[f] = param;
-          at = f++;
-        }
-      }
-      row_feature[r] = at;
+  for (int j = threadIdx.x; j < kMaxFeatures; j += blockDim.x) feature_kind[j] = -1;
+  __syncthreads();
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {  // rows of one feature write the same values
+    const int f = static_cast<int>(rows[r].feature);
+    if (f >= 0) {
+      feature_kind[f] = static_cast<int>(rows[r].kind);
+      feature_param[f] = static_cast<int>(rows[r].param);
     }
-    features = f;
   }
   __syncthreads();
   double part[kMaxFeatures];
@@ -73,16 +67,18 @@ extern "C" __global__ void __launch_bounds__(1024) moe_dispatch(
     const int m = expert_offsets[e + 1] - expert_offsets[e];
 #pragma unroll
     for (int j = 0; j < kMaxFeatures; ++j) {
-      if (j >= features) break;
-      const int param = feature_param[j];
-      if (feature_kind[j] == 0) {
+      const int kind = feature_kind[j], param = feature_param[j];
+      if (kind == 0) {
         part[j] += (m + param - 1) / param;
-      } else {
-        // expert e (on m of the batch's tokens) misses a tile of `per` tokens drawn without replacement
+      } else if (kind == 2) {
+        // expert e (on m of the batch's tokens) misses a tile of `per` tokens drawn without replacement;
+        // in float, as OutputCentric.workBlocks computes it (IEEE division both sides: the same bits)
         const int per = min(param, tokens);
-        double miss = 1;
-        for (int i = 0; i < per && miss > 0; ++i) miss *= fmax(0.0, static_cast<double>(tokens - m - i) / (tokens - i));
-        part[j] += 1 - miss;
+        float miss = 1.0f;
+        for (int i = 0; i < per && miss > 0.0f; ++i) {
+          miss *= fmaxf(0.0f, static_cast<float>(tokens - m - i) / static_cast<float>(tokens - i));
+        }
+        part[j] += 1.0 - static_cast<double>(miss);
       }
     }
   }
@@ -105,9 +101,10 @@ extern "C" __global__ void __launch_bounds__(1024) moe_dispatch(
   for (int r = threadIdx.x; r < n; r += blockDim.x) {
     const Row row = rows[r];
     const int kind = static_cast<int>(row.kind), param = static_cast<int>(row.param);
+    const int f = static_cast<int>(row.feature);
     const double g = kind == 1 ? row.groups * pairs
-                   : kind == 0 ? row.groups * sums[row_feature[r]]
-                               : fmax(1.0, floor(row.groups * ((tokens + param - 1) / param) * sums[row_feature[r]] + 0.5));
+                   : kind == 0 ? row.groups * sums[f]
+                               : fmax(1.0, floor(row.groups * ((tokens + param - 1) / param) * sums[f] + 0.5));
     cost[r] = row.a + row.b * ceil(g / sms) + row.c * g + row.d * sqrt(g) + row.e * pairs;
   }
   __syncthreads();

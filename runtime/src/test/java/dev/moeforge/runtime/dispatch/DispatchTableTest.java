@@ -73,7 +73,7 @@ class DispatchTableTest {
         assertArrayEquals(new int[] {
                 up.indexOf(DispatchTable.byCost(up, load, 200, 132).getFirst()),
                 down.indexOf(DispatchTable.byCost(down, load, 200, 132).getFirst())}, chosen);
-        assertEquals(8 * 24, table.packed().length);
+        assertEquals(DispatchTable.ROW_DOUBLES * 24, table.packed().length);
         assertThrows(IllegalArgumentException.class, () -> table.choose(new int[64], 200, 132), "a histogram of 64 experts");
         assertThrows(IllegalArgumentException.class, () -> new DispatchTable(SHAPE.experts(), List.of(), down));
         assertThrows(IllegalArgumentException.class, () -> new DispatchTable(2048, up, down));
