@@ -60,15 +60,19 @@ final class FitPlots {
     private static JFreeChart winners(PoolFit fit) {
         Map<String, XYSeries> byPair = new LinkedHashMap<>();
         for (PoolFit.Point p : fit.points()) {
-            String pair = short_(fit.best(PoolFit.Half.GATE_UP, p).name()) + " + " + short_(fit.best(PoolFit.Half.DOWN, p).name());
+            String pair = tile(fit.best(PoolFit.Half.GATE_UP, p)) + " + " + tile(fit.best(PoolFit.Half.DOWN, p));
             byPair.computeIfAbsent(pair, XYSeries::new).add(p.batch(), p.balancedness());
         }
         XYSeriesCollection data = new XYSeriesCollection();
         byPair.values().forEach(data::addSeries);
         LogAxis batch = new LogAxis("batch (tokens)");
         batch.setBase(2);
-        XYPlot plot = new XYPlot(data, batch, new NumberAxis("balancedness H(p) / ln E"), new XYLineAndShapeRenderer(false, true));
-        return new JFreeChart("Fastest measured pair per point", plot);
+        NumberAxis balancedness = new NumberAxis("balancedness H(p) / ln E");
+        balancedness.setAutoRangeIncludesZero(false);
+        XYPlot plot = new XYPlot(data, batch, balancedness, new XYLineAndShapeRenderer(false, true));
+        JFreeChart chart = new JFreeChart("Fastest measured pair per point (gate_up + down)", plot);
+        chart.getLegend().setPosition(org.jfree.chart.ui.RectangleEdge.RIGHT);
+        return chart;
     }
 
     /** Every timed (config, point): measured against the model's prediction, on log axes, with y = x. */
@@ -107,8 +111,15 @@ final class FitPlots {
         return new JFreeChart("Wave cost model: predicted against measured, every config and point", plot);
     }
 
-    /** A config's name without the pool's prefix. */
-    private static String short_(String name) {
-        return name.replaceFirst("^pool_(gate_up|down)_", "");
+    /**
+     * A config's tile in a few characters: expert-centric pairs per tile (w: wgmma), output-centric
+     * tokens per tile; the pictures group configs that differ only in stages, warps or GROUP_M.
+     */
+    static String tile(PoolFit.Config c) {
+        return switch (c.schedule()) {
+            case dev.moeforge.dsl.schedule.ExpertCentric ec -> "ec" + ec.blockM() + (ec.wgmma() ? "w" : "");
+            case dev.moeforge.dsl.schedule.OutputCentric oc -> "oc" + oc.tokensPerCta();
+            case dev.moeforge.dsl.schedule.OutputTensorCore _ -> "otc";
+        };
     }
 }
