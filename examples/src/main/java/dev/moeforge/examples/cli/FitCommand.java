@@ -119,12 +119,18 @@ public final class FitCommand implements Callable<Integer> {
                 "down", table.down().stream().map(DispatchTable.Row::name).toList()));
         out.printf(Locale.ROOT, "dispatch candidates (the configs the model picks at some point): %d for gate_up, %d for down%n",
                 table.gateUp().size(), table.down().size());
-        List<Path> pictures = FitPlots.write(dir, fit, models, choices, sms);
+        List<Path> pictures = List.of();
+        try {
+            pictures = FitPlots.write(dir, fit, models, choices, sms);
+        } catch (RuntimeException | LinkageError | InternalError e) {
+            // a JVM without fonts (a GPU host's minimal runtime) draws no text: the numbers stand without the pictures
+            out.println("pictures not drawn (" + e.getMessage() + "); `moeforge fit " + dir + "` on a desktop machine draws them");
+        }
         doc.put("plots", pictures.stream().map(p -> p.getFileName().toString()).toList());
         Path file = dir.resolve(FILE);
         new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT).writeValue(file.toFile(), doc);
         out.println();
-        out.println("wrote " + file + " and " + pictures.stream().map(p -> p.getFileName().toString()).toList());
+        out.println("wrote " + file + (pictures.isEmpty() ? "" : " and " + pictures.stream().map(p -> p.getFileName().toString()).toList()));
         out.flush();
         return 0;
     }

@@ -40,7 +40,7 @@ public final class TuneCommand implements Callable<Integer> {
 
     @Override
     public Integer call() {
-        PrintWriter out = command.commandLine().getOut();
+        PrintWriter stdout = command.commandLine().getOut();
         if (!Gpu.available()) {  // before minutes of nvcc: the profile needs a device
             throw new IllegalStateException("tune profiles on a GPU: " + Gpu.unavailableReason() + " (`moeforge pool` alone runs "
                     + "without one)");
@@ -52,10 +52,10 @@ public final class TuneCommand implements Callable<Integer> {
             pool.addAll(List.of("--shape", String.join(",", geometry.shape.stream().map(String::valueOf).toList())));
         }
         for (List<String> step : List.of(pool, List.of("profile", out.toString()), List.of("fit", out.toString()))) {
-            out.println("== moeforge " + String.join(" ", step));
-            out.flush();
+            stdout.println("== moeforge " + String.join(" ", step));
+            stdout.flush();
             CommandLine cli = MoeForgeCli.commandLine();
-            cli.setOut(out);
+            cli.setOut(stdout);
             cli.setErr(command.commandLine().getErr());
             int code = cli.execute(step.toArray(String[]::new));
             if (code != 0) {
