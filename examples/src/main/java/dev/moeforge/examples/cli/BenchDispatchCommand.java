@@ -1,7 +1,6 @@
 package dev.moeforge.examples.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.reference.RandomInputs;
@@ -62,9 +61,10 @@ public final class BenchDispatchCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        PoolFit fit = FitCommand.load(dir);
+        FitCommand.Profiled profiled = FitCommand.load(dir);
+        PoolFit fit = profiled.fit();
+        JsonNode profile = profiled.profile();
         options.require("bench dispatch");
-        JsonNode profile = new ObjectMapper().readTree(dir.resolve(ProfileCommand.FILE).toFile());
         Map<String, WaveCostModel> models = fit.fit(WaveCostModel.MAX_TERMS);
         DispatchTable table = DispatchTable.of(fit, models);
         Map<String, KernelSpec> specs = new LinkedHashMap<>();

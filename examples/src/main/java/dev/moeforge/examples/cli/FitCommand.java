@@ -47,8 +47,9 @@ public final class FitCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         PrintWriter out = command.commandLine().getOut();
-        PoolFit fit = load(dir);
-        JsonNode profile = new ObjectMapper().readTree(dir.resolve(ProfileCommand.FILE).toFile());
+        Profiled profiled = load(dir);
+        PoolFit fit = profiled.fit();
+        JsonNode profile = profiled.profile();
         int sms = profile.get("sm_count").asInt();
         Map<String, Object> doc = new LinkedHashMap<>();
         doc.put("model", profile.get("model").asText());
@@ -148,11 +149,14 @@ public final class FitCommand implements Callable<Integer> {
         return row;
     }
 
+    /** A pool's configs with its profile's points and timings, and the profile as read. */
+    record Profiled(PoolFit fit, JsonNode profile) {}
+
     /**
      * The pool's configs (from pool.moe) and the profile's points and timings. A profile of another
      * pool is refused by name.
      */
-    static PoolFit load(Path dir) throws IOException {
+    static Profiled load(Path dir) throws IOException {
         Path profileFile = dir.resolve(ProfileCommand.FILE);
         if (!Files.isRegularFile(profileFile)) {
             throw new IllegalArgumentException(profileFile + " does not exist: run `moeforge profile " + dir + "` on a GPU first");
@@ -193,6 +197,6 @@ public final class FitCommand implements Callable<Integer> {
             throw new IllegalArgumentException(profileFile + " has no held-out points yet (the profile stopped before them?): "
                     + "run `moeforge profile " + dir + "` again to finish it");
         }
-        return new PoolFit(configs, points, measured, profile.get("sm_count").asInt());
+        return new Profiled(new PoolFit(configs, points, measured, profile.get("sm_count").asInt()), profile);
     }
 }

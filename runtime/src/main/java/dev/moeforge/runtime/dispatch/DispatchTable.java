@@ -6,7 +6,6 @@ import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.OutputTensorCore;
 import dev.moeforge.dsl.schedule.Schedule;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -157,9 +156,12 @@ public final class DispatchTable {
 
     private static int cheapest(List<Row> rows, int[] load, int tokens, int sms) {
         int best = 0;
+        double bestCost = rows.getFirst().cost(load, tokens, sms);
         for (int r = 1; r < rows.size(); r++) {
-            if (rows.get(r).cost(load, tokens, sms) < rows.get(best).cost(load, tokens, sms)) {
+            double cost = rows.get(r).cost(load, tokens, sms);
+            if (cost < bestCost) {
                 best = r;
+                bestCost = cost;
             }
         }
         return best;
@@ -179,11 +181,6 @@ public final class DispatchTable {
             System.arraycopy(r.packed(r.feature() == null ? -1 : features.indexOf(r.feature())), 0, out, ROW_DOUBLES * i, ROW_DOUBLES);
         }
         return out;
-    }
-
-    /** The rows by cost at a histogram, cheapest first (for reports). */
-    public static List<Row> byCost(List<Row> rows, int[] load, int tokens, int sms) {
-        return rows.stream().sorted(Comparator.comparingDouble(r -> r.cost(load, tokens, sms))).toList();
     }
 
     static long pairs(int[] load) {

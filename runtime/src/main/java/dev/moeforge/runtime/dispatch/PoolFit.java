@@ -157,11 +157,6 @@ public final class PoolFit {
         return points.stream().filter(p -> !p.heldOut()).toList();
     }
 
-    /** The regret of the model's choices with {@code terms} terms on the held-out points. */
-    public Regret heldOutRegret(int terms) {
-        return Regret.of(choices(fit(terms), heldOut()));
-    }
-
     /**
      * Routing-aware dispatch against static dispatch: for each batch, the static pair is the best
      * measured at that batch's most balanced point (what an autotuner picks); at the batch's other
