@@ -202,6 +202,11 @@ public final class Checkpoint implements AutoCloseable {
         return fileOf(name).f32(name);
     }
 
+    /** A copy of a BF16, F16 or F32 tensor's values as FP32. */
+    public float[] floats(String name) {
+        return fileOf(name).floats(name);
+    }
+
     /** A copy of a BF16 tensor's raw 16-bit patterns. */
     public short[] bf16(String name) {
         return fileOf(name).bf16(name);

@@ -325,6 +325,21 @@ public final class SafetensorsFile implements AutoCloseable {
         return slice(t).toArray(F32_LE);
     }
 
+    /** A copy of a BF16, F16 or F32 tensor's values as FP32 (exact: every such value is a float). */
+    public float[] floats(String name) {
+        TensorInfo t = tensor(name);
+        if (!FloatRows.isFloat(t.dtype())) {
+            throw fail(path, name, "dtype " + t.dtype().text() + ", expected BF16, F16 or F32");
+        }
+        checkArrayLength(t, t.numel());
+        MemorySegment data = slice(t);
+        float[] out = new float[(int) t.numel()];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = FloatRows.at(data, t.dtype(), i);
+        }
+        return out;
+    }
+
     /** A copy of a BF16 tensor's raw 16-bit patterns (the high half of the equivalent float's bits). */
     public short[] bf16(String name) {
         TensorInfo t = expect(name, SafetensorsDType.BF16);

@@ -52,8 +52,12 @@ public final class ExpertReference {
 
     /** gate_up on activations given as exact values (e.g. activations quantised to a weight format). */
     public static Result gateUp(KernelSpec spec, double[] x, WeightRows w, Routing routing) {
-        Problem.ExpertGateUp p = (Problem.ExpertGateUp) spec.problem();
-        return gateUp(p.shape(), p.layout(), p.bias(), spec.epilogue(), x, w, routing);
+        return gateUp((Problem.ExpertGateUp) spec.problem(), spec.epilogue(), x, w, routing);
+    }
+
+    /** gate_up of a problem and its epilogue, whatever kernel will compute it (the decoder's CPU path). */
+    public static Result gateUp(Problem.ExpertGateUp p, EpilogueNode epilogue, double[] x, WeightRows w, Routing routing) {
+        return gateUp(p.shape(), p.layout(), p.bias(), epilogue, x, w, routing);
     }
 
     /** gate_up of a shape and layout, its epilogue the tree {@code epilogue} (a store); x exact. */
@@ -129,7 +133,11 @@ public final class ExpertReference {
 
     /** down on an intermediate given as exact values. */
     public static Result down(KernelSpec spec, double[] inter, WeightRows w, Routing routing) {
-        Problem.ExpertProblem p = (Problem.ExpertProblem) spec.problem();
+        return down((Problem.ExpertProblem) spec.problem(), spec.epilogue(), inter, w, routing);
+    }
+
+    /** down of a problem and its epilogue, whatever kernel will compute it (the decoder's CPU path). */
+    public static Result down(Problem.ExpertProblem p, EpilogueNode epilogue, double[] inter, WeightRows w, Routing routing) {
         ExpertShape s = p.shape();
         checkInputs(s, p.bias(), routing, w, s.hidden(), s.intermediate());
         int k = s.topk();
@@ -149,10 +157,10 @@ public final class ExpertReference {
                     w.decode(e, h, row);
                     acc[j] = dot(row, a[j]) + w.bias(e, h);
                 }
-                exact[m * s.hidden() + h] = EpilogueEvaluator.evaluate(spec.epilogue(), perToken(acc, routing, m), 0);
+                exact[m * s.hidden() + h] = EpilogueEvaluator.evaluate(epilogue, perToken(acc, routing, m), 0);
             }
         });
-        return new Result(exact, round(exact, storedType(spec)));
+        return new Result(exact, round(exact, ((Store) epilogue).dtype()));
     }
 
     private static EpilogueEvaluator.Accumulators perSlot(double gate, double up) {
@@ -195,10 +203,6 @@ public final class ExpertReference {
                 return routing.weight(m, slot);
             }
         };
-    }
-
-    private static DType storedType(KernelSpec spec) {
-        return ((Store) spec.epilogue()).dtype();
     }
 
     private static short[] round(double[] values, DType type) {
