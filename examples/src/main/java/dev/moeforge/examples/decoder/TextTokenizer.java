@@ -27,6 +27,11 @@ public final class TextTokenizer implements AutoCloseable {
         if (System.getProperty("DJL_CACHE_DIR") == null && System.getenv("DJL_CACHE_DIR") == null) {
             System.setProperty("DJL_CACHE_DIR", Path.of(System.getProperty("user.home"), ".cache", "moeforge", "djl").toString());
         }
+        // the jar's CPU build, never a download: on a CUDA host DJL would otherwise fetch its GPU build
+        if (System.getenv("RUST_FLAVOR") == null) {
+            System.setProperty("RUST_FLAVOR", "cpu");
+        }
+        System.setProperty("ai.djl.offline", "true");
     }
 
     private final HuggingFaceTokenizer tokenizer;
