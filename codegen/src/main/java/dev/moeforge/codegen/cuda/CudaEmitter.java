@@ -104,6 +104,10 @@ public final class CudaEmitter {
                 blockGroups = evaluation.mode() == TreeEvaluation.Mode.BLOCK_GROUPS;
                 expertCounts = r.expertCounts();
             }
+            case Problem.Linear _ -> {
+                epilogueParams = "float acc";
+                bound.put(Acc.MAIN, "acc");
+            }
         }
         boolean expert = !(problem instanceof Problem.Router);
         return new KernelModel(specText.lines().toList(), notes, DeviceHeader.of(schedule.library()).fileName(), config, launchBounds,
@@ -134,6 +138,11 @@ public final class CudaEmitter {
             case Problem.Router r -> {
                 config.add(ConfigConstant.integer("kHidden", r.hidden()));
                 config.add(ConfigConstant.integer("kExperts", r.experts()));
+            }
+            case Problem.Linear l -> {
+                config.add(ConfigConstant.integer("kInputs", l.inputs()));
+                config.add(ConfigConstant.integer("kOutputs", l.outputs()));
+                config.add(ConfigConstant.bool("kBias", l.bias()));
             }
         }
         return config;

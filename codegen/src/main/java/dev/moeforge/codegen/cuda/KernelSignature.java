@@ -42,6 +42,7 @@ public record KernelSignature(List<KernelParam> params) {
             case Problem.ExpertProblem p -> expert(spec, p, act, tokens);
             case Problem.ExpertMlp m -> mlp(m, act, tokens);
             case Problem.Router r -> router(spec, r, act, tokens);
+            case Problem.Linear l -> linear(spec, l, act, tokens);
         };
     }
 
@@ -270,6 +271,20 @@ public record KernelSignature(List<KernelParam> params) {
             params.add(new KernelParam("router_out", Role.OUTPUT, store.dtype(), List.of(m, r.experts()),
                     "each token's row of expert values"));
         }
+        params.add(tokens);
+        return new KernelSignature(params);
+    }
+
+    /** x, the weights {@code [N][K]} (with their FP32 bias {@code [N]}), then y in the epilogue's store type. */
+    private static KernelSignature linear(ValidatedSpec<?> spec, Problem.Linear l, DType act, KernelParam tokens) {
+        int m = KernelParam.TOKENS;
+        List<KernelParam> params = new ArrayList<>();
+        params.add(new KernelParam("x", Role.INPUT, act, List.of(m, l.inputs()), "activations"));
+        params.add(new KernelParam("w", Role.WEIGHTS, DType.BF16, List.of(l.outputs(), l.inputs()), "one row per output", CODES));
+        if (l.bias()) {
+            params.add(new KernelParam(biasName("w"), Role.WEIGHTS, DType.FP32, List.of(l.outputs()), "bias of each output", BIAS));
+        }
+        params.add(new KernelParam("y", Role.OUTPUT, spec.epilogue().dtype(), List.of(m, l.outputs()), "each token's outputs"));
         params.add(tokens);
         return new KernelSignature(params);
     }

@@ -1655,6 +1655,29 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Linear projection (schedule linear_gemv): block (slice, token) computes outputs
+// [slice * N, slice * N + N) of its token with the decode routers' scores phase (block_scores:
+// one warp, or SPLIT warps, per output row), then the bias, the epilogue and the store.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ void store_output(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_output(float* p, float v) { *p = v; }
+
+template <class Config, class Out, class Epilogue>
+__device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x, const WeightArgs w, Out* __restrict__ y,
+                                            int num_tokens, Epilogue epi) {
+  constexpr int K = Config::kInputs, N = Config::kOutputs, W = Config::kWarpsPerCta, LB = Config::kLoadBytes;
+  constexpr int U = Config::kUnroll, NPC = Config::kOutputsPerCta, SPLIT = Config::kWarpsPerOutput;
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
+  const int token = blockIdx.y;
+  if (token >= num_tokens) return;  // uniform over the block
+  const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * K);
+  const int first = blockIdx.x * NPC;
+  Out* y_row = y + static_cast<size_t>(token) * N;
+  block_scores<K, NPC, W, LB, U, SPLIT>(static_cast<const __nv_bfloat16*>(w.codes), x_row, first, min_int(N, first + NPC),
+                                        [&](int n, float acc) { store_output(y_row + n, epi(acc + load_bias<Config::kBias, N>(w, 0, n))); });
+}
+
 // The scores workspace, published in place of an end ticket: each score is stored as the
 // complement of its bits (a NaN canonicalised first), so a stored word is never 0 and 0 means
 // "not yet". The workspace starts at zero and the token's tail block clears what it read, so the

@@ -60,6 +60,8 @@ public final class EpilogueTypes {
                             + "over the routed experts";
             case Problem.Router _ -> stored.kind() == ValueType.Kind.TOPK || stored.kind() == ValueType.Kind.ROW ? null
                     : "a router stores a top-k selection (weights and ids) or a row of expert scores";
+            case Problem.Linear _ -> stored.kind() == ValueType.Kind.PER_TOKEN ? null
+                    : "a linear projection stores one value per (token, output)";
         };
         if (wanted != null) {
             errors.add(new SpecError("epilogue.store.input", SpecPrinter.printEpilogue(store.input()), wanted));
@@ -116,6 +118,8 @@ public final class EpilogueTypes {
                             : "a down kernel has one accumulator, acc";
                     case Problem.Router _ -> acc.channel() == AccChannel.MAIN ? null
                             : "a router has one accumulator, acc: the row of expert scores";
+                    case Problem.Linear _ -> acc.channel() == AccChannel.MAIN ? null
+                            : "a linear projection has one accumulator, acc: one output's dot product (and bias)";
                 };
                 if (rule != null) {
                     yield fail(path, acc, rule);
@@ -123,6 +127,7 @@ public final class EpilogueTypes {
                 yield switch (problem) {
                     case Problem.ExpertProblem _, Problem.ExpertMlp _ -> ValueType.PER_SLOT;
                     case Problem.Router r -> ValueType.row(r.experts());
+                    case Problem.Linear _ -> ValueType.PER_TOKEN;
                 };
             }
             case RowParam p -> switch (problem) {
@@ -135,6 +140,8 @@ public final class EpilogueTypes {
                     yield ValueType.row(r.experts());
                 }
                 case Problem.ExpertProblem _, Problem.ExpertMlp _ -> fail(path, p, "row(...) is a per-expert vector of a router");
+                case Problem.Linear _ -> fail(path, p, "row(...) is a per-expert vector of a router; a linear projection's "
+                        + "bias is the problem's bias=true");
             };
             case Add a -> {
                 ValueType l = typeOf(a.left(), path + ".add.left");
@@ -226,6 +233,8 @@ public final class EpilogueTypes {
                                     + " (down reads it as its activation; y is FP32 whatever this says)";
                     case Problem.Router _ -> s.dtype() == DType.FP32 || s.dtype() == DType.BF16 ? null
                             : "fp32 or bf16 routing weights";
+                    case Problem.Linear _ -> s.dtype() == DType.FP32 || s.dtype() == DType.BF16 ? null
+                            : "fp32 or bf16 outputs";
                 };
                 if (allowed != null) {
                     errors.add(new SpecError(path + ".store.dtype", s.dtype().text(), allowed));

@@ -73,6 +73,10 @@ public final class Validator {
                 range(errors, "problem.hidden", r.hidden(), 1, Limits.MAX_DIMENSION);
                 range(errors, "problem.experts", r.experts(), 1, Limits.MAX_EXPERTS);
             }
+            case Problem.Linear l -> {
+                range(errors, "problem.inputs", l.inputs(), 1, Limits.MAX_DIMENSION);
+                range(errors, "problem.outputs", l.outputs(), 1, Limits.MAX_LINEAR_OUTPUTS);
+            }
         }
         checkFormats(problem, errors);
         return errors;
@@ -120,6 +124,12 @@ public final class Validator {
                 if (!(r.weights() instanceof WeightFormat.Bf16)) {
                     errors.add(new SpecError("problem.weights", r.weights().text(),
                             "bf16: routers stay unquantised in every checkpoint format"));
+                }
+            }
+            case Problem.Linear l -> {
+                if (!(l.weights() instanceof WeightFormat.Bf16)) {
+                    errors.add(new SpecError("problem.weights", l.weights().text(),
+                            "bf16: the linear kernels read unquantised weights (quantised formats are for the routed experts)"));
                 }
             }
             case Problem.ExpertGateUp g -> {

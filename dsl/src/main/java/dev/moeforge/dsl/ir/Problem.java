@@ -9,7 +9,7 @@ import java.util.Map;
  * What a kernel computes, independent of how it is mapped onto the GPU. Routing tables between
  * kernels are token-major: {@code topk_ids [M][k] int32} and {@code topk_weights [M][k]}.
  */
-public sealed interface Problem permits Problem.ExpertProblem, Problem.ExpertMlp, Problem.Router {
+public sealed interface Problem permits Problem.ExpertProblem, Problem.ExpertMlp, Problem.Router, Problem.Linear {
 
     /** Every problem kind by its name in the textual form, in the order the form lists them. */
     Map<String, Class<? extends Problem>> KINDS = kinds();
@@ -20,6 +20,7 @@ public sealed interface Problem permits Problem.ExpertProblem, Problem.ExpertMlp
         kinds.put("expert_down", ExpertDown.class);
         kinds.put("expert_mlp", ExpertMlp.class);
         kinds.put("router", Router.class);
+        kinds.put("linear", Linear.class);
         return Collections.unmodifiableMap(kinds);
     }
 
@@ -104,4 +105,13 @@ public sealed interface Problem permits Problem.ExpertProblem, Problem.ExpertMlp
      */
     record Router(int hidden, int experts, WeightFormat weights, DType activations, boolean expertCounts)
             implements Problem {}
+
+    /**
+     * A dense projection as {@code nn.Linear} stores it: for token {@code m} and every output
+     * {@code n}, {@code acc = W[n] . x[m]} (FP32 accumulation; {@code W [outputs][inputs]}), plus
+     * {@code b[n]} with a bias (an FP32 vector, written {@code bias=true}), then the epilogue, one
+     * value per (token, output), stored to {@code y[m][n]}. The decoder's attention projections,
+     * dense MLPs and LM head.
+     */
+    record Linear(int inputs, int outputs, WeightFormat weights, DType activations, boolean bias) implements Problem {}
 }

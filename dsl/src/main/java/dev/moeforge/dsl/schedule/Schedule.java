@@ -18,7 +18,7 @@ import java.util.List;
  * @param <P> the problems this kind lowers
  */
 public sealed interface Schedule<P extends Problem>
-        permits OutputCentric, OutputTensorCore, SplitDown, ExpertCentric, RouterGemv, RouterCluster, RouterTiled {
+        permits OutputCentric, OutputTensorCore, SplitDown, ExpertCentric, RouterGemv, RouterCluster, RouterTiled, LinearGemv {
 
     /** Every kind, in the order the textual form lists them and enumeration visits them. */
     static List<ScheduleKind<?, ?>> kinds() {
@@ -28,7 +28,7 @@ public sealed interface Schedule<P extends Problem>
     /** Initialised on first use, after the records: a record's initialisation initialises this interface first. */
     final class Kinds {
         private static final List<ScheduleKind<?, ?>> ALL = List.of(OutputCentric.KIND, OutputTensorCore.KIND, SplitDown.KIND,
-                ExpertCentric.KIND, RouterGemv.KIND, RouterCluster.KIND, RouterTiled.KIND);
+                ExpertCentric.KIND, RouterGemv.KIND, RouterCluster.KIND, RouterTiled.KIND, LinearGemv.KIND);
 
         private Kinds() {}
     }

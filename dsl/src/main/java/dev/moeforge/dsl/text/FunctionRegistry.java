@@ -79,6 +79,14 @@ final class FunctionRegistry {
                 DType activations = a.choice("activations", DTYPES);
                 Boolean counts = a.choice("expert_counts", BOOLEANS);
                 return a.ok() ? new Problem.Router(hidden, experts, weights, activations, counts) : null;
+            }),
+            new Entry<>("linear", List.of("inputs", "outputs", "weights", "activations", "bias"), a -> {
+                Integer inputs = a.integer("inputs");
+                Integer outputs = a.integer("outputs");
+                WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
+                DType activations = a.choice("activations", DTYPES);
+                Boolean bias = a.choice("bias", BOOLEANS, Boolean.FALSE);
+                return a.ok() ? new Problem.Linear(inputs, outputs, weights, activations, bias) : null;
             })));
 
     /** Every schedule kind, its parameters read by name as the kind declares them (booleans may be left out: false). */

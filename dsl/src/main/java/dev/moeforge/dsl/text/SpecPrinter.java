@@ -93,6 +93,8 @@ public final class SpecPrinter {
             case Problem.ExpertMlp m -> "expert_mlp(" + expertShape(m.shape()) + ", " + formats + ", layout=" + m.layout().text() + ")";
             case Problem.Router r -> "router(hidden=" + r.hidden() + ", experts=" + r.experts() + ", " + formats
                     + ", expert_counts=" + r.expertCounts() + ")";
+            case Problem.Linear l -> "linear(inputs=" + l.inputs() + ", outputs=" + l.outputs() + ", " + formats
+                    + (l.bias() ? ", bias=true" : "") + ")";
         };
     }
 

@@ -54,6 +54,8 @@ class CandidatesTest {
         out.add(spec(new Problem.Router(2048, 128, WeightFormat.BF16, DType.BF16, true), RoutingRules.softmaxTopKRenormalized(8, DType.FP32)));
         out.add(spec(new Problem.Router(7168, 256, WeightFormat.BF16, DType.BF16, false),
                 RoutingRules.groupLimitedSigmoid(8, 8, 4, 2.5, "e_score_correction_bias", DType.FP32)));
+        out.add(spec(new Problem.Linear(2048, 4096, WeightFormat.BF16, DType.BF16, false), Epilogues.store(Epilogues.acc(), DType.BF16)));
+        out.add(spec(new Problem.Linear(2880, 64 * 64, WeightFormat.BF16, DType.BF16, true), Epilogues.store(Epilogues.acc(), DType.FP32)));
         return out;
     }
 
@@ -62,6 +64,7 @@ class CandidatesTest {
             case Problem.ExpertProblem _ -> new OutputCentric(4, 16, 8, 1, 1, 0);
             case Problem.ExpertMlp _ -> new SplitDown(8, 2, 4, 3, false);
             case Problem.Router _ -> new RouterGemv(8, 16, 8, 4);
+            case Problem.Linear _ -> new LinearGemv(8, 16, 8, 8);
         };
         return new KernelSpec("k", problem, any, epilogue, Target.SM_90A);
     }

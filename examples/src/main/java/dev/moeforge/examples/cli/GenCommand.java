@@ -107,7 +107,7 @@ public final class GenCommand implements Callable<Integer> {
             case Problem.ExpertGateUp _ -> "_gate_up";
             case Problem.ExpertDown _ -> "_down";
             case Problem.ExpertMlp _ -> "_mlp";
-            case Problem.Router _ -> "";
+            case Problem.Router _, Problem.Linear _ -> "";
         };
         return new Entry(spec.name(), family, spec.problem().weights().text(), spec.target().text(), res.registers(),
                 res.spillBytes(), res.sharedBytes(), k.fileName(), cubinName);

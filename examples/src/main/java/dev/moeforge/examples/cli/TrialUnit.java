@@ -19,6 +19,7 @@ import dev.moeforge.dsl.ir.epilogue.TopK;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.dsl.reference.LinearReference;
 import dev.moeforge.dsl.reference.RouterReference;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
@@ -124,7 +125,7 @@ sealed interface TrialUnit {
                     units.add(down.<TrialUnit>map(d -> new Layer(k, d)).orElseGet(() -> new Single(k)));
                 }
                 case Problem.ExpertDown _ -> { }  // paired above, or alone below
-                case Problem.ExpertMlp _, Problem.Router _ -> units.add(new Single(k));
+                case Problem.ExpertMlp _, Problem.Router _, Problem.Linear _ -> units.add(new Single(k));
             }
         }
         downs.forEach(d -> units.add(new Single(d)));
@@ -231,6 +232,7 @@ sealed interface TrialUnit {
                 case Problem.ExpertDown d -> "down alone (" + shapeText(d.shape()) + ", " + d.weights().text() + ")";
                 case Problem.ExpertMlp m -> "expert_mlp layer (" + shapeText(m.shape()) + ", " + m.weights().text() + ")";
                 case Problem.Router r -> "router (H=" + r.hidden() + ", E=" + r.experts() + ")";
+                case Problem.Linear l -> "linear (K=" + l.inputs() + ", N=" + l.outputs() + (l.bias() ? ", bias" : "") + ")";
             };
         }
 
@@ -241,6 +243,7 @@ sealed interface TrialUnit {
                 case Problem.ExpertDown d -> down(d, tokens, seed);
                 case Problem.ExpertMlp m -> mlp(m, tokens, seed);
                 case Problem.Router r -> router(r, tokens, seed);
+                case Problem.Linear l -> linear(l, tokens, seed);
             };
         }
 
@@ -357,6 +360,27 @@ sealed interface TrialUnit {
             };
         }
 
+        private Trial linear(Problem.Linear p, int tokens, long seed) {
+            short[] x = RandomInputs.bf16Normal(seed, tokens * p.inputs(), 1.0);
+            short[] w = RandomInputs.bf16Normal(seed + 1, p.outputs() * p.inputs(), 1.0 / Math.sqrt(p.inputs()));
+            float[] bias = p.bias() ? RandomInputs.floatNormal(seed + 2, p.outputs(), 0.3) : null;
+            double[] ref = LinearReference.run(kernel, x, WeightRows.bf16(w, 1, p.outputs(), p.inputs()), bias);
+            DType stored = ((Store) kernel.epilogue()).dtype();
+            Bounds bounds = stored == DType.BF16 ? Bounds.BF16_OUTPUT : Bounds.FP32_LINEAR;
+            return new Trial(tokens) {
+                @Override
+                Runnable upload(CudaStream stream, List<KernelHandle> kernels) {
+                    KernelHandle k = kernels.getFirst();
+                    DeviceBuffer dx = input(x);
+                    DeviceBuffer dw = input(w);
+                    DeviceBuffer db = bias == null ? null : input(bias);
+                    DeviceBuffer y = output(stored, ref.length, against("y", ref, bounds));
+                    DeviceBuffer[] args = db == null ? new DeviceBuffer[] {dx, dw, y} : new DeviceBuffer[] {dx, dw, db, y};
+                    return () -> k.launch(stream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, args);
+                }
+            };
+        }
+
         /** The ids must be the reference's, but where two experts' selection scores are a near-tie. */
         private static Check idsCheck(TopK topk, RouterReference.Result ref, Map<String, float[]> rows, int[] want, int[] got) {
             int differ = 0;
@@ -398,6 +422,8 @@ sealed interface TrialUnit {
         static final Bounds FP32_Y = new Bounds(1e-4, 1e-3);
         /** A router's FP32 routing weights, as the GPU tests bound them. */
         static final Bounds FP32_ROUTING = new Bounds(1e-4, 1e-4);
+        /** A linear projection's FP32 outputs: FP32 sums of bf16 products in another order than FP64's. */
+        static final Bounds FP32_LINEAR = new Bounds(1e-5, 1e-4);
     }
 
     /** One output checked: its error against the reference (null where a count says more), or a note, and whether it passed. */

@@ -16,6 +16,7 @@ import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.schedule.Candidates;
 import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.LinearGemv;
 import dev.moeforge.dsl.schedule.RouterGemv;
 import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.schedule.ScheduleKind;
@@ -81,7 +82,9 @@ class CandidateCompileNvccTest {
                 spec("mlp_int4", new Problem.ExpertMlp(SHAPE, WeightFormat.INT4_GROUP128, DType.BF16, GateUpLayout.STACKED),
                         Epilogues.siluGatedStore(DType.BF16)),
                 spec("router", new Problem.Router(1024, 64, WeightFormat.BF16, DType.BF16, true),
-                        RoutingRules.softmaxTopKRenormalized(6, DType.FP32)));
+                        RoutingRules.softmaxTopKRenormalized(6, DType.FP32)),
+                spec("linear", new Problem.Linear(1024, 1000, WeightFormat.BF16, DType.BF16, true),
+                        Epilogues.store(Epilogues.acc(), DType.BF16)));
     }
 
     private static KernelSpec spec(String name, Problem problem, Store epilogue) {
@@ -89,6 +92,7 @@ class CandidateCompileNvccTest {
             case Problem.ExpertProblem _ -> new OutputCentric(4, 16, 8, 1, 1, 0);
             case Problem.ExpertMlp _ -> new SplitDown(8, 2, 4, 3, false);
             case Problem.Router _ -> new RouterGemv(8, 16, 8, 4);
+            case Problem.Linear _ -> new LinearGemv(8, 16, 8, 8);
         };
         return new KernelSpec(name, problem, any, epilogue, Target.SM_90A);
     }

@@ -30,6 +30,7 @@ import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.OutputTensorCore;
 import dev.moeforge.dsl.schedule.RouterCluster;
+import dev.moeforge.dsl.schedule.LinearGemv;
 import dev.moeforge.dsl.schedule.RouterGemv;
 import dev.moeforge.dsl.schedule.RouterTiled;
 import dev.moeforge.dsl.schedule.Schedule;
@@ -269,7 +270,7 @@ class FormatGpuTest extends GpuSession {
             case SplitDown sd -> "split_w" + sd.warpsPerCta() + "u" + sd.kUnroll() + "s" + sd.warpsPerTile()
                     + (sd.orderLoads() ? "o" : "");
             case ExpertCentric ec -> Candidates.name(ec);
-            case RouterGemv _, RouterCluster _, RouterTiled _ ->
+            case RouterGemv _, RouterCluster _, RouterTiled _, LinearGemv _ ->
                     throw new IllegalArgumentException("not an expert schedule");
         };
     }
