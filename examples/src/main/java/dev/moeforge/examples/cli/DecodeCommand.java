@@ -75,6 +75,9 @@ public final class DecodeCommand implements Callable<Integer> {
         if (batch <= 0) {
             throw new IllegalArgumentException("--batch must be positive, got " + batch);
         }
+        if (maxTokens <= 0) {
+            throw new IllegalArgumentException("--max-tokens must be positive, got " + maxTokens);
+        }
         Sampler.Options sampling = new Sampler.Options(temperature, topK, topP, seed);
         if (model == null) {
             throw new IllegalArgumentException("no --model: the built-in model (Qwen3-30B-A3B geometry, 48 layers) runs on the"

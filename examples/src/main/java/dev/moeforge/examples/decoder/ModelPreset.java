@@ -51,7 +51,7 @@ public record ModelPreset(String name, Architecture arch, int hidden, int expert
                 experts, topk, denseLayers.stream().filter(l -> l < layers).toList(), slidingWindow, clipQkv, maxPositions);
     }
 
-    /** Parameters, embedding and head included. */
+    /** The parameters of its matrices, embedding and head included (norm, bias and sink vectors, a rounding error, left out). */
     public long parameters() {
         long q = (long) heads * headDim;
         long kv = (long) kvHeads * headDim;

@@ -47,11 +47,13 @@ public final class ReferenceDecoder implements TokenModel {
             throw new IllegalArgumentException("the context holds " + context + " tokens; " + position + " are in it and "
                     + tokens.length + " more do not fit");
         }
-        double[] x = null;
-        for (int token : tokens) {
+        for (int token : tokens) {  // all checked before any runs: a refused call leaves the cache as it was
             if (token < 0 || token >= c.vocab()) {
                 throw new IllegalArgumentException("token id " + token + " is outside the vocabulary [0, " + c.vocab() + ")");
             }
+        }
+        double[] x = null;
+        for (int token : tokens) {
             x = layers(token);
             position++;
         }

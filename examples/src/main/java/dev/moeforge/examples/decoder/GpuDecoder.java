@@ -1,0 +1,545 @@
+package dev.moeforge.examples.decoder;
+
+import dev.moeforge.checkpoint.Checkpoint;
+import dev.moeforge.checkpoint.CheckpointExperts;
+import dev.moeforge.dsl.build.Epilogues;
+import dev.moeforge.dsl.build.KernelBuilder;
+import dev.moeforge.dsl.check.Validator;
+import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.schedule.Candidates;
+import dev.moeforge.dsl.schedule.LinearGemv;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.RouterGemv;
+import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.runtime.cuda.CudaFunction;
+import dev.moeforge.runtime.cuda.CudaGraph;
+import dev.moeforge.runtime.cuda.CudaModule;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.LaunchOrder;
+import dev.moeforge.runtime.kernel.KernelHandle;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import dev.moeforge.runtime.moe.DeviceWeights;
+import dev.moeforge.runtime.moe.ExpertLayer;
+import dev.moeforge.runtime.moe.RouterKernel;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.function.IntConsumer;
+
+/**
+ * The decoder on the GPU for {@code batch} sequences at once: the linear projections, the router and
+ * the experts are DSL kernels (q, k and v fused into one projection), the rest is
+ * {@code moeforge_decoder.cu}. One decode step (every layer, the LM head and the next token's pick)
+ * is one CUDA graph, captured once and replayed; the positions and the step counter live on the
+ * device, so nothing but the picked ids comes back to the host. The prompt runs one token per
+ * replay of the same layers, without the pick.
+ */
+public final class GpuDecoder implements TokenModel, AutoCloseable {
+    private static final int NORM_THREADS = 256;
+
+    private final ModelConfig c;
+    private final KernelRuntime runtime;
+    private final CudaStream stream;
+    private final int batch;
+    private final int context;
+    private final int maxSteps;
+    private final List<DeviceBuffer> owned = new ArrayList<>();
+    private final List<AutoCloseable> closers = new ArrayList<>();
+
+    // weights
+    private final DeviceBuffer embed;
+    private final DeviceBuffer finalNorm;
+    private final DeviceBuffer lmHead;
+    private final List<LayerOnDevice> layers = new ArrayList<>();
+    private final DeviceBuffer invFreq;
+
+    // kernels
+    private final KernelHandle qkvProj;
+    private final KernelHandle oProj;
+    private final KernelHandle head;
+    private final RouterKernel router;
+    private final ExpertLayer experts;
+    private final ExpertLayer denseMlp;
+    private final CudaFunction embedTokens;
+    private final CudaFunction rmsNorm;
+    private final CudaFunction qkNormRope;
+    private final CudaFunction attention;
+    private final CudaFunction addF32;
+    private final CudaFunction addBf16;
+    private final CudaFunction pickNext;
+    private final CudaFunction endStep;
+
+    // activations and state
+    private final DeviceBuffer x;          // [B][H] fp32 residual
+    private final DeviceBuffer normed;     // [B][max(H, qDim)] bf16
+    private final DeviceBuffer qkv;        // [B][qkvDim] fp32
+    private final DeviceBuffer q;          // [B][qDim] fp32, roped
+    private final DeviceBuffer attnOut;    // [B][qDim] bf16
+    private final DeviceBuffer projected;  // [B][H] fp32
+    private final DeviceBuffer topkIds;
+    private final DeviceBuffer topkWeights;
+    private final DeviceBuffer inter;
+    private final DeviceBuffer moeOut;     // [B][H] bf16
+    private final DeviceBuffer denseIds;
+    private final DeviceBuffer denseWeights;
+    private final DeviceBuffer denseInter;
+    private final DeviceBuffer logits;     // [B][V] fp32
+    private final DeviceBuffer next;       // [B] int32
+    private final DeviceBuffer positions;  // [B] int32
+    private final DeviceBuffer step;       // [1] int32
+    private final DeviceBuffer history;    // [B][maxSteps] int32
+    private final List<DeviceBuffer> kCache = new ArrayList<>();
+    private final List<DeviceBuffer> vCache = new ArrayList<>();
+    private float temperature;
+    private long seed;
+    private CudaGraph layersGraph;
+    private CudaGraph stepGraph;
+    private int position;
+
+    private record LayerOnDevice(DeviceBuffer inputNorm, DeviceBuffer postNorm, DeviceBuffer wQkv, DeviceBuffer bQkv,
+                                 DeviceBuffer wO, DeviceBuffer bO, DeviceBuffer qNorm, DeviceBuffer kNorm, DeviceBuffer sinks,
+                                 DeviceBuffer wRouter, DeviceBuffer bRouter, DeviceWeights gateUp, DeviceWeights down,
+                                 boolean moe) {}
+
+    /**
+     * Loads the model's weights from the checkpoint onto the GPU and its kernels through the runtime.
+     *
+     * @param progress told the index of each layer once it is on the device
+     */
+    public GpuDecoder(ModelConfig config, Checkpoint ckpt, KernelRuntime runtime, CudaStream stream, int batch, int context,
+                      int maxSteps, IntConsumer progress) {
+        if (batch < 1 || context < 2 || maxSteps < 1) {
+            throw new IllegalArgumentException("batch, context and steps must be positive (context at least 2), got " + batch
+                    + ", " + context + ", " + maxSteps);
+        }
+        this.c = config;
+        this.runtime = runtime;
+        this.stream = stream;
+        this.batch = batch;
+        this.context = context;
+        this.maxSteps = maxSteps;
+        Target target = runtime.target();
+        int h = c.hidden();
+        int qDim = c.heads() * c.headDim();
+        int kvDim = c.kvHeads() * c.headDim();
+        int qkvDim = qDim + 2 * kvDim;
+
+        // kernels
+        boolean bias = c.attentionBias();
+        Kernels linear = Kernels.of(c, null, target);
+        qkvProj = runtime.load(linear.qkv());
+        oProj = runtime.load(linear.o());
+        head = runtime.load(linear.head());
+        CudaModule module = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu");
+        embedTokens = module.function("embed_tokens");
+        rmsNorm = module.function("rms_norm");
+        qkNormRope = module.function("qk_norm_rope_cache");
+        attention = module.function("attention_decode");
+        addF32 = module.function("add_f32");
+        addBf16 = module.function("add_bf16");
+        pickNext = module.function("pick_next");
+        endStep = module.function("end_step");
+        int rowBytes = qkvDim * 4;
+        if (rowBytes > 48 * 1024) {
+            qkNormRope.setMaxDynamicSharedBytes(rowBytes);
+        }
+        if (c.headDim() > 256) {
+            throw new IllegalArgumentException("head_dim " + c.headDim() + ": the attention kernel takes at most 256");
+        }
+
+        // weights
+        embed = bf16(ckpt, "model.embed_tokens.weight");
+        finalNorm = f32(ckpt.floats("model.norm.weight"));
+        lmHead = c.tieEmbeddings() ? embed : bf16(ckpt, "lm_head.weight");
+        invFreq = f32(c.rope().inverseFrequencies(c.headDim()));
+        MoeBlock block = null;
+        for (int l = 0; l < c.layers(); l++) {
+            String p = ModelWeights.layerPrefix(l);
+            String a = p + "self_attn.";
+            DeviceBuffer wQkv = bf16(concat(ckpt, a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"));
+            DeviceBuffer bQkv = bias ? f32(concatFloats(ckpt, a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias")) : null;
+            DeviceBuffer wO = bf16(ckpt, a + "o_proj.weight");
+            DeviceBuffer bO = bias ? f32(ckpt.floats(a + "o_proj.bias")) : null;
+            boolean norms = c.arch() == Architecture.QWEN3_MOE || c.arch() == Architecture.OLMOE;
+            DeviceBuffer qn = norms ? f32(ckpt.floats(a + "q_norm.weight")) : null;
+            DeviceBuffer kn = norms ? f32(ckpt.floats(a + "k_norm.weight")) : null;
+            DeviceBuffer sinks = c.arch() == Architecture.GPT_OSS ? f32(ckpt.floats(a + "sinks")) : null;
+            LayerOnDevice layer;
+            if (c.moeLayers().get(l)) {
+                String moe = p + (c.arch() == Architecture.MIXTRAL && ckpt.find(p + "block_sparse_moe.gate.weight").isPresent()
+                        ? "block_sparse_moe" : "mlp");
+                String r = moe + (c.arch() == Architecture.GPT_OSS ? ".router" : ".gate");
+                CheckpointExperts.LayerWeights w = CheckpointExperts.load(ckpt, moe, c.experts());
+                boolean expertBias = w.gateUpBias().isPresent();
+                block = MoeBlock.of(c, w.gateUp().format(), w.layout(), expertBias);
+                layer = new LayerOnDevice(f32(ckpt.floats(p + "input_layernorm.weight")),
+                        f32(ckpt.floats(p + "post_attention_layernorm.weight")), wQkv, bQkv, wO, bO, qn, kn, sinks,
+                        bf16(ckpt, r + ".weight"), c.arch() == Architecture.GPT_OSS ? f32(ckpt.floats(r + ".bias")) : null,
+                        own(expertBias ? DeviceWeights.upload(w.gateUp(), w.gateUpBias().orElseThrow()) : DeviceWeights.upload(w.gateUp())),
+                        own(expertBias ? DeviceWeights.upload(w.down(), w.downBias().orElseThrow()) : DeviceWeights.upload(w.down())),
+                        true);
+            } else {
+                short[] gate = bf16Bits(ckpt.floats(p + "mlp.gate_proj.weight"));
+                short[] up = bf16Bits(ckpt.floats(p + "mlp.up_proj.weight"));
+                short[] stacked = Arrays.copyOf(gate, gate.length + up.length);
+                System.arraycopy(up, 0, stacked, gate.length, up.length);
+                layer = new LayerOnDevice(f32(ckpt.floats(p + "input_layernorm.weight")),
+                        f32(ckpt.floats(p + "post_attention_layernorm.weight")), wQkv, bQkv, wO, bO, qn, kn, sinks, null, null,
+                        DeviceWeights.bf16(bf16(stacked)), DeviceWeights.bf16(bf16(ckpt, p + "mlp.down_proj.weight")), false);
+            }
+            layers.add(layer);
+            progress.accept(l);
+        }
+        Kernels k = Kernels.of(c, block, target);
+        router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
+        experts = k.gateUp() == null ? null : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down())));
+        denseMlp = k.denseGateUp() == null ? null
+                : own(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown())));
+
+        // activations and state
+        x = buffer(DType.FP32, (long) batch * h);
+        normed = buffer(DType.BF16, (long) batch * Math.max(h, qDim));
+        qkv = buffer(DType.FP32, (long) batch * qkvDim);
+        q = buffer(DType.FP32, (long) batch * qDim);
+        attnOut = buffer(DType.BF16, (long) batch * qDim);
+        projected = buffer(DType.FP32, (long) batch * h);
+        topkIds = buffer(DType.INT32, (long) batch * c.topk());
+        topkWeights = buffer(DType.FP32, (long) batch * c.topk());
+        inter = buffer(DType.BF16, (long) batch * c.topk() * c.expertIntermediate());
+        moeOut = buffer(DType.BF16, (long) batch * h);
+        denseIds = buffer(DType.INT32, batch);
+        denseIds.fillWords32(0);
+        denseWeights = buffer(DType.FP32, batch);
+        denseWeights.fillWords32(Float.floatToIntBits(1f));
+        denseInter = buffer(DType.BF16, (long) batch * Math.max(1, c.denseIntermediate()));
+        logits = buffer(DType.FP32, (long) batch * c.vocab());
+        next = buffer(DType.INT32, batch);
+        positions = buffer(DType.INT32, batch);
+        step = buffer(DType.INT32, 1);
+        history = buffer(DType.INT32, (long) batch * maxSteps);
+        for (int l = 0; l < c.layers(); l++) {
+            kCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
+            vCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
+        }
+        reset();
+    }
+
+    /** Forgets the sequences: position 0, step 0. */
+    public void reset() {
+        positions.fillWords32(0);
+        step.fillWords32(0);
+        position = 0;
+    }
+
+    /** Sampling for {@link #generate}: temperature 0 is greedy; otherwise softmax(logits / T), drawn from the seed. */
+    public void sampling(double temperature, long seed) {
+        this.temperature = (float) temperature;
+        this.seed = seed;
+        stepGraph = null;  // captured with the old values
+    }
+
+    @Override
+    public float[] forward(int[] tokens) {
+        runPrompt(tokens, false);
+        float[] out = new float[c.vocab()];
+        float[] all = new float[batch * c.vocab()];
+        stream.synchronize();
+        logits.copyTo(all);
+        System.arraycopy(all, 0, out, 0, c.vocab());
+        return out;
+    }
+
+    /**
+     * Runs the prompt (the same for every sequence), then generates up to {@code maxTokens} tokens
+     * per sequence on the device; {@code perStep} is given each step's picks ({@code [batch]}) as
+     * they come back. Returns the picks {@code [batch][steps]}.
+     */
+    public int[][] generate(int[] prompt, int maxTokens, java.util.function.Predicate<int[]> perStep) {
+        if (maxTokens > maxSteps) {
+            throw new IllegalArgumentException(maxTokens + " tokens asked for; this decoder keeps " + maxSteps);
+        }
+        runPrompt(prompt, true);
+        int[] picks = new int[batch];
+        int steps = 0;
+        while (true) {
+            stream.synchronize();
+            next.copyTo(picks);
+            steps++;
+            if (!perStep.test(picks.clone()) || steps == maxTokens || position == context) {
+                break;
+            }
+            if (stepGraph == null) {
+                stepGraph = CudaGraph.capture(stream, () -> {
+                    enqueueLayers();
+                    enqueuePick();
+                });
+            }
+            stepGraph.launch(stream);
+            position++;
+        }
+        stream.synchronize();
+        int[] all = new int[batch * maxSteps];
+        history.copyTo(all);
+        int[][] out = new int[batch][steps];
+        for (int b = 0; b < batch; b++) {
+            System.arraycopy(all, b * maxSteps, out[b], 0, steps);
+        }
+        return out;
+    }
+
+    /** The prompt one token per replay of the layers; with {@code pick}, the last one's logits then pick the first new token. */
+    private void runPrompt(int[] tokens, boolean pick) {
+        if (tokens.length == 0) {
+            throw new IllegalArgumentException("no tokens to run");
+        }
+        if (position + tokens.length > context) {
+            throw new IllegalArgumentException("the context holds " + context + " tokens; " + position + " are in it and "
+                    + tokens.length + " more do not fit");
+        }
+        for (int token : tokens) {
+            if (token < 0 || token >= c.vocab()) {
+                throw new IllegalArgumentException("token id " + token + " is outside the vocabulary [0, " + c.vocab() + ")");
+            }
+        }
+        if (layersGraph == null) {
+            layersGraph = CudaGraph.capture(stream, this::enqueueLayers);
+        }
+        int[] ids = new int[batch];
+        int[] pos = new int[batch];
+        for (int token : tokens) {
+            Arrays.fill(ids, token);
+            Arrays.fill(pos, position);
+            stream.synchronize();  // the previous replay has read next and positions
+            next.copyFrom(ids);
+            positions.copyFrom(pos);
+            layersGraph.launch(stream);
+            position++;
+        }
+        if (pick) {
+            stream.synchronize();
+            step.fillWords32(0);
+            enqueuePick();  // after the last token's layers; it advances positions to `position`
+        }
+    }
+
+    private void enqueueLayers() {
+        int h = c.hidden();
+        int qDim = c.heads() * c.headDim();
+        int kvDim = c.kvHeads() * c.headDim();
+        embedTokens.launch(batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, next, embed, x, h);
+        for (int l = 0; l < c.layers(); l++) {
+            LayerOnDevice w = layers.get(l);
+            rmsNorm.launch(batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, w.inputNorm(), normed, h, (float) c.rmsEps());
+            launchLinear(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
+            int normMode = switch (c.arch()) {
+                case QWEN3_MOE -> 1;
+                case OLMOE -> 2;
+                case MIXTRAL, GPT_OSS -> 0;
+            };
+            qkNormRope.launch(batch, 1, 1, NORM_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()),
+                    normMode, (float) c.clipQkv().orElse(0), (float) c.rmsEps(), positions, invFreq,
+                    c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+            attention.launch(c.heads(), batch, 1, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
+                    ptr(w.sinks()), attnOut, c.heads(), c.kvHeads(), c.headDim(), context,
+                    c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
+            launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
+            addF32.launch(Math.ceilDiv(batch * h, 256), 1, 1, 256, 1, 1, 0, stream, x, projected, batch * h);
+            rmsNorm.launch(batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, w.postNorm(), normed, h, (float) c.rmsEps());
+            if (w.moe()) {
+                Map<String, DeviceBuffer> rows = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
+                router.enqueue(stream, LaunchOrder.AFTER_PREVIOUS, batch, normed, w.wRouter(), rows, topkWeights, topkIds);
+                experts.enqueue(stream, batch, normed, w.gateUp(), w.down(), topkIds, topkWeights, inter, moeOut);
+            } else {
+                denseMlp.enqueue(stream, batch, normed, w.gateUp(), w.down(), denseIds, denseWeights, denseInter, moeOut);
+            }
+            addBf16.launch(Math.ceilDiv(batch * h, 256), 1, 1, 256, 1, 1, 0, stream, x, moeOut, batch * h);
+        }
+        rmsNorm.launch(batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, finalNorm, normed, h, (float) c.rmsEps());
+        head.launch(stream, LaunchOrder.AFTER_PREVIOUS, batch, normed, lmHead, logits);
+    }
+
+    private void enqueuePick() {
+        pickNext.launch(batch, 1, 1, 1024, 1, 1, 0, stream, logits, c.vocab(), temperature, seed, next, positions, step, history,
+                maxSteps);
+        endStep.launch(1, 1, 1, 1, 1, 1, 0, stream, step);
+    }
+
+    private void launchLinear(KernelHandle k, DeviceBuffer in, DeviceBuffer w, DeviceBuffer b, DeviceBuffer out) {
+        if (b == null) {
+            k.launch(stream, LaunchOrder.AFTER_PREVIOUS, batch, in, w, out);
+        } else {
+            k.launch(stream, LaunchOrder.AFTER_PREVIOUS, batch, in, w, b, out);
+        }
+    }
+
+    @Override
+    public int position() {
+        return position;
+    }
+
+    @Override
+    public int context() {
+        return context;
+    }
+
+    @Override
+    public String device() {
+        return "GPU " + runtime.context().deviceName();
+    }
+
+    @Override
+    public void close() {
+        for (AutoCloseable a : closers) {
+            try {
+                a.close();
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+        }
+        owned.forEach(DeviceBuffer::close);
+    }
+
+    // ----------------------------------------------------------------------------------------- helpers
+
+    /**
+     * Every DSL kernel the decoder of a model loads: the fused q/k/v, o and LM head projections, and
+     * (given the MoE block its checkpoint's experts make) the router and expert halves, and the dense
+     * MLP's halves where the model has dense layers (an expert layer of one expert, top-1). Null where
+     * the model has none of a kind.
+     */
+    public record Kernels(KernelSpec qkv, KernelSpec o, KernelSpec head, KernelSpec router, KernelSpec gateUp, KernelSpec down,
+                          KernelSpec denseGateUp, KernelSpec denseDown) {
+
+        public static Kernels of(ModelConfig c, MoeBlock block, Target target) {
+            int h = c.hidden();
+            int qDim = c.heads() * c.headDim();
+            int qkvDim = qDim + 2 * c.kvHeads() * c.headDim();
+            KernelSpec router = null;
+            KernelSpec gateUp = null;
+            KernelSpec down = null;
+            if (block != null) {
+                router = KernelBuilder.named("router").router(h, c.experts())
+                        .schedule(new RouterGemv(4, loadBytes(h), 8, Math.min(4, c.experts()))).epilogue(block.routingRule())
+                        .target(target).build();
+                gateUp = expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target);
+                down = expertSpec("experts_down", block.down(), block.downEpilogue(), target);
+            }
+            KernelSpec denseGateUp = null;
+            KernelSpec denseDown = null;
+            if (c.moeLayers().contains(false)) {
+                ExpertShape dense = new ExpertShape(h, c.denseIntermediate(), 1, 1);
+                denseGateUp = expertSpec("dense_gate_up", new Problem.ExpertGateUp(dense, WeightFormat.BF16, DType.BF16,
+                        GateUpLayout.STACKED), Epilogues.siluGatedStore(DType.BF16), target);
+                denseDown = expertSpec("dense_down", new Problem.ExpertDown(dense, WeightFormat.BF16, DType.BF16),
+                        Epilogues.combinedStore(DType.BF16), target);
+            }
+            return new Kernels(linear("qkv_proj", h, qkvDim, c.attentionBias(), target),
+                    linear("o_proj", qDim, h, c.attentionBias(), target), linear("lm_head", h, c.vocab(), false, target),
+                    router, gateUp, down, denseGateUp, denseDown);
+        }
+
+        /** The kernels that exist, in load order. */
+        public List<KernelSpec> all() {
+            return java.util.stream.Stream.of(qkv, o, head, router, gateUp, down, denseGateUp, denseDown)
+                    .filter(java.util.Objects::nonNull).toList();
+        }
+    }
+
+    /** A linear projection's kernel: one warp per output row, 8 outputs per block, the widest loads the row allows. */
+    static KernelSpec linear(String name, int inputs, int outputs, boolean bias, Target target) {
+        return Validator.check(new KernelSpec(name, new Problem.Linear(inputs, outputs, WeightFormat.BF16, DType.BF16, bias),
+                new LinearGemv(8, loadBytes(inputs), 8, Math.min(8, outputs)), Epilogues.store(Epilogues.acc(), DType.FP32),
+                target)).spec();
+    }
+
+    /** 16-byte loads where a row is a whole number of them, else 8, else 4. */
+    static int loadBytes(int elements) {
+        return elements % 8 == 0 ? 16 : elements % 4 == 0 ? 8 : 4;
+    }
+
+    /** An expert half with a decode schedule: one token per block where that validates, else the first valid output-centric one. */
+    static KernelSpec expertSpec(String name, Problem problem, Store epilogue, Target target) {
+        KernelSpec preferred = new KernelSpec(name, problem, new OutputCentric(4, 16, 8, 1, 1, 0), epilogue, target);
+        if (Validator.errors(preferred).isEmpty()) {
+            return preferred;
+        }
+        for (Schedule<?> s : Candidates.of(OutputCentric.KIND, problem, target)) {
+            KernelSpec k = preferred.withSchedule(s);
+            if (Validator.errors(k).isEmpty()) {
+                return k;
+            }
+        }
+        throw new IllegalArgumentException("no output-centric schedule lowers " + problem);
+    }
+
+    private DeviceBuffer buffer(DType type, long elements) {
+        DeviceBuffer b = DeviceBuffer.allocate(type, Math.max(1, elements));
+        owned.add(b);
+        return b;
+    }
+
+    private <T extends AutoCloseable> T own(T resource) {
+        closers.add(resource);
+        return resource;
+    }
+
+    private DeviceBuffer f32(float[] values) {
+        DeviceBuffer b = buffer(DType.FP32, values.length);
+        b.copyFrom(values);
+        return b;
+    }
+
+    private DeviceBuffer bf16(short[] bits) {
+        DeviceBuffer b = buffer(DType.BF16, bits.length);
+        b.copyFrom(bits);
+        return b;
+    }
+
+    private DeviceBuffer bf16(Checkpoint ckpt, String name) {
+        return bf16(bf16Bits(ckpt.floats(name)));
+    }
+
+    private static short[] bf16Bits(float[] values) {
+        short[] out = new short[values.length];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = Bf16.fromFloat(values[i]);
+        }
+        return out;
+    }
+
+    /** The tensors' rows one after another (q, k and v stacked into the fused projection), as bf16. */
+    private static short[] concat(Checkpoint ckpt, String... names) {
+        return bf16Bits(concatFloats(ckpt, names));
+    }
+
+    private static float[] concatFloats(Checkpoint ckpt, String... names) {
+        List<float[]> parts = new ArrayList<>();
+        int n = 0;
+        for (String name : names) {
+            float[] p = ckpt.floats(name);
+            parts.add(p);
+            n += p.length;
+        }
+        float[] out = new float[n];
+        int at = 0;
+        for (float[] p : parts) {
+            System.arraycopy(p, 0, out, at, p.length);
+            at += p.length;
+        }
+        return out;
+    }
+
+    private static Object ptr(DeviceBuffer b) {
+        return b == null ? (Object) 0L : b;
+    }
+}

@@ -1,0 +1,277 @@
+// moeforge_decoder.cu: the decoder's own kernels around the DSL's (linear projections, router,
+// experts): embedding, RMSNorm, q/k norm with RoPE and the KV cache write, attention over the
+// cache, residual adds, and the next token's pick. Sizes are arguments, so one build serves every
+// model. The residual stream is FP32; what a DSL kernel reads is bf16; the KV cache is bf16.
+// Positions live on the device and advance inside the step, so one CUDA graph serves every step.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(kFullMask, v, d);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, d));
+  return v;
+}
+
+// Sum over the block (at most 32 warps); every thread gets the total. `scratch` holds 32 floats.
+__device__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < warps; ++w) total += scratch[w];
+  return total;
+}
+
+}  // namespace
+
+// x[b][:] = table[ids[b]][:] in FP32. Grid: tokens; block: any.
+extern "C" __global__ void embed_tokens(const int* __restrict__ ids, const __nv_bfloat16* __restrict__ table,
+                                        float* __restrict__ x, int hidden) {
+  const int b = blockIdx.x;
+  const __nv_bfloat16* row = table + static_cast<size_t>(ids[b]) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) x[static_cast<size_t>(b) * hidden + i] = __bfloat162float(row[i]);
+}
+
+// out[b] = bf16(w * x[b] / sqrt(mean(x[b]^2) + eps)). Grid: tokens; block: up to 1024 threads.
+extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, __nv_bfloat16* __restrict__ out,
+                                    int n, float eps) {
+  __shared__ float scratch[32];
+  const float* row = x + static_cast<size_t>(blockIdx.x) * n;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += row[i] * row[i];
+  const float r = rsqrtf(block_sum(ss, scratch) / n + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    out[static_cast<size_t>(blockIdx.x) * n + i] = __float2bfloat16_rn(w[i] * (row[i] * r));
+  }
+}
+
+// RMSNorm over [0, n) of v (shared memory) with weight w, in place, by the whole block.
+__device__ void norm_span(float* v, const float* __restrict__ w, int n, float eps, float* scratch) {
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += v[i] * v[i];
+  const float r = rsqrtf(block_sum(ss, scratch) / n + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v[i] = w[i] * (v[i] * r);
+  __syncthreads();
+}
+
+// One token's fused q, k, v row [(heads + 2 kv_heads) * head_dim] (FP32, from the qkv projection):
+// the q/k norm (norm_mode 1: per head with a [head_dim] weight, Qwen3; 2: over the whole q and the
+// whole k, OLMoE; 0: none), the clamp to +-clip (clip > 0, OLMoE), RoPE at the token's position
+// (NeoX pairs i, i + head_dim/2; angle = inv_freq[i] * pos in FP32; cos and sin times `scaling`),
+// then q to q_out (FP32) and k, v to the cache at the position. Grid: tokens; dynamic shared
+// memory: the row as floats.
+extern "C" __global__ void qk_norm_rope_cache(const float* __restrict__ qkv, const float* __restrict__ q_norm,
+                                              const float* __restrict__ k_norm, int norm_mode, float clip, float eps,
+                                              const int* __restrict__ positions, const float* __restrict__ inv_freq,
+                                              float scaling, float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
+                                              __nv_bfloat16* __restrict__ v_cache, int heads, int kv_heads, int head_dim,
+                                              int context) {
+  extern __shared__ float row[];
+  __shared__ float scratch[32];
+  const int b = blockIdx.x;
+  const int qn = heads * head_dim, kn = kv_heads * head_dim, n = qn + 2 * kn;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = qkv[static_cast<size_t>(b) * n + i];
+  __syncthreads();
+  float* q = row;
+  float* k = row + qn;
+  float* v = row + qn + kn;
+  if (norm_mode == 1) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int h = warp; h < heads + kv_heads; h += warps) {
+      float* head = h < heads ? q + h * head_dim : k + (h - heads) * head_dim;
+      const float* w = h < heads ? q_norm : k_norm;
+      float ss = 0.0f;
+      for (int i = lane; i < head_dim; i += 32) ss += head[i] * head[i];
+      const float r = rsqrtf(warp_sum(ss) / head_dim + eps);
+      for (int i = lane; i < head_dim; i += 32) head[i] = w[i] * (head[i] * r);
+    }
+    __syncthreads();
+  } else if (norm_mode == 2) {
+    norm_span(q, q_norm, qn, eps, scratch);
+    norm_span(k, k_norm, kn, eps, scratch);
+  }
+  if (clip > 0.0f) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = fminf(clip, fmaxf(-clip, row[i]));
+    __syncthreads();
+  }
+  const int pos = positions[b];
+  const int half = head_dim / 2;
+  for (int p = threadIdx.x; p < (heads + kv_heads) * half; p += blockDim.x) {
+    const int h = p / half, i = p % half;
+    float* head = h < heads ? q + h * head_dim : k + (h - heads) * head_dim;
+    const float angle = inv_freq[i] * static_cast<float>(pos);
+    const float c = cosf(angle) * scaling, s = sinf(angle) * scaling;
+    const float x0 = head[i], x1 = head[i + half];
+    head[i] = x0 * c - x1 * s;
+    head[i + half] = x1 * c + x0 * s;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < qn; i += blockDim.x) q_out[static_cast<size_t>(b) * qn + i] = q[i];
+  const size_t at = (static_cast<size_t>(b) * context + pos) * kn;
+  for (int i = threadIdx.x; i < kn; i += blockDim.x) {
+    k_cache[at + i] = __float2bfloat16_rn(k[i]);
+    v_cache[at + i] = __float2bfloat16_rn(v[i]);
+  }
+}
+
+// Attention of one (token, head) over the token's cache [context][kv_heads][head_dim], positions
+// max(0, pos - window + 1) .. pos (window 0: all), GQA (head h reads kv head h / (heads /
+// kv_heads)), scores scaled by `scale`, softmax in FP32 with the head's sink logit in the
+// denominator where `sinks` is given (gpt-oss). Each warp keeps an online softmax over every
+// fourth position; the four merge in shared memory. Grid: (heads, tokens); block: 128 threads.
+constexpr int kAttnWarps = 4;
+constexpr int kMaxHeadDim = 256;
+extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode(
+    const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+    const int* __restrict__ positions, const float* __restrict__ sinks, __nv_bfloat16* __restrict__ out, int heads,
+    int kv_heads, int head_dim, int context, int window, float scale) {
+  constexpr int kPerLane = kMaxHeadDim / 32;
+  __shared__ float part_max[kAttnWarps], part_sum[kAttnWarps];
+  __shared__ float part_acc[kAttnWarps][kMaxHeadDim];
+  const int h = blockIdx.x, b = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int kvh = h / (heads / kv_heads);
+  const int pos = positions[b];
+  const int first = window > 0 ? max(0, pos - window + 1) : 0;
+  const float* qh = q + (static_cast<size_t>(b) * heads + h) * head_dim;
+  float qv[kPerLane], acc[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int d = lane + 32 * j;
+    qv[j] = d < head_dim ? qh[d] : 0.0f;
+    acc[j] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const size_t stride = static_cast<size_t>(kv_heads) * head_dim;
+  const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * head_dim;
+  const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * head_dim;
+  for (int t = first + warp; t <= pos; t += kAttnWarps) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < head_dim) dot += qv[j] * __bfloat162float(kb[t * stride + d]);
+    }
+    const float s = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, s);
+    const float correction = __expf(m - m_new);
+    const float p = __expf(s - m_new);
+    l = l * correction + p;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int d = lane + 32 * j;
+      acc[j] = acc[j] * correction + (d < head_dim ? p * __bfloat162float(vb[t * stride + d]) : 0.0f);
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    part_max[warp] = m;
+    part_sum[warp] = l;
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < head_dim) part_acc[warp][d] = acc[j];
+  }
+  __syncthreads();
+  float total_max = sinks != nullptr ? sinks[h] : -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) total_max = fmaxf(total_max, part_max[w]);
+  float denominator = sinks != nullptr ? __expf(sinks[h] - total_max) : 0.0f;
+  for (int w = 0; w < kAttnWarps; ++w) {
+    if (part_sum[w] > 0.0f) denominator += part_sum[w] * __expf(part_max[w] - total_max);
+  }
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float numerator = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) {
+      if (part_sum[w] > 0.0f) numerator += part_acc[w][d] * __expf(part_max[w] - total_max);
+    }
+    out[(static_cast<size_t>(b) * heads + h) * head_dim + d] = __float2bfloat16_rn(numerator / denominator);
+  }
+}
+
+// x += y (y FP32). Grid-stride.
+extern "C" __global__ void add_f32(float* __restrict__ x, const float* __restrict__ y, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += y[i];
+}
+
+// x += y (y bf16, the expert layer's output). Grid-stride.
+extern "C" __global__ void add_bf16(float* __restrict__ x, const __nv_bfloat16* __restrict__ y, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += __bfloat162float(y[i]);
+}
+
+// A 64-bit mix of (seed, step, token, index) to a uniform in (0, 1): counter-based, so a graph replay
+// draws fresh numbers from the step counter alone.
+__device__ __forceinline__ float uniform01(unsigned long long seed, unsigned long long step, int b, int i) {
+  unsigned long long z = seed ^ (step * 0x9E3779B97F4A7C15ull) ^ (static_cast<unsigned long long>(b) << 40) ^ i;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (static_cast<float>(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
+}
+
+// The next token of each sequence: the first maximum of the logits (temperature 0), or of
+// logits / T + Gumbel noise (an exact draw from softmax(logits / T)); then the step's bookkeeping:
+// next[b] is the token, history[b][step] keeps it, positions[b] advances, and step[0] counts.
+// Grid: tokens; block: 1024 threads.
+extern "C" __global__ void __launch_bounds__(1024) pick_next(const float* __restrict__ logits, int vocab, float temperature,
+                                                             unsigned long long seed, int* __restrict__ next,
+                                                             int* __restrict__ positions, int* __restrict__ step,
+                                                             int* __restrict__ history, int max_steps) {
+  __shared__ float best_v[32];
+  __shared__ int best_i[32];
+  const int b = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned long long s = static_cast<unsigned long long>(*step);
+  const float* row = logits + static_cast<size_t>(b) * vocab;
+  float v = -INFINITY;
+  int at = vocab;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    float x = row[i];
+    if (temperature > 0.0f) x = x / temperature - __logf(-__logf(uniform01(seed, s, b, i)));
+    if (x > v || (x == v && i < at)) {  // NaN never wins
+      v = x;
+      at = i;
+    }
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) {
+    const float ov = __shfl_xor_sync(kFullMask, v, d);
+    const int oi = __shfl_xor_sync(kFullMask, at, d);
+    if (ov > v || (ov == v && oi < at)) {
+      v = ov;
+      at = oi;
+    }
+  }
+  if (lane == 0) {
+    best_v[warp] = v;
+    best_i[warp] = at;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < (blockDim.x >> 5); ++w) {
+      if (best_v[w] > v || (best_v[w] == v && best_i[w] < at)) {
+        v = best_v[w];
+        at = best_i[w];
+      }
+    }
+    if (at >= vocab) at = 0;  // every logit NaN
+    next[b] = at;
+    if (s < static_cast<unsigned long long>(max_steps)) history[static_cast<size_t>(b) * max_steps + s] = at;
+    positions[b] += 1;
+  }
+}
+
+// After every sequence's pick: the step counter advances once. Grid 1, block 1.
+extern "C" __global__ void end_step(int* __restrict__ step) { *step += 1; }
