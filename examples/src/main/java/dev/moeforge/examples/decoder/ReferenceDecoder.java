@@ -23,6 +23,7 @@ public final class ReferenceDecoder implements TokenModel {
     private final float[] inverseFrequencies;
     private final float ropeScaling;
     private int position;
+    private double routerMargin = Double.POSITIVE_INFINITY;
 
     public ReferenceDecoder(ModelConfig config, ModelWeights weights, int context) {
         if (context <= 0) {
@@ -53,6 +54,7 @@ public final class ReferenceDecoder implements TokenModel {
             }
         }
         double[] x = null;
+        routerMargin = Double.POSITIVE_INFINITY;
         for (int token : tokens) {
             x = layers(token);
             position++;
@@ -165,6 +167,7 @@ public final class ReferenceDecoder implements TokenModel {
         MoeBlock b = moe.block();
         RouterReference.Selection chosen = (RouterReference.Selection) RouterReference.evaluate(b.routingRule(), logits,
                 Map.of(MoeBlock.ROUTER_BIAS, moe.routerBias()));
+        routerMargin = Math.min(routerMargin, margin(logits, moe.routerBias(), c.topk()));
         float[] weights = new float[chosen.ids().length];
         for (int j = 0; j < weights.length; j++) {
             weights[j] = (float) chosen.values()[j];
@@ -172,6 +175,27 @@ public final class ReferenceDecoder implements TokenModel {
         Routing routing = new Routing(1, c.topk(), chosen.ids(), weights);
         double[] inter = ExpertReference.gateUp(b.gateUp(), b.gateUpEpilogue(), h, moe.gateUp(), routing).exact();
         return ExpertReference.down(b.down(), b.downEpilogue(), inter, moe.down(), routing).exact();
+    }
+
+    /**
+     * The smallest gap, over the MoE layers of the last {@link #forward}, between a token's k-th and
+     * (k+1)-th router logit (plus bias): the order every routing rule here selects by. Where it is
+     * tiny, a kernel rounding its activations may route differently, and its outputs part from these.
+     */
+    public double lastRouterMargin() {
+        return routerMargin;
+    }
+
+    private static double margin(double[] logits, float[] bias, int k) {
+        if (k >= logits.length) {
+            return Double.POSITIVE_INFINITY;
+        }
+        double[] v = new double[logits.length];
+        for (int e = 0; e < v.length; e++) {
+            v[e] = -(logits[e] + bias[e]);
+        }
+        java.util.Arrays.sort(v);
+        return v[k] - v[k - 1];
     }
 
     private double[] dense(ModelWeights.DenseMlp mlp, double[] h) {

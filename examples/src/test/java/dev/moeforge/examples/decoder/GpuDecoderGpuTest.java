@@ -23,18 +23,19 @@ import org.junit.jupiter.params.provider.EnumSource;
 /**
  * The GPU decoder against the CPU reference on each architecture's tiny random model: the logits
  * of the prompt and of every later step, teacher-forced with the reference's greedy tokens, within
- * bf16 tolerance (bf16 weights, activations and KV cache against FP64); greedy generation on the
- * device picks the reference's tokens wherever the reference's two best logits are not a near-tie;
- * a batch of two decodes the same tokens twice; sampling repeats with its seed.
+ * bf16 tolerance (bf16 weights, activations and KV cache against FP64) until the reference meets a
+ * router near-tie (where bf16 may route elsewhere); the step graph's greedy tokens are those of
+ * forward's logits; a batch of two decodes the same tokens twice; sampling repeats with its seed.
  */
 @RequiresGpu
 class GpuDecoderGpuTest {
     private static final int[] PROMPT = {785, 6722, 315, 9625, 374, 12095, 11, 323, 279, 6722, 315};
     private static final int STEPS = 12;
+    private static final int PROMPT_LENGTH = 5;
     /** bf16 rounding of weights, activations and the cache, through a few layers: the logits stay within 2% (relative L2). */
     private static final double LOGITS_L2 = 2e-2;
-    /** Reference top-2 gaps below this fraction of the logits' peak may pick either token in bf16. */
-    private static final double NEAR_TIE = 3e-2;
+    /** Router logits closer than this may be ordered the other way by bf16 activations. */
+    private static final double ROUTER_NEAR_TIE = 2e-2;
 
     static CudaContext context;
     static CudaStream stream;
@@ -62,52 +63,76 @@ class GpuDecoderGpuTest {
     void logitsAndTokensMatchTheReference(Architecture arch) {
         Path model = RandomModelTest.tiny(arch);
         ModelConfig c = ModelConfig.read(model);
-        int context = PROMPT.length + STEPS + 1;
+        int context = PROMPT_LENGTH + STEPS + 1;
         try (Checkpoint ckpt = Checkpoint.open(model);
              GpuDecoder gpu = new GpuDecoder(c, ckpt, runtime, stream, 1, context, STEPS + 1, l -> { })) {
-            ReferenceDecoder ref = new ReferenceDecoder(c, ModelWeights.load(c, ckpt, l -> { }), context);
-            float[] want = ref.forward(PROMPT);
-            float[] got = gpu.forward(PROMPT);
-            List<Integer> greedy = new ArrayList<>();
+            ModelWeights weights = ModelWeights.load(c, ckpt, l -> { });
+            int[] prompt = promptWithoutRouterTies(c, weights, context);
+            ReferenceDecoder ref = new ReferenceDecoder(c, weights, context);
+            float[] want = ref.forward(prompt);
+            float[] got = gpu.forward(prompt);
             double worst = 0;
-            for (int s = 0; ; s++) {
+            for (int s = 0; s < STEPS; s++) {
                 ErrorStats e = ErrorStats.of(widen(want), got);
                 worst = Math.max(worst, e.relativeL2());
                 assertTrue(e.relativeL2() < LOGITS_L2, arch + " step " + s + ": logits " + e);
                 int token = Sampler.argmax(want);
-                greedy.add(token);
-                if (s == STEPS - 1) {
-                    break;
-                }
                 want = ref.forward(new int[] {token});
                 got = gpu.forward(new int[] {token});
             }
-            System.out.printf(Locale.ROOT, "%s: %d steps teacher-forced, worst logits relative L2 %.2e%n", arch.modelType(), STEPS,
-                    worst);
+            System.out.printf(Locale.ROOT, "%s: prompt %s, %d steps teacher-forced, worst logits relative L2 %.2e%n",
+                    arch.modelType(), java.util.Arrays.toString(prompt), STEPS, worst);
+        }
+    }
 
-            // greedy on the device, two sequences at once
-            try (GpuDecoder batch = new GpuDecoder(c, ckpt, runtime, stream, 2, context, STEPS, l -> { })) {
-                batch.sampling(0, 0);
-                int[][] picks = batch.generate(PROMPT, STEPS, p -> true);
-                assertArrayEquals(picks[0], picks[1], arch + ": two sequences of one prompt");
-                ReferenceDecoder again = new ReferenceDecoder(c, ModelWeights.load(c, ckpt, l -> { }), context);
-                float[] logits = again.forward(PROMPT);
-                int agreed = 0;
-                for (int s = 0; s < STEPS; s++) {
-                    int best = Sampler.argmax(logits);
-                    if (gap(logits) < NEAR_TIE * peak(logits)) {
-                        break;  // a near-tie: bf16 may go either way, and the sequences part
-                    }
-                    assertEquals(best, picks[0][s], arch + ": greedy token " + s);
-                    agreed++;
-                    logits = again.forward(new int[] {best});
-                }
-                System.out.printf(Locale.ROOT, "%s: greedy on the device = the reference for %d of %d tokens%n", arch.modelType(),
-                        agreed, STEPS);
-                assertTrue(agreed >= 3, arch + ": only " + agreed + " tokens before a near-tie");
+    /**
+     * A random prompt whose greedy continuation never brings the reference's router to a near-tie
+     * (where bf16 activations may route a token elsewhere and the two runs part for good).
+     */
+    private static int[] promptWithoutRouterTies(ModelConfig c, ModelWeights weights, int context) {
+        java.util.SplittableRandom random = new java.util.SplittableRandom(2026);
+        for (int attempt = 0; attempt < 200; attempt++) {
+            int[] prompt = random.ints(PROMPT_LENGTH, 0, 151643).toArray();
+            ReferenceDecoder ref = new ReferenceDecoder(c, weights, context);
+            float[] logits = ref.forward(prompt);
+            boolean clear = ref.lastRouterMargin() >= ROUTER_NEAR_TIE;
+            for (int s = 0; clear && s < STEPS; s++) {
+                logits = ref.forward(new int[] {Sampler.argmax(logits)});
+                clear = ref.lastRouterMargin() >= ROUTER_NEAR_TIE;
             }
+            if (clear) {
+                return prompt;
+            }
+        }
+        throw new IllegalStateException("no prompt of 200 keeps the router clear of near-ties");
+    }
 
-            // sampling: the seed decides
+    /**
+     * Greedy decoding inside the step graph (the pick on the device, positions advancing there) is
+     * greedy decoding through {@link GpuDecoder#forward} with the host's argmax, for a batch of two.
+     */
+    @ParameterizedTest
+    @EnumSource(Architecture.class)
+    void theStepGraphDecodesAsForwardDoes(Architecture arch) {
+        Path model = RandomModelTest.tiny(arch);
+        ModelConfig c = ModelConfig.read(model);
+        int context = PROMPT.length + STEPS + 1;
+        try (Checkpoint ckpt = Checkpoint.open(model);
+             GpuDecoder batch = new GpuDecoder(c, ckpt, runtime, stream, 2, context, STEPS, l -> { });
+             GpuDecoder single = new GpuDecoder(c, ckpt, runtime, stream, 1, context, STEPS, l -> { })) {
+            batch.sampling(0, 0);
+            int[][] picks = batch.generate(PROMPT, STEPS, p -> true);
+            assertArrayEquals(picks[0], picks[1], arch + ": two sequences of one prompt");
+            int[] expected = new int[STEPS];
+            float[] logits = single.forward(PROMPT);
+            for (int s = 0; s < STEPS; s++) {
+                expected[s] = Sampler.argmax(logits);
+                if (s < STEPS - 1) {
+                    logits = single.forward(new int[] {expected[s]});
+                }
+            }
+            assertArrayEquals(expected, picks[0], arch + ": the step graph's greedy tokens");
+
             int[][] first = sample(c, ckpt, context, 7);
             int[][] second = sample(c, ckpt, context, 7);
             int[][] other = sample(c, ckpt, context, 8);
@@ -121,25 +146,6 @@ class GpuDecoderGpuTest {
             d.sampling(1.0, seed);
             return d.generate(PROMPT, STEPS, p -> true);
         }
-    }
-
-    private static double gap(float[] logits) {
-        int best = Sampler.argmax(logits);
-        double second = Double.NEGATIVE_INFINITY;
-        for (int i = 0; i < logits.length; i++) {
-            if (i != best) {
-                second = Math.max(second, logits[i]);
-            }
-        }
-        return logits[best] - second;
-    }
-
-    private static double peak(float[] logits) {
-        double m = 0;
-        for (float v : logits) {
-            m = Math.max(m, Math.abs(v));
-        }
-        return m;
     }
 
     private static double[] widen(float[] v) {
