@@ -5,7 +5,18 @@ import com.fasterxml.jackson.databind.SerializationFeature;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.moeforge.checkpoint.Checkpoint;
+import dev.moeforge.checkpoint.SafetensorsDType;
+import dev.moeforge.examples.decoder.Architecture;
 import dev.moeforge.examples.decoder.Generation;
+import dev.moeforge.examples.decoder.GpuDecoder;
+import dev.moeforge.examples.decoder.ModelPreset;
+import dev.moeforge.examples.decoder.RandomModel;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.Gpu;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import java.util.Arrays;
 import dev.moeforge.examples.decoder.ModelConfig;
 import dev.moeforge.examples.decoder.ModelWeights;
 import dev.moeforge.examples.decoder.ReferenceDecoder;
@@ -25,14 +36,17 @@ import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
 
 /**
- * {@code moeforge decode}: generates text from a Hugging Face MoE model directory, streaming it, and
- * ends with the timing line. This build decodes on the CPU reference path ({@link ReferenceDecoder}).
+ * {@code moeforge decode}: generates text from a Hugging Face MoE model directory (or the built-in
+ * model), streaming it, and ends with the timing line: on the GPU through {@link GpuDecoder}, else on
+ * the CPU reference path ({@link ReferenceDecoder}).
  */
 @Command(name = "decode", mixinStandardHelpOptions = true,
         description = "Generates text from a Hugging Face MoE model directory (config.json, *.safetensors, tokenizer.json; "
-                + "qwen3_moe, olmoe, mixtral, gpt_oss), streaming it as it is produced, then one timing line: load time, "
-                + "prefill tokens/s, decode tokens/s. Greedy unless --temperature is above 0. This build runs the CPU "
-                + "reference path (FP64, one token at a time): right for small models such as init-model's tiny presets.")
+                + "qwen3_moe, olmoe, mixtral, gpt_oss), or without --model from the built-in model (Qwen3-30B-A3B geometry, "
+                + "random weights made on the GPU, the Qwen3 tokenizer), streaming the text as it is produced, then one timing "
+                + "line: load time, prefill tokens/s, decode tokens/s. On a GPU each decode step is one CUDA graph and the next "
+                + "token is picked there (greedy, or sampled at --temperature; --top-k/--top-p sample on the host); without one, "
+                + "or with --cpu, it runs the CPU reference path (FP64, one token at a time: right for init-model's tiny models).")
 public final class DecodeCommand implements Callable<Integer> {
 
     @Spec
@@ -68,6 +82,12 @@ public final class DecodeCommand implements Callable<Integer> {
     @Option(names = "--json", paramLabel = "FILE", description = "Also write the ids, text and timings as JSON.")
     Path json;
 
+    @Option(names = "--cpu", description = "Run the CPU reference path (FP64) even where there is a GPU.")
+    boolean cpu;
+
+    @Option(names = "--layers", paramLabel = "N", description = "The built-in model with N layers instead of 48.")
+    Integer layers;
+
     @Override
     public Integer call() {
         PrintWriter out = spec.commandLine().getOut();
@@ -79,21 +99,58 @@ public final class DecodeCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--max-tokens must be positive, got " + maxTokens);
         }
         Sampler.Options sampling = new Sampler.Options(temperature, topK, topP, seed);
-        if (model == null) {
-            throw new IllegalArgumentException("no --model: the built-in model (Qwen3-30B-A3B geometry, 48 layers) runs on the"
-                    + " GPU decoder, which this build does not have yet; write a small model with `moeforge init-model --arch"
-                    + " qwen3_moe --preset tiny --out DIR` and decode it with --model DIR");
+        boolean onGpu = !cpu && Gpu.available();
+        if (model == null && !onGpu) {
+            throw new IllegalArgumentException("no --model: the built-in model (Qwen3-30B-A3B geometry, 48 layers, random weights)"
+                    + " runs on a GPU, and " + (cpu ? "--cpu was given" : "there is none here (" + Gpu.unavailableReason() + ")")
+                    + "; write a small model with `moeforge init-model --arch qwen3_moe --preset tiny --out DIR` and decode it"
+                    + " with --model DIR");
+        }
+        if (model != null && layers != null) {
+            throw new IllegalArgumentException("--layers shapes the built-in model; a --model directory has its own");
         }
         long loadStart = System.nanoTime();
-        ModelConfig config = ModelConfig.read(model);
-        requireHeapFor(config);
-        TextTokenizer tokenizer = TextTokenizer.open(model.resolve("tokenizer.json"));
-        int[] promptIds = tokenizer.encode(prompt);
-        int ctx = context != null ? context : promptIds.length + maxTokens;
-        if (ctx < promptIds.length + 1) {
-            throw new IllegalArgumentException("--context " + ctx + " cannot hold the prompt's " + promptIds.length
-                    + " tokens and one more");
+        ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
+        if (layers != null) {
+            preset = preset.withLayers(layers);
         }
+        ModelConfig config = model != null ? ModelConfig.read(model)
+                : ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
+        try (TextTokenizer tokenizer = model != null ? TextTokenizer.open(model.resolve("tokenizer.json"))
+                : TextTokenizer.builtInQwen3()) {
+            int[] promptIds = tokenizer.encode(prompt);
+            int ctx = context != null ? context : promptIds.length + maxTokens;
+            if (ctx < promptIds.length + 1) {
+                throw new IllegalArgumentException("--context " + ctx + " cannot hold the prompt's " + promptIds.length
+                        + " tokens and one more");
+            }
+            if (model == null) {
+                err.println("the built-in model: " + preset + ", random weights made on the GPU (seed 0) with the Qwen3"
+                        + " tokenizer: its text is noise, its speed is real");
+            }
+            Run run = onGpu ? gpu(config, tokenizer, promptIds, ctx, sampling, loadStart, out, err)
+                    : cpu(config, tokenizer, promptIds, ctx, sampling, loadStart, out, err);
+            out.println();
+            for (int b = 1; b < batch; b++) {
+                out.println("[" + b + "] " + run.texts().get(b));
+            }
+            out.printf(Locale.ROOT, "load %.2f s · prefill %d tokens, %.1f tokens/s · decode %d tokens, %.1f tokens/s (%s)%n",
+                    run.load(), run.prefillTokens(), run.prefillTokens() / run.prefill(), run.decodeTokens(),
+                    run.decodeTokens() == 0 ? 0 : run.decodeTokens() / run.decode(), run.device());
+            if (json != null) {
+                writeJson(config, promptIds, run);
+            }
+        }
+        return 0;
+    }
+
+    /** What a run produced and how long it took; texts and ids per sequence. */
+    private record Run(String device, List<int[]> ids, List<String> texts, List<String> stops, double load, int prefillTokens,
+                       double prefill, int decodeTokens, double decode) {}
+
+    private Run cpu(ModelConfig config, TextTokenizer tokenizer, int[] promptIds, int ctx, Sampler.Options sampling,
+                    long loadStart, PrintWriter out, PrintWriter err) {
+        requireHeapFor(config);
         List<ReferenceDecoder> decoders = new ArrayList<>();
         try (Checkpoint ckpt = Checkpoint.open(model)) {
             ModelWeights weights = ModelWeights.load(config, ckpt, layer -> { });
@@ -102,37 +159,99 @@ public final class DecodeCommand implements Callable<Integer> {
             }
         }
         double load = (System.nanoTime() - loadStart) / 1e9;
-        err.printf(Locale.ROOT, "%s: %d layers, H=%d, %d experts top-%d; %s; prompt %d tokens%n", config.arch().modelType(),
-                config.layers(), config.hidden(), config.experts(), config.topk(), decoders.getFirst().device()
-                        + ", slow: one token at a time", promptIds.length);
+        String device = decoders.getFirst().device();
+        err.printf(Locale.ROOT, "%s: %d layers, H=%d, %d experts top-%d; %s, slow: one token at a time; prompt %d tokens%n",
+                config.arch().modelType(), config.layers(), config.hidden(), config.experts(), config.topk(), device,
+                promptIds.length);
         err.flush();
         List<Generation.Result> results = new ArrayList<>();
         for (int b = 0; b < batch; b++) {
-            Sampler sampler = new Sampler(new Sampler.Options(sampling.temperature(), sampling.topK(), sampling.topP(), seed + b));
-            boolean streams = b == 0;
-            results.add(Generation.run(decoders.get(b), tokenizer, promptIds, maxTokens, sampler, config.eosIds(), text -> {
-                if (streams) {
-                    out.print(text);
-                    out.flush();
+            results.add(generate(decoders.get(b), tokenizer, promptIds, config, sampling, b, out));
+        }
+        return summary(device, results, load);
+    }
+
+    private Run gpu(ModelConfig config, TextTokenizer tokenizer, int[] promptIds, int ctx, Sampler.Options sampling,
+                    long loadStart, PrintWriter out, PrintWriter err) {
+        boolean hostSampling = sampling.topK() > 0 || sampling.topP() < 1;
+        if (hostSampling && batch > 1) {
+            throw new IllegalArgumentException("--top-k and --top-p sample on the host, one sequence at a time: use --batch 1"
+                    + " (temperature alone samples on the device, any batch)");
+        }
+        try (CudaContext context = CudaContext.create(0);
+             CudaStream stream = CudaStream.create();
+             KernelRuntime runtime = new KernelRuntime(context, KernelCache.defaultCache());
+             Checkpoint ckpt = model != null ? Checkpoint.open(model) : null) {
+            GpuDecoder.Weights weights = ckpt != null ? new GpuDecoder.Weights.FromCheckpoint(ckpt) : new GpuDecoder.Weights.Random(0);
+            err.printf(Locale.ROOT, "%s: %d layers, H=%d, %d experts top-%d; loading onto %s ...%n", config.arch().modelType(),
+                    config.layers(), config.hidden(), config.experts(), config.topk(), context.deviceName());
+            err.flush();
+            try (GpuDecoder decoder = new GpuDecoder(config, weights, runtime, stream, batch, ctx, maxTokens, layer -> { })) {
+                stream.synchronize();
+                double load = (System.nanoTime() - loadStart) / 1e9;
+                err.printf(Locale.ROOT, "%s, batch %d; prompt %d tokens%s%n", decoder.device(), batch, promptIds.length,
+                        hostSampling ? "; top-k/top-p: logits sampled on the host each step" : "");
+                err.flush();
+                if (hostSampling) {
+                    return summary(decoder.device(), List.of(generate(decoder, tokenizer, promptIds, config, sampling, 0, out)), load);
                 }
-            }));
+                decoder.sampling(sampling.temperature(), sampling.seed());
+                TextTokenizer.Stream text = new TextTokenizer.Stream(tokenizer);
+                boolean[] ended = new boolean[batch];
+                GpuDecoder.Generated g = decoder.generate(promptIds, maxTokens, picks -> {
+                    boolean any = false;
+                    for (int b = 0; b < batch; b++) {
+                        if (!ended[b] && config.eosIds().contains(picks[b])) {
+                            ended[b] = true;
+                        } else if (b == 0 && !ended[0]) {
+                            out.print(text.add(picks[0]));
+                            out.flush();
+                        }
+                        any |= !ended[b];
+                    }
+                    return any;
+                });
+                List<int[]> ids = new ArrayList<>();
+                List<String> texts = new ArrayList<>();
+                List<String> stops = new ArrayList<>();
+                for (int[] seq : g.ids()) {
+                    int end = seq.length;
+                    for (int i = 0; i < seq.length; i++) {
+                        if (config.eosIds().contains(seq[i])) {
+                            end = i + 1;
+                            break;
+                        }
+                    }
+                    int[] kept = Arrays.copyOf(seq, end);
+                    ids.add(kept);
+                    texts.add(tokenizer.decode(kept));
+                    stops.add(end < seq.length || (end > 0 && config.eosIds().contains(kept[end - 1])) ? "eos"
+                            : seq.length == maxTokens ? "max-tokens" : "context");
+                }
+                return new Run(decoder.device(), ids, texts, stops, load, batch * promptIds.length, g.prefillNanos() / 1e9,
+                        batch * (g.steps() - 1), g.decodeNanos() / 1e9);
+            }
         }
-        out.println();
-        for (int b = 1; b < batch; b++) {
-            out.println("[" + b + "] " + results.get(b).text());
-        }
-        int prefillTokens = results.stream().mapToInt(r -> r.timings().prefillTokens()).sum();
-        double prefill = results.stream().mapToDouble(r -> r.timings().prefillSeconds()).sum();
-        int decodeTokens = results.stream().mapToInt(r -> r.timings().decodeTokens()).sum();
-        double decode = results.stream().mapToDouble(r -> r.timings().decodeSeconds()).sum();
-        out.printf(Locale.ROOT, "load %.2f s · prefill %d tokens, %.1f tokens/s · decode %d tokens, %.1f tokens/s (%s)%n",
-                load, prefillTokens, prefillTokens / prefill, decodeTokens, decodeTokens == 0 ? 0 : decodeTokens / decode,
-                decoders.getFirst().device());
-        tokenizer.close();
-        if (json != null) {
-            writeJson(config, decoders.getFirst().device(), promptIds, results, load, prefillTokens, prefill, decodeTokens, decode);
-        }
-        return 0;
+    }
+
+    private Generation.Result generate(dev.moeforge.examples.decoder.TokenModel decoder, TextTokenizer tokenizer, int[] promptIds,
+                                       ModelConfig config, Sampler.Options sampling, int b, PrintWriter out) {
+        Sampler sampler = new Sampler(new Sampler.Options(sampling.temperature(), sampling.topK(), sampling.topP(), seed + b));
+        return Generation.run(decoder, tokenizer, promptIds, maxTokens, sampler, config.eosIds(), text -> {
+            if (b == 0) {
+                out.print(text);
+                out.flush();
+            }
+        });
+    }
+
+    private static Run summary(String device, List<Generation.Result> results, double load) {
+        return new Run(device, results.stream().map(Generation.Result::ids).toList(),
+                results.stream().map(Generation.Result::text).toList(), results.stream().map(Generation.Result::stop).toList(), load,
+                results.stream().mapToInt(r -> r.timings().prefillTokens()).sum(),
+                results.stream().mapToDouble(r -> r.timings().prefillSeconds()).sum(),
+                results.stream().mapToInt(r -> r.timings().decodeTokens()).sum(),
+                results.stream().mapToDouble(r -> r.timings().decodeSeconds()).sum());
     }
 
     /** The CPU path holds the dense weights as FP32 and the experts as stored (about 2 bytes each for BF16). */
@@ -150,29 +269,29 @@ public final class DecodeCommand implements Callable<Integer> {
         }
     }
 
-    private void writeJson(ModelConfig config, String device, int[] promptIds, List<Generation.Result> results, double load,
-                           int prefillTokens, double prefill, int decodeTokens, double decode) {
+    private void writeJson(ModelConfig config, int[] promptIds, Run run) {
         ObjectMapper mapper = new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT);
         ObjectNode root = mapper.createObjectNode();
-        root.put("model", model.toString()).put("arch", config.arch().modelType()).put("device", device)
-                .put("prompt", prompt);
+        root.put("model", model != null ? model.toString() : "built-in").put("arch", config.arch().modelType())
+                .put("layers", config.layers()).put("device", run.device()).put("batch", batch).put("prompt", prompt);
         ArrayNode ids = root.putArray("prompt_ids");
         for (int id : promptIds) {
             ids.add(id);
         }
         root.putObject("sampling").put("temperature", temperature).put("top_k", topK).put("top_p", topP).put("seed", seed);
         ArrayNode seqs = root.putArray("sequences");
-        for (Generation.Result r : results) {
+        for (int b = 0; b < run.ids().size(); b++) {
             ObjectNode s = seqs.addObject();
             ArrayNode g = s.putArray("ids");
-            for (int id : r.ids()) {
+            for (int id : run.ids().get(b)) {
                 g.add(id);
             }
-            s.put("text", r.text()).put("stop", r.stop());
+            s.put("text", run.texts().get(b)).put("stop", run.stops().get(b));
         }
-        root.putObject("timings").put("load_s", load).put("prefill_tokens", prefillTokens).put("prefill_s", prefill)
-                .put("prefill_tokens_per_s", prefillTokens / prefill).put("decode_tokens", decodeTokens).put("decode_s", decode)
-                .put("decode_tokens_per_s", decodeTokens == 0 ? 0 : decodeTokens / decode);
+        root.putObject("timings").put("load_s", run.load()).put("prefill_tokens", run.prefillTokens())
+                .put("prefill_s", run.prefill()).put("prefill_tokens_per_s", run.prefillTokens() / run.prefill())
+                .put("decode_tokens", run.decodeTokens()).put("decode_s", run.decode())
+                .put("decode_tokens_per_s", run.decodeTokens() == 0 ? 0 : run.decodeTokens() / run.decode());
         try {
             mapper.writeValue(json.toFile(), root);
         } catch (IOException e) {

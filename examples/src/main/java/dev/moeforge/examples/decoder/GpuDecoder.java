@@ -118,6 +118,24 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      */
     public GpuDecoder(ModelConfig config, Checkpoint ckpt, KernelRuntime runtime, CudaStream stream, int batch, int context,
                       int maxSteps, IntConsumer progress) {
+        this(config, new Weights.FromCheckpoint(ckpt), runtime, stream, batch, context, maxSteps, progress);
+    }
+
+    /** Where the weights come from: a checkpoint, or random values made on the device (the built-in model). */
+    public sealed interface Weights {
+        /** The checkpoint's tensors, each read (converted to bf16 where it is not) and copied to the device. */
+        record FromCheckpoint(Checkpoint ckpt) implements Weights {}
+
+        /**
+         * Each tensor drawn on the device from the seed and its name, scaled as {@link RandomModel}
+         * scales them; the experts in bf16.
+         */
+        record Random(long seed) implements Weights {}
+    }
+
+    /** The decoder of a model whose weights come from {@code source}. */
+    public GpuDecoder(ModelConfig config, Weights source, KernelRuntime runtime, CudaStream stream, int batch, int context,
+                      int maxSteps, IntConsumer progress) {
         if (batch < 1 || context < 2 || maxSteps < 1) {
             throw new IllegalArgumentException("batch, context and steps must be positive (context at least 2), got " + batch
                     + ", " + context + ", " + maxSteps);
@@ -158,44 +176,76 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
 
         // weights
-        embed = bf16(ckpt, "model.embed_tokens.weight");
-        finalNorm = f32(ckpt.floats("model.norm.weight"));
-        lmHead = c.tieEmbeddings() ? embed : bf16(ckpt, "lm_head.weight");
+        Fill fill = new Fill(module.function("fill_normal_bf16"), module.function("fill_normal_f32"));
+        embed = matrix(source, fill, "model.embed_tokens.weight", c.vocab(), h, 1.0);
+        finalNorm = vector(source, fill, "model.norm.weight", h, Vector.NORM);
+        lmHead = c.tieEmbeddings() ? embed : matrix(source, fill, "lm_head.weight", c.vocab(), h, 1 / Math.sqrt(h));
         invFreq = f32(c.rope().inverseFrequencies(c.headDim()));
         MoeBlock block = null;
+        boolean norms = c.arch() == Architecture.QWEN3_MOE || c.arch() == Architecture.OLMOE;
         for (int l = 0; l < c.layers(); l++) {
             String p = ModelWeights.layerPrefix(l);
             String a = p + "self_attn.";
-            DeviceBuffer wQkv = bf16(concat(ckpt, a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"));
-            DeviceBuffer bQkv = bias ? f32(concatFloats(ckpt, a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias")) : null;
-            DeviceBuffer wO = bf16(ckpt, a + "o_proj.weight");
-            DeviceBuffer bO = bias ? f32(ckpt.floats(a + "o_proj.bias")) : null;
-            boolean norms = c.arch() == Architecture.QWEN3_MOE || c.arch() == Architecture.OLMOE;
-            DeviceBuffer qn = norms ? f32(ckpt.floats(a + "q_norm.weight")) : null;
-            DeviceBuffer kn = norms ? f32(ckpt.floats(a + "k_norm.weight")) : null;
-            DeviceBuffer sinks = c.arch() == Architecture.GPT_OSS ? f32(ckpt.floats(a + "sinks")) : null;
+            DeviceBuffer wQkv = switch (source) {
+                case Weights.FromCheckpoint(Checkpoint ckpt) -> bf16(bf16Bits(concatFloats(
+                        sized(ckpt, a + "q_proj.weight", (long) qDim * h), sized(ckpt, a + "k_proj.weight", (long) kvDim * h),
+                        sized(ckpt, a + "v_proj.weight", (long) kvDim * h))));
+                case Weights.Random _ -> matrix(source, fill, a + "qkv_proj.weight", qkvDim, h, 1 / Math.sqrt(h));
+            };
+            DeviceBuffer bQkv = !bias ? null : switch (source) {
+                case Weights.FromCheckpoint(Checkpoint ckpt) -> f32(concatFloats(sized(ckpt, a + "q_proj.bias", qDim),
+                        sized(ckpt, a + "k_proj.bias", kvDim), sized(ckpt, a + "v_proj.bias", kvDim)));
+                case Weights.Random _ -> vector(source, fill, a + "qkv_proj.bias", qkvDim, Vector.BIAS);
+            };
+            DeviceBuffer wO = matrix(source, fill, a + "o_proj.weight", h, qDim, 1 / Math.sqrt(qDim));
+            DeviceBuffer bO = bias ? vector(source, fill, a + "o_proj.bias", h, Vector.BIAS) : null;
+            int qNormLength = c.arch() == Architecture.OLMOE ? qDim : c.headDim();
+            int kNormLength = c.arch() == Architecture.OLMOE ? kvDim : c.headDim();
+            DeviceBuffer qn = norms ? vector(source, fill, a + "q_norm.weight", qNormLength, Vector.NORM) : null;
+            DeviceBuffer kn = norms ? vector(source, fill, a + "k_norm.weight", kNormLength, Vector.NORM) : null;
+            DeviceBuffer sinks = c.arch() == Architecture.GPT_OSS ? vector(source, fill, a + "sinks", c.heads(), Vector.SINK) : null;
+            DeviceBuffer inputNorm = vector(source, fill, p + "input_layernorm.weight", h, Vector.NORM);
+            DeviceBuffer postNorm = vector(source, fill, p + "post_attention_layernorm.weight", h, Vector.NORM);
             LayerOnDevice layer;
             if (c.moeLayers().get(l)) {
-                String moe = p + (c.arch() == Architecture.MIXTRAL && ckpt.find(p + "block_sparse_moe.gate.weight").isPresent()
-                        ? "block_sparse_moe" : "mlp");
+                String moe = p + (source instanceof Weights.FromCheckpoint(Checkpoint ckpt) && c.arch() == Architecture.MIXTRAL
+                        && ckpt.find(p + "block_sparse_moe.gate.weight").isPresent() ? "block_sparse_moe" : "mlp");
                 String r = moe + (c.arch() == Architecture.GPT_OSS ? ".router" : ".gate");
-                CheckpointExperts.LayerWeights w = CheckpointExperts.load(ckpt, moe, c.experts());
-                boolean expertBias = w.gateUpBias().isPresent();
-                block = MoeBlock.of(c, w.gateUp().format(), w.layout(), expertBias);
-                layer = new LayerOnDevice(f32(ckpt.floats(p + "input_layernorm.weight")),
-                        f32(ckpt.floats(p + "post_attention_layernorm.weight")), wQkv, bQkv, wO, bO, qn, kn, sinks,
-                        bf16(ckpt, r + ".weight"), c.arch() == Architecture.GPT_OSS ? f32(ckpt.floats(r + ".bias")) : null,
-                        own(expertBias ? DeviceWeights.upload(w.gateUp(), w.gateUpBias().orElseThrow()) : DeviceWeights.upload(w.gateUp())),
-                        own(expertBias ? DeviceWeights.upload(w.down(), w.downBias().orElseThrow()) : DeviceWeights.upload(w.down())),
-                        true);
+                DeviceBuffer wRouter = matrix(source, fill, r + ".weight", c.experts(), h, 1 / Math.sqrt(h));
+                DeviceBuffer bRouter = c.arch() == Architecture.GPT_OSS ? vector(source, fill, r + ".bias", c.experts(), Vector.BIAS)
+                        : null;
+                DeviceWeights gateUp;
+                DeviceWeights down;
+                switch (source) {
+                    case Weights.FromCheckpoint(Checkpoint ckpt) -> {
+                        CheckpointExperts.LayerWeights w = CheckpointExperts.load(ckpt, moe, c.experts());
+                        boolean expertBias = w.gateUpBias().isPresent();
+                        block = MoeBlock.of(c, w.gateUp().format(), w.layout(), expertBias);
+                        gateUp = own(expertBias ? DeviceWeights.upload(w.gateUp(), w.gateUpBias().orElseThrow())
+                                : DeviceWeights.upload(w.gateUp()));
+                        down = own(expertBias ? DeviceWeights.upload(w.down(), w.downBias().orElseThrow())
+                                : DeviceWeights.upload(w.down()));
+                    }
+                    case Weights.Random _ -> {
+                        int in = c.expertIntermediate();
+                        block = MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false);
+                        gateUp = DeviceWeights.bf16(matrix(source, fill, moe + ".experts.gate_up_proj", (long) c.experts() * 2 * in, h,
+                                1 / Math.sqrt(h)));
+                        down = DeviceWeights.bf16(matrix(source, fill, moe + ".experts.down_proj", (long) c.experts() * h, in,
+                                1 / Math.sqrt(in)));
+                    }
+                }
+                layer = new LayerOnDevice(inputNorm, postNorm, wQkv, bQkv, wO, bO, qn, kn, sinks, wRouter, bRouter, gateUp, down, true);
             } else {
-                short[] gate = bf16Bits(ckpt.floats(p + "mlp.gate_proj.weight"));
-                short[] up = bf16Bits(ckpt.floats(p + "mlp.up_proj.weight"));
-                short[] stacked = Arrays.copyOf(gate, gate.length + up.length);
-                System.arraycopy(up, 0, stacked, gate.length, up.length);
-                layer = new LayerOnDevice(f32(ckpt.floats(p + "input_layernorm.weight")),
-                        f32(ckpt.floats(p + "post_attention_layernorm.weight")), wQkv, bQkv, wO, bO, qn, kn, sinks, null, null,
-                        DeviceWeights.bf16(bf16(stacked)), DeviceWeights.bf16(bf16(ckpt, p + "mlp.down_proj.weight")), false);
+                int in = c.denseIntermediate();
+                DeviceBuffer stacked = switch (source) {
+                    case Weights.FromCheckpoint(Checkpoint ckpt) -> bf16(bf16Bits(concatFloats(
+                            sized(ckpt, p + "mlp.gate_proj.weight", (long) in * h), sized(ckpt, p + "mlp.up_proj.weight", (long) in * h))));
+                    case Weights.Random _ -> matrix(source, fill, p + "mlp.gate_up_proj.weight", 2L * in, h, 1 / Math.sqrt(h));
+                };
+                layer = new LayerOnDevice(inputNorm, postNorm, wQkv, bQkv, wO, bO, qn, kn, sinks, null, null,
+                        DeviceWeights.bf16(stacked), DeviceWeights.bf16(matrix(source, fill, p + "mlp.down_proj.weight", h, in,
+                        1 / Math.sqrt(in))), false);
             }
             layers.add(layer);
             progress.accept(l);
@@ -260,41 +310,57 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     }
 
     /**
+     * What {@link #generate} did: the picks {@code [batch][steps]}, the prompt's time (its tokens
+     * one per replay, then the first pick, back on the host) and the later steps' time (each one
+     * graph replay and its picks back on the host).
+     */
+    public record Generated(int[][] ids, long prefillNanos, long decodeNanos) {
+        public int steps() {
+            return ids.length == 0 ? 0 : ids[0].length;
+        }
+    }
+
+    /**
      * Runs the prompt (the same for every sequence), then generates up to {@code maxTokens} tokens
      * per sequence on the device; {@code perStep} is given each step's picks ({@code [batch]}) as
-     * they come back. Returns the picks {@code [batch][steps]}.
+     * they come back, and stops generation by returning false.
      */
-    public int[][] generate(int[] prompt, int maxTokens, java.util.function.Predicate<int[]> perStep) {
+    public Generated generate(int[] prompt, int maxTokens, java.util.function.Predicate<int[]> perStep) {
         if (maxTokens > maxSteps) {
             throw new IllegalArgumentException(maxTokens + " tokens asked for; this decoder keeps " + maxSteps);
         }
+        if (stepGraph == null) {  // captured before the clock starts, as a served model's would be
+            stepGraph = CudaGraph.capture(stream, () -> {
+                enqueueLayers();
+                enqueuePick();
+            });
+        }
+        long start = System.nanoTime();
         runPrompt(prompt, true);
         int[] picks = new int[batch];
-        int steps = 0;
-        while (true) {
-            stream.synchronize();
-            next.copyTo(picks);
-            steps++;
-            if (!perStep.test(picks.clone()) || steps == maxTokens || position == context) {
-                break;
-            }
-            if (stepGraph == null) {
-                stepGraph = CudaGraph.capture(stream, () -> {
-                    enqueueLayers();
-                    enqueuePick();
-                });
-            }
+        stream.synchronize();
+        next.copyTo(picks);
+        long prefill = System.nanoTime() - start;
+        int steps = 1;
+        long decode = 0;  // the steps alone: what perStep does with the picks is the caller's time
+        boolean more = perStep.test(picks.clone());
+        while (more && steps < maxTokens && position < context) {
+            long t = System.nanoTime();
             stepGraph.launch(stream);
             position++;
+            stream.synchronize();
+            next.copyTo(picks);
+            decode += System.nanoTime() - t;
+            steps++;
+            more = perStep.test(picks.clone());
         }
-        stream.synchronize();
         int[] all = new int[batch * maxSteps];
         history.copyTo(all);
         int[][] out = new int[batch][steps];
         for (int b = 0; b < batch; b++) {
             System.arraycopy(all, b * maxSteps, out[b], 0, steps);
         }
-        return out;
+        return new Generated(out, prefill, decode);
     }
 
     /** The prompt one token per replay of the layers; with {@code pick}, the last one's logits then pick the first new token. */
@@ -428,11 +494,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             KernelSpec gateUp = null;
             KernelSpec down = null;
             if (block != null) {
-                router = KernelBuilder.named("router").router(h, c.experts())
+                KernelSpec plain = KernelBuilder.named("router").router(h, c.experts())
                         .schedule(new RouterGemv(4, loadBytes(h), 8, Math.min(4, c.experts()))).epilogue(block.routingRule())
                         .target(target).build();
-                gateUp = expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target);
-                down = expertSpec("experts_down", block.down(), block.downEpilogue(), target);
+                router = catalogued(plain).orElse(plain);
+                gateUp = catalogued(expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target))
+                        .orElseGet(() -> expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target));
+                down = catalogued(expertSpec("experts_down", block.down(), block.downEpilogue(), target))
+                        .orElseGet(() -> expertSpec("experts_down", block.down(), block.downEpilogue(), target));
             }
             KernelSpec denseGateUp = null;
             KernelSpec denseDown = null;
@@ -453,6 +522,24 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             return java.util.stream.Stream.of(qkv, o, head, router, gateUp, down, denseGateUp, denseDown)
                     .filter(java.util.Objects::nonNull).toList();
         }
+    }
+
+    /**
+     * The built-in catalogue's decode kernel for the same function (problem, epilogue, target), tuned
+     * for its model: a router, or an expert half with one token per block.
+     */
+    static java.util.Optional<KernelSpec> catalogued(KernelSpec wanted) {
+        return java.util.Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
+                .filter(k -> k.problem().equals(wanted.problem()) && k.epilogue().equals(wanted.epilogue())
+                        && k.target() == wanted.target())
+                .filter(k -> switch (k.schedule()) {
+                    case OutputCentric oc -> oc.tokensPerCta() == 1;
+                    case RouterGemv _ -> true;
+                    case dev.moeforge.dsl.schedule.OutputTensorCore _, dev.moeforge.dsl.schedule.SplitDown _,
+                         dev.moeforge.dsl.schedule.ExpertCentric _, dev.moeforge.dsl.schedule.RouterCluster _,
+                         dev.moeforge.dsl.schedule.RouterTiled _, LinearGemv _ -> false;
+                })
+                .findFirst();
     }
 
     /** A linear projection's kernel: one warp per output row, 8 outputs per block, the widest loads the row allows. */
@@ -505,8 +592,62 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         return b;
     }
 
-    private DeviceBuffer bf16(Checkpoint ckpt, String name) {
-        return bf16(bf16Bits(ckpt.floats(name)));
+    private enum Vector {
+        /** 1 + N(0, 0.1^2): a norm's weight. */
+        NORM(1, 0.1),
+        /** N(0, 0.1^2). */
+        BIAS(0, 0.1),
+        /** N(0, 1): gpt-oss's attention sinks. */
+        SINK(0, 1);
+
+        final double mean;
+        final double std;
+
+        Vector(double mean, double std) {
+            this.mean = mean;
+            this.std = std;
+        }
+    }
+
+    private record Fill(CudaFunction bf16, CudaFunction f32) {}
+
+    /** A bf16 matrix {@code [rows][cols]}: the checkpoint's tensor, or N(0, std^2) drawn on the device. */
+    private DeviceBuffer matrix(Weights source, Fill fill, String name, long rows, int cols, double std) {
+        return switch (source) {
+            case Weights.FromCheckpoint(Checkpoint ckpt) -> bf16(bf16Bits(sized(ckpt, name, rows * cols)));
+            case Weights.Random(long seed) -> {
+                DeviceBuffer b = buffer(DType.BF16, rows * cols);
+                fill.bf16().launch(1024, 1, 1, 256, 1, 1, 0, stream, b, rows * cols, tensorSeed(seed, name), 0f, (float) std);
+                yield b;
+            }
+        };
+    }
+
+    /** An FP32 vector: the checkpoint's tensor, or drawn on the device as its kind says. */
+    private DeviceBuffer vector(Weights source, Fill fill, String name, int n, Vector kind) {
+        return switch (source) {
+            case Weights.FromCheckpoint(Checkpoint ckpt) -> f32(sized(ckpt, name, n));
+            case Weights.Random(long seed) -> {
+                DeviceBuffer b = buffer(DType.FP32, n);
+                fill.f32().launch(Math.ceilDiv(n, 256), 1, 1, 256, 1, 1, 0, stream, b, (long) n, tensorSeed(seed, name),
+                        (float) kind.mean, (float) kind.std);
+                yield b;
+            }
+        };
+    }
+
+    /** The tensor's values, refused unless it has the number of elements config.json implies. */
+    private static float[] sized(Checkpoint ckpt, String name, long elements) {
+        long n = ckpt.tensor(name).numel();
+        if (n != elements) {
+            throw new IllegalArgumentException(ckpt.fileOf(name).path() + ": tensor '" + name + "' has shape "
+                    + ckpt.tensor(name).shape() + " (" + n + " elements); config.json implies " + elements);
+        }
+        return ckpt.floats(name);
+    }
+
+    private static long tensorSeed(long seed, String name) {
+        return seed * 0x9E3779B97F4A7C15L + name.hashCode();
     }
 
     private static short[] bf16Bits(float[] values) {
@@ -517,17 +658,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         return out;
     }
 
-    /** The tensors' rows one after another (q, k and v stacked into the fused projection), as bf16. */
-    private static short[] concat(Checkpoint ckpt, String... names) {
-        return bf16Bits(concatFloats(ckpt, names));
-    }
-
-    private static float[] concatFloats(Checkpoint ckpt, String... names) {
-        List<float[]> parts = new ArrayList<>();
+    /** Arrays one after another (q, k and v stacked into the fused projection). */
+    private static float[] concatFloats(float[]... parts) {
         int n = 0;
-        for (String name : names) {
-            float[] p = ckpt.floats(name);
-            parts.add(p);
+        for (float[] p : parts) {
             n += p.length;
         }
         float[] out = new float[n];

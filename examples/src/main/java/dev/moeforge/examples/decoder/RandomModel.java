@@ -74,7 +74,7 @@ public final class RandomModel {
     }
 
     /** config.json in the hub's spelling (rope_theta, rope_scaling, num_experts / num_local_experts). */
-    static ObjectNode config(ModelPreset p, SafetensorsDType dtype, ObjectMapper json) {
+    public static ObjectNode config(ModelPreset p, SafetensorsDType dtype, ObjectMapper json) {
         ObjectNode c = json.createObjectNode();
         c.putArray("architectures").add(p.arch().className());
         c.put("model_type", p.arch().modelType());

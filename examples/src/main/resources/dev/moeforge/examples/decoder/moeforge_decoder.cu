@@ -16,12 +16,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, d));
-  return v;
-}
-
 // Sum over the block (at most 32 warps); every thread gets the total. `scratch` holds 32 floats.
 __device__ float block_sum(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
@@ -275,3 +269,23 @@ extern "C" __global__ void __launch_bounds__(1024) pick_next(const float* __rest
 
 // After every sequence's pick: the step counter advances once. Grid 1, block 1.
 extern "C" __global__ void end_step(int* __restrict__ step) { *step += 1; }
+
+// Random weights made on the device (the built-in model): element i of a tensor is
+// mean + std * N(0, 1), the normal drawn by Box-Muller from two counter-based uniforms of (seed, i),
+// so a tensor's values depend on its seed alone. Grid-stride.
+extern "C" __global__ void fill_normal_bf16(__nv_bfloat16* __restrict__ out, long long n, unsigned long long seed, float mean,
+                                            float std) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const float u1 = uniform01(seed, 0, 0, static_cast<int>(i)) , u2 = uniform01(seed, 1 + (i >> 31), 1, static_cast<int>(i));
+    out[i] = __float2bfloat16_rn(mean + std * sqrtf(-2.0f * __logf(u1)) * __cosf(6.283185307f * u2));
+  }
+}
+
+extern "C" __global__ void fill_normal_f32(float* __restrict__ out, long long n, unsigned long long seed, float mean, float std) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const float u1 = uniform01(seed, 0, 0, static_cast<int>(i)), u2 = uniform01(seed, 1 + (i >> 31), 1, static_cast<int>(i));
+    out[i] = mean + std * sqrtf(-2.0f * __logf(u1)) * __cosf(6.283185307f * u2);
+  }
+}

@@ -121,7 +121,7 @@ class GpuDecoderGpuTest {
              GpuDecoder batch = new GpuDecoder(c, ckpt, runtime, stream, 2, context, STEPS, l -> { });
              GpuDecoder single = new GpuDecoder(c, ckpt, runtime, stream, 1, context, STEPS, l -> { })) {
             batch.sampling(0, 0);
-            int[][] picks = batch.generate(PROMPT, STEPS, p -> true);
+            int[][] picks = batch.generate(PROMPT, STEPS, p -> true).ids();
             assertArrayEquals(picks[0], picks[1], arch + ": two sequences of one prompt");
             int[] expected = new int[STEPS];
             float[] logits = single.forward(PROMPT);
@@ -144,7 +144,7 @@ class GpuDecoderGpuTest {
     private static int[][] sample(ModelConfig c, Checkpoint ckpt, int context, long seed) {
         try (GpuDecoder d = new GpuDecoder(c, ckpt, runtime, stream, 1, context, STEPS, l -> { })) {
             d.sampling(1.0, seed);
-            return d.generate(PROMPT, STEPS, p -> true);
+            return d.generate(PROMPT, STEPS, p -> true).ids();
         }
     }
 
