@@ -46,6 +46,11 @@ import java.util.function.IntConsumer;
  */
 public final class GpuDecoder implements TokenModel, AutoCloseable {
     private static final int NORM_THREADS = 256;
+    /**
+     * Every kernel of a step lets the next one begin launching at its start (programmatic dependent
+     * launch), so the step's several hundred launches overlap the work instead of following it.
+     */
+    private static final LaunchOrder ORDER = LaunchOrder.OVERLAPPING_PREVIOUS;
 
     private final ModelConfig c;
     private final KernelRuntime runtime;
@@ -252,9 +257,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
         Kernels k = Kernels.of(c, block, target);
         router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
-        experts = k.gateUp() == null ? null : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down())));
+        experts = k.gateUp() == null ? null : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
         denseMlp = k.denseGateUp() == null ? null
-                : own(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown())));
+                : own(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown()), ORDER));
 
         // activations and state
         x = buffer(DType.FP32, (long) batch * h);
@@ -402,49 +407,49 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         int h = c.hidden();
         int qDim = c.heads() * c.headDim();
         int kvDim = c.kvHeads() * c.headDim();
-        embedTokens.launch(batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, next, embed, x, h);
+        embedTokens.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, next, embed, x, h);
         for (int l = 0; l < c.layers(); l++) {
             LayerOnDevice w = layers.get(l);
-            rmsNorm.launch(batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, w.inputNorm(), normed, h, (float) c.rmsEps());
+            rmsNorm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, w.inputNorm(), normed, h, (float) c.rmsEps());
             launchLinear(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
             int normMode = switch (c.arch()) {
                 case QWEN3_MOE -> 1;
                 case OLMOE -> 2;
                 case MIXTRAL, GPT_OSS -> 0;
             };
-            qkNormRope.launch(batch, 1, 1, NORM_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()),
+            qkNormRope.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()),
                     normMode, (float) c.clipQkv().orElse(0), (float) c.rmsEps(), positions, invFreq,
                     c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
-            attention.launch(c.heads(), batch, 1, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
+            attention.launch(ORDER, c.heads(), batch, 1, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
                     ptr(w.sinks()), attnOut, c.heads(), c.kvHeads(), c.headDim(), context,
                     c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
             launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
-            addF32.launch(Math.ceilDiv(batch * h, 256), 1, 1, 256, 1, 1, 0, stream, x, projected, batch * h);
-            rmsNorm.launch(batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, w.postNorm(), normed, h, (float) c.rmsEps());
+            addF32.launch(ORDER, Math.ceilDiv(batch * h, 256), 1, 1, 256, 1, 1, 0, stream, x, projected, batch * h);
+            rmsNorm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, w.postNorm(), normed, h, (float) c.rmsEps());
             if (w.moe()) {
                 Map<String, DeviceBuffer> rows = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
-                router.enqueue(stream, LaunchOrder.AFTER_PREVIOUS, batch, normed, w.wRouter(), rows, topkWeights, topkIds);
+                router.enqueue(stream, ORDER, batch, normed, w.wRouter(), rows, topkWeights, topkIds);
                 experts.enqueue(stream, batch, normed, w.gateUp(), w.down(), topkIds, topkWeights, inter, moeOut);
             } else {
                 denseMlp.enqueue(stream, batch, normed, w.gateUp(), w.down(), denseIds, denseWeights, denseInter, moeOut);
             }
-            addBf16.launch(Math.ceilDiv(batch * h, 256), 1, 1, 256, 1, 1, 0, stream, x, moeOut, batch * h);
+            addBf16.launch(ORDER, Math.ceilDiv(batch * h, 256), 1, 1, 256, 1, 1, 0, stream, x, moeOut, batch * h);
         }
-        rmsNorm.launch(batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, finalNorm, normed, h, (float) c.rmsEps());
-        head.launch(stream, LaunchOrder.AFTER_PREVIOUS, batch, normed, lmHead, logits);
+        rmsNorm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, finalNorm, normed, h, (float) c.rmsEps());
+        head.launch(stream, ORDER, batch, normed, lmHead, logits);
     }
 
     private void enqueuePick() {
-        pickNext.launch(batch, 1, 1, 1024, 1, 1, 0, stream, logits, c.vocab(), temperature, seed, next, positions, step, history,
+        pickNext.launch(ORDER, batch, 1, 1, 1024, 1, 1, 0, stream, logits, c.vocab(), temperature, seed, next, positions, step, history,
                 maxSteps);
-        endStep.launch(1, 1, 1, 1, 1, 1, 0, stream, step);
+        endStep.launch(ORDER, 1, 1, 1, 1, 1, 1, 0, stream, step);
     }
 
     private void launchLinear(KernelHandle k, DeviceBuffer in, DeviceBuffer w, DeviceBuffer b, DeviceBuffer out) {
         if (b == null) {
-            k.launch(stream, LaunchOrder.AFTER_PREVIOUS, batch, in, w, out);
+            k.launch(stream, ORDER, batch, in, w, out);
         } else {
-            k.launch(stream, LaunchOrder.AFTER_PREVIOUS, batch, in, w, b, out);
+            k.launch(stream, ORDER, batch, in, w, b, out);
         }
     }
 

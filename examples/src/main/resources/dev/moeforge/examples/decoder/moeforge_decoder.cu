@@ -28,11 +28,20 @@ __device__ float block_sum(float v, float* scratch) {
   return total;
 }
 
+// Programmatic dependent launch (sm_90+; under a plain launch both return at once): the next kernel
+// of the step starts launching now and parks in its own wait, so launches overlap the work instead
+// of following it; this kernel waits until the previous one has finished and its writes are visible.
+__device__ __forceinline__ void begin_after_previous_kernel() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
 }  // namespace
 
 // x[b][:] = table[ids[b]][:] in FP32. Grid: tokens; block: any.
 extern "C" __global__ void embed_tokens(const int* __restrict__ ids, const __nv_bfloat16* __restrict__ table,
                                         float* __restrict__ x, int hidden) {
+  begin_after_previous_kernel();
   const int b = blockIdx.x;
   const __nv_bfloat16* row = table + static_cast<size_t>(ids[b]) * hidden;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) x[static_cast<size_t>(b) * hidden + i] = __bfloat162float(row[i]);
@@ -41,6 +50,7 @@ extern "C" __global__ void embed_tokens(const int* __restrict__ ids, const __nv_
 // out[b] = bf16(w * x[b] / sqrt(mean(x[b]^2) + eps)). Grid: tokens; block: up to 1024 threads.
 extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, __nv_bfloat16* __restrict__ out,
                                     int n, float eps) {
+  begin_after_previous_kernel();
   __shared__ float scratch[32];
   const float* row = x + static_cast<size_t>(blockIdx.x) * n;
   float ss = 0.0f;
@@ -72,6 +82,7 @@ extern "C" __global__ void qk_norm_rope_cache(const float* __restrict__ qkv, con
                                               float scaling, float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
                                               __nv_bfloat16* __restrict__ v_cache, int heads, int kv_heads, int head_dim,
                                               int context) {
+  begin_after_previous_kernel();
   extern __shared__ float row[];
   __shared__ float scratch[32];
   const int b = blockIdx.x;
@@ -131,6 +142,7 @@ extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
     const int* __restrict__ positions, const float* __restrict__ sinks, __nv_bfloat16* __restrict__ out, int heads,
     int kv_heads, int head_dim, int context, int window, float scale) {
+  begin_after_previous_kernel();
   constexpr int kPerLane = kMaxHeadDim / 32;
   __shared__ float part_max[kAttnWarps], part_sum[kAttnWarps];
   __shared__ float part_acc[kAttnWarps][kMaxHeadDim];
@@ -197,11 +209,13 @@ extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode(
 
 // x += y (y FP32). Grid-stride.
 extern "C" __global__ void add_f32(float* __restrict__ x, const float* __restrict__ y, int n) {
+  begin_after_previous_kernel();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += y[i];
 }
 
 // x += y (y bf16, the expert layer's output). Grid-stride.
 extern "C" __global__ void add_bf16(float* __restrict__ x, const __nv_bfloat16* __restrict__ y, int n) {
+  begin_after_previous_kernel();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += __bfloat162float(y[i]);
 }
 
@@ -223,6 +237,7 @@ extern "C" __global__ void __launch_bounds__(1024) pick_next(const float* __rest
                                                              unsigned long long seed, int* __restrict__ next,
                                                              int* __restrict__ positions, int* __restrict__ step,
                                                              int* __restrict__ history, int max_steps) {
+  begin_after_previous_kernel();
   __shared__ float best_v[32];
   __shared__ int best_i[32];
   const int b = blockIdx.x;
@@ -268,7 +283,10 @@ extern "C" __global__ void __launch_bounds__(1024) pick_next(const float* __rest
 }
 
 // After every sequence's pick: the step counter advances once. Grid 1, block 1.
-extern "C" __global__ void end_step(int* __restrict__ step) { *step += 1; }
+extern "C" __global__ void end_step(int* __restrict__ step) {
+  begin_after_previous_kernel();
+  *step += 1;
+}
 
 // Random weights made on the device (the built-in model): element i of a tensor is
 // mean + std * N(0, 1), the normal drawn by Box-Muller from two counter-based uniforms of (seed, i),

@@ -1,0 +1,167 @@
+package dev.moeforge.examples.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.moeforge.checkpoint.SafetensorsDType;
+import dev.moeforge.examples.bench.BenchKernels;
+import dev.moeforge.examples.bench.GpuTimer;
+import dev.moeforge.examples.decoder.Architecture;
+import dev.moeforge.examples.decoder.GpuDecoder;
+import dev.moeforge.examples.decoder.ModelConfig;
+import dev.moeforge.examples.decoder.ModelPreset;
+import dev.moeforge.examples.decoder.RandomModel;
+import dev.moeforge.examples.decoder.TextTokenizer;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+/**
+ * {@code moeforge bench decode}: the built-in model's decode steps on the GPU at several batch
+ * sizes, against the bytes a step must read at the device's measured read bandwidth, and
+ * transformers' own generate on the same geometry in the same run.
+ */
+@Command(name = "decode", mixinStandardHelpOptions = true,
+        description = "On a GPU: the built-in model (Qwen3-30B-A3B geometry, random bf16 weights) decoding --tokens tokens "
+                + "greedily at each batch size, each step one graph replay with its picks back on the host; per batch the "
+                + "step time, tokens/s, the bytes a step reads (every dense weight, the LM head, the distinct experts a "
+                + "uniform routing of the batch touches) and that as a fraction of the measured read bandwidth (the floor); "
+                + "in the same run bench/torch_decode.py times transformers' generate on the same geometry with "
+                + "--peer-layers layers. Writes <out>/<date>-<device>-decode.json.")
+final class BenchDecodeCommand implements Callable<Integer> {
+
+    @Option(names = "--batches", split = ",", defaultValue = "1,8,32", paramLabel = "B,...", description = "Batch sizes (default ${DEFAULT-VALUE}).")
+    List<Integer> batches;
+
+    @Option(names = "--tokens", defaultValue = "128", paramLabel = "N", description = "Tokens generated per sequence (default ${DEFAULT-VALUE}).")
+    int tokens;
+
+    @Option(names = "--layers", defaultValue = "48", paramLabel = "L", description = "Layers of the built-in model (default ${DEFAULT-VALUE}).")
+    int layers;
+
+    @Option(names = "--peer-layers", defaultValue = "8", paramLabel = "L",
+            description = "Layers of transformers' model (default ${DEFAULT-VALUE}; its initialisation is slow); 0 skips it.")
+    int peerLayers;
+
+    @Option(names = "--torch-script", defaultValue = "bench/torch_decode.py", paramLabel = "FILE",
+            description = "The transformers baseline script (default: ${DEFAULT-VALUE}); skipped when it or python3 with torch is missing.")
+    Path torchScript;
+
+    @Option(names = "--out", defaultValue = "bench/results", paramLabel = "DIR", description = "Where the JSON goes (default ${DEFAULT-VALUE}).")
+    Path out;
+
+    private static final String PROMPT = "The capital of France is";
+
+    @Override
+    public Integer call() throws Exception {
+        if (tokens < 2) {
+            throw new IllegalArgumentException("--tokens must be at least 2 (one prefill pick, then decode steps), got " + tokens);
+        }
+        ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
+        ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
+        int[] prompt;
+        try (TextTokenizer tokenizer = TextTokenizer.builtInQwen3()) {
+            prompt = tokenizer.encode(PROMPT);
+        }
+        List<Map<String, Object>> rows = new ArrayList<>();
+        Map<String, Object> doc;
+        try (CudaContext ctx = CudaContext.create(0);
+             CudaStream stream = CudaStream.create();
+             KernelRuntime runtime = new KernelRuntime(ctx, KernelCache.defaultCache());
+             BenchKernels kernels = new BenchKernels(runtime)) {
+            System.out.println("device: " + ctx.deviceName() + ", " + ctx.smCount() + " SMs");
+            long readBytes = 4L << 30;
+            GpuTimer.Timing read = kernels.timeRead(stream, readBytes, 5, 50);
+            double readBw = readBytes / (read.medianMicros() * 1e-6);
+            System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s; model: %s%n", readBw / 1e9, preset);
+            System.out.printf(Locale.ROOT, "%6s %12s %14s %14s %10s%n", "batch", "step us", "tokens/s", "GB per step", "of floor");
+            for (int batch : batches) {
+                try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0), runtime, stream, batch,
+                        prompt.length + tokens, tokens, l -> { })) {
+                    d.sampling(0, 0);
+                    d.generate(prompt, Math.min(tokens, 8), p -> true);  // warm-up: graphs captured, caches warm
+                    d.reset();
+                    GpuDecoder.Generated g = d.generate(prompt, tokens, p -> true);
+                    int steps = g.steps() - 1;
+                    double stepUs = g.decodeNanos() / 1e3 / steps;
+                    double bytes = stepBytes(c, batch);
+                    double floorUs = bytes / readBw * 1e6;
+                    Map<String, Object> row = new LinkedHashMap<>();
+                    row.put("batch", batch);
+                    row.put("decode_steps", steps);
+                    row.put("step_us", stepUs);
+                    row.put("decode_tokens_per_s", batch * 1e6 / stepUs);
+                    row.put("prefill_tokens", prompt.length);
+                    row.put("prefill_ms", g.prefillNanos() / 1e6);
+                    row.put("bytes_per_step", bytes);
+                    row.put("floor_us", floorUs);
+                    row.put("fraction_of_floor", floorUs / stepUs);
+                    rows.add(row);
+                    System.out.printf(Locale.ROOT, "%6d %12.1f %14.1f %14.3f %9.0f%%%n", batch, stepUs, batch * 1e6 / stepUs,
+                            bytes / 1e9, 100 * floorUs / stepUs);
+                }
+            }
+            doc = BenchReports.header("decode", ctx);
+            doc.put("read_bandwidth_bytes_per_second", readBw);
+            doc.put("model", Map.of("preset", preset.name(), "layers", c.layers(), "hidden", c.hidden(), "experts", c.experts(),
+                    "topk", c.topk(), "expert_intermediate", c.expertIntermediate(), "vocab", c.vocab(), "weights", "bf16, random"));
+            doc.put("prompt_ids", prompt);
+            doc.put("tokens", tokens);
+            doc.put("method", "greedy; each decode step one CUDA graph replay (every layer, the LM head, the pick on the device),"
+                    + " its picks copied back to the host; step time = decode time / steps after a warm-up generation");
+            doc.put("results", rows);
+            if (peerLayers > 0) {
+                Map<String, Object> input = new LinkedHashMap<>();
+                input.put("vocab", c.vocab());
+                input.put("hidden", c.hidden());
+                input.put("dense_intermediate", 6144);
+                input.put("intermediate", c.expertIntermediate());
+                input.put("layers", peerLayers);
+                input.put("heads", c.heads());
+                input.put("kv_heads", c.kvHeads());
+                input.put("head_dim", c.headDim());
+                input.put("experts", c.experts());
+                input.put("topk", c.topk());
+                input.put("prompt_ids", prompt);
+                input.put("batches", batches);
+                input.put("tokens", Math.min(tokens, 32));
+                input.put("reps", 3);
+                JsonNode peer = TorchBaseline.run(torchScript, input);
+                if (peer != null) {
+                    doc.put("transformers", peer);
+                    for (JsonNode r : peer.get("results")) {
+                        System.out.printf(Locale.ROOT, "transformers %s, %d layers, batch %d: step %.1f ms, %.1f tokens/s%n",
+                                peer.get("transformers").asText(), r.get("layers").asInt(), r.get("batch").asInt(),
+                                r.get("step_ms").asDouble(), r.get("decode_tokens_per_s").asDouble());
+                    }
+                }
+            }
+            System.out.println("wrote " + BenchReports.write(out, ctx, "decode", doc));
+        }
+        return 0;
+    }
+
+    /**
+     * What one decode step of {@code batch} sequences must read: the embedding rows, every layer's
+     * attention projections, router and the distinct experts a uniform routing touches
+     * ({@code E (1 - (1 - k/E)^B)} of them), the final norm and the LM head, all bf16.
+     */
+    static double stepBytes(ModelConfig c, int batch) {
+        double h = c.hidden();
+        double qkv = (c.heads() + 2.0 * c.kvHeads()) * c.headDim();
+        double attention = qkv * h + h * c.heads() * c.headDim();
+        double distinct = c.experts() * (1 - Math.pow(1 - (double) c.topk() / c.experts(), batch));
+        double experts = distinct * 3 * h * c.expertIntermediate();
+        double perLayer = attention + c.experts() * h + experts;
+        return 2 * (c.layers() * perLayer + (double) c.vocab() * h + batch * h);
+    }
+}
