@@ -79,8 +79,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final CudaFunction rmsNorm;
     private final CudaFunction qkNormRope;
     private final CudaFunction attention;
-    private final CudaFunction addF32;
-    private final CudaFunction addBf16;
+    private final CudaFunction addF32Norm;
+    private final CudaFunction addBf16Norm;
     private final CudaFunction pickNext;
     private final CudaFunction endStep;
 
@@ -159,7 +159,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
         // kernels
         boolean bias = c.attentionBias();
-        Kernels linear = Kernels.of(c, null, target);
+        Kernels linear = Kernels.of(c, null, target, batch);
         qkvProj = runtime.load(linear.qkv());
         oProj = runtime.load(linear.o());
         head = runtime.load(linear.head());
@@ -168,8 +168,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         rmsNorm = module.function("rms_norm");
         qkNormRope = module.function("qk_norm_rope_cache");
         attention = module.function("attention_decode");
-        addF32 = module.function("add_f32");
-        addBf16 = module.function("add_bf16");
+        addF32Norm = module.function("add_f32_rms_norm");
+        addBf16Norm = module.function("add_bf16_rms_norm");
         pickNext = module.function("pick_next");
         endStep = module.function("end_step");
         int rowBytes = qkvDim * 4;
@@ -255,7 +255,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             layers.add(layer);
             progress.accept(l);
         }
-        Kernels k = Kernels.of(c, block, target);
+        Kernels k = Kernels.of(c, block, target, batch);
         router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
         experts = k.gateUp() == null ? null : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
         denseMlp = k.denseGateUp() == null ? null
@@ -403,29 +403,30 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
     }
 
+    /** Each layer's residual adds carry the next norm: after attention the post-attention norm, after the MLP the next layer's input norm (the last: the final norm). */
     private void enqueueLayers() {
         int h = c.hidden();
         int qDim = c.heads() * c.headDim();
         int kvDim = c.kvHeads() * c.headDim();
+        float eps = (float) c.rmsEps();
         embedTokens.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, next, embed, x, h);
+        rmsNorm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, layers.getFirst().inputNorm(), normed, h, eps);
         for (int l = 0; l < c.layers(); l++) {
             LayerOnDevice w = layers.get(l);
-            rmsNorm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, w.inputNorm(), normed, h, (float) c.rmsEps());
             launchLinear(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
             int normMode = switch (c.arch()) {
                 case QWEN3_MOE -> 1;
                 case OLMOE -> 2;
                 case MIXTRAL, GPT_OSS -> 0;
             };
-            qkNormRope.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()),
-                    normMode, (float) c.clipQkv().orElse(0), (float) c.rmsEps(), positions, invFreq,
-                    c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+            qkNormRope.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, ptr(w.qNorm()),
+                    ptr(w.kNorm()), normMode, (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q,
+                    kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
             attention.launch(ORDER, c.heads(), batch, 1, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
                     ptr(w.sinks()), attnOut, c.heads(), c.kvHeads(), c.headDim(), context,
                     c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
             launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
-            addF32.launch(ORDER, Math.ceilDiv(batch * h, 256), 1, 1, 256, 1, 1, 0, stream, x, projected, batch * h);
-            rmsNorm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, w.postNorm(), normed, h, (float) c.rmsEps());
+            addF32Norm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, projected, w.postNorm(), normed, h, eps);
             if (w.moe()) {
                 Map<String, DeviceBuffer> rows = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
                 router.enqueue(stream, ORDER, batch, normed, w.wRouter(), rows, topkWeights, topkIds);
@@ -433,9 +434,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             } else {
                 denseMlp.enqueue(stream, batch, normed, w.gateUp(), w.down(), denseIds, denseWeights, denseInter, moeOut);
             }
-            addBf16.launch(ORDER, Math.ceilDiv(batch * h, 256), 1, 1, 256, 1, 1, 0, stream, x, moeOut, batch * h);
+            DeviceBuffer nextNorm = l + 1 < c.layers() ? layers.get(l + 1).inputNorm() : finalNorm;
+            addBf16Norm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, moeOut, nextNorm, normed, h, eps);
         }
-        rmsNorm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, finalNorm, normed, h, (float) c.rmsEps());
         head.launch(stream, ORDER, batch, normed, lmHead, logits);
     }
 
@@ -491,7 +492,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     public record Kernels(KernelSpec qkv, KernelSpec o, KernelSpec head, KernelSpec router, KernelSpec gateUp, KernelSpec down,
                           KernelSpec denseGateUp, KernelSpec denseDown) {
 
-        public static Kernels of(ModelConfig c, MoeBlock block, Target target) {
+        public static Kernels of(ModelConfig c, MoeBlock block, Target target, int batch) {
             int h = c.hidden();
             int qDim = c.heads() * c.headDim();
             int qkvDim = qDim + 2 * c.kvHeads() * c.headDim();
@@ -502,10 +503,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 KernelSpec plain = KernelBuilder.named("router").router(h, c.experts())
                         .schedule(new RouterGemv(4, loadBytes(h), 8, Math.min(4, c.experts()))).epilogue(block.routingRule())
                         .target(target).build();
-                router = catalogued(plain).orElse(plain);
-                gateUp = catalogued(expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target))
+                router = catalogued(plain, batch).orElse(plain);
+                gateUp = catalogued(expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target), batch)
                         .orElseGet(() -> expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target));
-                down = catalogued(expertSpec("experts_down", block.down(), block.downEpilogue(), target))
+                down = catalogued(expertSpec("experts_down", block.down(), block.downEpilogue(), target), batch)
                         .orElseGet(() -> expertSpec("experts_down", block.down(), block.downEpilogue(), target));
             }
             KernelSpec denseGateUp = null;
@@ -531,20 +532,28 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /**
      * The built-in catalogue's decode kernel for the same function (problem, epilogue, target), tuned
-     * for its model: a router, or an expert half with one token per block.
+     * for its model: a router, or the expert half whose token tile suits the batch (1 token per block
+     * up to 2 tokens, then 8 up to 16, then 32), else the nearest tile the catalogue has.
      */
-    static java.util.Optional<KernelSpec> catalogued(KernelSpec wanted) {
+    static java.util.Optional<KernelSpec> catalogued(KernelSpec wanted, int batch) {
+        int tile = batch <= 2 ? 1 : batch <= 16 ? 8 : 32;
         return java.util.Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
                 .filter(k -> k.problem().equals(wanted.problem()) && k.epilogue().equals(wanted.epilogue())
                         && k.target() == wanted.target())
-                .filter(k -> switch (k.schedule()) {
-                    case OutputCentric oc -> oc.tokensPerCta() == 1;
-                    case RouterGemv _ -> true;
-                    case dev.moeforge.dsl.schedule.OutputTensorCore _, dev.moeforge.dsl.schedule.SplitDown _,
-                         dev.moeforge.dsl.schedule.ExpertCentric _, dev.moeforge.dsl.schedule.RouterCluster _,
-                         dev.moeforge.dsl.schedule.RouterTiled _, LinearGemv _ -> false;
-                })
-                .findFirst();
+                .filter(k -> tokenTile(k) > 0)
+                .min(java.util.Comparator.comparingInt(k -> Math.abs(Integer.numberOfTrailingZeros(tokenTile(k))
+                        - Integer.numberOfTrailingZeros(tile))));
+    }
+
+    /** Tokens per block of a decode kernel: an output-centric tile, 1 for the decode router; 0 for any other kind. */
+    private static int tokenTile(KernelSpec k) {
+        return switch (k.schedule()) {
+            case OutputCentric oc -> oc.tokensPerCta();
+            case RouterGemv _ -> 1;
+            case dev.moeforge.dsl.schedule.OutputTensorCore _, dev.moeforge.dsl.schedule.SplitDown _,
+                 dev.moeforge.dsl.schedule.ExpertCentric _, dev.moeforge.dsl.schedule.RouterCluster _,
+                 dev.moeforge.dsl.schedule.RouterTiled _, LinearGemv _ -> 0;
+        };
     }
 
     /** A linear projection's kernel: one warp per output row, 8 outputs per block, the widest loads the row allows. */

@@ -207,16 +207,36 @@ extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode(
   }
 }
 
-// x += y (y FP32). Grid-stride.
-extern "C" __global__ void add_f32(float* __restrict__ x, const float* __restrict__ y, int n) {
-  begin_after_previous_kernel();
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += y[i];
+// The residual add and the next norm in one: x[b] += y[b], then out[b] = bf16(w * x[b] / rms(x[b])).
+// Grid: tokens; block: up to 1024 threads.
+template <class Y>
+__device__ void add_then_norm(float* __restrict__ x, const Y* __restrict__ y, const float* __restrict__ w,
+                              __nv_bfloat16* __restrict__ out, int n, float eps) {
+  __shared__ float scratch[32];
+  float* row = x + static_cast<size_t>(blockIdx.x) * n;
+  const Y* add = y + static_cast<size_t>(blockIdx.x) * n;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = row[i] + static_cast<float>(add[i]);
+    row[i] = v;
+    ss += v * v;
+  }
+  const float r = rsqrtf(block_sum(ss, scratch) / n + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    out[static_cast<size_t>(blockIdx.x) * n + i] = __float2bfloat16_rn(w[i] * (row[i] * r));
+  }
 }
 
-// x += y (y bf16, the expert layer's output). Grid-stride.
-extern "C" __global__ void add_bf16(float* __restrict__ x, const __nv_bfloat16* __restrict__ y, int n) {
+extern "C" __global__ void add_f32_rms_norm(float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ w,
+                                            __nv_bfloat16* __restrict__ out, int n, float eps) {
   begin_after_previous_kernel();
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += __bfloat162float(y[i]);
+  add_then_norm(x, y, w, out, n, eps);
+}
+
+extern "C" __global__ void add_bf16_rms_norm(float* __restrict__ x, const __nv_bfloat16* __restrict__ y,
+                                             const float* __restrict__ w, __nv_bfloat16* __restrict__ out, int n, float eps) {
+  begin_after_previous_kernel();
+  add_then_norm(x, y, w, out, n, eps);
 }
 
 // A 64-bit mix of (seed, step, token, index) to a uniform in (0, 1): counter-based, so a graph replay
