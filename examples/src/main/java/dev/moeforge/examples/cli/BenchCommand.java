@@ -35,8 +35,8 @@ import picocli.CommandLine.Option;
  * routing given) at the Qwen3-30B-A3B geometry, graph-replayed over many workload.layers of weights, in
  * one run; prints a table and writes {@code <out>/<date>-<device>-expert-layer.json}.
  */
-@Command(name = "bench", mixinStandardHelpOptions = true, subcommands = {BenchDecodeCommand.class, BenchRouterCommand.class, BenchLayerCommand.class, BenchFormatsCommand.class, BenchDispatchCommand.class,
-        BenchPrefillCommand.class},
+@Command(name = "bench", mixinStandardHelpOptions = true, subcommands = {BenchRouterCommand.class, BenchLayerCommand.class, BenchFormatsCommand.class, BenchDispatchCommand.class,
+        BenchPrefillCommand.class, BenchDecodeCommand.class},
         description = "Measures the GPU's read bandwidth and the BF16 expert layer (H=2048, I=768, E=128, top-8) "
                 + "at several token counts, weights rotated over many layers, CUDA graphs, CUDA events, medians.")
 public final class BenchCommand implements Callable<Integer> {

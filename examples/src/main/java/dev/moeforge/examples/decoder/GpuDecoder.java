@@ -45,7 +45,12 @@ import java.util.function.IntConsumer;
  * replay of the same layers, without the pick.
  */
 public final class GpuDecoder implements TokenModel, AutoCloseable {
-    private static final int NORM_THREADS = 256;
+    /** The row kernels' block (rms_norm, the adds with norms, q/k norm and RoPE), as moeforge_decoder.cu's kRowThreads. */
+    private static final int ROW_THREADS = 512;
+    /** The most values of a row those kernels take: kRowThreads x kPerThread. */
+    private static final int MAX_ROW = 512 * 16;
+    /** Blocks sharing one token's pick (each a slice of the vocabulary). */
+    private static final int PICK_BLOCKS = 64;
     /**
      * Every kernel of a step lets the next one begin launching at its start (programmatic dependent
      * launch), so the step's several hundred launches overlap the work instead of following it.
@@ -103,6 +108,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final DeviceBuffer positions;  // [B] int32
     private final DeviceBuffer step;       // [1] int32
     private final DeviceBuffer history;    // [B][maxSteps] int32
+    private final DeviceBuffer pickBest;   // [B] u64, zero between picks
+    private final DeviceBuffer pickTickets; // [B] int32, zero between picks
     private final List<DeviceBuffer> kCache = new ArrayList<>();
     private final List<DeviceBuffer> vCache = new ArrayList<>();
     private float temperature;
@@ -178,6 +185,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
         if (c.headDim() > 256) {
             throw new IllegalArgumentException("head_dim " + c.headDim() + ": the attention kernel takes at most 256");
+        }
+        if (h > MAX_ROW || qkvDim > MAX_ROW) {
+            throw new IllegalArgumentException("hidden_size " + h + " and the fused q/k/v row of " + qkvDim
+                    + " values: the decoder's row kernels take at most " + MAX_ROW);
         }
 
         // weights
@@ -282,6 +293,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         positions = buffer(DType.INT32, batch);
         step = buffer(DType.INT32, 1);
         history = buffer(DType.INT32, (long) batch * maxSteps);
+        pickBest = buffer(DType.INT32, 2L * batch);  // u64 per token
+        pickBest.fillWords32(0);
+        pickTickets = buffer(DType.INT32, batch);
+        pickTickets.fillWords32(0);
         for (int l = 0; l < c.layers(); l++) {
             kCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
             vCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
@@ -409,8 +424,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         int qDim = c.heads() * c.headDim();
         int kvDim = c.kvHeads() * c.headDim();
         float eps = (float) c.rmsEps();
-        embedTokens.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, next, embed, x, h);
-        rmsNorm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, layers.getFirst().inputNorm(), normed, h, eps);
+        embedTokens.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, next, embed, x, h);
+        rmsNorm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, layers.getFirst().inputNorm(), normed, h, eps);
         for (int l = 0; l < c.layers(); l++) {
             LayerOnDevice w = layers.get(l);
             launchLinear(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
@@ -419,14 +434,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 case OLMOE -> 2;
                 case MIXTRAL, GPT_OSS -> 0;
             };
-            qkNormRope.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, ptr(w.qNorm()),
+            qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, ptr(w.qNorm()),
                     ptr(w.kNorm()), normMode, (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q,
                     kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
             attention.launch(ORDER, c.heads(), batch, 1, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
                     ptr(w.sinks()), attnOut, c.heads(), c.kvHeads(), c.headDim(), context,
                     c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
             launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
-            addF32Norm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, projected, w.postNorm(), normed, h, eps);
+            addF32Norm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, projected, w.postNorm(), normed, h, eps);
             if (w.moe()) {
                 Map<String, DeviceBuffer> rows = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
                 router.enqueue(stream, ORDER, batch, normed, w.wRouter(), rows, topkWeights, topkIds);
@@ -435,14 +450,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 denseMlp.enqueue(stream, batch, normed, w.gateUp(), w.down(), denseIds, denseWeights, denseInter, moeOut);
             }
             DeviceBuffer nextNorm = l + 1 < c.layers() ? layers.get(l + 1).inputNorm() : finalNorm;
-            addBf16Norm.launch(ORDER, batch, 1, 1, NORM_THREADS, 1, 1, 0, stream, x, moeOut, nextNorm, normed, h, eps);
+            addBf16Norm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, moeOut, nextNorm, normed, h, eps);
         }
         head.launch(stream, ORDER, batch, normed, lmHead, logits);
     }
 
     private void enqueuePick() {
-        pickNext.launch(ORDER, batch, 1, 1, 1024, 1, 1, 0, stream, logits, c.vocab(), temperature, seed, next, positions, step, history,
-                maxSteps);
+        pickNext.launch(ORDER, PICK_BLOCKS, batch, 1, 256, 1, 1, 0, stream, logits, c.vocab(), temperature, seed, next, positions, step,
+                history, maxSteps, pickBest, pickTickets);
         endStep.launch(ORDER, 1, 1, 1, 1, 1, 1, 0, stream, step);
     }
 

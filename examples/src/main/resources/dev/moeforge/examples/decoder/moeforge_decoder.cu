@@ -17,7 +17,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // Sum over the block (at most 32 warps); every thread gets the total. `scratch` holds 32 floats.
-__device__ float block_sum(float v, float* scratch) {
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   v = warp_sum(v);
   __syncthreads();
@@ -47,22 +47,54 @@ extern "C" __global__ void embed_tokens(const int* __restrict__ ids, const __nv_
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) x[static_cast<size_t>(b) * hidden + i] = __bfloat162float(row[i]);
 }
 
-// out[b] = bf16(w * x[b] / sqrt(mean(x[b]^2) + eps)). Grid: tokens; block: up to 1024 threads.
-extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, __nv_bfloat16* __restrict__ out,
-                                    int n, float eps) {
-  begin_after_previous_kernel();
+// Each thread's elements of a row, at most kPerThread of them: every load is issued before the first
+// is used (a loop of load-then-use would pay one memory latency per element).
+constexpr int kPerThread = 16;
+constexpr int kRowThreads = 512;  // the row kernels' block: 512 x 16 values at most
+
+// out[b] = bf16(w * x[b] / sqrt(mean(x[b]^2) + eps)), with x[b] += y[b] first where y is given.
+// Grid: tokens; block: kRowThreads threads; n at most kRowThreads * kPerThread.
+template <bool kAdd, class Y>
+__device__ __forceinline__ void add_then_norm(float* __restrict__ x, const Y* __restrict__ y, const float* __restrict__ w,
+                              __nv_bfloat16* __restrict__ out, int n, float eps) {
   __shared__ float scratch[32];
-  const float* row = x + static_cast<size_t>(blockIdx.x) * n;
+  float* row = x + static_cast<size_t>(blockIdx.x) * n;
+  float v[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    v[j] = i < n ? row[i] : 0.0f;
+  }
+  if constexpr (kAdd) {
+    const Y* add = y + static_cast<size_t>(blockIdx.x) * n;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      if (i < n) v[j] += static_cast<float>(add[i]);
+    }
+  }
   float ss = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += row[i] * row[i];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) ss += v[j] * v[j];
   const float r = rsqrtf(block_sum(ss, scratch) / n + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    out[static_cast<size_t>(blockIdx.x) * n + i] = __float2bfloat16_rn(w[i] * (row[i] * r));
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n) {
+      if constexpr (kAdd) row[i] = v[j];
+      out[static_cast<size_t>(blockIdx.x) * n + i] = __float2bfloat16_rn(w[i] * (v[j] * r));
+    }
   }
 }
 
+extern "C" __global__ void __launch_bounds__(kRowThreads) rms_norm(const float* __restrict__ x, const float* __restrict__ w,
+                                                            __nv_bfloat16* __restrict__ out, int n, float eps) {
+  begin_after_previous_kernel();
+  add_then_norm<false, float>(const_cast<float*>(x), nullptr, w, out, n, eps);
+}
+
 // RMSNorm over [0, n) of v (shared memory) with weight w, in place, by the whole block.
-__device__ void norm_span(float* v, const float* __restrict__ w, int n, float eps, float* scratch) {
+__device__ __forceinline__ void norm_span(float* v, const float* __restrict__ w, int n, float eps, float* scratch) {
   float ss = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) ss += v[i] * v[i];
   const float r = rsqrtf(block_sum(ss, scratch) / n + eps);
@@ -74,9 +106,9 @@ __device__ void norm_span(float* v, const float* __restrict__ w, int n, float ep
 // the q/k norm (norm_mode 1: per head with a [head_dim] weight, Qwen3; 2: over the whole q and the
 // whole k, OLMoE; 0: none), the clamp to +-clip (clip > 0, OLMoE), RoPE at the token's position
 // (NeoX pairs i, i + head_dim/2; angle = inv_freq[i] * pos in FP32; cos and sin times `scaling`),
-// then q to q_out (FP32) and k, v to the cache at the position. Grid: tokens; dynamic shared
-// memory: the row as floats.
-extern "C" __global__ void qk_norm_rope_cache(const float* __restrict__ qkv, const float* __restrict__ q_norm,
+// then q to q_out (FP32) and k, v to the cache at the position. Grid: tokens; block: kRowThreads
+// threads (the row at most kRowThreads * kPerThread values); dynamic shared memory: the row as floats.
+extern "C" __global__ void __launch_bounds__(kRowThreads) qk_norm_rope_cache(const float* __restrict__ qkv, const float* __restrict__ q_norm,
                                               const float* __restrict__ k_norm, int norm_mode, float clip, float eps,
                                               const int* __restrict__ positions, const float* __restrict__ inv_freq,
                                               float scaling, float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
@@ -87,7 +119,19 @@ extern "C" __global__ void qk_norm_rope_cache(const float* __restrict__ qkv, con
   __shared__ float scratch[32];
   const int b = blockIdx.x;
   const int qn = heads * head_dim, kn = kv_heads * head_dim, n = qn + 2 * kn;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = qkv[static_cast<size_t>(b) * n + i];
+  {
+    float v[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      v[j] = i < n ? qkv[static_cast<size_t>(b) * n + i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      if (i < n) row[i] = v[j];
+    }
+  }
   __syncthreads();
   float* q = row;
   float* k = row + qn;
@@ -116,8 +160,11 @@ extern "C" __global__ void qk_norm_rope_cache(const float* __restrict__ qkv, con
   for (int p = threadIdx.x; p < (heads + kv_heads) * half; p += blockDim.x) {
     const int h = p / half, i = p % half;
     float* head = h < heads ? q + h * head_dim : k + (h - heads) * head_dim;
+    // the FP32 angle, reduced to [-pi, pi] in FP64 (exactly enough), so the fast sine needs no slow path
     const float angle = inv_freq[i] * static_cast<float>(pos);
-    const float c = cosf(angle) * scaling, s = sinf(angle) * scaling;
+    float sn, cs;
+    __sincosf(static_cast<float>(remainder(static_cast<double>(angle), 6.283185307179586)), &sn, &cs);
+    const float c = cs * scaling, s = sn * scaling;
     const float x0 = head[i], x1 = head[i + half];
     head[i] = x0 * c - x1 * s;
     head[i + half] = x1 * c + x0 * s;
@@ -208,35 +255,18 @@ extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode(
 }
 
 // The residual add and the next norm in one: x[b] += y[b], then out[b] = bf16(w * x[b] / rms(x[b])).
-// Grid: tokens; block: up to 1024 threads.
-template <class Y>
-__device__ void add_then_norm(float* __restrict__ x, const Y* __restrict__ y, const float* __restrict__ w,
-                              __nv_bfloat16* __restrict__ out, int n, float eps) {
-  __shared__ float scratch[32];
-  float* row = x + static_cast<size_t>(blockIdx.x) * n;
-  const Y* add = y + static_cast<size_t>(blockIdx.x) * n;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = row[i] + static_cast<float>(add[i]);
-    row[i] = v;
-    ss += v * v;
-  }
-  const float r = rsqrtf(block_sum(ss, scratch) / n + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    out[static_cast<size_t>(blockIdx.x) * n + i] = __float2bfloat16_rn(w[i] * (row[i] * r));
-  }
+extern "C" __global__ void __launch_bounds__(kRowThreads) add_f32_rms_norm(float* __restrict__ x, const float* __restrict__ y,
+                                                                    const float* __restrict__ w, __nv_bfloat16* __restrict__ out,
+                                                                    int n, float eps) {
+  begin_after_previous_kernel();
+  add_then_norm<true>(x, y, w, out, n, eps);
 }
 
-extern "C" __global__ void add_f32_rms_norm(float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ w,
-                                            __nv_bfloat16* __restrict__ out, int n, float eps) {
+extern "C" __global__ void __launch_bounds__(kRowThreads) add_bf16_rms_norm(float* __restrict__ x, const __nv_bfloat16* __restrict__ y,
+                                                                     const float* __restrict__ w, __nv_bfloat16* __restrict__ out,
+                                                                     int n, float eps) {
   begin_after_previous_kernel();
-  add_then_norm(x, y, w, out, n, eps);
-}
-
-extern "C" __global__ void add_bf16_rms_norm(float* __restrict__ x, const __nv_bfloat16* __restrict__ y,
-                                             const float* __restrict__ w, __nv_bfloat16* __restrict__ out, int n, float eps) {
-  begin_after_previous_kernel();
-  add_then_norm(x, y, w, out, n, eps);
+  add_then_norm<true>(x, y, w, out, n, eps);
 }
 
 // A 64-bit mix of (seed, step, token, index) to a uniform in (0, 1): counter-based, so a graph replay
@@ -250,52 +280,54 @@ __device__ __forceinline__ float uniform01(unsigned long long seed, unsigned lon
 }
 
 // The next token of each sequence: the first maximum of the logits (temperature 0), or of
-// logits / T + Gumbel noise (an exact draw from softmax(logits / T)); then the step's bookkeeping:
-// next[b] is the token, history[b][step] keeps it, positions[b] advances, and step[0] counts.
-// Grid: tokens; block: 1024 threads.
-extern "C" __global__ void __launch_bounds__(1024) pick_next(const float* __restrict__ logits, int vocab, float temperature,
-                                                             unsigned long long seed, int* __restrict__ next,
-                                                             int* __restrict__ positions, int* __restrict__ step,
-                                                             int* __restrict__ history, int max_steps) {
+// logits / T + Gumbel noise (an exact draw from softmax(logits / T)); NaN never wins. Each block
+// takes a slice of the row and offers its best as one 64-bit key (the value's order-preserving bits,
+// then the complement of its index, so equal values go to the lower index) to an atomic max; the
+// token's last block (by ticket) reads the winner and does the step's bookkeeping: next[b] is the
+// token, history[b][step] keeps it, positions[b] advances; it leaves the key and the ticket zero for
+// the next replay. Grid: (blocks per row, tokens); block: 256 threads.
+__device__ __forceinline__ unsigned long long pick_key(float v, int i) {
+  const unsigned u = __float_as_uint(v);
+  const unsigned ordered = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(ordered) << 32) | static_cast<unsigned>(0x7fffffff - i);
+}
+
+extern "C" __global__ void __launch_bounds__(256) pick_next(const float* __restrict__ logits, int vocab, float temperature,
+                                                            unsigned long long seed, int* __restrict__ next,
+                                                            int* __restrict__ positions, int* __restrict__ step,
+                                                            int* __restrict__ history, int max_steps,
+                                                            unsigned long long* __restrict__ best, int* __restrict__ tickets) {
   begin_after_previous_kernel();
-  __shared__ float best_v[32];
-  __shared__ int best_i[32];
-  const int b = blockIdx.x;
+  __shared__ unsigned long long block_best[8];
+  __shared__ int is_last;
+  const int b = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned long long s = static_cast<unsigned long long>(*step);
   const float* row = logits + static_cast<size_t>(b) * vocab;
-  float v = -INFINITY;
-  int at = vocab;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+  const int per_block = (vocab + gridDim.x - 1) / gridDim.x;
+  const int begin = blockIdx.x * per_block, end = min(vocab, begin + per_block);
+  unsigned long long key = 0;  // below every real key: an all-NaN slice offers nothing
+  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
     float x = row[i];
     if (temperature > 0.0f) x = x / temperature - __logf(-__logf(uniform01(seed, s, b, i)));
-    if (x > v || (x == v && i < at)) {  // NaN never wins
-      v = x;
-      at = i;
-    }
+    if (!isnan(x)) key = max(key, pick_key(x, i));
   }
 #pragma unroll
-  for (int d = 16; d > 0; d >>= 1) {
-    const float ov = __shfl_xor_sync(kFullMask, v, d);
-    const int oi = __shfl_xor_sync(kFullMask, at, d);
-    if (ov > v || (ov == v && oi < at)) {
-      v = ov;
-      at = oi;
-    }
-  }
-  if (lane == 0) {
-    best_v[warp] = v;
-    best_i[warp] = at;
-  }
+  for (int d = 16; d > 0; d >>= 1) key = max(key, __shfl_xor_sync(kFullMask, key, d));
+  if (lane == 0) block_best[warp] = key;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < (blockDim.x >> 5); ++w) {
-      if (best_v[w] > v || (best_v[w] == v && best_i[w] < at)) {
-        v = best_v[w];
-        at = best_i[w];
-      }
-    }
-    if (at >= vocab) at = 0;  // every logit NaN
+    for (int w = 1; w < (blockDim.x >> 5); ++w) key = max(key, block_best[w]);
+    atomicMax(best + b, key);
+    __threadfence();
+    is_last = atomicAdd(tickets + b, 1) == static_cast<int>(gridDim.x) - 1;
+  }
+  __syncthreads();
+  if (is_last && threadIdx.x == 0) {
+    __threadfence();
+    const unsigned long long won = atomicExch(best + b, 0ull);
+    tickets[b] = 0;
+    const int at = won == 0 ? 0 : 0x7fffffff - static_cast<int>(won & 0xffffffffull);  // every logit NaN: token 0
     next[b] = at;
     if (s < static_cast<unsigned long long>(max_steps)) history[static_cast<size_t>(b) * max_steps + s] = at;
     positions[b] += 1;
