@@ -56,6 +56,11 @@ final class BenchDecodeCommand implements Callable<Integer> {
             description = "The transformers baseline script (default: ${DEFAULT-VALUE}); skipped when it or python3 with torch is missing.")
     Path torchScript;
 
+    @Option(names = "--experts-format", defaultValue = "bf16", paramLabel = "FORMAT",
+            description = "The routed experts' format (default bf16; others drawn for one layer on the host, encoded by the reference "
+                    + "quantiser and copied to every layer).")
+    String expertsFormat;
+
     @Option(names = "--out", defaultValue = "bench/results", paramLabel = "DIR", description = "Where the JSON goes (default ${DEFAULT-VALUE}).")
     Path out;
 
@@ -67,6 +72,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--tokens must be at least 2 (one prefill pick, then decode steps), got " + tokens);
         }
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
+        dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat(expertsFormat);
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
         int[] prompt;
         try (TextTokenizer tokenizer = TextTokenizer.builtInQwen3()) {
@@ -85,7 +91,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
             System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s; model: %s%n", readBw / 1e9, preset);
             System.out.printf(Locale.ROOT, "%6s %12s %14s %14s %10s%n", "batch", "step us", "tokens/s", "GB per step", "of floor");
             for (int batch : batches) {
-                try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0), runtime, stream, batch,
+                try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, java.util.Optional.of(format)), runtime, stream, batch,
                         prompt.length + tokens, tokens, l -> { })) {
                     d.sampling(0, 0);
                     d.generate(prompt, Math.min(tokens, 8), p -> true);  // warm-up: graphs captured, caches warm
@@ -93,7 +99,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     GpuDecoder.Generated g = d.generate(prompt, tokens, p -> true);
                     int steps = g.steps() - 1;
                     double stepUs = g.decodeNanos() / 1e3 / steps;
-                    double bytes = stepBytes(c, batch);
+                    double bytes = stepBytes(c, batch, bytesPerWeight(format, c));
                     double floorUs = bytes / readBw * 1e6;
                     Map<String, Object> row = new LinkedHashMap<>();
                     row.put("batch", batch);
@@ -113,7 +119,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
             doc = BenchReports.header("decode", ctx);
             doc.put("read_bandwidth_bytes_per_second", readBw);
             doc.put("model", Map.of("preset", preset.name(), "layers", c.layers(), "hidden", c.hidden(), "experts", c.experts(),
-                    "topk", c.topk(), "expert_intermediate", c.expertIntermediate(), "vocab", c.vocab(), "weights", "bf16, random"));
+                    "topk", c.topk(), "expert_intermediate", c.expertIntermediate(), "vocab", c.vocab(), "weights", "bf16, random",
+                    "experts_format", format.text()));
             doc.put("prompt_ids", prompt);
             doc.put("tokens", tokens);
             doc.put("method", "greedy; each decode step one CUDA graph replay (every layer, the LM head, the pick on the device),"
@@ -150,18 +157,25 @@ final class BenchDecodeCommand implements Callable<Integer> {
         return 0;
     }
 
+    /** Bytes per expert weight in a format, codes and scales (from an encoded row of the model's hidden size). */
+    static double bytesPerWeight(dev.moeforge.dsl.ir.WeightFormat format, ModelConfig c) {
+        int k = c.hidden();
+        double scales = format.blockScale().block() > 0 && !format.blockScale().blockRows()
+                ? (double) format.blockScale().bytes() / format.blockScale().block() : 0;
+        return (double) format.rowBytes(k) / k + scales;
+    }
+
     /**
      * What one decode step of {@code batch} sequences must read: the embedding rows, every layer's
      * attention projections, router and the distinct experts a uniform routing touches
-     * ({@code E (1 - (1 - k/E)^B)} of them), the final norm and the LM head, all bf16.
+     * ({@code E (1 - (1 - k/E)^B)} of them, at {@code expertBytesPerWeight}), the final norm and the LM head, the rest bf16.
      */
-    static double stepBytes(ModelConfig c, int batch) {
+    static double stepBytes(ModelConfig c, int batch, double expertBytesPerWeight) {
         double h = c.hidden();
         double qkv = (c.heads() + 2.0 * c.kvHeads()) * c.headDim();
         double attention = qkv * h + h * c.heads() * c.headDim();
         double distinct = c.experts() * (1 - Math.pow(1 - (double) c.topk() / c.experts(), batch));
-        double experts = distinct * 3 * h * c.expertIntermediate();
-        double perLayer = attention + c.experts() * h + experts;
-        return 2 * (c.layers() * perLayer + (double) c.vocab() * h + batch * h);
+        double experts = distinct * 3 * h * c.expertIntermediate() * expertBytesPerWeight;
+        return 2 * (c.layers() * (attention + c.experts() * h) + (double) c.vocab() * h + batch * h) + c.layers() * experts;
     }
 }

@@ -88,6 +88,11 @@ public final class DecodeCommand implements Callable<Integer> {
     @Option(names = "--layers", paramLabel = "N", description = "The built-in model with N layers instead of 48.")
     Integer layers;
 
+    @Option(names = "--experts-format", paramLabel = "FORMAT",
+            description = "Re-encode the routed experts on load with the reference quantiser (e.g. nvfp4, mxfp4, fp8_e4m3_block128; "
+                    + "the built-in model draws one layer's experts on the host, encodes them and copies them to every layer).")
+    String expertsFormat;
+
     @Override
     public Integer call() {
         PrintWriter out = spec.commandLine().getOut();
@@ -144,6 +149,16 @@ public final class DecodeCommand implements Callable<Integer> {
         return 0;
     }
 
+    private java.util.Optional<dev.moeforge.dsl.ir.WeightFormat> expertsFormat() {
+        return java.util.Optional.ofNullable(expertsFormat).map(f -> {
+            try {
+                return QuantizeCommand.parseFormat(f);
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException(e.getMessage().replace("--format", "--experts-format"), e);
+            }
+        });
+    }
+
     /** What a run produced and how long it took; texts and ids per sequence. */
     private record Run(String device, List<int[]> ids, List<String> texts, List<String> stops, double load, int prefillTokens,
                        double prefill, int decodeTokens, double decode) {}
@@ -153,7 +168,7 @@ public final class DecodeCommand implements Callable<Integer> {
         requireHeapFor(config);
         List<ReferenceDecoder> decoders = new ArrayList<>();
         try (Checkpoint ckpt = Checkpoint.open(model)) {
-            ModelWeights weights = ModelWeights.load(config, ckpt, layer -> { });
+            ModelWeights weights = ModelWeights.load(config, ckpt, expertsFormat(), layer -> { });
             for (int b = 0; b < batch; b++) {
                 decoders.add(new ReferenceDecoder(config, weights, ctx));
             }
@@ -182,7 +197,8 @@ public final class DecodeCommand implements Callable<Integer> {
              CudaStream stream = CudaStream.create();
              KernelRuntime runtime = new KernelRuntime(context, KernelCache.defaultCache());
              Checkpoint ckpt = model != null ? Checkpoint.open(model) : null) {
-            GpuDecoder.Weights weights = ckpt != null ? new GpuDecoder.Weights.FromCheckpoint(ckpt) : new GpuDecoder.Weights.Random(0);
+            GpuDecoder.Weights weights = ckpt != null ? new GpuDecoder.Weights.FromCheckpoint(ckpt, expertsFormat())
+                    : new GpuDecoder.Weights.Random(0, expertsFormat());
             err.printf(Locale.ROOT, "%s: %d layers, H=%d, %d experts top-%d; loading onto %s ...%n", config.arch().modelType(),
                     config.layers(), config.hidden(), config.experts(), config.topk(), context.deviceName());
             err.flush();

@@ -34,6 +34,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.function.IntConsumer;
 
 /**
@@ -130,19 +131,23 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      */
     public GpuDecoder(ModelConfig config, Checkpoint ckpt, KernelRuntime runtime, CudaStream stream, int batch, int context,
                       int maxSteps, IntConsumer progress) {
-        this(config, new Weights.FromCheckpoint(ckpt), runtime, stream, batch, context, maxSteps, progress);
+        this(config, new Weights.FromCheckpoint(ckpt, Optional.empty()), runtime, stream, batch, context, maxSteps, progress);
     }
 
     /** Where the weights come from: a checkpoint, or random values made on the device (the built-in model). */
     public sealed interface Weights {
-        /** The checkpoint's tensors, each read (converted to bf16 where it is not) and copied to the device. */
-        record FromCheckpoint(Checkpoint ckpt) implements Weights {}
+        /**
+         * The checkpoint's tensors, each read (converted to bf16 where it is not) and copied to the
+         * device; the experts as stored, or re-encoded in {@code experts} ({@link ExpertFormats}).
+         */
+        record FromCheckpoint(Checkpoint ckpt, Optional<WeightFormat> experts) implements Weights {}
 
         /**
          * Each tensor drawn on the device from the seed and its name, scaled as {@link RandomModel}
-         * scales them; the experts in bf16.
+         * scales them; the experts in bf16, or in {@code experts}: then one layer's experts drawn and
+         * encoded on the host ({@link ExpertFormats#random}) and copied to every layer.
          */
-        record Random(long seed) implements Weights {}
+        record Random(long seed, Optional<WeightFormat> experts) implements Weights {}
     }
 
     /** The decoder of a model whose weights come from {@code source}. */
@@ -198,18 +203,19 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         lmHead = c.tieEmbeddings() ? embed : matrix(source, fill, "lm_head.weight", c.vocab(), h, 1 / Math.sqrt(h));
         invFreq = f32(c.rope().inverseFrequencies(c.headDim()));
         MoeBlock block = null;
+        CheckpointExperts.LayerWeights randomExperts = null;
         boolean norms = c.arch() == Architecture.QWEN3_MOE || c.arch() == Architecture.OLMOE;
         for (int l = 0; l < c.layers(); l++) {
             String p = ModelWeights.layerPrefix(l);
             String a = p + "self_attn.";
             DeviceBuffer wQkv = switch (source) {
-                case Weights.FromCheckpoint(Checkpoint ckpt) -> bf16(bf16Bits(concatFloats(
+                case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(bf16Bits(concatFloats(
                         sized(ckpt, a + "q_proj.weight", (long) qDim * h), sized(ckpt, a + "k_proj.weight", (long) kvDim * h),
                         sized(ckpt, a + "v_proj.weight", (long) kvDim * h))));
                 case Weights.Random _ -> matrix(source, fill, a + "qkv_proj.weight", qkvDim, h, 1 / Math.sqrt(h));
             };
             DeviceBuffer bQkv = !bias ? null : switch (source) {
-                case Weights.FromCheckpoint(Checkpoint ckpt) -> f32(concatFloats(sized(ckpt, a + "q_proj.bias", qDim),
+                case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> f32(concatFloats(sized(ckpt, a + "q_proj.bias", qDim),
                         sized(ckpt, a + "k_proj.bias", kvDim), sized(ckpt, a + "v_proj.bias", kvDim)));
                 case Weights.Random _ -> vector(source, fill, a + "qkv_proj.bias", qkvDim, Vector.BIAS);
             };
@@ -224,7 +230,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             DeviceBuffer postNorm = vector(source, fill, p + "post_attention_layernorm.weight", h, Vector.NORM);
             LayerOnDevice layer;
             if (c.moeLayers().get(l)) {
-                String moe = p + (source instanceof Weights.FromCheckpoint(Checkpoint ckpt) && c.arch() == Architecture.MIXTRAL
+                String moe = p + (source instanceof Weights.FromCheckpoint(Checkpoint ckpt, var _) && c.arch() == Architecture.MIXTRAL
                         && ckpt.find(p + "block_sparse_moe.gate.weight").isPresent() ? "block_sparse_moe" : "mlp");
                 String r = moe + (c.arch() == Architecture.GPT_OSS ? ".router" : ".gate");
                 DeviceBuffer wRouter = matrix(source, fill, r + ".weight", c.experts(), h, 1 / Math.sqrt(h));
@@ -233,14 +239,24 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 DeviceWeights gateUp;
                 DeviceWeights down;
                 switch (source) {
-                    case Weights.FromCheckpoint(Checkpoint ckpt) -> {
-                        CheckpointExperts.LayerWeights w = CheckpointExperts.load(ckpt, moe, c.experts());
+                    case Weights.FromCheckpoint(Checkpoint ckpt, Optional<WeightFormat> format) -> {
+                        CheckpointExperts.LayerWeights w = ExpertFormats.reencode(CheckpointExperts.load(ckpt, moe, c.experts()),
+                                format, moe);
                         boolean expertBias = w.gateUpBias().isPresent();
                         block = MoeBlock.of(c, w.gateUp().format(), w.layout(), expertBias);
                         gateUp = own(expertBias ? DeviceWeights.upload(w.gateUp(), w.gateUpBias().orElseThrow())
                                 : DeviceWeights.upload(w.gateUp()));
                         down = own(expertBias ? DeviceWeights.upload(w.down(), w.downBias().orElseThrow())
                                 : DeviceWeights.upload(w.down()));
+                    }
+                    case Weights.Random(long seed, Optional<WeightFormat> format) when format.isPresent()
+                            && !format.get().equals(WeightFormat.BF16) -> {
+                        if (randomExperts == null) {
+                            randomExperts = ExpertFormats.random(c, format.get(), seed);
+                        }
+                        block = MoeBlock.of(c, format.get(), GateUpLayout.STACKED, false);
+                        gateUp = own(DeviceWeights.upload(randomExperts.gateUp()));
+                        down = own(DeviceWeights.upload(randomExperts.down()));
                     }
                     case Weights.Random _ -> {
                         int in = c.expertIntermediate();
@@ -255,7 +271,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             } else {
                 int in = c.denseIntermediate();
                 DeviceBuffer stacked = switch (source) {
-                    case Weights.FromCheckpoint(Checkpoint ckpt) -> bf16(bf16Bits(concatFloats(
+                    case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(bf16Bits(concatFloats(
                             sized(ckpt, p + "mlp.gate_proj.weight", (long) in * h), sized(ckpt, p + "mlp.up_proj.weight", (long) in * h))));
                     case Weights.Random _ -> matrix(source, fill, p + "mlp.gate_up_proj.weight", 2L * in, h, 1 / Math.sqrt(h));
                 };
@@ -560,12 +576,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                         - Integer.numberOfTrailingZeros(tile))));
     }
 
-    /** Tokens per block of a decode kernel: an output-centric tile, 1 for the decode router; 0 for any other kind. */
+    /** Tokens per block of a decode kernel: an output-centric tile, 1 for the decode router and the 4-bit tensor-core decode; 0 for any other kind. */
     private static int tokenTile(KernelSpec k) {
         return switch (k.schedule()) {
             case OutputCentric oc -> oc.tokensPerCta();
-            case RouterGemv _ -> 1;
-            case dev.moeforge.dsl.schedule.OutputTensorCore _, dev.moeforge.dsl.schedule.SplitDown _,
+            case RouterGemv _, dev.moeforge.dsl.schedule.OutputTensorCore _ -> 1;
+            case dev.moeforge.dsl.schedule.SplitDown _,
                  dev.moeforge.dsl.schedule.ExpertCentric _, dev.moeforge.dsl.schedule.RouterCluster _,
                  dev.moeforge.dsl.schedule.RouterTiled _, LinearGemv _ -> 0;
         };
@@ -643,8 +659,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** A bf16 matrix {@code [rows][cols]}: the checkpoint's tensor, or N(0, std^2) drawn on the device. */
     private DeviceBuffer matrix(Weights source, Fill fill, String name, long rows, int cols, double std) {
         return switch (source) {
-            case Weights.FromCheckpoint(Checkpoint ckpt) -> bf16(bf16Bits(sized(ckpt, name, rows * cols)));
-            case Weights.Random(long seed) -> {
+            case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(bf16Bits(sized(ckpt, name, rows * cols)));
+            case Weights.Random(long seed, var _) -> {
                 DeviceBuffer b = buffer(DType.BF16, rows * cols);
                 fill.bf16().launch(1024, 1, 1, 256, 1, 1, 0, stream, b, rows * cols, tensorSeed(seed, name), 0f, (float) std);
                 yield b;
@@ -655,8 +671,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** An FP32 vector: the checkpoint's tensor, or drawn on the device as its kind says. */
     private DeviceBuffer vector(Weights source, Fill fill, String name, int n, Vector kind) {
         return switch (source) {
-            case Weights.FromCheckpoint(Checkpoint ckpt) -> f32(sized(ckpt, name, n));
-            case Weights.Random(long seed) -> {
+            case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> f32(sized(ckpt, name, n));
+            case Weights.Random(long seed, var _) -> {
                 DeviceBuffer b = buffer(DType.FP32, n);
                 fill.f32().launch(Math.ceilDiv(n, 256), 1, 1, 256, 1, 1, 0, stream, b, (long) n, tensorSeed(seed, name),
                         (float) kind.mean, (float) kind.std);

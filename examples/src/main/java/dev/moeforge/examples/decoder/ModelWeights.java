@@ -49,6 +49,12 @@ public record ModelWeights(float[] embed, float[] finalNorm, float[] lmHead, Lis
      * @throws IllegalArgumentException when a tensor's shape is not the config's
      */
     public static ModelWeights load(ModelConfig c, Checkpoint ckpt, IntConsumer progress) {
+        return load(c, ckpt, java.util.Optional.empty(), progress);
+    }
+
+    /** As {@link #load(ModelConfig, Checkpoint, IntConsumer)}, the experts re-encoded in {@code expertsFormat} where one is given. */
+    public static ModelWeights load(ModelConfig c, Checkpoint ckpt, java.util.Optional<dev.moeforge.dsl.ir.WeightFormat> expertsFormat,
+                                    IntConsumer progress) {
         Reader r = new Reader(ckpt);
         float[] embed = r.floats("model.embed_tokens.weight", c.vocab(), c.hidden());
         float[] norm = r.floats("model.norm.weight", c.hidden());
@@ -58,7 +64,7 @@ public record ModelWeights(float[] embed, float[] finalNorm, float[] lmHead, Lis
             String p = layerPrefix(l);
             layers.add(new Layer(r.floats(p + "input_layernorm.weight", c.hidden()),
                     r.floats(p + "post_attention_layernorm.weight", c.hidden()), attention(c, r, p + "self_attn."),
-                    c.moeLayers().get(l) ? moe(c, r, ckpt, p) : dense(c, r, p + "mlp.")));
+                    c.moeLayers().get(l) ? moe(c, r, ckpt, p, expertsFormat) : dense(c, r, p + "mlp.")));
             progress.accept(l);
         }
         return new ModelWeights(embed, norm, head, List.copyOf(layers));
@@ -89,14 +95,15 @@ public record ModelWeights(float[] embed, float[] finalNorm, float[] lmHead, Lis
     }
 
     /** Mixtral's hub checkpoints keep {@code block_sparse_moe}; transformers 5.x's fused layout says {@code mlp}. */
-    private static Moe moe(ModelConfig c, Reader r, Checkpoint ckpt, String layer) {
+    private static Moe moe(ModelConfig c, Reader r, Checkpoint ckpt, String layer,
+                           java.util.Optional<dev.moeforge.dsl.ir.WeightFormat> expertsFormat) {
         String p = layer + (c.arch() == Architecture.MIXTRAL && ckpt.find(layer + "block_sparse_moe.gate.weight").isPresent()
                 ? "block_sparse_moe" : "mlp");
         boolean gptOss = c.arch() == Architecture.GPT_OSS;
         String router = p + (gptOss ? ".router" : ".gate");
         float[] routerWeight = r.floats(router + ".weight", c.experts(), c.hidden());
         float[] routerBias = r.bias(gptOss, router + ".bias", c.experts());
-        CheckpointExperts.LayerWeights experts = CheckpointExperts.load(ckpt, p, c.experts());
+        CheckpointExperts.LayerWeights experts = ExpertFormats.reencode(CheckpointExperts.load(ckpt, p, c.experts()), expertsFormat, p);
         if (experts.hidden() != c.hidden() || experts.intermediate() != c.expertIntermediate()) {
             throw new IllegalArgumentException(p + ": experts of hidden " + experts.hidden() + " and intermediate "
                     + experts.intermediate() + ", config.json says " + c.hidden() + " and " + c.expertIntermediate());

@@ -15,9 +15,12 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Optional;
+import dev.moeforge.dsl.ir.WeightFormat;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.EnumSource;
 
 /**
@@ -61,12 +64,24 @@ class GpuDecoderGpuTest {
     @ParameterizedTest
     @EnumSource(Architecture.class)
     void logitsAndTokensMatchTheReference(Architecture arch) {
+        compare(arch, Optional.empty());
+    }
+
+    /** The experts re-encoded on load (--experts-format): the GPU's format kernels against the reference on the same codes. */
+    @ParameterizedTest
+    @CsvSource({"QWEN3_MOE, nvfp4", "MIXTRAL, mxfp8", "GPT_OSS, mxfp4"})
+    void expertsInAnotherFormat(Architecture arch, String format) {
+        compare(arch, Optional.of(WeightFormat.ALL.stream().filter(f -> f.text().equals(format)).findFirst().orElseThrow()));
+    }
+
+    private static void compare(Architecture arch, Optional<WeightFormat> format) {
         Path model = RandomModelTest.tiny(arch);
         ModelConfig c = ModelConfig.read(model);
         int context = PROMPT_LENGTH + STEPS + 1;
         try (Checkpoint ckpt = Checkpoint.open(model);
-             GpuDecoder gpu = new GpuDecoder(c, ckpt, runtime, stream, 1, context, STEPS + 1, l -> { })) {
-            ModelWeights weights = ModelWeights.load(c, ckpt, l -> { });
+             GpuDecoder gpu = new GpuDecoder(c, new GpuDecoder.Weights.FromCheckpoint(ckpt, format), runtime, stream, 1, context,
+                     STEPS + 1, l -> { })) {
+            ModelWeights weights = ModelWeights.load(c, ckpt, format, l -> { });
             int[] prompt = promptWithoutRouterTies(c, weights, context);
             ReferenceDecoder ref = new ReferenceDecoder(c, weights, context);
             float[] want = ref.forward(prompt);
@@ -75,13 +90,15 @@ class GpuDecoderGpuTest {
             for (int s = 0; s < STEPS; s++) {
                 ErrorStats e = ErrorStats.of(widen(want), got);
                 worst = Math.max(worst, e.relativeL2());
-                assertTrue(e.relativeL2() < LOGITS_L2, arch + " step " + s + ": logits " + e);
+                assertTrue(e.relativeL2() < LOGITS_L2, arch + " " + format.map(WeightFormat::text).orElse("") + " step " + s
+                        + ": logits " + e);
                 int token = Sampler.argmax(want);
                 want = ref.forward(new int[] {token});
                 got = gpu.forward(new int[] {token});
             }
-            System.out.printf(Locale.ROOT, "%s: prompt %s, %d steps teacher-forced, worst logits relative L2 %.2e%n",
-                    arch.modelType(), java.util.Arrays.toString(prompt), STEPS, worst);
+            System.out.printf(Locale.ROOT, "%s%s: prompt %s, %d steps teacher-forced, worst logits relative L2 %.2e%n",
+                    arch.modelType(), format.map(f -> " (experts " + f.text() + ")").orElse(""), java.util.Arrays.toString(prompt),
+                    STEPS, worst);
         }
     }
 
