@@ -36,7 +36,7 @@ import picocli.CommandLine.Option;
                 + "step time, tokens/s, the bytes a step reads (every dense weight, the LM head, the distinct experts a "
                 + "uniform routing of the batch touches) and that as a fraction of the measured read bandwidth (the floor); "
                 + "in the same run bench/torch_decode.py times transformers' generate on the same geometry with "
-                + "--peer-layers layers. Writes <out>/<date>-<device>-decode.json.")
+                + "--peer-layers layers. Writes <out>/<date>-<device>-decode.json (-decode-FORMAT.json for other expert formats).")
 final class BenchDecodeCommand implements Callable<Integer> {
 
     @Option(names = "--batches", split = ",", defaultValue = "1,8,32", paramLabel = "B,...", description = "Batch sizes (default ${DEFAULT-VALUE}).")
@@ -152,7 +152,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     }
                 }
             }
-            System.out.println("wrote " + BenchReports.write(out, ctx, "decode", doc));
+            String suffix = format.equals(dev.moeforge.dsl.ir.WeightFormat.BF16) ? "decode" : "decode-" + format.text();
+            System.out.println("wrote " + BenchReports.write(out, ctx, suffix, doc));
         }
         return 0;
     }
