@@ -401,18 +401,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** The prompt one token per replay of the layers; with {@code pick}, the last one's logits then pick the first new token. */
     private void runPrompt(int[] tokens, boolean pick) {
-        if (tokens.length == 0) {
-            throw new IllegalArgumentException("no tokens to run");
-        }
-        if (position + tokens.length > context) {
-            throw new IllegalArgumentException("the context holds " + context + " tokens; " + position + " are in it and "
-                    + tokens.length + " more do not fit");
-        }
-        for (int token : tokens) {
-            if (token < 0 || token >= c.vocab()) {
-                throw new IllegalArgumentException("token id " + token + " is outside the vocabulary [0, " + c.vocab() + ")");
-            }
-        }
+        TokenModel.checkTokens(tokens, position, context, c.vocab());
         if (layersGraph == null) {
             layersGraph = CudaGraph.capture(stream, this::enqueueLayers);
         }

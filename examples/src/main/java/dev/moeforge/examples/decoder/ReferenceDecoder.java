@@ -41,18 +41,7 @@ public final class ReferenceDecoder implements TokenModel {
 
     @Override
     public float[] forward(int[] tokens) {
-        if (tokens.length == 0) {
-            throw new IllegalArgumentException("no tokens to run");
-        }
-        if (position + tokens.length > context) {
-            throw new IllegalArgumentException("the context holds " + context + " tokens; " + position + " are in it and "
-                    + tokens.length + " more do not fit");
-        }
-        for (int token : tokens) {  // all checked before any runs: a refused call leaves the cache as it was
-            if (token < 0 || token >= c.vocab()) {
-                throw new IllegalArgumentException("token id " + token + " is outside the vocabulary [0, " + c.vocab() + ")");
-            }
-        }
+        TokenModel.checkTokens(tokens, position, context, c.vocab());
         double[] x = null;
         routerMargin = Double.POSITIVE_INFINITY;
         for (int token : tokens) {
