@@ -84,6 +84,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final CudaFunction embedTokens;
     private final CudaFunction rmsNorm;
     private final CudaFunction qkNormRope;
+    private final CudaFunction qkNormRopeHeads;
     private final CudaFunction attention;
     private final CudaFunction addF32Norm;
     private final CudaFunction addBf16Norm;
@@ -179,6 +180,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         embedTokens = module.function("embed_tokens");
         rmsNorm = module.function("rms_norm");
         qkNormRope = module.function("qk_norm_rope_cache");
+        qkNormRopeHeads = module.function("qk_norm_rope_cache_heads");
         attention = module.function("attention_decode");
         addF32Norm = module.function("add_f32_rms_norm");
         addBf16Norm = module.function("add_bf16_rms_norm");
@@ -439,9 +441,15 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 case OLMOE -> 2;
                 case MIXTRAL, GPT_OSS -> 0;
             };
-            qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, ptr(w.qNorm()),
-                    ptr(w.kNorm()), normMode, (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q,
-                    kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+            if (normMode == 2 || c.headDim() % 32 != 0) {  // OLMoE's norm spans every head: one block per token
+                qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, ptr(w.qNorm()),
+                        ptr(w.kNorm()), normMode, (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(),
+                        q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+            } else {
+                qkNormRopeHeads.launch(ORDER, c.heads() + 2 * c.kvHeads(), batch, 1, c.headDim(), 1, 1, 0, stream, qkv, ptr(w.qNorm()),
+                        ptr(w.kNorm()), normMode, eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
+                        vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+            }
             attention.launch(ORDER, c.heads(), batch, 1, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
                     ptr(w.sinks()), attnOut, c.heads(), c.kvHeads(), c.headDim(), context,
                     c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));

@@ -178,6 +178,48 @@ extern "C" __global__ void __launch_bounds__(kRowThreads) qk_norm_rope_cache(con
   }
 }
 
+// The same per head, for the per-head norms (norm_mode 0 or 1: all but OLMoE's whole-projection
+// norm): block (h, b) takes head h of the token's fused row (q heads, then k heads, then v heads),
+// one value per thread, so the row is spread over heads + 2 kv_heads blocks instead of one.
+// Block: head_dim threads (a multiple of 32, at most 256).
+extern "C" __global__ void __launch_bounds__(256) qk_norm_rope_cache_heads(
+    const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,
+    float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling,
+    float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, int heads,
+    int kv_heads, int head_dim, int context) {
+  begin_after_previous_kernel();
+  __shared__ float head[256];
+  __shared__ float scratch[32];
+  const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+  const int n = (heads + 2 * kv_heads) * head_dim;
+  const float v = qkv[static_cast<size_t>(b) * n + static_cast<size_t>(h) * head_dim + d];
+  const int pos = positions[b];
+  const int kn = kv_heads * head_dim;
+  if (h >= heads + kv_heads) {  // a v head: to the cache as it is
+    v_cache[(static_cast<size_t>(b) * context + pos) * kn + (h - heads - kv_heads) * head_dim + d] = __float2bfloat16_rn(v);
+    return;
+  }
+  float x = v;
+  if (norm_mode == 1) {
+    const float r = rsqrtf(block_sum(v * v, scratch) / head_dim + eps);
+    x = (h < heads ? q_norm : k_norm)[d] * (v * r);
+  }
+  head[d] = x;
+  __syncthreads();
+  const int half = head_dim / 2;
+  const int i = d < half ? d : d - half;
+  const float angle = inv_freq[i] * static_cast<float>(pos);
+  float sn, cs;
+  __sincosf(static_cast<float>(remainder(static_cast<double>(angle), 6.283185307179586)), &sn, &cs);
+  const float c = cs * scaling, s = sn * scaling;
+  const float roped = d < half ? head[d] * c - head[d + half] * s : head[d] * c + head[d - half] * s;
+  if (h < heads) {
+    q_out[(static_cast<size_t>(b) * heads + h) * head_dim + d] = roped;
+  } else {
+    k_cache[(static_cast<size_t>(b) * context + pos) * kn + (h - heads) * head_dim + d] = __float2bfloat16_rn(roped);
+  }
+}
+
 // Attention of one (token, head) over the token's cache [context][kv_heads][head_dim], positions
 // max(0, pos - window + 1) .. pos (window 0: all), GQA (head h reads kv head h / (heads /
 // kv_heads)), scores scaled by `scale`, softmax in FP32 with the head's sink logit in the
