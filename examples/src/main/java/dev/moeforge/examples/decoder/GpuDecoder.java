@@ -573,13 +573,13 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                         - Integer.numberOfTrailingZeros(tile))));
     }
 
-    /** Tokens per block of a decode kernel: an output-centric tile, 1 for the decode router and the 4-bit tensor-core decode; 0 for any other kind. */
+    /** Tokens per block of a decode kernel: an output-centric tile, 1 for the decode routers and the 4-bit tensor-core decode; 0 for any other kind. */
     private static int tokenTile(KernelSpec k) {
         return switch (k.schedule()) {
             case OutputCentric oc -> oc.tokensPerCta();
-            case RouterGemv _, dev.moeforge.dsl.schedule.OutputTensorCore _ -> 1;
+            case RouterGemv _, dev.moeforge.dsl.schedule.RouterCluster _, dev.moeforge.dsl.schedule.OutputTensorCore _ -> 1;
             case dev.moeforge.dsl.schedule.SplitDown _,
-                 dev.moeforge.dsl.schedule.ExpertCentric _, dev.moeforge.dsl.schedule.RouterCluster _,
+                 dev.moeforge.dsl.schedule.ExpertCentric _,
                  dev.moeforge.dsl.schedule.RouterTiled _, LinearGemv _ -> 0;
         };
     }
