@@ -50,8 +50,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private static final int ROW_THREADS = 512;
     /** The most values of a row those kernels take: kRowThreads x kPerThread. */
     private static final int MAX_ROW = 512 * 16;
-    /** attention_decode's block: 32 x moeforge_decoder.cu's kAttnWarps. */
-    private static final int ATTENTION_THREADS = 256;
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
     /**
@@ -452,7 +450,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                         ptr(w.kNorm()), normMode, eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
                         vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
             }
-            attention.launch(ORDER, c.heads(), batch, 1, ATTENTION_THREADS, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
+            attention.launch(ORDER, c.heads(), batch, 1, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
                     ptr(w.sinks()), attnOut, c.heads(), c.kvHeads(), c.headDim(), context,
                     c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
             launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);

@@ -223,11 +223,9 @@ extern "C" __global__ void __launch_bounds__(256) qk_norm_rope_cache_heads(
 // Attention of one (token, head) over the token's cache [context][kv_heads][head_dim], positions
 // max(0, pos - window + 1) .. pos (window 0: all), GQA (head h reads kv head h / (heads /
 // kv_heads)), scores scaled by `scale`, softmax in FP32 with the head's sink logit in the
-// denominator where `sinks` is given (gpt-oss). Each warp keeps an online softmax over its runs of
-// kPositions positions (every kAttnWarps-th run), loading a run's keys and values at once; the
-// warps merge in shared memory. Grid: (heads, tokens); block: 32 * kAttnWarps threads.
-constexpr int kAttnWarps = 8;
-constexpr int kPositions = 4;
+// denominator where `sinks` is given (gpt-oss). Each warp keeps an online softmax over every
+// fourth position; the four merge in shared memory. Grid: (heads, tokens); block: 128 threads.
+constexpr int kAttnWarps = 4;
 constexpr int kMaxHeadDim = 256;
 extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
@@ -254,40 +252,22 @@ extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode(
   const size_t stride = static_cast<size_t>(kv_heads) * head_dim;
   const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * head_dim;
   const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * head_dim;
-  // kPositions positions per warp and round, their key and value loads issued together
-  for (int t0 = first + warp * kPositions; t0 <= pos; t0 += kAttnWarps * kPositions) {
-    float keys[kPositions][kPerLane], values[kPositions][kPerLane];
+  for (int t = first + warp; t <= pos; t += kAttnWarps) {
+    float dot = 0.0f;
 #pragma unroll
-    for (int u = 0; u < kPositions; ++u) {
-      const int t = t0 + u;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        const int d = lane + 32 * j;
-        const bool in = t <= pos && d < head_dim;
-        keys[u][j] = in ? __bfloat162float(kb[t * stride + d]) : 0.0f;
-        values[u][j] = in ? __bfloat162float(vb[t * stride + d]) : 0.0f;
-      }
+    for (int j = 0; j < kPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < head_dim) dot += qv[j] * __bfloat162float(kb[t * stride + d]);
     }
-    float score[kPositions];
-    float m_new = m;
-#pragma unroll
-    for (int u = 0; u < kPositions; ++u) {
-      float dot = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) dot += qv[j] * keys[u][j];
-      score[u] = t0 + u <= pos ? warp_sum(dot) * scale : -INFINITY;
-      m_new = fmaxf(m_new, score[u]);
-    }
+    const float s = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, s);
     const float correction = __expf(m - m_new);
-    l *= correction;
+    const float p = __expf(s - m_new);
+    l = l * correction + p;
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) acc[j] *= correction;
-#pragma unroll
-    for (int u = 0; u < kPositions; ++u) {
-      const float p = __expf(score[u] - m_new);
-      l += p;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) acc[j] += p * values[u][j];
+    for (int j = 0; j < kPerLane; ++j) {
+      const int d = lane + 32 * j;
+      acc[j] = acc[j] * correction + (d < head_dim ? p * __bfloat162float(vb[t * stride + d]) : 0.0f);
     }
     m = m_new;
   }
