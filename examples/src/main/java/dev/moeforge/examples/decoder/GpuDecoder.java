@@ -50,6 +50,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private static final int ROW_THREADS = 512;
     /** The most values of a row those kernels take: kRowThreads x kPerThread. */
     private static final int MAX_ROW = 512 * 16;
+    /**
+     * Slices of the context each (token, head) is split into: every slice its own block, so a long
+     * context is read by heads x slices blocks at once rather than one per head.
+     */
+    private static final int ATTENTION_SPLITS = 16;
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
     /**
@@ -85,7 +90,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final CudaFunction rmsNorm;
     private final CudaFunction qkNormRope;
     private final CudaFunction qkNormRopeHeads;
-    private final CudaFunction attention;
+    private final CudaFunction attentionSplit;
+    private final CudaFunction attentionMerge;
     private final CudaFunction addF32Norm;
     private final CudaFunction addBf16Norm;
     private final CudaFunction pickNext;
@@ -97,6 +103,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final DeviceBuffer qkv;        // [B][qkvDim] fp32
     private final DeviceBuffer q;          // [B][qDim] fp32, roped
     private final DeviceBuffer attnOut;    // [B][qDim] bf16
+    private final DeviceBuffer attnParts;  // [B][heads][splits][head_dim + 2] fp32
     private final DeviceBuffer projected;  // [B][H] fp32
     private final DeviceBuffer topkIds;
     private final DeviceBuffer topkWeights;
@@ -181,7 +188,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         rmsNorm = module.function("rms_norm");
         qkNormRope = module.function("qk_norm_rope_cache");
         qkNormRopeHeads = module.function("qk_norm_rope_cache_heads");
-        attention = module.function("attention_decode");
+        attentionSplit = module.function("attention_split");
+        attentionMerge = module.function("attention_merge");
         addF32Norm = module.function("add_f32_rms_norm");
         addBf16Norm = module.function("add_bf16_rms_norm");
         pickNext = module.function("pick_next");
@@ -296,6 +304,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         qkv = buffer(DType.FP32, (long) batch * qkvDim);
         q = buffer(DType.FP32, (long) batch * qDim);
         attnOut = buffer(DType.BF16, (long) batch * qDim);
+        attnParts = buffer(DType.FP32, (long) batch * c.heads() * ATTENTION_SPLITS * (c.headDim() + 2));
         projected = buffer(DType.FP32, (long) batch * h);
         topkIds = buffer(DType.INT32, (long) batch * c.topk());
         topkWeights = buffer(DType.FP32, (long) batch * c.topk());
@@ -450,9 +459,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                         ptr(w.kNorm()), normMode, eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
                         vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
             }
-            attention.launch(ORDER, c.heads(), batch, 1, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
-                    ptr(w.sinks()), attnOut, c.heads(), c.kvHeads(), c.headDim(), context,
+            attentionSplit.launch(ORDER, c.heads(), ATTENTION_SPLITS, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
+                    positions, attnParts, c.heads(), c.kvHeads(), c.headDim(), context,
                     c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
+            attentionMerge.launch(ORDER, c.heads(), batch, 1, c.headDim(), 1, 1, 0, stream, attnParts, ATTENTION_SPLITS,
+                    ptr(w.sinks()), attnOut, c.heads(), c.headDim());
             launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
             addF32Norm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, projected, w.postNorm(), normed, h, eps);
             if (w.moe()) {

@@ -223,23 +223,30 @@ extern "C" __global__ void __launch_bounds__(256) qk_norm_rope_cache_heads(
 // Attention of one (token, head) over the token's cache [context][kv_heads][head_dim], positions
 // max(0, pos - window + 1) .. pos (window 0: all), GQA (head h reads kv head h / (heads /
 // kv_heads)), scores scaled by `scale`, softmax in FP32 with the head's sink logit in the
-// denominator where `sinks` is given (gpt-oss). Each warp keeps an online softmax over every
-// fourth position; the four merge in shared memory. Grid: (heads, tokens); block: 128 threads.
+// denominator where `sinks` is given (gpt-oss); each warp of a block keeps an online softmax over
+// every kAttnWarps-th position of its slice.
 constexpr int kAttnWarps = 4;
 constexpr int kMaxHeadDim = 256;
-extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode(
+// Attention split over blocks (for long contexts): block (h, split, b) takes its slice of the
+// token's positions (the window's positions cut into gridDim.y slices of equal length), keeps an
+// online softmax over it as attention_decode does, and writes its part (max, sum, [head_dim] sums)
+// to `parts`; attention_merge then combines a head's parts with its sink. An empty slice writes
+// max -inf and sum 0. Grid: (heads, splits, tokens); block: 32 * kAttnWarps threads.
+extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_split(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
-    const int* __restrict__ positions, const float* __restrict__ sinks, __nv_bfloat16* __restrict__ out, int heads,
-    int kv_heads, int head_dim, int context, int window, float scale) {
+    const int* __restrict__ positions, float* __restrict__ parts, int heads, int kv_heads, int head_dim, int context,
+    int window, float scale) {
   begin_after_previous_kernel();
   constexpr int kPerLane = kMaxHeadDim / 32;
   __shared__ float part_max[kAttnWarps], part_sum[kAttnWarps];
   __shared__ float part_acc[kAttnWarps][kMaxHeadDim];
-  const int h = blockIdx.x, b = blockIdx.y;
+  const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, b = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kvh = h / (heads / kv_heads);
   const int pos = positions[b];
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
+  const int span = (pos - first + splits) / splits;  // ceil((pos - first + 1) / splits)
+  const int begin = first + split * span, end = min(pos, begin + span - 1);
   const float* qh = q + (static_cast<size_t>(b) * heads + h) * head_dim;
   float qv[kPerLane], acc[kPerLane];
 #pragma unroll
@@ -252,17 +259,17 @@ extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode(
   const size_t stride = static_cast<size_t>(kv_heads) * head_dim;
   const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * head_dim;
   const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * head_dim;
-  for (int t = first + warp; t <= pos; t += kAttnWarps) {
+  for (int t = begin + warp; t <= end; t += kAttnWarps) {
     float dot = 0.0f;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int d = lane + 32 * j;
       if (d < head_dim) dot += qv[j] * __bfloat162float(kb[t * stride + d]);
     }
-    const float s = warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, s);
+    const float sc = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, sc);
     const float correction = __expf(m - m_new);
-    const float p = __expf(s - m_new);
+    const float p = __expf(sc - m_new);
     l = l * correction + p;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
@@ -281,19 +288,46 @@ extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode(
     if (d < head_dim) part_acc[warp][d] = acc[j];
   }
   __syncthreads();
-  float total_max = sinks != nullptr ? sinks[h] : -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) total_max = fmaxf(total_max, part_max[w]);
-  float denominator = sinks != nullptr ? __expf(sinks[h] - total_max) : 0.0f;
-  for (int w = 0; w < kAttnWarps; ++w) {
-    if (part_sum[w] > 0.0f) denominator += part_sum[w] * __expf(part_max[w] - total_max);
+  float block_max = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) block_max = fmaxf(block_max, part_max[w]);
+  float* out = parts + ((static_cast<size_t>(b) * heads + h) * splits + split) * (head_dim + 2);
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) {
+      if (part_sum[w] > 0.0f) sum += part_sum[w] * __expf(part_max[w] - block_max);
+    }
+    out[0] = block_max;
+    out[1] = sum;
   }
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float numerator = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) {
-      if (part_sum[w] > 0.0f) numerator += part_acc[w][d] * __expf(part_max[w] - total_max);
+      if (part_sum[w] > 0.0f) numerator += part_acc[w][d] * __expf(part_max[w] - block_max);
     }
-    out[(static_cast<size_t>(b) * heads + h) * head_dim + d] = __float2bfloat16_rn(numerator / denominator);
+    out[2 + d] = numerator;
   }
+}
+
+// A head's parts from attention_split, merged with its sink (where given) into the bf16 output.
+// Grid: (heads, tokens); block: head_dim threads.
+extern "C" __global__ void attention_merge(const float* __restrict__ parts, int splits, const float* __restrict__ sinks,
+                                           __nv_bfloat16* __restrict__ out, int heads, int head_dim) {
+  begin_after_previous_kernel();
+  const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+  const float* p = parts + (static_cast<size_t>(b) * heads + h) * splits * (head_dim + 2);
+  float total_max = sinks != nullptr ? sinks[h] : -INFINITY;
+  for (int s = 0; s < splits; ++s) total_max = fmaxf(total_max, p[s * (head_dim + 2)]);
+  float denominator = sinks != nullptr ? __expf(sinks[h] - total_max) : 0.0f;
+  float numerator = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float* part = p + s * (head_dim + 2);
+    if (part[1] > 0.0f) {
+      const float f = __expf(part[0] - total_max);
+      denominator += part[1] * f;
+      numerator += part[2 + d] * f;
+    }
+  }
+  if (d < head_dim) out[(static_cast<size_t>(b) * heads + h) * head_dim + d] = __float2bfloat16_rn(numerator / denominator);
 }
 
 // The residual add and the next norm in one: x[b] += y[b], then out[b] = bf16(w * x[b] / rms(x[b])).
