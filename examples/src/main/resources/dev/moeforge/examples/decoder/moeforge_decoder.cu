@@ -229,7 +229,7 @@ constexpr int kAttnWarps = 4;
 constexpr int kMaxHeadDim = 256;
 // Attention split over blocks (for long contexts): block (h, split, b) takes its slice of the
 // token's positions (the window's positions cut into gridDim.y slices of equal length), keeps an
-// online softmax over it as attention_decode does, and writes its part (max, sum, [head_dim] sums)
+// online softmax over it (as described above), and writes its part (max, sum, [head_dim] sums)
 // to `parts`; attention_merge then combines a head's parts with its sink. An empty slice writes
 // max -inf and sum 0. Grid: (heads, splits, tokens); block: 32 * kAttnWarps threads.
 extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_split(
