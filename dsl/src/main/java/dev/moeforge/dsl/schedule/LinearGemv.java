@@ -3,7 +3,6 @@ package dev.moeforge.dsl.schedule;
 import static dev.moeforge.dsl.schedule.ScheduleRules.range;
 
 import dev.moeforge.dsl.check.SpecError;
-import dev.moeforge.dsl.ir.Limits;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.epilogue.Store;
@@ -43,10 +42,7 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
     @Override
     public void check(Problem.Linear l, Target target, List<SpecError> errors) {
         range(errors, "schedule.warps_per_cta", warpsPerCta, 1, ScheduleRules.maxWarps(target));
-        ScheduleRules.loadBytes(errors, loadBytes);
-        if (ScheduleRules.LOAD_BYTES.contains(loadBytes) && l.inputs() >= 1 && l.inputs() <= Limits.MAX_DIMENSION) {
-            ScheduleRules.wholeLoads(errors, "problem.inputs", l.inputs(), l.weights().elementsPerLoad(loadBytes), loadBytes);
-        }
+        ScheduleRules.rowLoads(errors, "problem.inputs", l.inputs(), l.weights(), loadBytes);
         range(errors, "schedule.k_unroll", kUnroll, 1, 16);
         range(errors, "schedule.outputs_per_cta", outputsPerCta, 1, Math.max(1, Math.min(l.outputs(), 1024)));
     }

@@ -63,10 +63,7 @@ public record RouterGemv(int warpsPerCta, int loadBytes, int kUnroll, int expert
 
     /** The load width, and hidden a whole number of loads, of the decode routers. */
     static void decodeLoads(Problem.Router r, int loadBytes, List<SpecError> errors) {
-        ScheduleRules.loadBytes(errors, loadBytes);
-        if (ScheduleRules.LOAD_BYTES.contains(loadBytes) && r.hidden() >= 1 && r.hidden() <= Limits.MAX_DIMENSION) {
-            ScheduleRules.wholeLoads(errors, "problem.hidden", r.hidden(), r.weights().elementsPerLoad(loadBytes), loadBytes);
-        }
+        ScheduleRules.rowLoads(errors, "problem.hidden", r.hidden(), r.weights(), loadBytes);
     }
 
     /** Thread blocks per token. */

@@ -33,6 +33,17 @@ final class ScheduleRules {
         }
     }
 
+    /**
+     * A decode GEMV's loads: the load width, and its rows ({@code path}, {@code length} elements of
+     * {@code weights}) a whole number of loads; the length only once it is in range.
+     */
+    static void rowLoads(List<SpecError> errors, String path, int length, WeightFormat weights, int loadBytes) {
+        loadBytes(errors, loadBytes);
+        if (LOAD_BYTES.contains(loadBytes) && length >= 1 && length <= Limits.MAX_DIMENSION) {
+            wholeLoads(errors, path, length, weights.elementsPerLoad(loadBytes), loadBytes);
+        }
+    }
+
     /** A row of {@code value} elements read in loads of {@code by} elements ({@code loadBytes} bytes) must be whole loads. */
     static void wholeLoads(List<SpecError> errors, String path, int value, int by, int loadBytes) {
         if (value % by != 0) {

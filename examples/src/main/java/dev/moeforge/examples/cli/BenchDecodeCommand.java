@@ -72,7 +72,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--tokens must be at least 2 (one prefill pick, then decode steps), got " + tokens);
         }
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
-        dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat(expertsFormat);
+        dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat("--experts-format", expertsFormat);
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
         int[] prompt;
         try (TextTokenizer tokenizer = TextTokenizer.builtInQwen3()) {
@@ -130,7 +130,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                 Map<String, Object> input = new LinkedHashMap<>();
                 input.put("vocab", c.vocab());
                 input.put("hidden", c.hidden());
-                input.put("dense_intermediate", 6144);
+                input.put("dense_intermediate", preset.denseIntermediate());
                 input.put("intermediate", c.expertIntermediate());
                 input.put("layers", peerLayers);
                 input.put("heads", c.heads());

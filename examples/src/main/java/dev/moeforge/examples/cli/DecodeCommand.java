@@ -104,6 +104,7 @@ public final class DecodeCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--max-tokens must be positive, got " + maxTokens);
         }
         Sampler.Options sampling = new Sampler.Options(temperature, topK, topP, seed);
+        expertsFormat();  // a format that does not exist is refused before anything loads
         boolean onGpu = !cpu && Gpu.available();
         if (model == null && !onGpu) {
             throw new IllegalArgumentException("no --model: the built-in model (Qwen3-30B-A3B geometry, 48 layers, random weights)"
@@ -150,13 +151,7 @@ public final class DecodeCommand implements Callable<Integer> {
     }
 
     private java.util.Optional<dev.moeforge.dsl.ir.WeightFormat> expertsFormat() {
-        return java.util.Optional.ofNullable(expertsFormat).map(f -> {
-            try {
-                return QuantizeCommand.parseFormat(f);
-            } catch (IllegalArgumentException e) {
-                throw new IllegalArgumentException(e.getMessage().replace("--format", "--experts-format"), e);
-            }
-        });
+        return java.util.Optional.ofNullable(expertsFormat).map(f -> QuantizeCommand.parseFormat("--experts-format", f));
     }
 
     /** What a run produced and how long it took; texts and ids per sequence. */

@@ -83,7 +83,7 @@ public final class QuantizeCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        WeightFormat f = parseFormat(format);
+        WeightFormat f = parseFormat("--format", format);
         long maxShard = parseSize(shardSize);
         if (json != null && Files.isDirectory(json)) {
             throw new IllegalArgumentException("--json " + json + ": is a directory; name the JSON file to write");
@@ -208,13 +208,14 @@ public final class QuantizeCommand implements Callable<Integer> {
         new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT).writeValue(file.toFile(), doc);
     }
 
-    static WeightFormat parseFormat(String text) {
+    /** The weight format named by {@code text}, given as option {@code option}; refused with the formats there are. */
+    static WeightFormat parseFormat(String option, String text) {
         for (WeightFormat f : WeightFormat.ALL) {
             if (f.text().equals(text)) {
                 return f;
             }
         }
-        throw new IllegalArgumentException("--format " + text + ": unknown format; allowed: "
+        throw new IllegalArgumentException(option + " " + text + ": unknown format; allowed: "
                 + WeightFormat.ALL.stream().map(WeightFormat::text).collect(Collectors.joining(", ")));
     }
 

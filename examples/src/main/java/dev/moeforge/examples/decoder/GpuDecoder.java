@@ -177,12 +177,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         int kvDim = c.kvHeads() * c.headDim();
         int qkvDim = qDim + 2 * kvDim;
 
-        // kernels
         boolean bias = c.attentionBias();
-        Kernels linear = Kernels.of(c, null, target, batch);
-        qkvProj = runtime.load(linear.qkv());
-        oProj = runtime.load(linear.o());
-        head = runtime.load(linear.head());
         CudaModule module = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu");
         embedTokens = module.function("embed_tokens");
         rmsNorm = module.function("rms_norm");
@@ -219,9 +214,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             String p = ModelWeights.layerPrefix(l);
             String a = p + "self_attn.";
             DeviceBuffer wQkv = switch (source) {
-                case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(bf16Bits(concatFloats(
-                        sized(ckpt, a + "q_proj.weight", (long) qDim * h), sized(ckpt, a + "k_proj.weight", (long) kvDim * h),
-                        sized(ckpt, a + "v_proj.weight", (long) kvDim * h))));
+                case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(concat(bf16Of(ckpt, a + "q_proj.weight", (long) qDim * h),
+                        bf16Of(ckpt, a + "k_proj.weight", (long) kvDim * h), bf16Of(ckpt, a + "v_proj.weight", (long) kvDim * h)));
                 case Weights.Random _ -> matrix(source, fill, a + "qkv_proj.weight", qkvDim, h, 1 / Math.sqrt(h));
             };
             DeviceBuffer bQkv = !bias ? null : switch (source) {
@@ -240,9 +234,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             DeviceBuffer postNorm = vector(source, fill, p + "post_attention_layernorm.weight", h, Vector.NORM);
             LayerOnDevice layer;
             if (c.moeLayers().get(l)) {
-                String moe = p + (source instanceof Weights.FromCheckpoint(Checkpoint ckpt, var _) && c.arch() == Architecture.MIXTRAL
-                        && ckpt.find(p + "block_sparse_moe.gate.weight").isPresent() ? "block_sparse_moe" : "mlp");
-                String r = moe + (c.arch() == Architecture.GPT_OSS ? ".router" : ".gate");
+                String moe = source instanceof Weights.FromCheckpoint(Checkpoint ckpt, var _) ? ModelWeights.moePrefix(c, ckpt, p)
+                        : p + "mlp";
+                String r = ModelWeights.routerPrefix(c, moe);
                 DeviceBuffer wRouter = matrix(source, fill, r + ".weight", c.experts(), h, 1 / Math.sqrt(h));
                 DeviceBuffer bRouter = c.arch() == Architecture.GPT_OSS ? vector(source, fill, r + ".bias", c.experts(), Vector.BIAS)
                         : null;
@@ -281,8 +275,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             } else {
                 int in = c.denseIntermediate();
                 DeviceBuffer stacked = switch (source) {
-                    case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(bf16Bits(concatFloats(
-                            sized(ckpt, p + "mlp.gate_proj.weight", (long) in * h), sized(ckpt, p + "mlp.up_proj.weight", (long) in * h))));
+                    case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(concat(bf16Of(ckpt, p + "mlp.gate_proj.weight", (long) in * h),
+                            bf16Of(ckpt, p + "mlp.up_proj.weight", (long) in * h)));
                     case Weights.Random _ -> matrix(source, fill, p + "mlp.gate_up_proj.weight", 2L * in, h, 1 / Math.sqrt(h));
                 };
                 layer = new LayerOnDevice(inputNorm, postNorm, wQkv, bQkv, wO, bO, qn, kn, sinks, null, null,
@@ -292,7 +286,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             layers.add(layer);
             progress.accept(l);
         }
+        // the DSL kernels, once the experts' format is known
         Kernels k = Kernels.of(c, block, target, batch);
+        qkvProj = runtime.load(k.qkv());
+        oProj = runtime.load(k.o());
+        head = runtime.load(k.head());
         router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
         experts = k.gateUp() == null ? null : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
         denseMlp = k.denseGateUp() == null ? null
@@ -342,7 +340,20 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     public void sampling(double temperature, long seed) {
         this.temperature = (float) temperature;
         this.seed = seed;
-        stepGraph = null;  // captured with the old values
+        if (stepGraph != null) {  // captured with the old values
+            stepGraph.close();
+            stepGraph = null;
+        }
+    }
+
+    private void closeGraphs() {
+        for (CudaGraph g : new CudaGraph[] {stepGraph, layersGraph}) {
+            if (g != null) {
+                g.close();
+            }
+        }
+        stepGraph = null;
+        layersGraph = null;
     }
 
     @Override
@@ -445,19 +456,15 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         for (int l = 0; l < c.layers(); l++) {
             LayerOnDevice w = layers.get(l);
             launchLinear(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
-            int normMode = switch (c.arch()) {
-                case QWEN3_MOE -> 1;
-                case OLMOE -> 2;
-                case MIXTRAL, GPT_OSS -> 0;
-            };
-            if (normMode == 2 || c.headDim() % 32 != 0) {  // OLMoE's norm spans every head: one block per token
-                qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, ptr(w.qNorm()),
-                        ptr(w.kNorm()), normMode, (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(),
-                        q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
-            } else {
-                qkNormRopeHeads.launch(ORDER, c.heads() + 2 * c.kvHeads(), batch, 1, c.headDim(), 1, 1, 0, stream, qkv, ptr(w.qNorm()),
-                        ptr(w.kNorm()), normMode, eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
+            if (c.arch() == Architecture.OLMOE) {  // its q/k norm spans every head: one block per token
+                qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
+                        (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
                         vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+            } else {
+                int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
+                qkNormRopeHeads.launch(ORDER, c.heads() + 2 * c.kvHeads(), batch, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0,
+                        stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
+                        c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
             }
             attentionSplit.launch(ORDER, c.heads(), ATTENTION_SPLITS, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
                     positions, attnParts, c.heads(), c.kvHeads(), c.headDim(), context,
@@ -510,6 +517,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     @Override
     public void close() {
+        closeGraphs();
         for (AutoCloseable a : closers) {
             try {
                 a.close();
@@ -543,10 +551,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                         .schedule(new RouterGemv(4, loadBytes(h), 8, Math.min(4, c.experts()))).epilogue(block.routingRule())
                         .target(target).build();
                 router = catalogued(plain, batch).orElse(plain);
-                gateUp = catalogued(expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target), batch)
-                        .orElseGet(() -> expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target));
-                down = catalogued(expertSpec("experts_down", block.down(), block.downEpilogue(), target), batch)
-                        .orElseGet(() -> expertSpec("experts_down", block.down(), block.downEpilogue(), target));
+                KernelSpec plainGateUp = expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target);
+                gateUp = catalogued(plainGateUp, batch).orElse(plainGateUp);
+                KernelSpec plainDown = expertSpec("experts_down", block.down(), block.downEpilogue(), target);
+                down = catalogued(plainDown, batch).orElse(plainDown);
             }
             KernelSpec denseGateUp = null;
             KernelSpec denseDown = null;
@@ -667,7 +675,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** A bf16 matrix {@code [rows][cols]}: the checkpoint's tensor, or N(0, std^2) drawn on the device. */
     private DeviceBuffer matrix(Weights source, Fill fill, String name, long rows, int cols, double std) {
         return switch (source) {
-            case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(bf16Bits(sized(ckpt, name, rows * cols)));
+            case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(bf16Of(ckpt, name, rows * cols));
             case Weights.Random(long seed, var _) -> {
                 DeviceBuffer b = buffer(DType.BF16, rows * cols);
                 fill.bf16().launch(1024, 1, 1, 256, 1, 1, 0, stream, b, rows * cols, tensorSeed(seed, name), 0f, (float) std);
@@ -707,6 +715,27 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         short[] out = new short[values.length];
         for (int i = 0; i < out.length; i++) {
             out[i] = Bf16.fromFloat(values[i]);
+        }
+        return out;
+    }
+
+    /** A tensor as bf16 bits: a BF16 tensor's own, any other float tensor rounded; its size checked as {@link #sized} does. */
+    private static short[] bf16Of(Checkpoint ckpt, String name, long elements) {
+        return ckpt.tensor(name).dtype() == dev.moeforge.checkpoint.SafetensorsDType.BF16 && ckpt.tensor(name).numel() == elements
+                ? ckpt.bf16(name) : bf16Bits(sized(ckpt, name, elements));
+    }
+
+    /** bf16 arrays one after another (q, k and v stacked into the fused projection). */
+    private static short[] concat(short[]... parts) {
+        int n = 0;
+        for (short[] p : parts) {
+            n += p.length;
+        }
+        short[] out = new short[n];
+        int at = 0;
+        for (short[] p : parts) {
+            System.arraycopy(p, 0, out, at, p.length);
+            at += p.length;
         }
         return out;
     }

@@ -94,13 +94,25 @@ public record ModelWeights(float[] embed, float[] finalNorm, float[] lmHead, Lis
                 qNorm, kNorm, c.arch() == Architecture.GPT_OSS ? r.floats(p + "sinks", c.heads()) : null);
     }
 
-    /** Mixtral's hub checkpoints keep {@code block_sparse_moe}; transformers 5.x's fused layout says {@code mlp}. */
+    /**
+     * The prefix of layer {@code layer}'s MoE block ({@code model.layers.L.mlp}): Mixtral's hub
+     * checkpoints keep {@code block_sparse_moe}, transformers 5.x's fused layout says {@code mlp}.
+     */
+    public static String moePrefix(ModelConfig c, Checkpoint ckpt, String layer) {
+        return layer + (c.arch() == Architecture.MIXTRAL && ckpt.find(layer + "block_sparse_moe.gate.weight").isPresent()
+                ? "block_sparse_moe" : "mlp");
+    }
+
+    /** The router's prefix under a MoE block: gpt-oss's {@code router} (weight and bias), the others' {@code gate}. */
+    public static String routerPrefix(ModelConfig c, String moePrefix) {
+        return moePrefix + (c.arch() == Architecture.GPT_OSS ? ".router" : ".gate");
+    }
+
     private static Moe moe(ModelConfig c, Reader r, Checkpoint ckpt, String layer,
                            java.util.Optional<dev.moeforge.dsl.ir.WeightFormat> expertsFormat) {
-        String p = layer + (c.arch() == Architecture.MIXTRAL && ckpt.find(layer + "block_sparse_moe.gate.weight").isPresent()
-                ? "block_sparse_moe" : "mlp");
+        String p = moePrefix(c, ckpt, layer);
         boolean gptOss = c.arch() == Architecture.GPT_OSS;
-        String router = p + (gptOss ? ".router" : ".gate");
+        String router = routerPrefix(c, p);
         float[] routerWeight = r.floats(router + ".weight", c.experts(), c.hidden());
         float[] routerBias = r.bias(gptOss, router + ".bias", c.experts());
         CheckpointExperts.LayerWeights experts = ExpertFormats.reencode(CheckpointExperts.load(ckpt, p, c.experts()), expertsFormat, p);

@@ -93,11 +93,17 @@ public final class TextTokenizer implements AutoCloseable {
         tokenizer.close();
     }
 
-    /** Text as it is generated: each call returns what the new tokens added, holding back an unfinished UTF-8 character. */
+    /**
+     * Text as it is generated: each call returns what the new token added, holding back an
+     * unfinished UTF-8 character. Only the tokens since the last text given out, and the few before
+     * them that shape it (a leading space, a merged character), are decoded again, as the
+     * tokenizers library's own decode stream does, so a long generation costs no more per token.
+     */
     public static final class Stream {
         private final TextTokenizer tokenizer;
         private int[] ids = new int[0];
-        private int shown;
+        private int prefix;  // where the context of the next text starts
+        private int read;    // where the next text starts
 
         public Stream(TextTokenizer tokenizer) {
             this.tokenizer = tokenizer;
@@ -106,13 +112,14 @@ public final class TextTokenizer implements AutoCloseable {
         public String add(int id) {
             ids = Arrays.copyOf(ids, ids.length + 1);
             ids[ids.length - 1] = id;
-            String text = tokenizer.decode(ids);
-            if (text.endsWith("\uFFFD") || text.length() < shown) {
+            String before = tokenizer.decode(Arrays.copyOfRange(ids, prefix, read));
+            String now = tokenizer.decode(Arrays.copyOfRange(ids, prefix, ids.length));
+            if (now.length() <= before.length() || now.endsWith("\uFFFD")) {
                 return "";
             }
-            String delta = text.substring(shown);
-            shown = text.length();
-            return delta;
+            prefix = read;
+            read = ids.length;
+            return now.substring(before.length());
         }
     }
 }

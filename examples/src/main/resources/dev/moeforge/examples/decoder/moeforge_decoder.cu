@@ -102,18 +102,28 @@ __device__ __forceinline__ void norm_span(float* v, const float* __restrict__ w,
   __syncthreads();
 }
 
-// One token's fused q, k, v row [(heads + 2 kv_heads) * head_dim] (FP32, from the qkv projection):
-// the q/k norm (norm_mode 1: per head with a [head_dim] weight, Qwen3; 2: over the whole q and the
-// whole k, OLMoE; 0: none), the clamp to +-clip (clip > 0, OLMoE), RoPE at the token's position
-// (NeoX pairs i, i + head_dim/2; angle = inv_freq[i] * pos in FP32; cos and sin times `scaling`),
-// then q to q_out (FP32) and k, v to the cache at the position. Grid: tokens; block: kRowThreads
-// threads (the row at most kRowThreads * kPerThread values); dynamic shared memory: the row as floats.
-extern "C" __global__ void __launch_bounds__(kRowThreads) qk_norm_rope_cache(const float* __restrict__ qkv, const float* __restrict__ q_norm,
-                                              const float* __restrict__ k_norm, int norm_mode, float clip, float eps,
-                                              const int* __restrict__ positions, const float* __restrict__ inv_freq,
-                                              float scaling, float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
-                                              __nv_bfloat16* __restrict__ v_cache, int heads, int kv_heads, int head_dim,
-                                              int context) {
+// RoPE's cos and sin of pair i at position pos (NeoX pairs i, i + head_dim/2), times `scaling`:
+// the angle inv_freq[i] * pos in FP32 as transformers computes it, reduced to [-pi, pi] in FP64
+// (exactly enough), so the fast sine needs no slow path.
+__device__ __forceinline__ void rope_cos_sin(const float* __restrict__ inv_freq, int i, int pos, float scaling, float& c,
+                                             float& s) {
+  const float angle = inv_freq[i] * static_cast<float>(pos);
+  float sn, cs;
+  __sincosf(static_cast<float>(remainder(static_cast<double>(angle), 6.283185307179586)), &sn, &cs);
+  c = cs * scaling;
+  s = sn * scaling;
+}
+
+// A token's fused q, k, v row [(heads + 2 kv_heads) * head_dim] (FP32, from the qkv projection)
+// under OLMoE's norm, which spans every head: RMSNorm over the whole q and the whole k, the clamp to
+// +-clip (clip > 0), RoPE at the token's position, then q to q_out (FP32) and k, v to the cache at
+// the position. Grid: tokens; block: kRowThreads threads (the row at most kRowThreads * kPerThread
+// values); dynamic shared memory: the row as floats.
+extern "C" __global__ void __launch_bounds__(kRowThreads) qk_norm_rope_cache(
+    const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, float clip, float eps,
+    const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling, float* __restrict__ q_out,
+    __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, int heads, int kv_heads, int head_dim,
+    int context) {
   begin_after_previous_kernel();
   extern __shared__ float row[];
   __shared__ float scratch[32];
@@ -136,21 +146,8 @@ extern "C" __global__ void __launch_bounds__(kRowThreads) qk_norm_rope_cache(con
   float* q = row;
   float* k = row + qn;
   float* v = row + qn + kn;
-  if (norm_mode == 1) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    for (int h = warp; h < heads + kv_heads; h += warps) {
-      float* head = h < heads ? q + h * head_dim : k + (h - heads) * head_dim;
-      const float* w = h < heads ? q_norm : k_norm;
-      float ss = 0.0f;
-      for (int i = lane; i < head_dim; i += 32) ss += head[i] * head[i];
-      const float r = rsqrtf(warp_sum(ss) / head_dim + eps);
-      for (int i = lane; i < head_dim; i += 32) head[i] = w[i] * (head[i] * r);
-    }
-    __syncthreads();
-  } else if (norm_mode == 2) {
-    norm_span(q, q_norm, qn, eps, scratch);
-    norm_span(k, k_norm, kn, eps, scratch);
-  }
+  norm_span(q, q_norm, qn, eps, scratch);
+  norm_span(k, k_norm, kn, eps, scratch);
   if (clip > 0.0f) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = fminf(clip, fmaxf(-clip, row[i]));
     __syncthreads();
@@ -160,11 +157,8 @@ extern "C" __global__ void __launch_bounds__(kRowThreads) qk_norm_rope_cache(con
   for (int p = threadIdx.x; p < (heads + kv_heads) * half; p += blockDim.x) {
     const int h = p / half, i = p % half;
     float* head = h < heads ? q + h * head_dim : k + (h - heads) * head_dim;
-    // the FP32 angle, reduced to [-pi, pi] in FP64 (exactly enough), so the fast sine needs no slow path
-    const float angle = inv_freq[i] * static_cast<float>(pos);
-    float sn, cs;
-    __sincosf(static_cast<float>(remainder(static_cast<double>(angle), 6.283185307179586)), &sn, &cs);
-    const float c = cs * scaling, s = sn * scaling;
+    float c, s;
+    rope_cos_sin(inv_freq, i, pos, scaling, c, s);
     const float x0 = head[i], x1 = head[i + half];
     head[i] = x0 * c - x1 * s;
     head[i + half] = x1 * c + x0 * s;
@@ -178,10 +172,10 @@ extern "C" __global__ void __launch_bounds__(kRowThreads) qk_norm_rope_cache(con
   }
 }
 
-// The same per head, for the per-head norms (norm_mode 0 or 1: all but OLMoE's whole-projection
-// norm): block (h, b) takes head h of the token's fused row (q heads, then k heads, then v heads),
-// one value per thread, so the row is spread over heads + 2 kv_heads blocks instead of one.
-// Block: head_dim threads (a multiple of 32, at most 256).
+// The same one head per block, for every other model (per-head q/k norm with a [head_dim] weight
+// where norm_mode is 1, Qwen3; none where 0): block (h, b) takes head h of the token's fused row
+// (q heads, then k heads, then v heads), one value per thread. Block: head_dim rounded up to whole
+// warps (at most 256 threads).
 extern "C" __global__ void __launch_bounds__(256) qk_norm_rope_cache_heads(
     const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,
     float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling,
@@ -191,27 +185,26 @@ extern "C" __global__ void __launch_bounds__(256) qk_norm_rope_cache_heads(
   __shared__ float head[256];
   __shared__ float scratch[32];
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+  const bool in = d < head_dim;
   const int n = (heads + 2 * kv_heads) * head_dim;
-  const float v = qkv[static_cast<size_t>(b) * n + static_cast<size_t>(h) * head_dim + d];
+  const float v = in ? qkv[static_cast<size_t>(b) * n + static_cast<size_t>(h) * head_dim + d] : 0.0f;
   const int pos = positions[b];
   const int kn = kv_heads * head_dim;
   if (h >= heads + kv_heads) {  // a v head: to the cache as it is
-    v_cache[(static_cast<size_t>(b) * context + pos) * kn + (h - heads - kv_heads) * head_dim + d] = __float2bfloat16_rn(v);
+    if (in) v_cache[(static_cast<size_t>(b) * context + pos) * kn + (h - heads - kv_heads) * head_dim + d] = __float2bfloat16_rn(v);
     return;
   }
   float x = v;
   if (norm_mode == 1) {
     const float r = rsqrtf(block_sum(v * v, scratch) / head_dim + eps);
-    x = (h < heads ? q_norm : k_norm)[d] * (v * r);
+    x = in ? (h < heads ? q_norm : k_norm)[d] * (v * r) : 0.0f;
   }
   head[d] = x;
   __syncthreads();
+  if (!in) return;
   const int half = head_dim / 2;
-  const int i = d < half ? d : d - half;
-  const float angle = inv_freq[i] * static_cast<float>(pos);
-  float sn, cs;
-  __sincosf(static_cast<float>(remainder(static_cast<double>(angle), 6.283185307179586)), &sn, &cs);
-  const float c = cs * scaling, s = sn * scaling;
+  float c, s;
+  rope_cos_sin(inv_freq, d < half ? d : d - half, pos, scaling, c, s);
   const float roped = d < half ? head[d] * c - head[d + half] * s : head[d] * c + head[d - half] * s;
   if (h < heads) {
     q_out[(static_cast<size_t>(b) * heads + h) * head_dim + d] = roped;
