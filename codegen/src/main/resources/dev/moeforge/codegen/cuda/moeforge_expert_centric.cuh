@@ -191,40 +191,65 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
   return found[0] >= 0;
 }
 
-// Copies k slice [k0, k0 + BK) of the tile's activation rows (gathered through the pair table) and
-// weight rows into one stage; rows past the bucket or the outputs and columns past K are zeros.
-// Threads [0, T::kLoadThreads) of the loading warps share the copies; `thread` is this one's place among them.
+// The copies one loading thread issues for every k slice of a tile. The (row, piece)s a thread owns
+// are the same at every k, so their addresses (the gather through the pair table, the gate/up row
+// of a neuron, the swizzle) are worked out once per tile; a slice only adds its k. Rows past the
+// bucket or the outputs, and columns past K, are copied as zeros.
 template <class T, GateUpLayout L>
-__device__ __forceinline__ void expert_tile_load(uint32_t stage, const __nv_bfloat16* __restrict__ a,
-                                                 const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0, int k0,
-                                                 int thread) {
-  constexpr int P = T::P;
-#pragma unroll 2
-  for (int i = thread; i < T::BM * P; i += T::kLoadThreads) {
-    const int r = i / P, piece = i % P, k = k0 + piece * 8;
-    const int pair = table[r];
-    const bool valid = pair >= 0 && (T::kReduce % T::BK == 0 || k < T::kReduce);
-    // gate_up reads the pair's token's x row; down reads the pair's own inter row
-    const size_t row = T::kGateUp ? static_cast<size_t>(pair / T::K) : static_cast<size_t>(pair);
-    cp_async_16(stage + tile_swizzled<P>(r, piece), valid ? a + row * T::kReduce + k : a, valid);
-  }
-#pragma unroll 2
-  for (int i = thread; i < T::kRows * P; i += T::kLoadThreads) {
-    const int r = i / P, piece = i % P, k = k0 + piece * 8;
-    int w_row, in;
-    if constexpr (T::kGateUp) {
-      const int neuron = n0 + (r >> 1);
-      in = neuron < T::I;
-      w_row = (r & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
-    } else {
-      w_row = n0 + r;
-      in = w_row < T::H;
+struct ExpertTileCopies {
+  static constexpr int P = T::P;
+  static constexpr int kACopies = ceil_div(T::BM * P, T::kLoadThreads);
+  static constexpr int kCopies = kACopies + ceil_div(T::kRows * P, T::kLoadThreads);
+  const __nv_bfloat16* src[kCopies];  // the piece's source at k = 0
+  uint32_t dst[kCopies];              // its offset in a stage
+  int bytes[kCopies];                 // 16, 0 (zeros), or -1 (no piece: past the tile)
+  int column[kCopies];                // its first column at k = 0 (read only where K is not whole slices)
+
+  // thread: this one's place among the T::kLoadThreads loading threads
+  __device__ __forceinline__ ExpertTileCopies(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ w,
+                                              const int* table, int e, int n0, int thread) {
+#pragma unroll
+    for (int j = 0; j < kCopies; ++j) {
+      const bool weight = j >= kACopies;
+      const int i = thread + (weight ? j - kACopies : j) * T::kLoadThreads;
+      const int r = i / P, piece = i % P;
+      column[j] = piece * 8;
+      if (!weight) {
+        const int pair = i < T::BM * P ? table[r] : -1;
+        // gate_up reads the pair's token's x row; down reads the pair's own inter row
+        const size_t row = T::kGateUp ? static_cast<size_t>(pair / T::K) : static_cast<size_t>(pair);
+        src[j] = pair >= 0 ? a + row * T::kReduce + piece * 8 : a;
+        dst[j] = tile_swizzled<P>(r, piece);
+        bytes[j] = i >= T::BM * P ? -1 : pair >= 0 ? 16 : 0;
+      } else {
+        int w_row;
+        bool in;
+        if constexpr (T::kGateUp) {  // gate of neuron i at tile row 2i, up at 2i + 1
+          const int neuron = n0 + (r >> 1);
+          in = neuron < T::I;
+          w_row = (r & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
+        } else {
+          w_row = n0 + r;
+          in = w_row < T::H;
+        }
+        src[j] = in ? w + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + piece * 8 : w;
+        dst[j] = tile_swizzled<P>(T::BM + r, piece);
+        bytes[j] = i >= T::kRows * P ? -1 : in ? 16 : 0;
+      }
     }
-    const bool valid = in && (T::kReduce % T::BK == 0 || k < T::kReduce);
-    const __nv_bfloat16* src = w + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + k;
-    cp_async_16(stage + tile_swizzled<P>(T::BM + r, piece), valid ? src : w, valid);
   }
-}
+
+  // Slice [k0, k0 + BK) into the stage at shared address `stage`.
+  __device__ __forceinline__ void issue(uint32_t stage, int k0) const {
+#pragma unroll
+    for (int j = 0; j < kCopies; ++j) {
+      if (bytes[j] < 0) continue;
+      int n = bytes[j];
+      if constexpr (T::kReduce % T::BK != 0) n = k0 + column[j] < T::kReduce ? n : 0;
+      cp_async_sized(stage + dst[j], n ? src[j] + k0 : src[j], n);
+    }
+  }
+};
 
 // The tile's FP32 sums: acc[i][j] is m16 fragment i x n8 fragment j of this warp's TM x TN part.
 template <class T, GateUpLayout L>
@@ -232,6 +257,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
                                                  const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
                                                  uint32_t base) {
   constexpr int P = T::P, S = T::S;
+  const ExpertTileCopies<T, L> copies(a, w, table, e, n0, threadIdx.x);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
 #pragma unroll
@@ -240,7 +266,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     for (int j = 0; j < T::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < T::kKTiles) expert_tile_load<T, L>(base + s * T::kStageBytes, a, w, table, e, n0, s * T::BK, threadIdx.x);
+    if (s < T::kKTiles) copies.issue(base + s * T::kStageBytes, s * T::BK);
     cp_async_commit();
   }
 #pragma unroll 1
@@ -248,7 +274,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     cp_async_wait<S - 2>();
     __syncthreads();  // slice kt is in; every warp is done with slice kt - 1, whose stage is refilled next
     const int next = kt + S - 1;
-    if (next < T::kKTiles) expert_tile_load<T, L>(base + next % S * T::kStageBytes, a, w, table, e, n0, next * T::BK, threadIdx.x);
+    if (next < T::kKTiles) copies.issue(base + next % S * T::kStageBytes, next * T::BK);
     cp_async_commit();
     const uint32_t stage = base + kt % S * T::kStageBytes;
 #pragma unroll
@@ -286,7 +312,7 @@ __device__ __forceinline__ unsigned char* expert_tile_pipe(unsigned char* smem) 
 }
 
 // Hopper warpgroup MMA (sm_90a): operands in shared memory, K-major rows of 128 bytes in the
-// 128-byte swizzle that expert_tile_load's layout already is (piece p of row r at p ^ (r % 8)).
+// 128-byte swizzle that ExpertTileCopies' layout already is (piece p of row r at p ^ (r % 8)).
 // A descriptor: start address, stride of 8-row groups (1024 bytes), 128-byte swizzle; a k16 step
 // within the 64-element row advances the start by 32 bytes.
 __device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t smem_addr) {
@@ -338,12 +364,13 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
                                                        const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
                                                        uint32_t base) {
   constexpr int S = T::S, D = S - 2;
+  const ExpertTileCopies<T, L> copies(a, w, table, e, n0, threadIdx.x);
   const int group = threadIdx.x >> 7;
 #pragma unroll
   for (int j = 0; j < T::FN; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
 #pragma unroll
   for (int s = 0; s < D; ++s) {
-    if (s < T::kKTiles) expert_tile_load<T, L>(base + s * T::kStageBytes, a, w, table, e, n0, s * T::BK, threadIdx.x);
+    if (s < T::kKTiles) copies.issue(base + s * T::kStageBytes, s * T::BK);
     cp_async_commit();
   }
 #pragma unroll 1
@@ -361,7 +388,7 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
     wgmma_commit();
     wgmma_wait<1>();
     const int next = kt + D;
-    if (next < T::kKTiles) expert_tile_load<T, L>(base + next % S * T::kStageBytes, a, w, table, e, n0, next * T::BK, threadIdx.x);
+    if (next < T::kKTiles) copies.issue(base + next % S * T::kStageBytes, next * T::BK);
     cp_async_commit();
   }
   wgmma_wait<0>();
@@ -410,12 +437,12 @@ __device__ __forceinline__ void expert_tile_sums_specialized(float (&acc)[T::FM]
 #pragma unroll
   for (int j = 0; j < T::FN; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
   if (threadIdx.x >= T::kMmaThreads) {
-    const int thread = threadIdx.x - T::kMmaThreads;
+    const ExpertTileCopies<T, L> copies(a, w, table, e, n0, threadIdx.x - T::kMmaThreads);
 #pragma unroll 1
     for (int kt = 0; kt < T::kKTiles; ++kt) {
       const int s = kt % S;
       if (kt >= S) mbarrier_wait(bars + 8 * (S + s), (kt / S - 1) & 1);  // the MMAs are done with its last slice
-      expert_tile_load<T, L>(base + s * T::kStageBytes, a, w, table, e, n0, kt * T::BK, thread);
+      copies.issue(base + s * T::kStageBytes, kt * T::BK);
       cp_async_arrive_on(bars + 8 * s);
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
