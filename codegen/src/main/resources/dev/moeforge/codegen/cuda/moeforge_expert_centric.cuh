@@ -191,62 +191,87 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
   return found[0] >= 0;
 }
 
-// The copies one loading thread issues for every k slice of a tile. The (row, piece)s a thread owns
-// are the same at every k, so their addresses (the gather through the pair table, the gate/up row
-// of a neuron, the swizzle) are worked out once per tile; a slice only adds its k. Rows past the
-// bucket or the outputs, and columns past K, are copied as zeros.
+// The copies one loading thread issues for every k slice of a tile. A thread keeps one 16-byte
+// column of the slice (the loading threads are a multiple of its pieces) and every kStep-th row from
+// its first, at every k: so the gather through the pair table is done once per tile (a pointer per
+// activation row it owns), its weight rows are one pointer and a fixed stride, and its places in a
+// stage a fixed stride too (kStep is a multiple of the swizzle's 8 rows, or the swizzle is redone).
+// A slice then costs an add per copy. Rows past the bucket or the outputs, and columns past K, are
+// copied as zeros.
 template <class T, GateUpLayout L>
 struct ExpertTileCopies {
   static constexpr int P = T::P;
-  static constexpr int kACopies = ceil_div(T::BM * P, T::kLoadThreads);
-  static constexpr int kCopies = kACopies + ceil_div(T::kRows * P, T::kLoadThreads);
-  const __nv_bfloat16* src[kCopies];  // the piece's source at k = 0
-  uint32_t dst[kCopies];              // its offset in a stage
-  int bytes[kCopies];                 // 16, 0 (zeros), or -1 (no piece: past the tile)
-  int column[kCopies];                // its first column at k = 0 (read only where K is not whole slices)
+  static_assert(T::kLoadThreads % P == 0, "each loading thread keeps one piece column");
+  static constexpr int kStep = T::kLoadThreads / P;  // rows between a thread's consecutive pieces
+  static_assert(kStep % 2 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows");
+  static constexpr int kACopies = ceil_div(T::BM, kStep);
+  static constexpr int kWCopies = ceil_div(T::kRows, kStep);
+  // weight rows between a thread's consecutive pieces: gate_up's tile rows are (gate, up) per neuron
+  static constexpr int kWRowStep = !T::kGateUp ? kStep : L == GateUpLayout::kStacked ? kStep / 2 : kStep;
+  const __nv_bfloat16* a_src[kACopies];  // activation piece j at k = 0 (the row's base when zeros)
+  const __nv_bfloat16* w_src;            // weight piece 0 at k = 0
+  // bit j: activation piece j is a routed pair's (else zeros); past 64 pieces the table says
+  static constexpr bool kMask = kACopies <= 64;
+  using Mask = std::conditional_t<kACopies <= 32, unsigned, unsigned long long>;
+  Mask a_live;
+  const int* pairs;
+  int a_present, w_present, w_live;      // pieces within the tile; weight pieces of real outputs
+  int row, column;                       // the first tile row and the column (elements) of this thread
 
   // thread: this one's place among the T::kLoadThreads loading threads
   __device__ __forceinline__ ExpertTileCopies(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ w,
                                               const int* table, int e, int n0, int thread) {
+    row = thread / P;
+    column = thread % P * 8;
+    a_live = 0;
+    pairs = table;
 #pragma unroll
-    for (int j = 0; j < kCopies; ++j) {
-      const bool weight = j >= kACopies;
-      const int i = thread + (weight ? j - kACopies : j) * T::kLoadThreads;
-      const int r = i / P, piece = i % P;
-      column[j] = piece * 8;
-      if (!weight) {
-        const int pair = i < T::BM * P ? table[r] : -1;
-        // gate_up reads the pair's token's x row; down reads the pair's own inter row
-        const size_t row = T::kGateUp ? static_cast<size_t>(pair / T::K) : static_cast<size_t>(pair);
-        src[j] = pair >= 0 ? a + row * T::kReduce + piece * 8 : a;
-        dst[j] = tile_swizzled<P>(r, piece);
-        bytes[j] = i >= T::BM * P ? -1 : pair >= 0 ? 16 : 0;
-      } else {
-        int w_row;
-        bool in;
-        if constexpr (T::kGateUp) {  // gate of neuron i at tile row 2i, up at 2i + 1
-          const int neuron = n0 + (r >> 1);
-          in = neuron < T::I;
-          w_row = (r & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
-        } else {
-          w_row = n0 + r;
-          in = w_row < T::H;
-        }
-        src[j] = in ? w + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + piece * 8 : w;
-        dst[j] = tile_swizzled<P>(T::BM + r, piece);
-        bytes[j] = i >= T::kRows * P ? -1 : in ? 16 : 0;
-      }
+    for (int j = 0; j < kACopies; ++j) {
+      const int r = row + j * kStep;
+      const int pair = r < T::BM ? table[r] : -1;
+      // gate_up reads the pair's token's x row; down reads the pair's own inter row
+      const size_t src_row = T::kGateUp ? static_cast<size_t>(pair / T::K) : static_cast<size_t>(pair);
+      a_src[j] = pair >= 0 ? a + src_row * T::kReduce + column : a;
+      if constexpr (kMask) a_live |= pair >= 0 ? Mask{1} << j : Mask{0};
     }
+    a_present = row < T::BM ? ceil_div(T::BM - row, kStep) : 0;
+    w_present = row < T::kRows ? ceil_div(T::kRows - row, kStep) : 0;
+    int w_row, outputs_left;  // the first weight row, and outputs from its own to the last real one
+    if constexpr (T::kGateUp) {  // gate of neuron i at tile row 2i, up at 2i + 1
+      const int neuron = n0 + (row >> 1);
+      w_row = (row & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
+      outputs_left = T::I - neuron;
+      w_live = outputs_left > 0 ? ceil_div(outputs_left, kStep / 2) : 0;
+    } else {
+      w_row = n0 + row;
+      outputs_left = T::H - w_row;
+      w_live = outputs_left > 0 ? ceil_div(outputs_left, kStep) : 0;
+    }
+    if (outputs_left <= 0) w_row = 0;  // every piece zeros: any row in the matrix is a safe address
+    w_src = w + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + column;
   }
+
+  __device__ __forceinline__ uint32_t place(int r) const { return tile_swizzled<P>(r, column / 8); }
 
   // Slice [k0, k0 + BK) into the stage at shared address `stage`.
   __device__ __forceinline__ void issue(uint32_t stage, int k0) const {
+    const bool in_k = T::kReduce % T::BK == 0 || k0 + column < T::kReduce;
+    const uint32_t a_at = stage + place(row), w_at = stage + place(T::BM + row);
 #pragma unroll
-    for (int j = 0; j < kCopies; ++j) {
-      if (bytes[j] < 0) continue;
-      int n = bytes[j];
-      if constexpr (T::kReduce % T::BK != 0) n = k0 + column[j] < T::kReduce ? n : 0;
-      cp_async_sized(stage + dst[j], n ? src[j] + k0 : src[j], n);
+    for (int j = 0; j < kACopies; ++j) {
+      if (j >= a_present) break;
+      const bool live = in_k && (kMask ? (a_live >> j & Mask{1}) != 0 : pairs[row + j * kStep] >= 0);
+      // kStep a multiple of 8: the same swizzle every piece, so a fixed stride
+      const uint32_t at = kStep % 8 == 0 ? a_at + 16u * j * kStep * P : stage + place(row + j * kStep);
+      cp_async_sized(at, live ? a_src[j] + k0 : a_src[j], live ? 16 : 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kWCopies; ++j) {
+      if (j >= w_present) break;
+      const bool live = in_k && j < w_live;
+      const uint32_t at = kStep % 8 == 0 ? w_at + 16u * j * kStep * P : stage + place(T::BM + row + j * kStep);
+      const __nv_bfloat16* src = w_src + static_cast<size_t>(j) * kWRowStep * T::kReduce;
+      cp_async_sized(at, live ? src + k0 : w_src, live ? 16 : 0);
     }
   }
 };
