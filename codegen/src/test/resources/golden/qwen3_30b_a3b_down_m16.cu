@@ -37,7 +37,7 @@ struct Config {
   static constexpr bool kAtomicCombine = false;
   static constexpr bool kWarpSpecialized = false;
   static constexpr int kThreadsPerCta = 128;
-  static constexpr int kMinBlocksPerSm = 0;
+  static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kSharedBytes = 73856;
 };
 
@@ -50,7 +50,7 @@ struct Epilogue {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta) qwen3_30b_a3b_down_m16(
+extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta, Config::kMinBlocksPerSm) qwen3_30b_a3b_down_m16(
     const __nv_bfloat16* __restrict__ inter,
     const __nv_bfloat16* __restrict__ w_down,
     const int* __restrict__ topk_ids,

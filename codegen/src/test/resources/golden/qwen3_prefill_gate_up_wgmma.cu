@@ -38,7 +38,7 @@ struct Config {
   static constexpr bool kAtomicCombine = false;
   static constexpr bool kWarpSpecialized = false;
   static constexpr int kThreadsPerCta = 256;
-  static constexpr int kMinBlocksPerSm = 0;
+  static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kSharedBytes = 198656;
 };
 
@@ -52,7 +52,7 @@ struct Epilogue {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta) qwen3_prefill_gate_up(
+extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta, Config::kMinBlocksPerSm) qwen3_prefill_gate_up(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w_gate_up,
     const int* __restrict__ topk_ids,

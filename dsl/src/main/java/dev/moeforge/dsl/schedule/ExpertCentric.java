@@ -378,7 +378,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.bool("kWgmma", wgmma),
                 ConfigConstant.bool("kAtomicCombine", atomicCombine),
                 ConfigConstant.bool("kWarpSpecialized", warpSpecialized)),
-                notes, 0, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
+                notes, 1, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 
     @Override
