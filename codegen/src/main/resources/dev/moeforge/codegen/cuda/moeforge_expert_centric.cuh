@@ -586,6 +586,18 @@ __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __re
   }
 }
 
+// sum[0..4) += v in L2, one vector reduction where the target has it (sm_90 on), else four.
+__device__ __forceinline__ void add_float4_at(float* sum, float4 v) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(sum), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+#else
+  atomicAdd(sum, v.x);
+  atomicAdd(sum + 1, v.y);
+  atomicAdd(sum + 2, v.z);
+  atomicAdd(sum + 3, v.w);
+#endif
+}
+
 // down: each pair's weighted partial row (routing weight x (sum + bias), FP32) goes to partials
 // [M*k][H]; the block that completes a token's k partials of an n tile (a ticket per token and n
 // tile, reset by that block) adds them in slot order and stores y. Deterministic: the sum's order is
@@ -654,11 +666,7 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
     if (pair >= 0 && n < H) {
       const float4 v = *reinterpret_cast<const float4*>(out + r * T::kOutStride + piece * 4);
       if constexpr (Config::kAtomicCombine) {  // partials is [M][H]: each token's running sum
-        float* sum = partials + static_cast<size_t>(pair / K) * H + n;
-        atomicAdd(sum, v.x);
-        atomicAdd(sum + 1, v.y);
-        atomicAdd(sum + 2, v.z);
-        atomicAdd(sum + 3, v.w);
+        add_float4_at(partials + static_cast<size_t>(pair / K) * H + n, v);
       } else {  // partials is [M*k][H]: each pair's own row
         *reinterpret_cast<float4*>(partials + static_cast<size_t>(pair) * H + n) = v;
       }
