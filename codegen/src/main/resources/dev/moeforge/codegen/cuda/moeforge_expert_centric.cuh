@@ -107,7 +107,6 @@ struct ExpertTileShape {
   static constexpr int BM = Config::kBlockM, BN = Config::kBlockN, BK = Config::kBlockK;
   static constexpr int WM = Config::kWarpsM, WN = Config::kWarpsN, S = Config::kStages, GM = Config::kGroupM;
   static constexpr bool kWgmma = Config::kWgmma;
-  static constexpr bool kWarpSpecialized = Config::kWarpSpecialized;
   static constexpr bool kGateUp = GATE_UP;
   static constexpr int kReduce = GATE_UP ? H : I;          // the GEMM's K
   static constexpr int kOutputs = GATE_UP ? I : H;         // outputs per pair
@@ -115,10 +114,7 @@ struct ExpertTileShape {
   // weight rows per tile: gate_up stages the gate and up rows of its BN neurons interleaved (gate of
   // neuron i at 2i, up at 2i + 1), so each accumulator pair of an mma is one neuron's (gate, up)
   static constexpr int kRows = GATE_UP ? 2 * BN : BN;
-  static constexpr int kMmaThreads = 32 * WM * WN;  // the warps that own the tile's accumulators
-  // warp-specialised: a fifth warpgroup only fills the stages; otherwise every warp loads and multiplies
-  static constexpr int kLoadThreads = kWarpSpecialized ? 128 : kMmaThreads;
-  static constexpr int kThreads = kMmaThreads + (kWarpSpecialized ? kLoadThreads : 0);
+  static constexpr int kThreads = 32 * WM * WN;
   static constexpr int TM = BM / WM, TN = kRows / WN;  // one warp's part of the tile
   static constexpr int FM = TM / 16, FN = TN / 8;      // its m16 and n8 fragments
   static constexpr int P = BK / 8;                     // 16-byte pieces per staged row
@@ -126,13 +122,11 @@ struct ExpertTileShape {
   static constexpr int kOutStride = GATE_UP ? BN + 8 : BN + 4;  // staged output row, in elements
   static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
   static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
-  static constexpr int kBarrierBytes = kWarpSpecialized ? 16 * S : 0;  // a full and an empty mbarrier per stage
   static constexpr int kPipeBytes = S * kStageBytes;
   // wgmma reads the stages through 128-byte-swizzled descriptors, whose pattern needs 1024-byte
   // aligned stages: the pipeline starts at the first such address past the table
   static constexpr int kAlignSlack = kWgmma ? 1024 : 0;
-  static constexpr int kSharedBytes =
-      kTableBytes + kBarrierBytes + kAlignSlack + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
+  static constexpr int kSharedBytes = kTableBytes + kAlignSlack + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
   static constexpr int kKTiles = ceil_div(kReduce, BK);
   static constexpr int kNTiles = ceil_div(kOutputs, BN);
   static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
@@ -143,7 +137,6 @@ struct ExpertTileShape {
   static_assert(S >= 2, "a pipeline of at least two stages");
   static_assert(!kWgmma || (BK == 64 && WN == 1 && TM == 16 && kRows % 64 == 0 && kRows <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row, at least three stages");
-  static_assert(!kWarpSpecialized || kWgmma, "the producer warpgroup feeds wgmma's stages");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
   static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
 
@@ -191,8 +184,8 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
   return found[0] >= 0;
 }
 
-// The copies one loading thread issues for every k slice of a tile. A thread keeps one 16-byte
-// column of the slice (the loading threads are a multiple of its pieces) and every kStep-th row from
+// The copies one thread issues for every k slice of a tile. A thread keeps one 16-byte
+// column of the slice (the block's threads are a multiple of its pieces) and every kStep-th row from
 // its first, at every k: so the gather through the pair table is done once per tile (a pointer per
 // activation row it owns), its weight rows are one pointer and a fixed stride, and its places in a
 // stage a fixed stride too (kStep is a multiple of the swizzle's 8 rows, or the swizzle is redone).
@@ -201,8 +194,8 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
 template <class T, GateUpLayout L>
 struct ExpertTileCopies {
   static constexpr int P = T::P;
-  static_assert(T::kLoadThreads % P == 0, "each loading thread keeps one piece column");
-  static constexpr int kStep = T::kLoadThreads / P;  // rows between a thread's consecutive pieces
+  static_assert(T::kThreads % P == 0, "each thread keeps one piece column");
+  static constexpr int kStep = T::kThreads / P;  // rows between a thread's consecutive pieces
   static_assert(kStep % 2 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows");
   static constexpr int kACopies = ceil_div(T::BM, kStep);
   static constexpr int kWCopies = ceil_div(T::kRows, kStep);
@@ -218,11 +211,10 @@ struct ExpertTileCopies {
   int a_present, w_present, w_live;      // pieces within the tile; weight pieces of real outputs
   int row, column;                       // the first tile row and the column (elements) of this thread
 
-  // thread: this one's place among the T::kLoadThreads loading threads
   __device__ __forceinline__ ExpertTileCopies(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ w,
-                                              const int* table, int e, int n0, int thread) {
-    row = thread / P;
-    column = thread % P * 8;
+                                              const int* table, int e, int n0) {
+    row = threadIdx.x / P;
+    column = threadIdx.x % P * 8;
     a_live = 0;
     pairs = table;
 #pragma unroll
@@ -282,7 +274,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
                                                  const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
                                                  uint32_t base) {
   constexpr int P = T::P, S = T::S;
-  const ExpertTileCopies<T, L> copies(a, w, table, e, n0, threadIdx.x);
+  const ExpertTileCopies<T, L> copies(a, w, table, e, n0);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
 #pragma unroll
@@ -324,11 +316,11 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   __syncthreads();  // the pipeline's shared memory becomes the output staging
 }
 
-// Where a block's pipeline (and later its output staging) starts: right after the pair table (and
-// the stages' mbarriers when warp-specialised), or for wgmma at the next 1024-byte boundary.
+// Where a block's pipeline (and later its output staging) starts: right after the pair table, or
+// for wgmma at the next 1024-byte boundary.
 template <class T>
 __device__ __forceinline__ unsigned char* expert_tile_pipe(unsigned char* smem) {
-  unsigned char* p = smem + T::kTableBytes + T::kBarrierBytes;
+  unsigned char* p = smem + T::kTableBytes;
   if constexpr (T::kWgmma) {
     const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(p));
     p += ((at + 1023u) & ~1023u) - at;
@@ -389,7 +381,7 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
                                                        const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
                                                        uint32_t base) {
   constexpr int S = T::S, D = S - 2;
-  const ExpertTileCopies<T, L> copies(a, w, table, e, n0, threadIdx.x);
+  const ExpertTileCopies<T, L> copies(a, w, table, e, n0);
   const int group = threadIdx.x >> 7;
 #pragma unroll
   for (int j = 0; j < T::FN; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
@@ -421,103 +413,12 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
   __syncthreads();  // the pipeline's shared memory becomes the output staging
 }
 
-// mbarriers in shared memory (sm_90): a phase completes when its count of arrivals is in.
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-// Arrives on bar once every cp.async this thread has issued so far has landed (the count is not raised).
-__device__ __forceinline__ void cp_async_arrive_on(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  return done != 0;
-}
-// Waits for the phase of parity `parity` to complete. A phase that never completes is a bug in the
-// pipeline: trap after about ten seconds rather than hang the stream.
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  if (mbarrier_try_wait(bar, parity)) return;
-  const long long start = clock64();
-  while (!mbarrier_try_wait(bar, parity)) {
-    if (clock64() - start > 20'000'000'000ll) __trap();
-  }
-}
-
-// expert_tile_sums_wgmma, warp-specialised: the last warpgroup (threads [kMmaThreads, kThreads))
-// only copies slices into the stages and arrives on stage s's full barrier as its copies land; the
-// MMA warpgroups wait on that barrier, multiply, and arrive on the stage's empty barrier once their
-// MMAs have read it, which is what the producer waits for before refilling it. No block barrier in
-// the K loop, and no MMA warp spends issue slots on address arithmetic. bars: full[s] at bars + 8 s,
-// empty[s] at bars + 8 (S + s), initialised by the caller (expert_tile_barriers_init).
-template <class T, GateUpLayout L>
-__device__ __forceinline__ void expert_tile_sums_specialized(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
-                                                             const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
-                                                             uint32_t base, uint32_t bars) {
-  constexpr int S = T::S;
-#pragma unroll
-  for (int j = 0; j < T::FN; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
-  if (threadIdx.x >= T::kMmaThreads) {
-    const ExpertTileCopies<T, L> copies(a, w, table, e, n0, threadIdx.x - T::kMmaThreads);
-#pragma unroll 1
-    for (int kt = 0; kt < T::kKTiles; ++kt) {
-      const int s = kt % S;
-      if (kt >= S) mbarrier_wait(bars + 8 * (S + s), (kt / S - 1) & 1);  // the MMAs are done with its last slice
-      copies.issue(base + s * T::kStageBytes, kt * T::BK);
-      cp_async_arrive_on(bars + 8 * s);
-    }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-  } else {
-    const int group = threadIdx.x >> 7;
-#pragma unroll 1
-    for (int kt = 0; kt < T::kKTiles; ++kt) {
-      const int s = kt % S;
-      mbarrier_wait(bars + 8 * s, (kt / S) & 1);
-      fence_shared_for_async();  // the producer's copies, seen through the barrier, made visible to wgmma
-      const uint32_t stage = base + s * T::kStageBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < T::BK / 16; ++kk) {
-        wgmma_m64k16<T::kRows>(&acc[0][0][0], wgmma_descriptor(stage + group * 64 * 128 + kk * 32),
-                               wgmma_descriptor(stage + T::BM * 128 + kk * 32));
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // slice kt - 1's MMAs are done: its stage may be refilled
-      if (kt > 0) mbarrier_arrive(bars + 8 * (S + (kt - 1) % S));
-    }
-    wgmma_wait<0>();
-  }
-  __syncthreads();  // the pipeline's shared memory becomes the output staging
-}
-
-// The warp-specialised stages' barriers, right after the pair table: full[s] counts the producer's
-// threads, empty[s] the MMA threads. Visible to the block at the pair table's barrier.
-template <class T>
-__device__ __forceinline__ uint32_t expert_tile_barriers_init(unsigned char* smem) {
-  const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
-  if constexpr (T::kWarpSpecialized) {
-    if (threadIdx.x == 0) {
-      for (int s = 0; s < T::S; ++s) {
-        mbarrier_init(bars + 8 * s, T::kLoadThreads);
-        mbarrier_init(bars + 8 * (T::S + s), T::kMmaThreads);
-      }
-    }
-  }
-  return bars;
-}
-
 // The tile's sums by the schedule's MMA and pipeline.
 template <class T, GateUpLayout L>
 __device__ __forceinline__ void expert_tile_run(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
                                                 const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
-                                                uint32_t base, uint32_t bars) {
-  if constexpr (T::kWarpSpecialized) {
-    expert_tile_sums_specialized<T, L>(acc, a, w, table, e, n0, base, bars);
-  } else if constexpr (T::kWgmma) {
+                                                uint32_t base) {
+  if constexpr (T::kWgmma) {
     expert_tile_sums_wgmma<T, L>(acc, a, w, table, e, n0, base);
   } else {
     expert_tile_sums<T, L>(acc, a, w, table, e, n0, base);
@@ -547,32 +448,29 @@ __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __re
   if (!expert_tile_of_block<T>(expert_offsets, num_tokens * T::K, found, n_tile)) return;  // uniform over the block
   const int e = found[0], n0 = n_tile * BN;
   int* table = reinterpret_cast<int*>(smem);
-  const uint32_t bars = expert_tile_barriers_init<T>(smem);
   expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
   unsigned char* pipe = expert_tile_pipe<T>(smem);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
   const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_gate_up.codes);
   float acc[T::FM][T::FN][4];
-  expert_tile_run<T, L>(acc, x, w, table, e, n0, base, bars);
+  expert_tile_run<T, L>(acc, x, w, table, e, n0, base);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(pipe);
-  if (threadIdx.x < T::kMmaThreads) {  // the producer warpgroup holds no sums
 #pragma unroll
-    for (int j = 0; j < T::FN; ++j) {
-      const int local = (col0 + 8 * j + 2 * t) >> 1;  // the neuron of this thread's (gate, up) pair
-      const int neuron = n0 + local;
-      const bool real = neuron < I;
-      const float gate_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, gate_row_of<L>(neuron, I)) : 0.0f;
-      const float up_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, up_row_of<L>(neuron, I)) : 0.0f;
+  for (int j = 0; j < T::FN; ++j) {
+    const int local = (col0 + 8 * j + 2 * t) >> 1;  // the neuron of this thread's (gate, up) pair
+    const int neuron = n0 + local;
+    const bool real = neuron < I;
+    const float gate_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, gate_row_of<L>(neuron, I)) : 0.0f;
+    const float up_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, up_row_of<L>(neuron, I)) : 0.0f;
 #pragma unroll
-      for (int i = 0; i < T::FM; ++i)
+    for (int i = 0; i < T::FM; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float v = epi(add_bias<BIAS>(acc[i][j][2 * h], gate_bias), add_bias<BIAS>(acc[i][j][2 * h + 1], up_bias));
-          out[(row0 + 16 * i + g + 8 * h) * T::kOutStride + local] = __float2bfloat16_rn(v);
-        }
-    }
+      for (int h = 0; h < 2; ++h) {
+        const float v = epi(add_bias<BIAS>(acc[i][j][2 * h], gate_bias), add_bias<BIAS>(acc[i][j][2 * h + 1], up_bias));
+        out[(row0 + 16 * i + g + 8 * h) * T::kOutStride + local] = __float2bfloat16_rn(v);
+      }
   }
   __syncthreads();
   constexpr int kPieces = BN / 8;
@@ -621,7 +519,6 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
   const int e = found[0], n0 = n_tile * BN;
   int* table = reinterpret_cast<int*>(smem);
   int* reducing = table + T::BM;
-  const uint32_t bars = expert_tile_barriers_init<T>(smem);
   expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
   unsigned char* pipe = expert_tile_pipe<T>(smem);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
@@ -629,7 +526,7 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
   const bool routed = e < E;  // bucket E: ids outside [0, E) add zero rows
   const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_down.codes);
   if (routed) {
-    expert_tile_run<T, GateUpLayout::kStacked>(acc, inter, w, table, e, n0, base, bars);
+    expert_tile_run<T, GateUpLayout::kStacked>(acc, inter, w, table, e, n0, base);
   } else {
 #pragma unroll
     for (int i = 0; i < T::FM; ++i)
@@ -639,25 +536,23 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
   float* out = reinterpret_cast<float*>(pipe);
-  if (threadIdx.x < T::kMmaThreads) {  // the producer warpgroup holds no sums
 #pragma unroll
-    for (int i = 0; i < T::FM; ++i)
+  for (int i = 0; i < T::FM; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = row0 + 16 * i + g + 8 * h;
-        const int pair = table[r];
-        const float weight = routed && pair >= 0 ? __ldg(topk_weights + pair) : 0.0f;
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + 16 * i + g + 8 * h;
+      const int pair = table[r];
+      const float weight = routed && pair >= 0 ? __ldg(topk_weights + pair) : 0.0f;
 #pragma unroll
-        for (int j = 0; j < T::FN; ++j) {
-          const int col = col0 + 8 * j + 2 * t;
-          const bool real = routed && n0 + col < H;
-          const float b0 = real ? load_bias<BIAS, H>(w_down, e, n0 + col) : 0.0f;
-          const float b1 = real ? load_bias<BIAS, H>(w_down, e, n0 + col + 1) : 0.0f;
-          *reinterpret_cast<float2*>(out + r * T::kOutStride + col) =
-              make_float2(weight * add_bias<BIAS>(acc[i][j][2 * h], b0), weight * add_bias<BIAS>(acc[i][j][2 * h + 1], b1));
-        }
+      for (int j = 0; j < T::FN; ++j) {
+        const int col = col0 + 8 * j + 2 * t;
+        const bool real = routed && n0 + col < H;
+        const float b0 = real ? load_bias<BIAS, H>(w_down, e, n0 + col) : 0.0f;
+        const float b1 = real ? load_bias<BIAS, H>(w_down, e, n0 + col + 1) : 0.0f;
+        *reinterpret_cast<float2*>(out + r * T::kOutStride + col) =
+            make_float2(weight * add_bias<BIAS>(acc[i][j][2 * h], b0), weight * add_bias<BIAS>(acc[i][j][2 * h + 1], b1));
       }
-  }
+    }
   __syncthreads();
   constexpr int kPieces = BN / 4;
   for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {

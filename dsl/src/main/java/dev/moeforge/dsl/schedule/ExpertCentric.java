@@ -38,12 +38,9 @@ import java.util.Optional;
  * @param wgmma   sm_90a only: Hopper's warpgroup MMA ({@code wgmma.mma_async}, operands straight from the
  *                swizzled stages) instead of {@code mma.sync}: a warpgroup of four warps per 64 pairs
  *                (warps_m = block_m / 16, warps_n = 1), block_k 64, at least three stages
- * @param warpSpecialized with wgmma: one more warpgroup that only fills the stages (cp.async, announced on
- *                an mbarrier per stage), so the MMA warpgroups never wait at a block barrier nor spend
- *                issue slots on the gather's address arithmetic
  */
 public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                            boolean atomicCombine, boolean warpSpecialized)
+                            boolean atomicCombine)
         implements Schedule<Problem.ExpertProblem> {
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
@@ -56,32 +53,13 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /** On mma.sync, with the ordered combine. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false);
     }
 
-    /** With the ordered combine, every warp loading. */
+    /** With the ordered combine. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false);
     }
-
-    /** Every warp loading. */
-    public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                         boolean atomicCombine) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, false);
-    }
-
-    /** The warp-specialised twin of this wgmma schedule: a producer warpgroup fills its stages. */
-    public ExpertCentric specialized() {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, true);
-    }
-
-    /** Threads of a block: the warps that own the tile, and the producer warpgroup when warp-specialised. */
-    public int threads() {
-        return ScheduleRules.threads(warpsM * warpsN + (warpSpecialized ? PRODUCER_WARPS : 0));
-    }
-
-    /** Warps of the warp-specialised producer: one warpgroup. */
-    public static final int PRODUCER_WARPS = 4;
 
     @Override
     public ScheduleKind<ExpertCentric, Problem.ExpertProblem> kind() {
@@ -90,16 +68,15 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /**
      * mma.sync: tiles of 16-128 pairs and 16-256 outputs, slices of 32-128, warp grids of up to 8
-     * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages,
-     * with or without a producer warpgroup.
+     * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages.
      */
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> all = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
                 List.of(16, 32, 64, 128, 256), List.of(32, 64, 128), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
-                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false))));
+                List.of(1, 8, 32), List.of(false), List.of(false, true))));
         if (target == Target.SM_90A) {
             all.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
-                    List.of(1), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false, true))));
+                    List.of(1), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true))));
         }
         return all;
     }
@@ -134,17 +111,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (wgmma) {
             checkWgmma(p, target, errors);
         }
-        if (warpSpecialized && !wgmma) {
-            errors.add(new SpecError("schedule.warp_specialized", "true", "false without wgmma=true (the producer warpgroup "
-                    + "feeds wgmma's stages; mma.sync tiles load with every warp)"));
-        }
         if (atomicCombine && p instanceof Problem.ExpertGateUp) {
             errors.add(new SpecError("schedule.atomic_combine", "true", "false for expert_gate_up: only down combines a token's slots"));
         }
-        int producer = warpSpecialized ? PRODUCER_WARPS : 0;
-        if (warpsM >= 1 && warpsN >= 1 && (long) warpsM * warpsN + producer > ScheduleRules.maxWarps(target)) {
-            errors.add(new SpecError("schedule", warpsM + " x " + warpsN + " warps" + (warpSpecialized ? " + "
-                    + PRODUCER_WARPS + " producer warps" : ""), "at most " + ScheduleRules.maxWarps(target)
+        if (warpsM >= 1 && warpsN >= 1 && (long) warpsM * warpsN > ScheduleRules.maxWarps(target)) {
+            errors.add(new SpecError("schedule", warpsM + " x " + warpsN + " warps", "at most " + ScheduleRules.maxWarps(target)
                     + " warps per thread block on " + target.text()));
             tileOk = false;
         }
@@ -230,12 +201,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      * bytes the output staging reuses after the last slice.
      *
      * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32)
-     * @param barrierBytes  warp-specialised: a full and an empty mbarrier (8 bytes each) per stage, after the table
      * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK bf16 each
      * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
-     * @param sharedBytes   table + barriers + max(stages x stage, staging), and with wgmma 1024 bytes to align the stages
+     * @param sharedBytes   table + max(stages x stage, staging), and with wgmma 1024 bytes to align the stages
      */
-    public record Layout(int tableBytes, int barrierBytes, int stageBytes, int stagingBytes, long sharedBytes) {
+    public record Layout(int tableBytes, int stageBytes, int stagingBytes, long sharedBytes) {
         public static Layout of(Problem.ExpertProblem problem, ExpertCentric s) {
             int rows = s.weightRows(problem);
             int table = 8 * s.blockM();
@@ -246,9 +216,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             };
             // wgmma's swizzled stages start on a 1024-byte boundary past the table
             int slack = s.wgmma() ? 1024 : 0;
-            int barriers = s.warpSpecialized() ? 16 * s.stages() : 0;
-            return new Layout(table, barriers, stage, staging, table + barriers + slack
-                    + Math.max((long) s.stages() * stage, staging));
+            return new Layout(table, stage, staging, table + slack + Math.max((long) s.stages() * stage, staging));
         }
     }
 
@@ -286,7 +254,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     @Override
     public LaunchGeometry geometry(Problem.ExpertProblem problem, int tokens) {
         long blocks = maxMTiles(problem, tokens) * Math.ceilDiv(outputs(problem), blockN);
-        return new LaunchGeometry(Math.toIntExact(blocks), 1, threads(),
+        return new LaunchGeometry(Math.toIntExact(blocks), 1, ScheduleRules.threads(warpsM * warpsN),
                 Math.toIntExact(sharedBytes(problem)));
     }
 
@@ -351,8 +319,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 : warpsM + " x " + warpsN + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8k16")
                 + " (bf16 in, FP32 accumulate).");
         own.add("K slices of " + blockK + " through a " + stages + "-stage cp.async pipeline (" + layout.stageBytes()
-                + " bytes a stage" + (warpSpecialized ? ", filled by a producer warpgroup and handed over by mbarriers" : "")
-                + "); m tiles in groups of " + groupM + ".");
+                + " bytes a stage); m tiles in groups of " + groupM + ".");
         own.add("The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
         String unit = switch (problem) {
             case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN
@@ -376,8 +343,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.integer("kStages", stages),
                 ConfigConstant.integer("kGroupM", groupM),
                 ConfigConstant.bool("kWgmma", wgmma),
-                ConfigConstant.bool("kAtomicCombine", atomicCombine),
-                ConfigConstant.bool("kWarpSpecialized", warpSpecialized)),
+                ConfigConstant.bool("kAtomicCombine", atomicCombine)),
                 notes, 1, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 

@@ -101,14 +101,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             new TilePair("wg_m128", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
             new TilePair("wg_m128_n64", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true), new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)),
             new TilePair("wg_m128_atomic", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)),
-            // the same wgmma tiles with a producer warpgroup filling the stages
-            new TilePair("wg_m64_ws", new ExpertCentric(64, 64, 64, 4, 1, 5, 8, true).specialized(),
-                    new ExpertCentric(64, 128, 64, 4, 1, 5, 8, true).specialized()),
-            new TilePair("wg_m128_ws", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).specialized(),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).specialized()),
-            new TilePair("wg_m128_n64_ws", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true).specialized(),
-                    new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true).specialized()));
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)));
 
     /** The geometry timed, and its gate/up layout. */
     private ExpertShape shape;

@@ -59,12 +59,7 @@ class ExpertCentricGpuTest extends GpuSession {
             // down's atomic combine, on mma.sync and on wgmma
             new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1, false, true)},
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)},
-            // warp-specialised wgmma: a producer warpgroup fills the stages (one and two MMA warpgroups, and the atomic combine)
-            new ExpertCentric[] {new ExpertCentric(64, 32, 64, 4, 1, 3, 1, true).specialized(),
-                    new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).specialized()},
-            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).specialized(),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true).specialized()});
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)});
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -115,10 +110,7 @@ class ExpertCentricGpuTest extends GpuSession {
         cases.add(new Case(ODD, 5, 17, RoutingKind.UNIFORM));
         cases.add(new Case(NARROW, 5, 50, RoutingKind.ALL_ON_EXPERT_0));
         cases.add(new Case(SMALL, 5, 256, RoutingKind.OUTSIDE_IDS));
-        cases.add(new Case(QWEN3_30B, 9, 1024, RoutingKind.UNIFORM));
-        cases.add(new Case(GPT_OSS, 8, 96, RoutingKind.UNIFORM));
-        cases.add(new Case(SMALL, 9, 16384, RoutingKind.UNIFORM));
-        for (int schedule : new int[] {6, 7, 8, 9}) {
+        for (int schedule : new int[] {6, 7}) {
             cases.add(new Case(QWEN3_30B, schedule, 64, RoutingKind.UNIFORM));
             cases.add(new Case(ODD, schedule, 17, RoutingKind.UNIFORM));
             cases.add(new Case(NARROW, schedule, 50, RoutingKind.ALL_ON_EXPERT_0));
