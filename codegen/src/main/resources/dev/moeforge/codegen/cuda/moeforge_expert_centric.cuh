@@ -184,6 +184,11 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
   return found[0] >= 0;
 }
 
+// 16 bytes global -> shared, of which the first `bytes` (16 or 0) are read and the rest zero-filled.
+__device__ __forceinline__ void cp_async_sized(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
 // The copies one thread issues for every k slice of a tile. A thread keeps one 16-byte
 // column of the slice (the block's threads are a multiple of its pieces) and every kStep-th row from
 // its first, at every k: so the gather through the pair table is done once per tile (a pointer per
