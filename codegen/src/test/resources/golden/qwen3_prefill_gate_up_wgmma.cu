@@ -9,7 +9,7 @@
 //
 // gate_up: a tile of pairs (token, slot) routed to one expert x 128 neurons, gate and up rows staged side by side; gate and up rows stacked ([gate; up]).
 // Weights bf16: plain bf16 rows, no scales.
-// A block: 128 routed pairs of one expert x 256 weight rows, 2 warpgroup(s) of 64 x 256, wgmma m64n64k16 from the swizzled stages (bf16 in, FP32 accumulate).
+// A block: 128 routed pairs of one expert x 256 weight rows, 2 warpgroup(s) of 64 x 256, one wgmma m64n256k16 per k16 step from the swizzled stages (bf16 in, FP32 accumulate).
 // K slices of 64 through a 4-stage cp.async pipeline (49152 bytes a stage); m tiles in groups of 8.
 // The grid covers the worst-case routing; blocks past the routing's last tile exit at once.
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.

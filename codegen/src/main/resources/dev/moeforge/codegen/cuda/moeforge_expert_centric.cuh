@@ -378,9 +378,9 @@ __device__ __forceinline__ void wgmma_m64k16(float* d, uint64_t a, uint64_t b) {
 }
 
 // expert_tile_sums on wgmma: warpgroup g multiplies pair rows [64 g, 64 g + 64) by every weight row
-// of the tile, 64 at a time. The pipeline keeps S - 2 slices loading and one warpgroup MMA group in
-// flight: slice kt + S - 2 refills the stage of slice kt - 2, whose MMAs every warpgroup has waited
-// for before the barrier of step kt.
+// of the tile, one instruction per k16 step. The pipeline keeps S - 2 slices loading and one
+// warpgroup MMA group in flight: slice kt + S - 2 refills the stage of slice kt - 2, whose MMAs
+// every warpgroup has waited for before the barrier of step kt.
 template <class T, GateUpLayout L>
 __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
                                                        const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,

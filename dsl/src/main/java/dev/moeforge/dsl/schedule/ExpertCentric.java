@@ -315,7 +315,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         int rows = weightRows(problem);
         List<String> own = new ArrayList<>();
         own.add("A block: " + blockM + " routed pairs of one expert x " + rows + " weight rows, " + (wgmma
-                ? (blockM / 64) + " warpgroup(s) of 64 x " + rows + ", wgmma m64n64k16 from the swizzled stages"
+                ? (blockM / 64) + " warpgroup(s) of 64 x " + rows + ", one wgmma m64n" + rows + "k16 per k16 step from the swizzled stages"
                 : warpsM + " x " + warpsN + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8k16")
                 + " (bf16 in, FP32 accumulate).");
         own.add("K slices of " + blockK + " through a " + stages + "-stage cp.async pipeline (" + layout.stageBytes()
