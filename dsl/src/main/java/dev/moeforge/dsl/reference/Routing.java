@@ -54,7 +54,17 @@ public record Routing(int tokens, int topk, int[] ids, float[] weights) {
         return this;
     }
 
-    /** Experts routed to by at least one token. */
+    /** Pairs routed to each of {@code experts} experts; ids outside [0, E) are not counted. */
+    public int[] expertLoad(int experts) {
+        int[] load = new int[experts];
+        for (int id : ids) {
+            if (id >= 0 && id < experts) {
+                load[id]++;
+            }
+        }
+        return load;
+    }
+
     /**
      * How evenly the routed (token, slot) pairs spread over {@code experts}: the entropy of the
      * expert-load distribution over the natural log of the expert count (1: every expert takes as many
@@ -82,6 +92,7 @@ public record Routing(int tokens, int topk, int[] ids, float[] weights) {
         return entropy / Math.log(experts);
     }
 
+    /** Experts routed to by at least one token. */
     public int distinctExperts() {
         return (int) Arrays.stream(ids).distinct().count();
     }

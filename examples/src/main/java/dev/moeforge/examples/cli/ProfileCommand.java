@@ -281,10 +281,7 @@ public final class ProfileCommand implements Callable<Integer> {
     }
 
     private static Map<String, Object> pointRow(Point p, Routing routing, int experts) {
-        int[] load = new int[experts];
-        for (int id : routing.ids()) {
-            load[id]++;
-        }
+        int[] load = routing.expertLoad(experts);
         Map<String, Object> row = new LinkedHashMap<>();
         row.put("key", p.key());
         row.put("batch", p.batch());
