@@ -184,11 +184,6 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
   return found[0] >= 0;
 }
 
-// 16 bytes global -> shared, of which the first `bytes` (16 or 0) are read and the rest zero-filled.
-__device__ __forceinline__ void cp_async_sized(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
 // The copies one thread issues for every k slice of a tile. A thread keeps one 16-byte
 // column of the slice (the block's threads are a multiple of its pieces) and every kStep-th row from
 // its first, at every k: so the gather through the pair table is done once per tile (a pointer per
@@ -260,7 +255,7 @@ struct ExpertTileCopies {
       const bool live = in_k && (kMask ? (a_live >> j & Mask{1}) != 0 : pairs[row + j * kStep] >= 0);
       // kStep a multiple of 8: the same swizzle every piece, so a fixed stride
       const uint32_t at = kStep % 8 == 0 ? a_at + 16u * j * kStep * P : stage + place(row + j * kStep);
-      cp_async_sized(at, live ? a_src[j] + k0 : a_src[j], live ? 16 : 0);
+      cp_async_16(at, live ? a_src[j] + k0 : a_src[j], live);
     }
 #pragma unroll
     for (int j = 0; j < kWCopies; ++j) {
@@ -268,7 +263,7 @@ struct ExpertTileCopies {
       const bool live = in_k && j < w_live;
       const uint32_t at = kStep % 8 == 0 ? w_at + 16u * j * kStep * P : stage + place(T::BM + row + j * kStep);
       const __nv_bfloat16* src = w_src + static_cast<size_t>(j) * kWRowStep * T::kReduce;
-      cp_async_sized(at, live ? src + k0 : w_src, live ? 16 : 0);
+      cp_async_16(at, live ? src + k0 : w_src, live);
     }
   }
 };

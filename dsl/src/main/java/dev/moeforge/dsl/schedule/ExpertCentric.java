@@ -61,6 +61,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false);
     }
 
+    /** This schedule with another GROUP_M, everything else the same. */
+    public ExpertCentric withGroupM(int groupM) {
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine);
+    }
+
     @Override
     public ScheduleKind<ExpertCentric, Problem.ExpertProblem> kind() {
         return KIND;

@@ -102,7 +102,7 @@ public final class PoolCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         Target t = GenCommand.parseTargets(List.of(target)).getFirst();
-        WeightFormat weights = WeightFormat.fromText(format);
+        WeightFormat weights = QuantizeCommand.parseFormat("--format", format);
         LayerGeometry chosen = LayerGeometry.of(geometry.model, geometry.shape);
         String name = chosen.name();
         ExpertShape shape = chosen.shape();

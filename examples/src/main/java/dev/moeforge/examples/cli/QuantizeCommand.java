@@ -20,7 +20,6 @@ import java.util.Map;
 import java.util.concurrent.Callable;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
-import java.util.stream.Collectors;
 import java.util.stream.Stream;
 import me.tongfei.progressbar.ProgressBar;
 import me.tongfei.progressbar.ProgressBarBuilder;
@@ -210,13 +209,11 @@ public final class QuantizeCommand implements Callable<Integer> {
 
     /** The weight format named by {@code text}, given as option {@code option}; refused with the formats there are. */
     static WeightFormat parseFormat(String option, String text) {
-        for (WeightFormat f : WeightFormat.ALL) {
-            if (f.text().equals(text)) {
-                return f;
-            }
+        try {
+            return WeightFormat.fromText(text);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(option + " " + text + ": " + e.getMessage(), e);
         }
-        throw new IllegalArgumentException(option + " " + text + ": unknown format; allowed: "
-                + WeightFormat.ALL.stream().map(WeightFormat::text).collect(Collectors.joining(", ")));
     }
 
     private static final Pattern SIZE = Pattern.compile("(\\d+(?:\\.\\d+)?)\\s*([kmgt]i?b|b)?", Pattern.CASE_INSENSITIVE);

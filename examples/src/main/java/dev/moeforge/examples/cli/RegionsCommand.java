@@ -72,7 +72,17 @@ public final class RegionsCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         PrintWriter out = command.commandLine().getOut();
         LayerGeometry chosen = LayerGeometry.of(geometry.model, geometry.shape);
-        WeightFormat weights = WeightFormat.fromText(format);
+        WeightFormat weights = QuantizeCommand.parseFormat("--format", format);
+        requireAtLeast("--sms", sms, 1);
+        requireAtLeast("--l2-mb", l2Mb, 1);
+        for (int batch : batches) {
+            requireAtLeast("--batches", batch, 1);
+        }
+        for (double beta : balancedness) {
+            if (!(beta > 0 && beta <= 1)) {
+                throw new IllegalArgumentException("--balancedness " + beta + ": from above 0 to 1 (entropy of the expert load over ln E)");
+            }
+        }
         ExpertShape shape = chosen.shape();
         PerformanceRegions r = PerformanceRegions.of(shape, gateUpBytes(weights, shape), sms, (long) l2Mb << 20);
         out.printf(Locale.ROOT, "%s: H=%d I=%d E=%d top-%d, %s; %d SMs, %d MB of L2 (%.1f MB of it for weights)%n", chosen.name(),
@@ -111,6 +121,7 @@ public final class RegionsCommand implements Callable<Integer> {
                 for (int i = 0; i < BLOCK_M.length; i++) {
                     omega[i] = r.waveUtilisation(load, BLOCK_M[i]);
                 }
+                // split-K's condition read on the smallest tile's grid, the largest there is
                 out.printf(Locale.ROOT, "    %6d %6.2f %8.2f %8.2f %8.2f   %s%n", batch, routing.balancedness(shape.experts()), omega[0],
                         omega[1], omega[2], String.join(" + ", r.predicted(omega[0])));
             }
@@ -119,6 +130,12 @@ public final class RegionsCommand implements Callable<Integer> {
             check(out, r, FitCommand.load(profile).fit());
         }
         return 0;
+    }
+
+    private static void requireAtLeast(String option, int value, int least) {
+        if (value < least) {
+            throw new IllegalArgumentException(option + " " + value + ": at least " + least);
+        }
     }
 
     /** One expert's gate_up weights in {@code f}: the codes and the block scales (a row's FP32 scale is left out: 4 bytes a row). */
@@ -137,8 +154,7 @@ public final class RegionsCommand implements Callable<Integer> {
             if (!(c.schedule() instanceof ExpertCentric ec) || ec.groupM() == 1) {
                 continue;
             }
-            ExpertCentric flat = new ExpertCentric(ec.blockM(), ec.blockN(), ec.blockK(), ec.warpsM(), ec.warpsN(), ec.stages(), 1,
-                    ec.wgmma(), ec.atomicCombine());
+            ExpertCentric flat = ec.withGroupM(1);
             for (PoolFit.Config t : fit.configs()) {
                 if (t.half() == c.half() && flat.equals(t.schedule())) {
                     twins++;
@@ -162,7 +178,7 @@ public final class RegionsCommand implements Callable<Integer> {
                     quantile(ratios, 0.1), quantile(ratios, 0.9), pays ? "GROUP_M pays" : "GROUP_M does not matter",
                     r.groupMPays() ? "pays" : "does not matter", pays == r.groupMPays() ? "held" : "did not hold");
         }
-        // tile shape: how many expert-centric tile shapes win somewhere, and by how much against one tile for all
+        // tile shape: which tiles win somewhere
         Map<String, Set<String>> winnersByHalf = new LinkedHashMap<>();
         for (PoolFit.Half half : PoolFit.Half.values()) {
             Set<String> shapes = new LinkedHashSet<>();
@@ -186,10 +202,9 @@ public final class RegionsCommand implements Callable<Integer> {
                 .filter(b -> fit.points().stream().filter(p -> p.batch() == b).count() > 1).count();
         out.printf(Locale.ROOT, "  wave utilisation: at %d of the %d batches profiled at more than one balancedness the winning pair "
                 + "changes with the routing alone; predicted routing-dependent: %s%n", routed, multi, routed > 0 ? "held" : "did not hold");
-        boolean splitK = fit.configs().stream().anyMatch(c -> c.schedule().kind().name().startsWith("split"));
-        out.printf(Locale.ROOT, "  split-K: %s%n", splitK ? "see the split configs' timings"
-                : "the pool has no split-K configs: not testable (predicted " + (r.kDepth() >= PerformanceRegions.SPLIT_K_DEPTH
-                        ? "to pay under a quarter wave" : "not to pay") + ")");
+        // the pool's schedules (output_centric, expert_centric) reduce each tile's K in one block
+        out.printf(Locale.ROOT, "  split-K: no pool schedule splits K: not testable (predicted %s)%n",
+                r.kDepth() >= PerformanceRegions.SPLIT_K_DEPTH ? "to pay under a quarter wave" : "not to pay");
     }
 
     /** An expert-centric config's tile (pairs x outputs, mma), or its family's name. */

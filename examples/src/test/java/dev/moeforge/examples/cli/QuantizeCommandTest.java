@@ -103,7 +103,7 @@ class QuantizeCommandTest {
         int rc = quantize(error, new StringWriter(), "--in", in.toString(), "--format", "nvfp5", "--out", tmp.resolve("out").toString());
         assertEquals(1, rc);
         assertInstanceOf(IllegalArgumentException.class, error[0]);
-        assertMentions(error[0].getMessage(), "nvfp5", "allowed: " + String.join(", ", formats()));
+        assertMentions(error[0].getMessage(), "nvfp5", "known: " + String.join(", ", formats()));
         assertFalse(Files.exists(tmp.resolve("out")));
     }
 

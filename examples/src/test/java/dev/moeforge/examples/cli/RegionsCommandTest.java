@@ -34,10 +34,18 @@ class RegionsCommandTest {
     }
 
     @Test
-    void refusesUnknownModelsWithTheList() {
+    void refusesBadInputNamingTheOption() {
         CliRun run = CliRun.of("regions", "--model", "nope");
         assertNotEquals(0, run.exitCode());
         assertTrue(run.err().contains("known: qwen3-30b-a3b"), run.err());
+        CliRun format = CliRun.of("regions", "--model", "qwen3-30b-a3b", "--format", "fp4");
+        assertTrue(format.exitCode() != 0 && format.err().contains("--format fp4: unknown format 'fp4'; known: bf16,"), format.err());
+        CliRun sms = CliRun.of("regions", "--model", "qwen3-30b-a3b", "--sms", "0");
+        assertTrue(sms.exitCode() != 0 && sms.err().contains("--sms 0: at least 1"), sms.err());
+        CliRun batch = CliRun.of("regions", "--model", "qwen3-30b-a3b", "--batches", "8,-1");
+        assertTrue(batch.exitCode() != 0 && batch.err().contains("--batches -1: at least 1"), batch.err());
+        CliRun beta = CliRun.of("regions", "--model", "qwen3-30b-a3b", "--balancedness", "1.5");
+        assertTrue(beta.exitCode() != 0 && beta.err().contains("--balancedness 1.5: from above 0 to 1"), beta.err());
     }
 
     static final ExpertShape SHAPE = new ExpertShape(256, 128, 16, 4);
@@ -82,6 +90,6 @@ class RegionsCommandTest {
         assertEquals(0, run.exitCode(), run.err() + run.out());
         assertTrue(run.out().contains("GROUP_M: 2 pairs of configs that differ only in group_m, 12 timings"), run.out());
         assertTrue(run.out().contains("GROUP_M pays; predicted does not matter: did not hold"), run.out());
-        assertTrue(run.out().contains("split-K: the pool has no split-K configs: not testable"), run.out());
+        assertTrue(run.out().contains("split-K: no pool schedule splits K: not testable"), run.out());
     }
 }
