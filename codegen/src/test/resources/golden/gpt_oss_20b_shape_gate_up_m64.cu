@@ -2,7 +2,7 @@
 //
 // kernel gpt_oss_20b_shape_gate_up_m64 {
 //   problem expert_gate_up(hidden=2880, intermediate=2880, experts=32, topk=4, weights=bf16, activations=bf16, layout=interleaved)
-//   schedule expert_centric(block_m=64, block_n=64, block_k=64, warps_m=2, warps_n=2, stages=4, group_m=8, wgmma=false, atomic_combine=false)
+//   schedule expert_centric(block_m=64, block_n=64, block_k=64, warps_m=2, warps_n=2, stages=4, group_m=8, wgmma=false, atomic_combine=false, tma=false)
 //   epilogue store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 //   target sm_90a
 // }
@@ -10,7 +10,7 @@
 // gate_up: a tile of pairs (token, slot) routed to one expert x 64 neurons, gate and up rows staged side by side; gate and up rows interleaved (2i, 2i+1).
 // Weights bf16: plain bf16 rows, no scales.
 // A block: 64 routed pairs of one expert x 128 weight rows, 2 x 2 warps of 32 x 64, mma.sync m16n8k16 (bf16 in, FP32 accumulate).
-// K slices of 64 through a 4-stage cp.async pipeline (24576 bytes a stage); m tiles in groups of 8.
+// K slices of 64 through a 4-stage pipeline (24576 bytes a stage; cp.async); m tiles in groups of 8.
 // The grid covers the worst-case routing; blocks past the routing's last tile exit at once.
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
 // Dynamic shared memory: 98816 bytes.
@@ -36,6 +36,7 @@ struct Config {
   static constexpr int kGroupM = 8;
   static constexpr bool kWgmma = false;
   static constexpr bool kAtomicCombine = false;
+  static constexpr bool kTma = false;
   static constexpr int kThreadsPerCta = 128;
   static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kSharedBytes = 98816;

@@ -2,7 +2,7 @@
 //
 // kernel qwen3_30b_a3b_down_m16 {
 //   problem expert_down(hidden=2048, intermediate=768, experts=128, topk=8, weights=bf16, activations=bf16)
-//   schedule expert_centric(block_m=16, block_n=128, block_k=64, warps_m=1, warps_n=4, stages=4, group_m=1, wgmma=false, atomic_combine=false)
+//   schedule expert_centric(block_m=16, block_n=128, block_k=64, warps_m=1, warps_n=4, stages=4, group_m=1, wgmma=false, atomic_combine=false, tma=false)
 //   epilogue store(combine(acc), dtype=bf16)
 //   target sm_90a
 // }
@@ -10,7 +10,7 @@
 // down: a tile of pairs routed to one expert x 128 hidden outputs; each pair's weighted partial (FP32) goes to scratch and the block completing a token adds its slots in slot order.
 // Weights bf16: plain bf16 rows, no scales.
 // A block: 16 routed pairs of one expert x 128 weight rows, 1 x 4 warps of 16 x 32, mma.sync m16n8k16 (bf16 in, FP32 accumulate).
-// K slices of 64 through a 4-stage cp.async pipeline (18432 bytes a stage); m tiles in groups of 1.
+// K slices of 64 through a 4-stage pipeline (18432 bytes a stage; cp.async); m tiles in groups of 1.
 // The grid covers the worst-case routing; blocks past the routing's last tile exit at once.
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
 // Dynamic shared memory: 73856 bytes.
@@ -35,6 +35,7 @@ struct Config {
   static constexpr int kGroupM = 1;
   static constexpr bool kWgmma = false;
   static constexpr bool kAtomicCombine = false;
+  static constexpr bool kTma = false;
   static constexpr int kThreadsPerCta = 128;
   static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kSharedBytes = 73856;

@@ -2,7 +2,7 @@
 //
 // kernel qwen3_prefill_gate_up {
 //   problem expert_gate_up(hidden=2048, intermediate=768, experts=128, topk=8, weights=bf16, activations=bf16, layout=stacked)
-//   schedule expert_centric(block_m=128, block_n=128, block_k=64, warps_m=8, warps_n=1, stages=4, group_m=8, wgmma=true, atomic_combine=false)
+//   schedule expert_centric(block_m=128, block_n=128, block_k=64, warps_m=8, warps_n=1, stages=4, group_m=8, wgmma=true, atomic_combine=false, tma=false)
 //   epilogue store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 //   target sm_90a
 // }
@@ -10,7 +10,7 @@
 // gate_up: a tile of pairs (token, slot) routed to one expert x 128 neurons, gate and up rows staged side by side; gate and up rows stacked ([gate; up]).
 // Weights bf16: plain bf16 rows, no scales.
 // A block: 128 routed pairs of one expert x 256 weight rows, 2 warpgroup(s) of 64 x 256, one wgmma m64n256k16 per k16 step from the swizzled stages (bf16 in, FP32 accumulate).
-// K slices of 64 through a 4-stage cp.async pipeline (49152 bytes a stage); m tiles in groups of 8.
+// K slices of 64 through a 4-stage pipeline (49152 bytes a stage; cp.async); m tiles in groups of 8.
 // The grid covers the worst-case routing; blocks past the routing's last tile exit at once.
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
 // Dynamic shared memory: 198656 bytes.
@@ -36,6 +36,7 @@ struct Config {
   static constexpr int kGroupM = 8;
   static constexpr bool kWgmma = true;
   static constexpr bool kAtomicCombine = false;
+  static constexpr bool kTma = false;
   static constexpr int kThreadsPerCta = 256;
   static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kSharedBytes = 198656;

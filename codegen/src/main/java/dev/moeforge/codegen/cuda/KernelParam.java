@@ -18,10 +18,12 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
     /**
      * What a parameter is for. A WORKSPACE tensor is scratch the kernel owns (allocated zeroed once):
      * the router's scores and per-token tickets, expert_centric down's partial rows and tickets; the
-     * kernel leaves tickets at zero again.
+     * kernel leaves tickets at zero again. A TENSOR_MAP is the copy engine's 128-byte view of the
+     * weight before it ({@code WeightTileMap}), passed by value; the runtime encodes it from that
+     * weight's buffer, so callers never pass one.
      */
     public enum Role {
-        INPUT, WEIGHTS, ROUTING, OUTPUT, WORKSPACE, TOKEN_COUNT
+        INPUT, WEIGHTS, ROUTING, OUTPUT, WORKSPACE, TOKEN_COUNT, TENSOR_MAP
     }
 
     /**
@@ -30,7 +32,7 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
      * of one weight together as {@code mf::WeightArgs}.
      */
     public enum WeightPart {
-        NONE, CODES, BLOCK_SCALES, ROW_SCALES, BIAS
+        NONE, CODES, BLOCK_SCALES, ROW_SCALES, BIAS, TENSOR_MAP
     }
 
     public KernelParam {
@@ -42,8 +44,12 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
         this(name, role, elementType, shape, description, WeightPart.NONE);
     }
 
+    /** A device buffer the caller passes (not the token count, not a tensor map the runtime derives). */
     public boolean isTensor() {
-        return role != Role.TOKEN_COUNT;
+        return switch (role) {
+            case INPUT, WEIGHTS, ROUTING, OUTPUT, WORKSPACE -> true;
+            case TOKEN_COUNT, TENSOR_MAP -> false;
+        };
     }
 
     /** Elements the tensor holds for {@code tokens} tokens. */
@@ -80,6 +86,7 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
             case INPUT, WEIGHTS, ROUTING -> "const " + element + "* __restrict__ " + name;
             case OUTPUT, WORKSPACE -> element + "* __restrict__ " + name;
             case TOKEN_COUNT -> "int " + name;
+            case TENSOR_MAP -> "const __grid_constant__ mf::TensorMap " + name;
         };
     }
 }

@@ -48,7 +48,7 @@ public record KernelSignature(List<KernelParam> params) {
 
     /**
      * The arguments a kernel passes on to its device body: every parameter in launch order, the
-     * parts of each weight gathered into one {@code mf::WeightArgs{codes, block scales, row scales[, bias]}}
+     * parts of each weight gathered into one {@code mf::WeightArgs{codes, block scales, row scales[, bias[, &tensor map]]}}
      * ({@code nullptr} for a part the format lacks).
      */
     public String callArguments() {
@@ -61,17 +61,20 @@ public record KernelSignature(List<KernelParam> params) {
             }
             String block = "nullptr";
             String row = "nullptr";
-            String bias = "";
+            String bias = "nullptr";
+            String map = null;
             while (i + 1 < params.size() && params.get(i + 1).weightPart().compareTo(KernelParam.WeightPart.CODES) > 0) {
                 KernelParam part = params.get(++i);
                 switch (part.weightPart()) {
                     case BLOCK_SCALES -> block = part.name();
                     case ROW_SCALES -> row = part.name();
-                    case BIAS -> bias = ", " + part.name();
+                    case BIAS -> bias = part.name();
+                    case TENSOR_MAP -> map = "&" + part.name();
                     case NONE, CODES -> throw new IllegalStateException("not a part of " + p.name() + ": " + part.name());
                 }
             }
-            args.add("mf::WeightArgs{" + p.name() + ", " + block + ", " + row + bias + "}");
+            String tail = map != null ? ", " + bias + ", " + map : bias.equals("nullptr") ? "" : ", " + bias;
+            args.add("mf::WeightArgs{" + p.name() + ", " + block + ", " + row + tail + "}");
         }
         return String.join(", ", args);
     }
@@ -89,6 +92,7 @@ public record KernelSignature(List<KernelParam> params) {
                 params.add(new KernelParam("x", Role.INPUT, act, List.of(m, s.hidden()), "activations"));
                 params.addAll(weights("w_gate_up", p.weights(), s.experts(), 2 * s.intermediate(), s.hidden(), 2, p.bias(),
                         "gate and up rows of every expert"));
+                params.addAll(tensorMap(spec, "w_gate_up"));
                 params.add(topkIds(s));
                 params.addAll(routingPlan(spec, s));
                 params.add(new KernelParam("inter", Role.OUTPUT, act, List.of(m, s.topk(), s.intermediate()),
@@ -99,6 +103,7 @@ public record KernelSignature(List<KernelParam> params) {
                         "gate_up's output"));
                 params.addAll(weights("w_down", p.weights(), s.experts(), s.hidden(), s.intermediate(), 1, p.bias(),
                         "down rows of every expert"));
+                params.addAll(tensorMap(spec, "w_down"));
                 params.add(topkIds(s));
                 params.add(new KernelParam("topk_weights", Role.ROUTING, DType.FP32, List.of(m, s.topk()),
                         "routing weight of each (token, slot)"));
@@ -109,6 +114,21 @@ public record KernelSignature(List<KernelParam> params) {
         params.addAll(workspace(spec));
         params.add(tokens);
         return new KernelSignature(params);
+    }
+
+    /** The copy engine's view of weight {@code weight}, where the schedule reads it through one; none otherwise. */
+    private static List<KernelParam> tensorMap(ValidatedSpec<?> spec, String weight) {
+        return spec.weightTileMap().map(m -> List.of(new KernelParam(tensorMapName(weight), Role.TENSOR_MAP, DType.U8,
+                List.of(TENSOR_MAP_BYTES), "the copy engine's view of " + weight + " (boxes of " + m.box() + "), encoded by the runtime",
+                KernelParam.WeightPart.TENSOR_MAP))).orElse(List.of());
+    }
+
+    /** Bytes of a tensor map (CUDA's CUtensorMap), passed by value. */
+    public static final int TENSOR_MAP_BYTES = 128;
+
+    /** The name of the tensor map parameter of weight {@code name}. */
+    public static String tensorMapName(String name) {
+        return name + "_map";
     }
 
     private static KernelParam topkIds(ExpertShape s) {

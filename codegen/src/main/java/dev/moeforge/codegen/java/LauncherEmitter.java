@@ -43,13 +43,17 @@ public final class LauncherEmitter {
         List<CodeBlock> args = new ArrayList<>();
         for (KernelParam p : signature.params()) {
             String name = camel(p.name());
-            if (p.isTensor()) {
-                launch.addParameter(ParameterSpec.builder(BUFFER, name).build());
-                launch.addJavadoc("@param $N $L, $L $L\n", name, p.description(), p.elementType().text(), p.shapeText());
-                args.add(CodeBlock.of("$N", name));
-            } else {
-                launch.addParameter(int.class, name);
-                launch.addJavadoc("@param $N $L\n", name, p.description());
+            switch (p.role()) {
+                case INPUT, WEIGHTS, ROUTING, OUTPUT, WORKSPACE -> {
+                    launch.addParameter(ParameterSpec.builder(BUFFER, name).build());
+                    launch.addJavadoc("@param $N $L, $L $L\n", name, p.description(), p.elementType().text(), p.shapeText());
+                    args.add(CodeBlock.of("$N", name));
+                }
+                case TOKEN_COUNT -> {
+                    launch.addParameter(int.class, name);
+                    launch.addJavadoc("@param $N $L\n", name, p.description());
+                }
+                case TENSOR_MAP -> { }  // the handle encodes it from the weight's buffer
             }
         }
         launch.addStatement("handle.launch(stream, numTokens, $L)", CodeBlock.join(args, ", "));

@@ -286,11 +286,18 @@ __device__ __forceinline__ float block_scale_value(uint32_t raw) {
 
 // A kernel's weight argument: the codes [E][N][K * bits / 8], the K-block scales, the FP32 row
 // or tensor scales, and the FP32 bias [E][N] (null where the format or the projection has none).
+// The copy engine's description of a tensor (CUDA's CUtensorMap: 128 opaque bytes), which the runtime
+// encodes and passes by value as a __grid_constant__ parameter.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
 struct WeightArgs {
   const void* codes;
   const void* block_scales;
   const float* row_scales;
-  const float* bias;
+  const float* bias = nullptr;
+  const TensorMap* map = nullptr;  // where the kernel's copy engine reads the codes through one
 };
 
 // Row n of expert e's bias, or nothing without one (B false: no load, no add, -0 kept).

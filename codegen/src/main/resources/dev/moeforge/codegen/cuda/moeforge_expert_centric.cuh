@@ -107,6 +107,7 @@ struct ExpertTileShape {
   static constexpr int BM = Config::kBlockM, BN = Config::kBlockN, BK = Config::kBlockK;
   static constexpr int WM = Config::kWarpsM, WN = Config::kWarpsN, S = Config::kStages, GM = Config::kGroupM;
   static constexpr bool kWgmma = Config::kWgmma;
+  static constexpr bool kTma = Config::kTma;  // weight tiles by the copy engine
   static constexpr bool kGateUp = GATE_UP;
   static constexpr int kReduce = GATE_UP ? H : I;          // the GEMM's K
   static constexpr int kOutputs = GATE_UP ? I : H;         // outputs per pair
@@ -123,10 +124,12 @@ struct ExpertTileShape {
   static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
   static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
   static constexpr int kPipeBytes = S * kStageBytes;
-  // wgmma reads the stages through 128-byte-swizzled descriptors, whose pattern needs 1024-byte
-  // aligned stages: the pipeline starts at the first such address past the table
-  static constexpr int kAlignSlack = kWgmma ? 1024 : 0;
-  static constexpr int kSharedBytes = kTableBytes + kAlignSlack + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
+  static constexpr int kBarrierBytes = kTma ? 8 * S : 0;  // one mbarrier per stage: its weight tile has landed
+  // wgmma reads and the copy engine writes the stages in the 128-byte swizzle, whose pattern needs
+  // 1024-byte aligned stages: the pipeline starts at the first such address past the table and barriers
+  static constexpr int kAlignSlack = kWgmma || kTma ? 1024 : 0;
+  static constexpr int kSharedBytes =
+      kTableBytes + kBarrierBytes + kAlignSlack + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
   static constexpr int kKTiles = ceil_div(kReduce, BK);
   static constexpr int kNTiles = ceil_div(kOutputs, BN);
   static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
@@ -135,6 +138,7 @@ struct ExpertTileShape {
   static_assert(BK == 32 || BK == 64 || BK == 128, "a staged row is 4, 8 or 16 16-byte pieces");
   static_assert(BN % 8 == 0 && kReduce % 8 == 0 && kOutputs % 8 == 0, "rows move in 16-byte pieces");
   static_assert(S >= 2, "a pipeline of at least two stages");
+  static_assert(!kTma || BK == 64, "tma: 128-byte rows, the copy engine's 128-byte swizzle");
   static_assert(!kWgmma || (BK == 64 && WN == 1 && TM == 16 && kRows % 64 == 0 && kRows <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row, at least three stages");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
@@ -198,7 +202,7 @@ struct ExpertTileCopies {
   static constexpr int kStep = T::kThreads / P;  // rows between a thread's consecutive pieces
   static_assert(kStep % 2 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows");
   static constexpr int kACopies = ceil_div(T::BM, kStep);
-  static constexpr int kWCopies = ceil_div(T::kRows, kStep);
+  static constexpr int kWCopies = T::kTma ? 0 : ceil_div(T::kRows, kStep);  // with tma the copy engine brings them
   // weight rows between a thread's consecutive pieces: gate_up's tile rows are (gate, up) per neuron
   static constexpr int kWRowStep = !T::kGateUp ? kStep : L == GateUpLayout::kStacked ? kStep / 2 : kStep;
   const __nv_bfloat16* a_src[kACopies];  // activation piece j at k = 0 (the row's base when zeros)
@@ -239,7 +243,7 @@ struct ExpertTileCopies {
       outputs_left = T::H - w_row;
       w_live = outputs_left > 0 ? ceil_div(outputs_left, kStep) : 0;
     }
-    if (outputs_left <= 0) w_row = 0;  // every piece zeros: any row in the matrix is a safe address
+    if (outputs_left <= 0 || T::kTma) w_row = 0;  // every piece zeros: any row in the matrix is a safe address
     w_src = w + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + column;
   }
 
@@ -268,13 +272,81 @@ struct ExpertTileCopies {
   }
 };
 
+// Orders the block's generic-proxy accesses to shared memory (cp.async writes, ldmatrix reads)
+// before the async proxy's (wgmma's reads, the copy engine's writes).
+__device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// The copy engine (sm_90 on): a thread arms a stage's mbarrier with the bytes it expects and starts
+// one bulk tensor copy into the stage; the copy's bytes complete the barrier's phase, which every
+// thread then waits for by parity.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes initialised barriers visible to the copy engine (the async proxy).
+__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  }
+}
+// Box (c0, c1, c2, c3) of the 4-dimensional tensor `map` into shared memory at dst.
+__device__ __forceinline__ void tensor_copy_4d(uint32_t dst, const TensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
+#else
+  __trap();  // the Validator lets tma only into sm_90 and later kernels
+#endif
+}
+
+// A tile's weight slices by the copy engine: the map walks (K, gate or up, output row, expert), so
+// one box is the slice's kRows weight rows in the stage's order and swizzle, zeros past the
+// outputs and past K. Thread 0 starts each copy; every thread waits for its slice.
+template <class T>
+struct ExpertTileWeights {
+  const TensorMap* map;
+  uint32_t bars;  // S mbarriers, 8 bytes apart
+  int n0, e;
+
+  // Thread 0 sets up the barriers (with tma); the caller's block barrier makes them visible before any use.
+  __device__ __forceinline__ ExpertTileWeights(const TensorMap* m, uint32_t barriers, int first_output, int expert)
+      : map(m), bars(barriers), n0(first_output), e(expert) {
+    if (T::kTma && threadIdx.x == 0) {
+#pragma unroll
+      for (int s = 0; s < T::S; ++s) mbarrier_init(bars + 8 * s, 1);
+      fence_barrier_init();
+    }
+  }
+
+  // Thread 0: slice kt into its stage (base of the pipeline `pipe`).
+  __device__ __forceinline__ void issue(uint32_t pipe, int kt) const {
+    if (threadIdx.x == 0) {
+      const int s = kt % T::S;
+      const uint32_t bar = bars + 8 * s;
+      mbarrier_expect_bytes(bar, T::kRows * 2 * T::BK);
+      tensor_copy_4d(pipe + s * T::kStageBytes + T::BM * 2 * T::BK, map, bar, kt * T::BK, 0, n0, e);
+    }
+  }
+
+  // Every thread: slice kt has landed.
+  __device__ __forceinline__ void wait(int kt) const { mbarrier_wait(bars + 8 * (kt % T::S), (kt / T::S) & 1); }
+};
+
 // The tile's FP32 sums: acc[i][j] is m16 fragment i x n8 fragment j of this warp's TM x TN part.
 template <class T, GateUpLayout L>
 __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
-                                                 const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
-                                                 uint32_t base) {
+                                                 const __nv_bfloat16* __restrict__ w, const TensorMap* map, uint32_t bars,
+                                                 const int* table, int e, int n0, uint32_t base) {
   constexpr int P = T::P, S = T::S;
   const ExpertTileCopies<T, L> copies(a, w, table, e, n0);
+  const ExpertTileWeights<T> weights(map, bars, n0, e);
+  if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
 #pragma unroll
@@ -283,15 +355,24 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     for (int j = 0; j < T::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < T::kKTiles) copies.issue(base + s * T::kStageBytes, s * T::BK);
+    if (s < T::kKTiles) {
+      copies.issue(base + s * T::kStageBytes, s * T::BK);
+      if constexpr (T::kTma) weights.issue(base, s);
+    }
     cp_async_commit();
   }
 #pragma unroll 1
   for (int kt = 0; kt < T::kKTiles; ++kt) {
     cp_async_wait<S - 2>();
+    // ldmatrix's reads of slice kt - 1 come before the copy engine's writes of its stage
+    if constexpr (T::kTma) fence_shared_for_async();
     __syncthreads();  // slice kt is in; every warp is done with slice kt - 1, whose stage is refilled next
+    if constexpr (T::kTma) weights.wait(kt);
     const int next = kt + S - 1;
-    if (next < T::kKTiles) copies.issue(base + next % S * T::kStageBytes, next * T::BK);
+    if (next < T::kKTiles) {
+      copies.issue(base + next % S * T::kStageBytes, next * T::BK);
+      if constexpr (T::kTma) weights.issue(base, next);
+    }
     cp_async_commit();
     const uint32_t stage = base + kt % S * T::kStageBytes;
 #pragma unroll
@@ -316,12 +397,12 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   __syncthreads();  // the pipeline's shared memory becomes the output staging
 }
 
-// Where a block's pipeline (and later its output staging) starts: right after the pair table, or
-// for wgmma at the next 1024-byte boundary.
+// Where a block's pipeline (and later its output staging) starts: right after the pair table (and
+// the barriers), or for wgmma and tma at the next 1024-byte boundary.
 template <class T>
 __device__ __forceinline__ unsigned char* expert_tile_pipe(unsigned char* smem) {
-  unsigned char* p = smem + T::kTableBytes;
-  if constexpr (T::kWgmma) {
+  unsigned char* p = smem + T::kTableBytes + T::kBarrierBytes;
+  if constexpr (T::kWgmma || T::kTma) {
     const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(p));
     p += ((at + 1023u) & ~1023u) - at;
   }
@@ -339,8 +420,6 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// Makes the block's cp.async writes to shared memory visible to wgmma's reads (the async proxy).
-__device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // d (this warpgroup's 64 x N FP32, N / 2 per thread in mma.sync's m16n8 order per warp, n8 after n8)
 // += A (64 x 16) B (N x 16)^T, both K-major in shared memory. One instruction over all the tile's
@@ -378,16 +457,21 @@ __device__ __forceinline__ void wgmma_m64k16(float* d, uint64_t a, uint64_t b) {
 // every warpgroup has waited for before the barrier of step kt.
 template <class T, GateUpLayout L>
 __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
-                                                       const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
-                                                       uint32_t base) {
+                                                       const __nv_bfloat16* __restrict__ w, const TensorMap* map, uint32_t bars,
+                                                       const int* table, int e, int n0, uint32_t base) {
   constexpr int S = T::S, D = S - 2;
   const ExpertTileCopies<T, L> copies(a, w, table, e, n0);
+  const ExpertTileWeights<T> weights(map, bars, n0, e);
+  if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int group = threadIdx.x >> 7;
 #pragma unroll
   for (int j = 0; j < T::FN; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
 #pragma unroll
   for (int s = 0; s < D; ++s) {
-    if (s < T::kKTiles) copies.issue(base + s * T::kStageBytes, s * T::BK);
+    if (s < T::kKTiles) {
+      copies.issue(base + s * T::kStageBytes, s * T::BK);
+      if constexpr (T::kTma) weights.issue(base, s);
+    }
     cp_async_commit();
   }
 #pragma unroll 1
@@ -395,6 +479,7 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
     cp_async_wait<D - 1>();
     __syncthreads();  // slice kt is in for every thread; every warpgroup is done with slice kt - 2
     fence_shared_for_async();
+    if constexpr (T::kTma) weights.wait(kt);
     const uint32_t stage = base + kt % S * T::kStageBytes;
     wgmma_fence();
 #pragma unroll
@@ -405,7 +490,10 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
     wgmma_commit();
     wgmma_wait<1>();
     const int next = kt + D;
-    if (next < T::kKTiles) copies.issue(base + next % S * T::kStageBytes, next * T::BK);
+    if (next < T::kKTiles) {
+      copies.issue(base + next % S * T::kStageBytes, next * T::BK);
+      if constexpr (T::kTma) weights.issue(base, next);
+    }
     cp_async_commit();
   }
   wgmma_wait<0>();
@@ -416,12 +504,14 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
 // The tile's sums by the schedule's MMA and pipeline.
 template <class T, GateUpLayout L>
 __device__ __forceinline__ void expert_tile_run(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
-                                                const __nv_bfloat16* __restrict__ w, const int* table, int e, int n0,
+                                                const WeightArgs& w, const int* table, int e, int n0, unsigned char* smem,
                                                 uint32_t base) {
+  const __nv_bfloat16* codes = static_cast<const __nv_bfloat16*>(w.codes);
+  const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
   if constexpr (T::kWgmma) {
-    expert_tile_sums_wgmma<T, L>(acc, a, w, table, e, n0, base);
+    expert_tile_sums_wgmma<T, L>(acc, a, codes, w.map, bars, table, e, n0, base);
   } else {
-    expert_tile_sums<T, L>(acc, a, w, table, e, n0, base);
+    expert_tile_sums<T, L>(acc, a, codes, w.map, bars, table, e, n0, base);
   }
 }
 
@@ -451,9 +541,8 @@ __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __re
   expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
   unsigned char* pipe = expert_tile_pipe<T>(smem);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
-  const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_gate_up.codes);
   float acc[T::FM][T::FN][4];
-  expert_tile_run<T, L>(acc, x, w, table, e, n0, base);
+  expert_tile_run<T, L>(acc, x, w_gate_up, table, e, n0, smem, base);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(pipe);
@@ -524,9 +613,8 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
   float acc[T::FM][T::FN][4];
   const bool routed = e < E;  // bucket E: ids outside [0, E) add zero rows
-  const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(w_down.codes);
   if (routed) {
-    expert_tile_run<T, GateUpLayout::kStacked>(acc, inter, w, table, e, n0, base);
+    expert_tile_run<T, GateUpLayout::kStacked>(acc, inter, w_down, table, e, n0, smem, base);
   } else {
 #pragma unroll
     for (int i = 0; i < T::FM; ++i)

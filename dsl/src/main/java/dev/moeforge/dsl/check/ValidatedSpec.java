@@ -6,8 +6,10 @@ import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.schedule.LaunchGeometry;
 import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.schedule.ScheduleModel;
+import dev.moeforge.dsl.schedule.WeightTileMap;
 import dev.moeforge.dsl.schedule.Workspace;
 import java.util.List;
+import java.util.Optional;
 
 /**
  * A spec that passed {@link Validator#check}, with its problem and schedule typed as a pair: the
@@ -69,6 +71,11 @@ public final class ValidatedSpec<P extends Problem> {
 
     public List<Workspace> workspace() {
         return schedule.workspace(problem);
+    }
+
+    /** The tensor map the kernel reads its weight through, where its schedule has one. */
+    public Optional<WeightTileMap> weightTileMap() {
+        return schedule.weightTileMap(problem);
     }
 
     /** Whether the kernel takes the routing grouped by expert (see {@code RoutingPlan}). */

@@ -4,6 +4,7 @@ import static dev.moeforge.dsl.schedule.ScheduleRules.range;
 
 import dev.moeforge.dsl.check.SpecError;
 import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
@@ -38,9 +39,13 @@ import java.util.Optional;
  * @param wgmma   sm_90a only: Hopper's warpgroup MMA ({@code wgmma.mma_async}, operands straight from the
  *                swizzled stages) instead of {@code mma.sync}: a warpgroup of four warps per 64 pairs
  *                (warps_m = block_m / 16, warps_n = 1), block_k 64, at least three stages
+ * @param tma     the weight tile of each slice comes by the tensor memory accelerator (one
+ *                {@code cp.async.bulk.tensor} per slice from one thread, completion on an mbarrier) instead of
+ *                every thread's 16-byte cp.async; the gathered activation rows stay on cp.async. block_k 64
+ *                (the 128-byte swizzle the copy engine writes is the stages' own)
  */
 public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                            boolean atomicCombine)
+                            boolean atomicCombine, boolean tma)
         implements Schedule<Problem.ExpertProblem> {
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
@@ -51,19 +56,30 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     /** The largest token count one launch takes (the down kernel's scratch grows with it). */
     public static final int MAX_TOKENS = 65_536;
 
-    /** On mma.sync, with the ordered combine. */
+    /** On mma.sync, with the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false);
     }
 
-    /** With the ordered combine. */
+    /** With the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false);
+    }
+
+    /** Weights by cp.async. */
+    public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
+                         boolean atomicCombine) {
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, false);
     }
 
     /** This schedule with another GROUP_M, everything else the same. */
     public ExpertCentric withGroupM(int groupM) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma);
+    }
+
+    /** This schedule with its weight tiles by the tensor memory accelerator (or not), everything else the same. */
+    public ExpertCentric withTma(boolean tma) {
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma);
     }
 
     @Override
@@ -73,15 +89,22 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /**
      * mma.sync: tiles of 16-128 pairs and 16-256 outputs, slices of 32-128, warp grids of up to 8
-     * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages.
+     * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages;
+     * each with weights by cp.async or by the tensor memory accelerator.
      */
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
-        List<ExpertCentric> all = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
+        List<ExpertCentric> copies = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
                 List.of(16, 32, 64, 128, 256), List.of(32, 64, 128), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
-                List.of(1, 8, 32), List.of(false), List.of(false, true))));
+                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false))));
         if (target == Target.SM_90A) {
-            all.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
-                    List.of(1), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true))));
+            copies.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
+                    List.of(1), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false))));
+        }
+        List<ExpertCentric> all = new ArrayList<>(copies);
+        for (ExpertCentric s : copies) {
+            if (s.blockK() == 64) {  // the copy engine's 128-byte rows
+                all.add(s.withTma(true));
+            }
         }
         return all;
     }
@@ -115,6 +138,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         range(errors, "schedule.group_m", groupM, 1, 64);
         if (wgmma) {
             checkWgmma(p, target, errors);
+        }
+        if (tma && blockK != 64 && !wgmma) {  // wgmma's own rule already asks for 64
+            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), "64 with tma (the copy engine writes "
+                    + "128-byte rows in the 128-byte swizzle the stages use)"));
         }
         if (atomicCombine && p instanceof Problem.ExpertGateUp) {
             errors.add(new SpecError("schedule.atomic_combine", "true", "false for expert_gate_up: only down combines a token's slots"));
@@ -206,11 +233,13 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      * bytes the output staging reuses after the last slice.
      *
      * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32)
+     * @param barrierBytes  with tma, one 8-byte mbarrier per stage (its weight tile has landed), after the table
      * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK bf16 each
      * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
-     * @param sharedBytes   table + max(stages x stage, staging), and with wgmma 1024 bytes to align the stages
+     * @param sharedBytes   table + barriers + max(stages x stage, staging), and with wgmma or tma 1024 bytes
+     *                      to align the stages (the 128-byte swizzle repeats every 1024 bytes)
      */
-    public record Layout(int tableBytes, int stageBytes, int stagingBytes, long sharedBytes) {
+    public record Layout(int tableBytes, int barrierBytes, int stageBytes, int stagingBytes, long sharedBytes) {
         public static Layout of(Problem.ExpertProblem problem, ExpertCentric s) {
             int rows = s.weightRows(problem);
             int table = 8 * s.blockM();
@@ -219,9 +248,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 case Problem.ExpertGateUp _ -> s.blockM() * (s.blockN() + 8) * 2;
                 case Problem.ExpertDown _ -> s.blockM() * (s.blockN() + 4) * 4;
             };
-            // wgmma's swizzled stages start on a 1024-byte boundary past the table
-            int slack = s.wgmma() ? 1024 : 0;
-            return new Layout(table, stage, staging, table + slack + Math.max((long) s.stages() * stage, staging));
+            int barriers = s.tma() ? 8 * s.stages() : 0;
+            // the swizzled stages wgmma reads and the copy engine writes start on a 1024-byte boundary
+            int slack = s.wgmma() || s.tma() ? 1024 : 0;
+            return new Layout(table, barriers, stage, staging, table + barriers + slack + Math.max((long) s.stages() * stage, staging));
         }
     }
 
@@ -310,6 +340,34 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         };
     }
 
+    /**
+     * With tma, the weight as the copy engine walks it: (K, gate or up, output row, expert), so that one
+     * box of (64, 2, block_n, 1) lands gate_up's rows in the tile's order (gate of neuron i at tile row
+     * 2i, up at 2i + 1) from either layout, and down's (64, 1, block_n, 1) its block_n rows. Rows past
+     * the outputs and columns past K arrive as zeros, as the cp.async copies make them.
+     */
+    @Override
+    public Optional<WeightTileMap> weightTileMap(Problem.ExpertProblem problem) {
+        if (!tma) {
+            return Optional.empty();
+        }
+        long h = problem.shape().hidden();
+        long i = problem.shape().intermediate();
+        return Optional.of(switch (problem) {
+            case Problem.ExpertGateUp g -> {
+                long row = 2 * h;
+                boolean stacked = g.layout() == GateUpLayout.STACKED;
+                yield new WeightTileMap(List.of(h, 2L, i, (long) g.shape().experts()),
+                        List.of(stacked ? i * row : row, stacked ? row : 2 * row, 2 * i * row), List.of(64, 2, blockN, 1));
+            }
+            case Problem.ExpertDown d -> {
+                long row = 2 * i;
+                yield new WeightTileMap(List.of(i, 1L, h, (long) d.shape().experts()), List.of(row, row, h * row),
+                        List.of(64, 1, blockN, 1));
+            }
+        });
+    }
+
     /** down's workspace names. */
     public static final String PARTIALS = "partials";
     public static final String TICKETS = "tickets";
@@ -323,8 +381,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ? (blockM / 64) + " warpgroup(s) of 64 x " + rows + ", one wgmma m64n" + rows + "k16 per k16 step from the swizzled stages"
                 : warpsM + " x " + warpsN + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8k16")
                 + " (bf16 in, FP32 accumulate).");
-        own.add("K slices of " + blockK + " through a " + stages + "-stage cp.async pipeline (" + layout.stageBytes()
-                + " bytes a stage); m tiles in groups of " + groupM + ".");
+        own.add("K slices of " + blockK + " through a " + stages + "-stage pipeline (" + layout.stageBytes() + " bytes a stage; "
+                + (tma ? "weight tiles by the tensor memory accelerator, activation rows by cp.async" : "cp.async")
+                + "); m tiles in groups of " + groupM + ".");
         own.add("The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
         String unit = switch (problem) {
             case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN
@@ -348,7 +407,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.integer("kStages", stages),
                 ConfigConstant.integer("kGroupM", groupM),
                 ConfigConstant.bool("kWgmma", wgmma),
-                ConfigConstant.bool("kAtomicCombine", atomicCombine)),
+                ConfigConstant.bool("kAtomicCombine", atomicCombine),
+                ConfigConstant.bool("kTma", tma)),
                 notes, 1, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 

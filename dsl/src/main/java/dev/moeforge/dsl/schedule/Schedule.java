@@ -6,6 +6,7 @@ import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import java.util.List;
+import java.util.Optional;
 
 /**
  * How a {@link Problem} of type {@code P} is mapped onto the GPU; one problem can be lowered with
@@ -83,6 +84,14 @@ public sealed interface Schedule<P extends Problem>
     /** Scratch tensors the kernel owns beyond the problem's inputs and outputs (none by default). */
     default List<Workspace> workspace(P problem) {
         return List.of();
+    }
+
+    /**
+     * The tensor map through which the kernel's copy engine reads its weight, which the runtime
+     * encodes from the weight's buffer and passes after the weight's parts; none by default.
+     */
+    default Optional<WeightTileMap> weightTileMap(P problem) {
+        return Optional.empty();
     }
 
     /** What this schedule contributes to its kernel's CUDA: template, device body, named constants, notes, launch facts. */

@@ -101,7 +101,19 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             new TilePair("wg_m128", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
             new TilePair("wg_m128_n64", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true), new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)),
             new TilePair("wg_m128_atomic", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)));
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)),
+            // weight tiles by the tensor memory accelerator (64-element slices), beside their cp.async twins above
+            withTma("ec_m16_tma", new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 4, 1)),
+            withTma("ec_m32_tma", new ExpertCentric(32, 64, 64, 2, 2, 4, 1), new ExpertCentric(32, 128, 64, 2, 2, 4, 1)),
+            withTma("ec_m16_n128_tma", new ExpertCentric(16, 128, 64, 1, 8, 4, 1), new ExpertCentric(16, 256, 64, 1, 8, 4, 1)),
+            withTma("wg_m64_tma", new ExpertCentric(64, 64, 64, 4, 1, 5, 8, true), new ExpertCentric(64, 128, 64, 4, 1, 5, 8, true)),
+            withTma("wg_m128_tma", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
+            withTma("wg_m128_n64_tma", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true),
+                    new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)));
+
+    private static TilePair withTma(String name, ExpertCentric gateUp, ExpertCentric down) {
+        return new TilePair(name, gateUp.withTma(true), down.withTma(true));
+    }
 
     /** The geometry timed, and its gate/up layout. */
     private ExpertShape shape;

@@ -32,7 +32,8 @@ public final class CudaFunction {
      *
      * @param args the kernel's parameters in order: a {@link DeviceBuffer} for a pointer, an
      *             {@link Integer} for {@code int}, a {@link Long} for {@code long long} / {@code int64_t},
-     *             a {@link Float} for {@code float}; their types must match the kernel's signature,
+     *             a {@link Float} for {@code float}, a {@link TensorMap} for a {@code __grid_constant__}
+     *             tensor map; their types must match the kernel's signature,
      *             which the driver cannot check
      * @throws LaunchFailure if the driver rejects the launch
      */
@@ -59,6 +60,7 @@ public final class CudaFunction {
                             case Integer value -> Pointer.to(new int[] {value});
                             case Long value -> Pointer.to(new long[] {value});
                             case Float value -> Pointer.to(new float[] {value});
+                            case TensorMap map -> Pointer.to(map.bytes());
                             default -> throw new IllegalStateException("checked above");
                         };
                     }
@@ -82,10 +84,10 @@ public final class CudaFunction {
 
     private void checkArgument(int index, Object arg) {
         switch (arg) {
-            case DeviceBuffer _, Integer _, Long _, Float _ -> { }
+            case DeviceBuffer _, Integer _, Long _, Float _, TensorMap _ -> { }
             case null -> throw new IllegalArgumentException(name + ": argument " + index + " is null");
             default -> throw new IllegalArgumentException(name + ": argument " + index + " is a "
-                    + arg.getClass().getName() + "; expected DeviceBuffer, Integer, Long or Float");
+                    + arg.getClass().getName() + "; expected DeviceBuffer, Integer, Long, Float or TensorMap");
         }
     }
 

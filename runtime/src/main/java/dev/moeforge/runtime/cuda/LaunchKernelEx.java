@@ -101,7 +101,7 @@ final class LaunchKernelEx {
     /**
      * Launches {@code function} with programmatic stream serialization. {@code args}: a device
      * address ({@code Long} from {@link #address}) for a pointer parameter, an {@code Integer} for an
-     * {@code int}, a {@code Float} for a {@code float}.
+     * {@code int}, a {@code Float} for a {@code float}, a {@link TensorMap} for a tensor map (by value).
      */
     static void launch(NativePointerObject function, int[] gridBlockShared, NativePointerObject stream, Object[] args) {
         try (Arena arena = Arena.ofConfined()) {
@@ -121,6 +121,11 @@ final class LaunchKernelEx {
                     case Long address -> arena.allocateFrom(ValueLayout.JAVA_LONG, address);
                     case Integer v -> arena.allocateFrom(ValueLayout.JAVA_INT, v);
                     case Float v -> arena.allocateFrom(ValueLayout.JAVA_FLOAT, v);
+                    case TensorMap map -> {
+                        MemorySegment bytes = arena.allocate(TensorMap.BYTES, 64);
+                        map.copyTo(bytes);
+                        yield bytes;
+                    }
                     default -> throw new IllegalArgumentException("argument " + i + ": " + args[i]);
                 };
                 params.setAtIndex(ValueLayout.ADDRESS, i, value);

@@ -5,13 +5,17 @@ import dev.moeforge.codegen.cuda.KernelSignature;
 import dev.moeforge.dsl.check.ValidatedSpec;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.schedule.LaunchGeometry;
+import dev.moeforge.dsl.schedule.WeightTileMap;
 import dev.moeforge.runtime.compile.PtxasReport;
 import dev.moeforge.runtime.cuda.CudaFunction;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
+import dev.moeforge.runtime.cuda.TensorMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * A loaded kernel and the spec it was generated from. {@link #launch} checks every buffer's
@@ -27,6 +31,7 @@ public final class KernelHandle {
     private final CudaFunction function;
     private final PtxasReport.FunctionResources resources;
     private final Optional<RoutingAlign> routingAlign;
+    private final Map<Long, TensorMap> tensorMaps = new ConcurrentHashMap<>();
 
     KernelHandle(ValidatedSpec<?> valid, String specText, CudaFunction function, PtxasReport.FunctionResources resources,
                  Optional<RoutingAlign> routingAlign) {
@@ -86,7 +91,6 @@ public final class KernelHandle {
             throw refused(tensors.length + " buffers given, the kernel takes " + params.size() + ": "
                     + params.stream().map(KernelParam::name).toList());
         }
-        Object[] args = new Object[params.size() + 1];
         for (int i = 0; i < params.size(); i++) {
             KernelParam p = params.get(i);
             DeviceBuffer b = tensors[i];
@@ -101,17 +105,52 @@ public final class KernelHandle {
                 throw refused(p.name() + " " + p.shapeText() + " needs " + needed + " elements for M = " + numTokens
                         + ", the buffer has " + b.elements());
             }
-            args[i] = b;
         }
-        args[params.size()] = numTokens;
         LaunchGeometry g = valid.geometry(numTokens);
         try {
+            List<KernelParam> all = signature.params();
+            Object[] args = new Object[all.size()];
+            int tensor = 0;
+            DeviceBuffer codes = null;
+            for (int i = 0; i < all.size(); i++) {
+                KernelParam p = all.get(i);
+                args[i] = switch (p.role()) {
+                    case INPUT, WEIGHTS, ROUTING, OUTPUT, WORKSPACE -> {
+                        DeviceBuffer b = tensors[tensor++];
+                        if (p.weightPart() == KernelParam.WeightPart.CODES) {
+                            codes = b;
+                        }
+                        yield b;
+                    }
+                    case TOKEN_COUNT -> numTokens;
+                    case TENSOR_MAP -> tensorMap(p, codes);  // the map follows its weight's parts
+                };
+            }
             function.launch(order, g.gridX(), g.gridY(), 1, g.blockX(), 1, 1, g.sharedBytes(), stream, args);
         } catch (RuntimeException e) {
             throw new KernelLaunchException("launch of kernel " + spec.name() + " failed (grid " + g.gridX() + "x" + g.gridY()
                     + ", block " + g.blockX() + ", " + g.sharedBytes() + " B shared): " + e.getMessage() + "\nspec:\n" + specText, e);
         }
     }
+
+    /**
+     * The copy engine's map of the weight at {@code codes}, encoded once per buffer address (the map
+     * is the address and the schedule's fixed geometry; a handle keeps the last few it was given).
+     */
+    private TensorMap tensorMap(KernelParam p, DeviceBuffer codes) {
+        if (codes == null) {
+            throw new IllegalStateException("kernel " + spec.name() + ": tensor map " + p.name() + " follows no weight");
+        }
+        WeightTileMap map = valid.weightTileMap().orElseThrow(
+                () -> new IllegalStateException("kernel " + spec.name() + " declares a tensor map its schedule does not describe"));
+        if (tensorMaps.size() >= CACHED_TENSOR_MAPS) {
+            tensorMaps.clear();
+        }
+        return tensorMaps.computeIfAbsent(codes.devicePointerValue(), address -> TensorMap.encode(address, map));
+    }
+
+    /** Tensor maps a handle keeps: a layer's rotated weight copies, a few dozen. */
+    private static final int CACHED_TENSOR_MAPS = 256;
 
     private KernelLaunchException refused(String why) {
         return new KernelLaunchException("kernel " + spec.name() + " not launched: " + why + "\nspec:\n" + specText);

@@ -115,7 +115,7 @@ public final class ExpertHalf implements AutoCloseable {
         for (KernelParam p : kernel.signature().tensors()) {
             switch (p.weightPart()) {
                 case CODES -> all.addAll(weights.buffers());
-                case BLOCK_SCALES, ROW_SCALES, BIAS -> { }  // among the weight's buffers
+                case BLOCK_SCALES, ROW_SCALES, BIAS, TENSOR_MAP -> { }  // among the weight's buffers (no map is a tensor)
                 case NONE -> all.add(switch (p.name()) {
                     case RoutingPlan.SORTED_SLOTS -> plan.sortedSlots();
                     case RoutingPlan.EXPERT_OFFSETS -> plan.expertOffsets();

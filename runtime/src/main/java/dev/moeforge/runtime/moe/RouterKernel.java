@@ -91,7 +91,7 @@ public final class RouterKernel implements AutoCloseable {
                 case INPUT -> p.name().equals("x") ? x : rows.get(p.name());
                 case WORKSPACE -> workspace.get(p.name());
                 case OUTPUT -> output < outputs.length ? outputs[output++] : null;
-                case ROUTING, TOKEN_COUNT -> throw new IllegalStateException("a router has no " + p.role() + " tensor " + p.name());
+                case ROUTING, TOKEN_COUNT, TENSOR_MAP -> throw new IllegalStateException("a router has no " + p.role() + " tensor " + p.name());
             });
         }
         if (output != outputs.length) {

@@ -59,7 +59,14 @@ class ExpertCentricGpuTest extends GpuSession {
             // down's atomic combine, on mma.sync and on wgmma
             new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1, false, true)},
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)});
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)},
+            // weight tiles by the tensor memory accelerator: mma.sync, two warpgroups, one with the narrowest slabs
+            new ExpertCentric[] {new ExpertCentric(32, 64, 64, 2, 2, 4, 1).withTma(true),
+                    new ExpertCentric(32, 128, 64, 2, 2, 2, 1).withTma(true)},
+            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true),
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true)},
+            new ExpertCentric[] {new ExpertCentric(64, 32, 64, 4, 1, 3, 1, true).withTma(true),
+                    new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).withTma(true)});
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -117,6 +124,12 @@ class ExpertCentricGpuTest extends GpuSession {
             cases.add(new Case(SMALL, schedule, 256, RoutingKind.OUTSIDE_IDS));
             cases.add(new Case(SMALL, schedule, 4096, RoutingKind.UNIFORM));
         }
+        cases.add(new Case(QWEN3_30B, 8, 64, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 9, 1024, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 10, 256, RoutingKind.UNIFORM));
+        cases.add(new Case(GPT_OSS, 9, 96, RoutingKind.UNIFORM));
+        cases.add(new Case(GPT_OSS, 8, 48, RoutingKind.UNIFORM));
+        cases.add(new Case(SMALL, 9, 16384, RoutingKind.UNIFORM));
         return cases;
     }
 
