@@ -7,7 +7,7 @@
 //   target sm_90a
 // }
 //
-// down: a tile of pairs routed to one expert x 128 hidden outputs; each pair's weighted partial (FP32) goes to scratch and the block completing a token adds its slots in slot order.
+// down: a tile of pairs routed to one expert x 128 hidden outputs; each pair's weighted partial (rounded to bf16) goes to scratch and the block completing a token adds its slots in slot order (FP32).
 // Weights bf16: plain bf16 rows, no scales.
 // A block: 16 routed pairs of one expert x 128 weight rows, 1 x 4 warps of 16 x 32, mma.sync m16n8k16 (bf16 in, FP32 accumulate).
 // K slices of 64 through a 4-stage pipeline (18432 bytes a stage; cp.async); m tiles in groups of 1.
@@ -58,7 +58,7 @@ extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta, Config::kMi
     const int* __restrict__ sorted_slots,
     const int* __restrict__ expert_offsets,
     __nv_bfloat16* __restrict__ y,
-    float* __restrict__ partials,
+    __nv_bfloat16* __restrict__ partials,
     int* __restrict__ tickets,
     int num_tokens
 ) {

@@ -7,7 +7,7 @@
 //   target sm_90a
 // }
 //
-// down: a tile of pairs routed to one expert x 256 hidden outputs; each pair's weighted partial (FP32) goes to scratch and the block completing a token adds its slots in slot order.
+// down: a tile of pairs routed to one expert x 256 hidden outputs; each pair's weighted partial (rounded to bf16) goes to scratch and the block completing a token adds its slots in slot order (FP32).
 // Weights bf16: plain bf16 rows, no scales.
 // A block: 128 routed pairs of one expert x 256 weight rows, 2 warpgroup(s) of 64 x 256, one wgmma m64n256k16 per k16 step from the swizzled stages (bf16 in, FP32 accumulate).
 // K slices of 64 through a 4-stage pipeline (49152 bytes a stage; weight tiles by the tensor memory accelerator, activation rows by cp.async); m tiles in groups of 8.
@@ -59,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(Config::kThreadsPerCta, Config::kMi
     const int* __restrict__ sorted_slots,
     const int* __restrict__ expert_offsets,
     __nv_bfloat16* __restrict__ y,
-    float* __restrict__ partials,
+    __nv_bfloat16* __restrict__ partials,
     int* __restrict__ tickets,
     int num_tokens
 ) {

@@ -139,8 +139,8 @@ struct ExpertTileShape {
   static_assert(BN % 8 == 0 && kReduce % 8 == 0 && kOutputs % 8 == 0, "rows move in 16-byte pieces");
   static_assert(S >= 2, "a pipeline of at least two stages");
   static_assert(!kTma || BK == 64, "tma: 128-byte rows, the copy engine's 128-byte swizzle");
-  static_assert(!kWgmma || (BK == 64 && WN == 1 && TM == 16 && kRows % 64 == 0 && kRows <= 256 && S >= 3),
-                "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row, at least three stages");
+  static_assert(!kWgmma || (BK == 64 && (WN == 1 || WN == 2) && TM == 16 && WM % 4 == 0 && TN % 64 == 0 && TN <= 256 && S >= 3),
+                "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row or half of them, at least three stages");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
   static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
 
@@ -451,8 +451,9 @@ __device__ __forceinline__ void wgmma_m64k16(float* d, uint64_t a, uint64_t b) {
 #endif
 }
 
-// expert_tile_sums on wgmma: warpgroup g multiplies pair rows [64 g, 64 g + 64) by every weight row
-// of the tile, one instruction per k16 step. The pipeline keeps S - 2 slices loading and one
+// expert_tile_sums on wgmma: warpgroup g multiplies pair rows [64 m, 64 m + 64) by weight rows
+// [TN n, TN n + TN) of the tile (m = g % (BM / 64), n = g / (BM / 64): warps_n = 1 gives each
+// warpgroup every weight row), one instruction per k16 step. The pipeline keeps S - 2 slices loading and one
 // warpgroup MMA group in flight: slice kt + S - 2 refills the stage of slice kt - 2, whose MMAs
 // every warpgroup has waited for before the barrier of step kt.
 template <class T, GateUpLayout L>
@@ -464,6 +465,7 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
   const ExpertTileWeights<T> weights(map, bars, n0, e);
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int group = threadIdx.x >> 7;
+  const uint32_t a_rows = group % (T::BM / 64) * 64 * 128, w_rows = (T::BM + group / (T::BM / 64) * T::TN) * 128;
 #pragma unroll
   for (int j = 0; j < T::FN; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
 #pragma unroll
@@ -484,8 +486,7 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < T::BK / 16; ++kk) {
-      wgmma_m64k16<T::kRows>(&acc[0][0][0], wgmma_descriptor(stage + group * 64 * 128 + kk * 32),
-                             wgmma_descriptor(stage + T::BM * 128 + kk * 32));
+      wgmma_m64k16<T::TN>(&acc[0][0][0], wgmma_descriptor(stage + a_rows + kk * 32), wgmma_descriptor(stage + w_rows + kk * 32));
     }
     wgmma_commit();
     wgmma_wait<1>();
@@ -573,6 +574,17 @@ __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __re
   }
 }
 
+// Four floats as four bf16 (round to nearest) in 8 bytes, and back.
+__device__ __forceinline__ uint2 bf16x4_of(float4 v) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+__device__ __forceinline__ float4 float4_of_bf16x4(uint2 u) {
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
 // sum[0..4) += v in L2, one vector reduction where the target has it (sm_90 on), else four.
 __device__ __forceinline__ void add_float4_at(float* sum, float4 v) {
 #if __CUDA_ARCH__ >= 900
@@ -585,22 +597,24 @@ __device__ __forceinline__ void add_float4_at(float* sum, float4 v) {
 #endif
 }
 
-// down: each pair's weighted partial row (routing weight x (sum + bias), FP32) goes to partials
-// [M*k][H]; the block that completes a token's k partials of an n tile (a ticket per token and n
-// tile, reset by that block) adds them in slot order and stores y. Deterministic: the sum's order is
-// fixed whatever order the blocks run in. With kAtomicCombine, partials is [M][H] instead: each
-// pair's row is added atomically into its token's sum, which the completing block stores and zeroes
-// (less traffic; the additions' order, so y's last bits, may vary).
-template <class Config, class Epilogue>
+// down: each pair's weighted partial row (routing weight x (sum + bias), rounded to bf16) goes to
+// partials [M*k][H]; the block that completes a token's k partials of an n tile (a ticket per token
+// and n tile, reset by that block) adds them in slot order in FP32 and stores y. Deterministic: the
+// sum's order is fixed whatever order the blocks run in. With kAtomicCombine, partials is FP32 [M][H]
+// instead: each pair's row is added atomically into its token's sum, which the completing block
+// stores and zeroes (less traffic; the additions' order, so y's last bits, may vary).
+template <class Config, class Epilogue, class Partial>
 __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
                                                     const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
                                                     const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
-                                                    __nv_bfloat16* __restrict__ y, float* __restrict__ partials,
+                                                    __nv_bfloat16* __restrict__ y, Partial* __restrict__ partials,
                                                     int* __restrict__ tickets, int num_tokens, Epilogue epi) {
   using T = ExpertTileShape<Config, false>;
   static_assert(Config::Format::kElement == Element::kBf16, "expert_centric takes bf16 weights");
   constexpr bool BIAS = Config::kBias;
   constexpr int H = T::H, K = T::K, E = T::E, BN = T::BN;
+  static_assert(std::is_same_v<Partial, std::conditional_t<Config::kAtomicCombine, float, __nv_bfloat16>>,
+                "partials: FP32 sums with the atomic combine, bf16 rows with the ordered one");
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int found[3];
   int n_tile;
@@ -651,7 +665,7 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
       if constexpr (Config::kAtomicCombine) {  // partials is [M][H]: each token's running sum
         add_float4_at(partials + static_cast<size_t>(pair / K) * H + n, v);
       } else {  // partials is [M*k][H]: each pair's own row
-        *reinterpret_cast<float4*>(partials + static_cast<size_t>(pair) * H + n) = v;
+        *reinterpret_cast<uint2*>(partials + static_cast<size_t>(pair) * H + n) = bf16x4_of(v);
       }
     }
   }
@@ -683,7 +697,7 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
     } else {
 #pragma unroll 4
       for (int j = 0; j < K; ++j) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(partials + (static_cast<size_t>(token) * K + j) * H + n));
+        const float4 v = float4_of_bf16x4(__ldcg(reinterpret_cast<const uint2*>(partials + (static_cast<size_t>(token) * K + j) * H + n)));
         sum.x += v.x;
         sum.y += v.y;
         sum.z += v.z;

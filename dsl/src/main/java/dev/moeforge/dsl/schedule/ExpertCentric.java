@@ -38,7 +38,8 @@ import java.util.Optional;
  *                of the additions, so y's last bits, may differ from run to run)
  * @param wgmma   sm_90a only: Hopper's warpgroup MMA ({@code wgmma.mma_async}, operands straight from the
  *                swizzled stages) instead of {@code mma.sync}: a warpgroup of four warps per 64 pairs
- *                (warps_m = block_m / 16, warps_n = 1), block_k 64, at least three stages
+ *                (warps_m = block_m / 16), owning every weight row of the tile (warps_n = 1) or one half
+ *                (warps_n = 2), block_k 64, at least three stages
  * @param tma     the weight tile of each slice comes by the tensor memory accelerator (one
  *                {@code cp.async.bulk.tensor} per slice from one thread, completion on an mbarrier) instead of
  *                every thread's 16-byte cp.async; the gathered activation rows stay on cp.async. block_k 64
@@ -98,7 +99,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false))));
         if (target == Target.SM_90A) {
             copies.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
-                    List.of(1), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false))));
+                    List.of(1, 2), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false))));
         }
         List<ExpertCentric> all = new ArrayList<>(copies);
         for (ExpertCentric s : copies) {
@@ -196,15 +197,17 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
         if (blockM != 64 && blockM != 128) {
             errors.add(new SpecError("schedule.block_m", Integer.toString(blockM), "64 or 128 with wgmma (one warpgroup per 64 pairs)"));
-        } else if (warpsM != blockM / 16 || warpsN != 1) {
+        } else if (warpsM != blockM / 16 || (warpsN != 1 && warpsN != 2)) {
             errors.add(new SpecError("schedule", "warps_m = " + warpsM + ", warps_n = " + warpsN, "warps_m = "
-                    + blockM / 16 + ", warps_n = 1 with wgmma (a warpgroup of four warps per 64 pairs owns every weight row)"));
+                    + blockM / 16 + ", warps_n = 1 or 2 with wgmma (a warpgroup of four warps per 64 pairs owns every weight row,"
+                    + " or with warps_n = 2 half of them)"));
         }
-        if (blockN >= 8 && blockN <= 256 && blockN % 8 == 0) {
+        if (blockN >= 8 && blockN <= 256 && blockN % 8 == 0 && (warpsN == 1 || warpsN == 2)) {
             int rows = weightRows(p);
-            if (rows % 64 != 0 || rows > 256) {
-                errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a tile of 64, 128 or 256 weight rows with"
-                        + " wgmma (" + rows + " here" + (p instanceof Problem.ExpertGateUp ? ": gate and up of each neuron" : "") + ")"));
+            if (rows % (64 * warpsN) != 0 || rows / warpsN > 256) {
+                errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a tile of 64, 128 or 256 weight rows per"
+                        + " warpgroup with wgmma (" + rows + " here over warps_n = " + warpsN
+                        + (p instanceof Problem.ExpertGateUp ? "; gate_up has the gate and up row of each neuron" : "") + ")"));
             }
         }
         if (stages < 3) {
@@ -323,7 +326,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     }
 
     /**
-     * down's scratch: each pair's weighted partial row (FP32) and a ticket per token and n tile
+     * down's scratch: each pair's weighted partial row (bf16; with the atomic combine each token's FP32
+     * sum) and a ticket per token and n tile
      * that counts the slots in (left at zero by the block that completes them).
      */
     @Override
@@ -333,8 +337,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             case Problem.ExpertDown d -> List.of(atomicCombine
                     ? new Workspace(PARTIALS, DType.FP32, List.of(Workspace.TOKENS, d.shape().hidden()),
                             "scratch: each token's FP32 sum of its slots' weighted rows; zero before the first launch, left zero")
-                    : new Workspace(PARTIALS, DType.FP32, List.of(Workspace.TOKENS, d.shape().topk(), d.shape().hidden()),
-                            "scratch: each (token, slot)'s weighted partial row of y"),
+                    : new Workspace(PARTIALS, DType.BF16, List.of(Workspace.TOKENS, d.shape().topk(), d.shape().hidden()),
+                            "scratch: each (token, slot)'s weighted partial row of y, rounded to bf16 (half the traffic of FP32)"),
                     new Workspace(TICKETS, DType.INT32, List.of(Workspace.TOKENS, Math.ceilDiv(d.shape().hidden(), blockN)),
                             "scratch: slots in per token and n tile; zero before the first launch, left zero"));
         };
@@ -378,7 +382,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         int rows = weightRows(problem);
         List<String> own = new ArrayList<>();
         own.add("A block: " + blockM + " routed pairs of one expert x " + rows + " weight rows, " + (wgmma
-                ? (blockM / 64) + " warpgroup(s) of 64 x " + rows + ", one wgmma m64n" + rows + "k16 per k16 step from the swizzled stages"
+                ? (blockM / 64 * warpsN) + " warpgroup(s) of 64 x " + rows / warpsN + ", one wgmma m64n" + rows / warpsN
+                + "k16 per k16 step from the swizzled stages"
                 : warpsM + " x " + warpsN + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8k16")
                 + " (bf16 in, FP32 accumulate).");
         own.add("K slices of " + blockK + " through a " + stages + "-stage pipeline (" + layout.stageBytes() + " bytes a stage; "
@@ -390,8 +395,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     + " neurons, gate and up rows staged side by side";
             case Problem.ExpertDown _ -> "a tile of pairs routed to one expert x " + blockN + " hidden outputs; " + (atomicCombine
                     ? "each pair's weighted row is added atomically into its token's FP32 sum (the order of the additions varies)"
-                    : "each pair's weighted partial (FP32) goes to scratch and the block completing a token adds its slots in"
-                    + " slot order");
+                    : "each pair's weighted partial (rounded to bf16) goes to scratch and the block completing a token adds its"
+                    + " slots in slot order (FP32)");
         };
         String body = switch (problem) {
             case Problem.ExpertGateUp _ -> "gate_up_expert_centric";

@@ -106,10 +106,19 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             withTma("ec_m16_tma", new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 4, 1)),
             withTma("ec_m32_tma", new ExpertCentric(32, 64, 64, 2, 2, 4, 1), new ExpertCentric(32, 128, 64, 2, 2, 4, 1)),
             withTma("ec_m16_n128_tma", new ExpertCentric(16, 128, 64, 1, 8, 4, 1), new ExpertCentric(16, 256, 64, 1, 8, 4, 1)),
+            withTma("ec_m16_s6_tma", new ExpertCentric(16, 64, 64, 1, 4, 6, 1), new ExpertCentric(16, 128, 64, 1, 4, 6, 1)),
+            withTma("ec_m32_s6_tma", new ExpertCentric(32, 64, 64, 2, 2, 6, 1), new ExpertCentric(32, 128, 64, 2, 2, 6, 1)),
+            withTma("ec_m64_tma", new ExpertCentric(64, 64, 64, 2, 2, 4, 8), new ExpertCentric(64, 128, 64, 2, 2, 4, 8)),
             withTma("wg_m64_tma", new ExpertCentric(64, 64, 64, 4, 1, 5, 8, true), new ExpertCentric(64, 128, 64, 4, 1, 5, 8, true)),
             withTma("wg_m128_tma", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
             withTma("wg_m128_n64_tma", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true),
-                    new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)));
+                    new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)),
+            // two warpgroups side by side along the weight rows
+            withTma("wg_m64_n2_tma", new ExpertCentric(64, 128, 64, 4, 2, 4, 8, true), new ExpertCentric(64, 256, 64, 4, 2, 4, 8, true)),
+            withTma("wg_m64_n2_s5_tma", new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true),
+                    new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true)),
+            withTma("wg_m128_n2_tma", new ExpertCentric(128, 128, 64, 8, 2, 4, 8, true),
+                    new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true)));
 
     private static TilePair withTma(String name, ExpertCentric gateUp, ExpertCentric down) {
         return new TilePair(name, gateUp.withTma(true), down.withTma(true));

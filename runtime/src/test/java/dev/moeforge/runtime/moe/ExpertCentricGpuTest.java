@@ -66,7 +66,11 @@ class ExpertCentricGpuTest extends GpuSession {
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true),
                     new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true)},
             new ExpertCentric[] {new ExpertCentric(64, 32, 64, 4, 1, 3, 1, true).withTma(true),
-                    new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).withTma(true)});
+                    new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).withTma(true)},
+            // wgmma with two warpgroups side by side along the weight rows (warps_n = 2), by TMA and by cp.async
+            new ExpertCentric[] {new ExpertCentric(64, 128, 64, 4, 2, 4, 8, true).withTma(true),
+                    new ExpertCentric(64, 256, 64, 4, 2, 4, 8, true).withTma(true)},
+            new ExpertCentric[] {new ExpertCentric(128, 64, 64, 8, 2, 4, 1, true), new ExpertCentric(128, 256, 64, 8, 2, 3, 1, true)});
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -130,6 +134,9 @@ class ExpertCentricGpuTest extends GpuSession {
         cases.add(new Case(GPT_OSS, 9, 96, RoutingKind.UNIFORM));
         cases.add(new Case(GPT_OSS, 8, 48, RoutingKind.UNIFORM));
         cases.add(new Case(SMALL, 9, 16384, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 11, 1024, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 12, 256, RoutingKind.UNIFORM));
+        cases.add(new Case(GPT_OSS, 11, 96, RoutingKind.UNIFORM));
         return cases;
     }
 
