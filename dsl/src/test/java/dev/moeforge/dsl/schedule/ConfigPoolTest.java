@@ -48,8 +48,9 @@ class ConfigPoolTest {
             List<Schedule<Problem.ExpertProblem>> pool = ConfigPool.of(p, Target.SM_90A);
             assertEquals(24, pool.stream().filter(s -> s instanceof OutputCentric).count(), p.kindName());
             assertTrue(pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.wgmma()), p.kindName());
+            assertTrue(pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.tma()), p.kindName());
             total += pool.size();
         }
-        assertEquals(156, total);
+        assertEquals(176, total);
     }
 }
