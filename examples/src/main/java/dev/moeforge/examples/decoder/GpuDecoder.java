@@ -15,6 +15,7 @@ import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.schedule.Candidates;
+import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.LinearGemv;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.RouterGemv;
@@ -577,17 +578,31 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
     }
 
+    /** From this batch an expert half takes the catalogue's 16-pair expert-centric tile where it has one. */
+    static final int EXPERT_CENTRIC_FROM = 16;
+
     /**
      * The built-in catalogue's decode kernel for the same function (problem, epilogue, target), tuned
-     * for its model: a router, or the expert half whose token tile suits the batch (1 token per block
-     * up to 2 tokens, then 8 up to 16, then 32), else the nearest tile the catalogue has.
+     * for its model: a router, or for an expert half from {@link #EXPERT_CENTRIC_FROM} tokens the
+     * 16-pair expert-centric tile (where `bench prefill` finds it ahead of the output-centric tiles),
+     * else the output-centric half whose token tile suits the batch (1 token per block up to 2 tokens,
+     * then 8 up to 16, then 32), else the nearest tile the catalogue has.
      */
-    static java.util.Optional<KernelSpec> catalogued(KernelSpec wanted, int batch) {
-        int tile = batch <= 2 ? 1 : batch <= 16 ? 8 : 32;
-        return java.util.Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
+    static Optional<KernelSpec> catalogued(KernelSpec wanted, int batch) {
+        List<KernelSpec> same = Arrays.stream(dev.moeforge.generated.BuiltinKernel.values())
+                .map(dev.moeforge.generated.BuiltinKernel::spec)
                 .filter(k -> k.problem().equals(wanted.problem()) && k.epilogue().equals(wanted.epilogue())
                         && k.target() == wanted.target())
-                .filter(k -> tokenTile(k) > 0)
+                .toList();
+        if (batch >= EXPERT_CENTRIC_FROM) {
+            Optional<KernelSpec> tiles = same.stream()
+                    .filter(k -> k.schedule() instanceof ExpertCentric e && e.blockM() == 16).findFirst();
+            if (tiles.isPresent()) {
+                return tiles;
+            }
+        }
+        int tile = batch <= 2 ? 1 : batch <= 16 ? 8 : 32;
+        return same.stream().filter(k -> tokenTile(k) > 0)
                 .min(java.util.Comparator.comparingInt(k -> Math.abs(Integer.numberOfTrailingZeros(tokenTile(k))
                         - Integer.numberOfTrailingZeros(tile))));
     }

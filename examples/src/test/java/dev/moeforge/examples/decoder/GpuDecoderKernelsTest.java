@@ -1,0 +1,35 @@
+package dev.moeforge.examples.decoder;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.moeforge.checkpoint.SafetensorsDType;
+import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.schedule.ExpertCentric;
+import dev.moeforge.dsl.schedule.OutputCentric;
+import org.junit.jupiter.api.Test;
+
+/** Which expert kernels the decoder of the built-in geometry takes by batch (no GPU). */
+class GpuDecoderKernelsTest {
+    static GpuDecoder.Kernels kernels(int batch) {
+        ModelPreset p = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
+        ModelConfig c = ModelConfig.parse(RandomModel.config(p, SafetensorsDType.BF16, new ObjectMapper()));
+        return GpuDecoder.Kernels.of(c, MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false), Target.SM_90A, batch);
+    }
+
+    @Test
+    void outputCentricTilesUpToEightTokensThenTheCataloguesExpertCentricPair() {
+        assertEquals(1, assertInstanceOf(OutputCentric.class, kernels(1).gateUp().schedule()).tokensPerCta());
+        assertEquals(8, assertInstanceOf(OutputCentric.class, kernels(8).gateUp().schedule()).tokensPerCta());
+        assertEquals(8, assertInstanceOf(OutputCentric.class, kernels(GpuDecoder.EXPERT_CENTRIC_FROM - 1).down().schedule()).tokensPerCta());
+        for (int batch : new int[] {GpuDecoder.EXPERT_CENTRIC_FROM, 32, 256}) {
+            GpuDecoder.Kernels k = kernels(batch);
+            assertEquals("qwen3_30b_a3b_gate_up_m16", k.gateUp().name());
+            assertEquals("qwen3_30b_a3b_down_m16", k.down().name());
+            assertEquals(16, assertInstanceOf(ExpertCentric.class, k.down().schedule()).blockM());
+        }
+    }
+}
