@@ -294,11 +294,12 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
                  : "=r"(done) : "r"(bar), "r"(parity) : "memory");
   }
 }
-// Box (c0, c1, c2, c3) of the 4-dimensional tensor `map` into shared memory at dst.
+// Box (c0, c1, c2, c3) of the 4-dimensional tensor `map` into this block's shared memory at dst (the
+// .shared::cta destination: the .shared::cluster form costs sm_120a kernels a stack frame).
 __device__ __forceinline__ void tensor_copy_4d(uint32_t dst, const TensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
 #if __CUDA_ARCH__ >= 900
   asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      "cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
 #else
   __trap();  // the Validator lets tma only into sm_90 and later kernels
@@ -574,15 +575,15 @@ __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __re
   }
 }
 
-// Four floats as four bf16 (round to nearest) in 8 bytes, and back.
-__device__ __forceinline__ uint2 bf16x4_of(float4 v) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+// Four floats as four bf16 (round to nearest) in 8 bytes, and back (a bf16 is a float's high half).
+__device__ __forceinline__ uint32_t bf16x2_bits(float a, float b) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(a))) |
+         static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(b))) << 16;
 }
+__device__ __forceinline__ uint2 bf16x4_of(float4 v) { return make_uint2(bf16x2_bits(v.x, v.y), bf16x2_bits(v.z, v.w)); }
 __device__ __forceinline__ float4 float4_of_bf16x4(uint2 u) {
-  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xFFFF0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xFFFF0000u));
 }
 
 // sum[0..4) += v in L2, one vector reduction where the target has it (sm_90 on), else four.
