@@ -80,6 +80,6 @@ public final class ConfigPool {
             case Problem.ExpertDown _ -> t.weightRows();
         };
         return new ExpertCentric(t.blockM(), blockN, t.blockK(), t.warpsM(), t.warpsN(), stages, groupM, wgmma, false)
-                .withTma(t.blockK() == 64);
+                .withTma(t.blockK() == ExpertCentric.TMA_BLOCK_K);
     }
 }

@@ -18,7 +18,8 @@ import java.util.Optional;
  * Expert-centric grouped GEMM on the tensor cores: the routed (token, slot) pairs are grouped by
  * expert ({@link RoutingPlan}), and a thread block multiplies a tile of {@code blockM} pairs of
  * one expert by {@code blockN} of its outputs with {@code mma.sync} m16n8k16 (BF16 in, FP32
- * accumulate), fed by a {@code stages}-deep cp.async pipeline of {@code blockK}-wide slices.
+ * accumulate) or warpgroup MMA, fed by a {@code stages}-deep pipeline of {@code blockK}-wide slices
+ * (activation rows by cp.async; weight tiles by cp.async or by the tensor memory accelerator).
  * Every expert's weights are read once per tile of pairs rather than once per token, so this is
  * the family for batches past a few tokens per expert. gate_up gathers each pair's token row of x,
  * stages the gate and up rows of its neurons side by side and applies the gated activation in
@@ -31,7 +32,7 @@ import java.util.Optional;
  * @param blockK  K slice per pipeline stage: 32, 64 or 128 elements
  * @param warpsM  warps along M; each owns blockM / warpsM rows of the tile
  * @param warpsN  warps along N; each owns (weight rows of the tile) / warpsN columns
- * @param stages  slices in flight (cp.async pipeline depth), 2..8
+ * @param stages  slices in flight (pipeline depth), 2..8
  * @param groupM  m tiles a run of consecutive blocks walks before the next n tile (GROUP_M), 1..64
  * @param atomicCombine down only: each slot's weighted row is added atomically into an FP32 sum per
  *                token instead of kept for an ordered reduction (less memory traffic; the order
@@ -51,6 +52,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
             ExpertCentric.class, Problem.ExpertProblem.class, ExpertCentric::space);
+
+    /** The slice width tma takes: 64 bf16 are the 128-byte rows the copy engine's 128-byte swizzle writes. */
+    public static final int TMA_BLOCK_K = 64;
 
     /** FP32 accumulators one thread may hold before ptxas runs out of registers for the rest. */
     public static final int MAX_ACCUMULATORS = 128;
@@ -103,7 +107,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
         List<ExpertCentric> all = new ArrayList<>(copies);
         for (ExpertCentric s : copies) {
-            if (s.blockK() == 64) {  // the copy engine's 128-byte rows
+            if (s.blockK() == TMA_BLOCK_K) {
                 all.add(s.withTma(true));
             }
         }
@@ -140,8 +144,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (wgmma) {
             checkWgmma(p, target, errors);
         }
-        if (tma && blockK != 64 && !wgmma) {  // wgmma's own rule already asks for 64
-            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), "64 with tma (the copy engine writes "
+        if (tma && blockK != TMA_BLOCK_K && !wgmma) {  // wgmma's own rule already asks for 64
+            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), TMA_BLOCK_K + " with tma (the copy engine writes "
                     + "128-byte rows in the 128-byte swizzle the stages use)"));
         }
         if (atomicCombine && p instanceof Problem.ExpertGateUp) {
@@ -232,8 +236,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /**
      * The shared memory of an expert_centric block, as the device header's {@code ExpertTileShape}
-     * lays it out (and static_asserts): the tile's pair table, then the cp.async pipeline, whose
-     * bytes the output staging reuses after the last slice.
+     * lays it out (and static_asserts): the tile's pair table, with tma the stages' barriers, then the
+     * pipeline, whose bytes the output staging reuses after the last slice.
      *
      * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32)
      * @param barrierBytes  with tma, one 8-byte mbarrier per stage (its weight tile has landed), after the table
@@ -362,12 +366,12 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 long row = 2 * h;
                 boolean stacked = g.layout() == GateUpLayout.STACKED;
                 yield new WeightTileMap(List.of(h, 2L, i, (long) g.shape().experts()),
-                        List.of(stacked ? i * row : row, stacked ? row : 2 * row, 2 * i * row), List.of(64, 2, blockN, 1));
+                        List.of(stacked ? i * row : row, stacked ? row : 2 * row, 2 * i * row), List.of(TMA_BLOCK_K, 2, blockN, 1));
             }
             case Problem.ExpertDown d -> {
                 long row = 2 * i;
                 yield new WeightTileMap(List.of(i, 1L, h, (long) d.shape().experts()), List.of(row, row, h * row),
-                        List.of(64, 1, blockN, 1));
+                        List.of(TMA_BLOCK_K, 1, blockN, 1));
             }
         });
     }

@@ -16,6 +16,9 @@ import java.util.List;
 public record WeightTileMap(List<Long> dims, List<Long> strideBytes, List<Integer> box) {
     /** The tensor map's inner box must fit the 128-byte swizzle span. */
     public static final int SWIZZLE_BYTES = 128;
+    /** The longest box edge the copy engine takes. */
+    public static final int MAX_BOX = 256;
+    private static final int BF16_BYTES = 2;
 
     public WeightTileMap {
         dims = List.copyOf(dims);
@@ -30,14 +33,20 @@ public record WeightTileMap(List<Long> dims, List<Long> strideBytes, List<Intege
                 throw new IllegalArgumentException("tensor map strides are multiples of 16 bytes: " + strideBytes);
             }
         }
-        if (box.getFirst() * 2 > SWIZZLE_BYTES) {
+        for (int i = 0; i < dims.size(); i++) {
+            if (dims.get(i) < 1 || box.get(i) < 1 || box.get(i) > MAX_BOX) {
+                throw new IllegalArgumentException("tensor map dimension " + i + ": size " + dims.get(i) + " and box edge "
+                        + box.get(i) + "; sizes at least 1, box edges 1.." + MAX_BOX);
+            }
+        }
+        if (box.getFirst() * BF16_BYTES > SWIZZLE_BYTES) {
             throw new IllegalArgumentException("the inner box edge " + box.getFirst() + " bf16 exceeds the 128-byte swizzle span");
         }
     }
 
     /** Bytes one copy of the box brings (bf16). */
     public long boxBytes() {
-        long n = 2;
+        long n = BF16_BYTES;
         for (int b : box) {
             n *= b;
         }

@@ -578,8 +578,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
     }
 
-    /** From this batch an expert half takes the catalogue's 16-pair expert-centric tile where it has one. */
+    /** From this batch an expert half takes the catalogue's expert-centric tile of {@link #EXPERT_TILE_PAIRS} where it has one. */
     static final int EXPERT_CENTRIC_FROM = 16;
+    /** Routed pairs per tile of the catalogue's decode-batch expert-centric pairs. */
+    static final int EXPERT_TILE_PAIRS = 16;
 
     /**
      * The built-in catalogue's decode kernel for the same function (problem, epilogue, target), tuned
@@ -596,7 +598,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 .toList();
         if (batch >= EXPERT_CENTRIC_FROM) {
             Optional<KernelSpec> tiles = same.stream()
-                    .filter(k -> k.schedule() instanceof ExpertCentric e && e.blockM() == 16).findFirst();
+                    .filter(k -> k.schedule() instanceof ExpertCentric e && e.blockM() == EXPERT_TILE_PAIRS).findFirst();
             if (tiles.isPresent()) {
                 return tiles;
             }

@@ -135,7 +135,7 @@ public final class KernelHandle {
 
     /**
      * The copy engine's map of the weight at {@code codes}, encoded once per buffer address (the map
-     * is the address and the schedule's fixed geometry; a handle keeps the last few it was given).
+     * is the address and the schedule's fixed geometry; past 256 addresses the handle starts afresh).
      */
     private TensorMap tensorMap(KernelParam p, DeviceBuffer codes) {
         if (codes == null) {
