@@ -79,7 +79,7 @@ public final class ConfigPool {
             case Problem.ExpertGateUp _ -> t.weightRows() / 2;
             case Problem.ExpertDown _ -> t.weightRows();
         };
-        return new ExpertCentric(t.blockM(), blockN, t.blockK(), t.warpsM(), t.warpsN(), stages, groupM, wgmma, false)
+        return new ExpertCentric(t.blockM(), blockN, t.blockK(), t.warpsM(), t.warpsN(), stages, groupM, wgmma)
                 .withTma(t.blockK() == ExpertCentric.TMA_BLOCK_K);
     }
 }

@@ -71,14 +71,13 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false);
     }
 
-    /** Weights by cp.async. */
-    public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                         boolean atomicCombine) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, false);
-    }
-
     /** This schedule with another GROUP_M, everything else the same. */
     public ExpertCentric withGroupM(int groupM) {
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma);
+    }
+
+    /** This schedule with down's atomic combine (or the ordered one), everything else the same. */
+    public ExpertCentric withAtomicCombine(boolean atomicCombine) {
         return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma);
     }
 

@@ -93,15 +93,15 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             new TilePair("ec_m16_n128", new ExpertCentric(16, 128, 64, 1, 8, 4, 1), new ExpertCentric(16, 256, 64, 1, 8, 4, 1)),
             // down's atomic combine: one FP32 sum per token instead of k partial rows
             new TilePair("ec_m16_k128_atomic", new ExpertCentric(16, 128, 128, 1, 8, 3, 1),
-                    new ExpertCentric(16, 256, 128, 1, 8, 3, 1, false, true)),
+                    new ExpertCentric(16, 256, 128, 1, 8, 3, 1).withAtomicCombine(true)),
             new TilePair("ec_m32_k128_atomic", new ExpertCentric(32, 128, 128, 2, 4, 3, 1),
-                    new ExpertCentric(32, 256, 128, 2, 4, 3, 1, false, true)),
+                    new ExpertCentric(32, 256, 128, 2, 4, 3, 1).withAtomicCombine(true)),
             // warpgroup MMA (sm_90a)
             new TilePair("wg_m64", new ExpertCentric(64, 64, 64, 4, 1, 5, 8, true), new ExpertCentric(64, 128, 64, 4, 1, 5, 8, true)),
             new TilePair("wg_m128", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
             new TilePair("wg_m128_n64", new ExpertCentric(128, 64, 64, 8, 1, 5, 8, true), new ExpertCentric(128, 128, 64, 8, 1, 5, 8, true)),
             new TilePair("wg_m128_atomic", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)),
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withAtomicCombine(true)),
             // weight tiles by the tensor memory accelerator (64-element slices), beside their cp.async twins above
             withTma("ec_m16_tma", new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 4, 1)),
             withTma("ec_m32_tma", new ExpertCentric(32, 64, 64, 2, 2, 4, 1), new ExpertCentric(32, 128, 64, 2, 2, 4, 1)),

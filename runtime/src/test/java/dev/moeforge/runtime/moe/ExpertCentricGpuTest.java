@@ -57,9 +57,9 @@ class ExpertCentricGpuTest extends GpuSession {
             // 128-element slices (rows of 16 pieces), wide tiles
             new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1)},
             // down's atomic combine, on mma.sync and on wgmma
-            new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1, false, true)},
+            new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 3, 1), new ExpertCentric(16, 256, 128, 1, 8, 3, 1).withAtomicCombine(true)},
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true, true)},
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withAtomicCombine(true)},
             // weight tiles by the tensor memory accelerator: mma.sync, two warpgroups, one with the narrowest slabs
             new ExpertCentric[] {new ExpertCentric(32, 64, 64, 2, 2, 4, 1).withTma(true),
                     new ExpertCentric(32, 128, 64, 2, 2, 2, 1).withTma(true)},
