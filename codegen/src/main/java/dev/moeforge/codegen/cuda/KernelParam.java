@@ -37,6 +37,10 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
 
     public KernelParam {
         shape = List.copyOf(shape);
+        if ((role == Role.TENSOR_MAP) != (weightPart == WeightPart.TENSOR_MAP)) {
+            throw new IllegalArgumentException(name + ": a tensor map is the TENSOR_MAP part of a weight, and only it (role " + role
+                    + ", part " + weightPart + ")");
+        }
     }
 
     /** A parameter that is not part of an expert weight. */

@@ -615,7 +615,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             case OutputCentric oc -> oc.tokensPerCta();
             case RouterGemv _, dev.moeforge.dsl.schedule.RouterCluster _, dev.moeforge.dsl.schedule.OutputTensorCore _ -> 1;
             case dev.moeforge.dsl.schedule.SplitDown _,
-                 dev.moeforge.dsl.schedule.ExpertCentric _,
+                 ExpertCentric _,
                  dev.moeforge.dsl.schedule.RouterTiled _, LinearGemv _ -> 0;
         };
     }

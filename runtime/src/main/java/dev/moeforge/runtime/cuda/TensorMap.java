@@ -1,5 +1,6 @@
 package dev.moeforge.runtime.cuda;
 
+import dev.moeforge.codegen.cuda.KernelSignature;
 import dev.moeforge.dsl.schedule.WeightTileMap;
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
@@ -17,8 +18,8 @@ import jcuda.driver.CUresult;
  * JCuda 12.0 has none: bf16 elements, no interleave, the 128-byte swizzle, 256-byte L2 promotion,
  * zeros past the tensor's edges.
  */
-public record TensorMap(byte[] bytes) {
-    public static final int BYTES = 128;
+public final class TensorMap {
+    public static final int BYTES = KernelSignature.TENSOR_MAP_BYTES;
 
     // cuda.h's enums: CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_L2_256B, _FLOAT_OOB_FILL_NONE
     private static final int DATA_TYPE_BFLOAT16 = 9;
@@ -27,16 +28,18 @@ public record TensorMap(byte[] bytes) {
     private static final int L2_PROMOTION_256B = 3;
     private static final int OOB_FILL_ZEROS = 0;
 
-    public TensorMap {
+    private final byte[] bytes;
+
+    private TensorMap(byte[] bytes) {
         if (bytes.length != BYTES) {
             throw new IllegalArgumentException("a tensor map is " + BYTES + " bytes, not " + bytes.length);
         }
-        bytes = bytes.clone();
+        this.bytes = bytes;
     }
 
-    @Override
-    public byte[] bytes() {
-        return bytes.clone();
+    /** The map's bytes, for a launch that passes them by pointer (not to be written). */
+    byte[] bytes() {
+        return bytes;
     }
 
     /** Writes the map into {@code target} (at least 128 bytes, 64-byte aligned for the driver). */
