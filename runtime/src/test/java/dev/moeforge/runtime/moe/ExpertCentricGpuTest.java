@@ -70,7 +70,12 @@ class ExpertCentricGpuTest extends GpuSession {
             // wgmma with two warpgroups side by side along the weight rows (warps_n = 2), by TMA and by cp.async
             new ExpertCentric[] {new ExpertCentric(64, 128, 64, 4, 2, 4, 8, true).withTma(true),
                     new ExpertCentric(64, 256, 64, 4, 2, 4, 8, true).withTma(true)},
-            new ExpertCentric[] {new ExpertCentric(128, 64, 64, 8, 2, 4, 1, true), new ExpertCentric(128, 256, 64, 8, 2, 3, 1, true)});
+            new ExpertCentric[] {new ExpertCentric(128, 64, 64, 8, 2, 4, 1, true), new ExpertCentric(128, 256, 64, 8, 2, 3, 1, true)},
+            // the catalogue's decode-batch pair and the prefill example's pair, as they ship
+            new ExpertCentric[] {new ExpertCentric(16, 64, 64, 1, 4, 4, 1).withTma(true),
+                    new ExpertCentric(16, 128, 64, 1, 4, 4, 1).withTma(true)},
+            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 2, 4, 8, true).withTma(true),
+                    new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true).withTma(true)});
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -137,6 +142,9 @@ class ExpertCentricGpuTest extends GpuSession {
         cases.add(new Case(QWEN3_30B, 11, 1024, RoutingKind.UNIFORM));
         cases.add(new Case(QWEN3_30B, 12, 256, RoutingKind.UNIFORM));
         cases.add(new Case(GPT_OSS, 11, 96, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 13, 32, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 13, 256, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 14, 4096, RoutingKind.UNIFORM));
         return cases;
     }
 
