@@ -12,6 +12,7 @@ import dev.moeforge.dsl.ir.epilogue.Combine;
 import dev.moeforge.dsl.ir.epilogue.EpilogueNode;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.schedule.ConfigConstant;
+import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.LaunchGeometry;
 import dev.moeforge.dsl.schedule.RoutingPlan;
 import dev.moeforge.dsl.schedule.ScheduleModel;
@@ -115,7 +116,9 @@ public final class CudaEmitter {
                 expert ? SpecPrinter.printEpilogue(store) : "", epilogueParams,
                 expert ? EpilogueEmitter.emit(store, bound) : List.of(), valueLines, storeLines, blockGroups, expertCounts,
                 valid.takesRoutingPlan() ? valid.name() + RoutingPlan.COUNT_ENTRY : "",
-                valid.takesRoutingPlan() ? valid.name() + RoutingPlan.SCATTER_ENTRY : "");
+                valid.takesRoutingPlan() ? valid.name() + RoutingPlan.SCATTER_ENTRY : "",
+                valid.quantisesActivations() && problem instanceof Problem.ExpertGateUp ? valid.name() + ExpertCentric.QUANTISE_ENTRY : "",
+                ExpertCentric.QUANTISE_THREADS);
     }
 
     /** The problem's members of Config: its weight format, sizes and layout. */

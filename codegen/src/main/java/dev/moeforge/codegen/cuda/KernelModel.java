@@ -27,12 +27,15 @@ import java.util.List;
  * @param expertCounts   routers: the kernel also counts each expert's tokens
  * @param alignCount     expert_centric: the name of the module's first align entry point (empty otherwise)
  * @param alignScatter   expert_centric: the name of the second
+ * @param quantiseX      expert_centric gate_up with FP8 activations: the name of the entry point that
+ *                       quantises x into the kernel's workspace (empty otherwise)
+ * @param quantiseThreads threads of one block of that entry point (a warp per group of 128)
  */
 public record KernelModel(List<String> specLines, List<String> notes, String header, List<ConfigConstant> config,
                           String launchBounds, int clusterSize, String name, List<String> params, String body, String callArgs,
                           String epilogueText, String epilogueParams, List<String> epilogueLines,
                           List<String> valueLines, List<String> storeLines, boolean blockGroups, boolean expertCounts,
-                          String alignCount, String alignScatter) {
+                          String alignCount, String alignScatter, String quantiseX, int quantiseThreads) {
     public KernelModel {
         specLines = List.copyOf(specLines);
         notes = List.copyOf(notes);

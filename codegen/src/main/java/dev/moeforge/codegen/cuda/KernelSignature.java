@@ -8,6 +8,7 @@ import static dev.moeforge.codegen.cuda.KernelParam.WeightPart.ROW_SCALES;
 import dev.moeforge.codegen.cuda.KernelParam.Role;
 import dev.moeforge.dsl.check.ValidatedSpec;
 import dev.moeforge.dsl.check.Validator;
+import dev.moeforge.dsl.format.Fp8ActivationRows;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
@@ -95,12 +96,10 @@ public record KernelSignature(List<KernelParam> params) {
                 params.addAll(tensorMap(spec, "w_gate_up"));
                 params.add(topkIds(s));
                 params.addAll(routingPlan(spec, s));
-                params.add(new KernelParam("inter", Role.OUTPUT, act, List.of(m, s.topk(), s.intermediate()),
-                        "activation of each (token, slot, neuron)"));
+                params.add(inter(spec, Role.OUTPUT, act, s, "activation of each (token, slot, neuron)"));
             }
             case Problem.ExpertDown _ -> {
-                params.add(new KernelParam("inter", Role.INPUT, act, List.of(m, s.topk(), s.intermediate()),
-                        "gate_up's output"));
+                params.add(inter(spec, Role.INPUT, act, s, "gate_up's output"));
                 params.addAll(weights("w_down", p.weights(), s.experts(), s.hidden(), s.intermediate(), 1, p.bias(),
                         "down rows of every expert"));
                 params.addAll(tensorMap(spec, "w_down"));
@@ -114,6 +113,19 @@ public record KernelSignature(List<KernelParam> params) {
         params.addAll(workspace(spec));
         params.add(tokens);
         return new KernelSignature(params);
+    }
+
+    /**
+     * The intermediate gate_up hands to down: [M][k][I] in the activation type, or with FP8
+     * activations (W8A8) each (token, slot)'s row quantised ({@link Fp8ActivationRows}: codes, then scales).
+     */
+    private static KernelParam inter(ValidatedSpec<?> spec, Role role, DType act, ExpertShape s, String description) {
+        if (spec.quantisesActivations()) {
+            return new KernelParam("inter", role, DType.U8, List.of(KernelParam.TOKENS, s.topk(),
+                    Fp8ActivationRows.rowBytes(s.intermediate())), description + ", quantised to FP8 in groups of "
+                    + Fp8ActivationRows.GROUP + " (each row's codes, then its FP32 scales)");
+        }
+        return new KernelParam("inter", role, act, List.of(KernelParam.TOKENS, s.topk(), s.intermediate()), description);
     }
 
     /** The copy engine's view of weight {@code weight}, where the schedule reads it through one; none otherwise. */

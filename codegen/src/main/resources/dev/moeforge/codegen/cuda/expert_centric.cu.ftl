@@ -1,5 +1,6 @@
 <#-- Expert kernel of schedule expert_centric: the expert skeleton, then the two entry points that
-     build the routing plan (RoutingPlan) this kernel takes, one warp per block each. -->
+     build the routing plan (RoutingPlan) this kernel takes, one warp per block each, and for a W8A8
+     gate_up the entry point that quantises x into its workspace. -->
 <#include "expert.cu.ftl">
 
 // Routing plan, step 1: each block counts one segment of pairs per bucket (E experts, then ids outside [0, E)).
@@ -29,3 +30,16 @@ extern "C" __global__ void __launch_bounds__(32) ${alignScatter}(
   mf::routing_align_scatter(topk_ids, segment_counts, sorted_slots, expert_offsets, pairs, Config::kExperts, segment,
                             segments, places);
 }
+<#if quantiseX != "">
+
+// x quantised to FP8 per token in groups of 128 (codes, then FP32 scales), a warp per group, for the
+// kernel above to multiply.
+extern "C" __global__ void __launch_bounds__(${quantiseThreads}) ${quantiseX}(
+    const __nv_bfloat16* __restrict__ x,
+    uint8_t* __restrict__ x_fp8,
+    int num_tokens
+) {
+  mf::begin_after_previous_kernel();
+  mf::quantise_rows_fp8<Config::kHidden>(x, x_fp8, num_tokens);
+}
+</#if>

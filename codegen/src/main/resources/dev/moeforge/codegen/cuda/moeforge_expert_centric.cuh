@@ -99,6 +99,43 @@ __device__ __forceinline__ uint32_t tile_swizzled(int row, int piece) {
   return 16u * static_cast<uint32_t>(row * P + (piece ^ mix));
 }
 
+// W8A8 activation rows (Fp8ActivationRows, Java): a row of n values as E4M3 codes in groups of 128,
+// then each group's FP32 scale (amax / 448, so the largest lands on E4M3's largest), padded to 16 bytes.
+__host__ __device__ constexpr int fp8_row_bytes(int n) { return n + (n / 128 * 4 + 15) / 16 * 16; }
+
+// Two floats as E4M3 codes, a in the low byte: round to nearest even, saturating at +-448.
+__device__ __forceinline__ uint32_t e4m3x2_of(float a, float b) {
+  uint16_t pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(pair) : "f"(b), "f"(a));
+  return pair;
+}
+
+// One group of 128 bf16 values at src (4 per lane) quantised: codes to dst (4 bytes per lane), the scale
+// (lane 0) to scale. The whole warp takes part.
+__device__ __forceinline__ void quantise_group_e4m3(const __nv_bfloat16* src, uint8_t* dst, float* scale, int lane) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(src + 4 * lane);
+  const float v0 = bf16_lo(raw.x), v1 = bf16_hi(raw.x), v2 = bf16_lo(raw.y), v3 = bf16_hi(raw.y);
+  float amax = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, d));
+  const float s = amax > 0.0f ? amax / 448.0f : 1.0f;  // divisions as the reference rounds them
+  *reinterpret_cast<uint32_t*>(dst + 4 * lane) = e4m3x2_of(v0 / s, v1 / s) | e4m3x2_of(v2 / s, v3 / s) << 16;
+  if (lane == 0) *scale = s;
+}
+
+// rows x N bf16 (x) into quantised rows (out), a warp per group of 128; the grid covers rows x N / 128 warps.
+template <int N>
+__device__ __forceinline__ void quantise_rows_fp8(const __nv_bfloat16* __restrict__ x, uint8_t* __restrict__ out, int rows) {
+  static_assert(N % 128 == 0, "whole groups of 128");
+  constexpr int kGroups = N / 128;
+  const long long task = static_cast<long long>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (task >= static_cast<long long>(rows) * kGroups) return;  // uniform over the warp
+  const int row = static_cast<int>(task / kGroups), group = static_cast<int>(task % kGroups);
+  uint8_t* dst = out + static_cast<size_t>(row) * fp8_row_bytes(N);
+  quantise_group_e4m3(x + static_cast<size_t>(row) * N + group * 128, dst + group * 128, reinterpret_cast<float*>(dst + N) + group,
+                      threadIdx.x & 31);
+}
+
 // The sizes of a grouped GEMM tile; ExpertCentric.Layout (Java) states the same, and the kernel
 // static_asserts that the shared memory agrees.
 template <class Config, bool GATE_UP>
@@ -108,6 +145,10 @@ struct ExpertTileShape {
   static constexpr int WM = Config::kWarpsM, WN = Config::kWarpsN, S = Config::kStages, GM = Config::kGroupM;
   static constexpr bool kWgmma = Config::kWgmma;
   static constexpr bool kTma = Config::kTma;  // weight tiles by the copy engine
+  // W8A8: E4M3 weights in 128 x 128 blocks times activations quantised per row in groups of 128; a
+  // slice is one block, whose sums are scaled before they join the accumulators
+  static constexpr bool kFp8 = Config::Format::kElement == Element::kE4M3;
+  static constexpr int kElementBytes = kFp8 ? 1 : 2;
   static constexpr bool kGateUp = GATE_UP;
   static constexpr int kReduce = GATE_UP ? H : I;          // the GEMM's K
   static constexpr int kOutputs = GATE_UP ? I : H;         // outputs per pair
@@ -118,8 +159,12 @@ struct ExpertTileShape {
   static constexpr int kThreads = 32 * WM * WN;
   static constexpr int TM = BM / WM, TN = kRows / WN;  // one warp's part of the tile
   static constexpr int FM = TM / 16, FN = TN / 8;      // its m16 and n8 fragments
-  static constexpr int P = BK / 8;                     // 16-byte pieces per staged row
-  static constexpr int kStageBytes = 2 * (BM + kRows) * BK;
+  static constexpr int kRowBytes = BK * kElementBytes;  // a staged row of a slice
+  static constexpr int P = kRowBytes / 16;              // its 16-byte pieces
+  static constexpr int kStageBytes = (BM + kRows) * kRowBytes;
+  // elements between consecutive activation rows: x or inter rows, or their quantised rows (codes, then scales)
+  static constexpr int kAStride = kFp8 ? fp8_row_bytes(kReduce) : kReduce;
+  static constexpr int kOutRowElements = kFp8 ? fp8_row_bytes(kOutputs) : kOutputs;  // gate_up's rows of inter
   static constexpr int kOutStride = GATE_UP ? BN + 8 : BN + 4;  // staged output row, in elements
   static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
   static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
@@ -135,11 +180,14 @@ struct ExpertTileShape {
   static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
   static_assert(BM % 16 == 0 && TM % 16 == 0 && WM * TM == BM, "a warp owns whole m16 rows of the tile");
   static_assert(TN % 16 == 0 && WN * TN == kRows, "a warp owns whole pairs of n8 columns of the tile");
-  static_assert(BK == 32 || BK == 64 || BK == 128, "a staged row is 4, 8 or 16 16-byte pieces");
+  static_assert(kRowBytes == 64 || kRowBytes == 128 || kRowBytes == 256, "a staged row is 4, 8 or 16 16-byte pieces");
   static_assert(BN % 8 == 0 && kReduce % 8 == 0 && kOutputs % 8 == 0, "rows move in 16-byte pieces");
   static_assert(S >= 2, "a pipeline of at least two stages");
-  static_assert(!kTma || BK == 64, "tma: 128-byte rows, the copy engine's 128-byte swizzle");
-  static_assert(!kWgmma || (BK == 64 && (WN == 1 || WN == 2) && TM == 16 && WM % 4 == 0 && TN % 64 == 0 && TN <= 256 && S >= 3),
+  static_assert(!kTma || kRowBytes == 128, "tma: 128-byte rows, the copy engine's 128-byte swizzle");
+  static_assert(!kFp8 || (kTma && BK == 128 && kReduce % 128 == 0 && kOutputs % 128 == 0 && (!GATE_UP || BN % 128 == 0)),
+                "fp8: weight tiles by the copy engine, a slice per 128 x 128 scale block, whole groups of 128");
+  static_assert(!kFp8 || TN % 128 == 0 || 128 % TN == 0, "fp8: a warp's columns cover whole scale blocks or lie in one");
+  static_assert(!kWgmma || (kRowBytes == 128 && (WN == 1 || WN == 2) && TM == 16 && WM % 4 == 0 && TN % 64 == 0 && TN <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row or half of them, at least three stages");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
   static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
@@ -191,34 +239,36 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
 // The copies one thread issues for every k slice of a tile. A thread keeps one 16-byte
 // column of the slice (the block's threads are a multiple of its pieces) and every kStep-th row from
 // its first, at every k: so the gather through the pair table is done once per tile (a pointer per
-// activation row it owns), its weight rows are one pointer and a fixed stride, and its places in a
-// stage a fixed stride too (kStep is a multiple of the swizzle's 8 rows, or the swizzle is redone).
-// A slice then costs an add per copy. Rows past the bucket or the outputs, and columns past K, are
-// copied as zeros.
+// activation row it owns), its weight rows (without tma) are one pointer and a fixed stride, and its
+// places in a stage a fixed stride too (kStep is a multiple of the swizzle's 8 rows, or the swizzle
+// is redone). A slice then costs an add per copy. Rows past the bucket or the outputs, and columns
+// past K, are copied as zeros. With tma the copy engine brings the weight rows (ExpertTileWeights).
 template <class T, GateUpLayout L>
 struct ExpertTileCopies {
   static constexpr int P = T::P;
   static_assert(T::kThreads % P == 0, "each thread keeps one piece column");
   static constexpr int kStep = T::kThreads / P;  // rows between a thread's consecutive pieces
   static_assert(kStep % 2 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows");
+  static constexpr int kPieceElements = 16 / T::kElementBytes;
   static constexpr int kACopies = ceil_div(T::BM, kStep);
-  static constexpr int kWCopies = T::kTma ? 0 : ceil_div(T::kRows, kStep);  // with tma the copy engine brings them
+  static constexpr int kWCopies = T::kTma ? 0 : ceil_div(T::kRows, kStep);
   // weight rows between a thread's consecutive pieces: gate_up's tile rows are (gate, up) per neuron
   static constexpr int kWRowStep = !T::kGateUp ? kStep : L == GateUpLayout::kStacked ? kStep / 2 : kStep;
-  const __nv_bfloat16* a_src[kACopies];  // activation piece j at k = 0 (the row's base when zeros)
-  const __nv_bfloat16* w_src;            // weight piece 0 at k = 0
+  using AElement = std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>;  // an activation row's element
+  const AElement* a_src[kACopies];        // activation piece j at k = 0 (the row's base when zeros)
+  const __nv_bfloat16* w_src = nullptr;   // weight piece 0 at k = 0 (without tma)
   // bit j: activation piece j is a routed pair's (else zeros); past 64 pieces the table says
   static constexpr bool kMask = kACopies <= 64;
   using Mask = std::conditional_t<kACopies <= 32, unsigned, unsigned long long>;
   Mask a_live;
   const int* pairs;
-  int a_present, w_present, w_live;      // pieces within the tile; weight pieces of real outputs
-  int row, column;                       // the first tile row and the column (elements) of this thread
+  int a_present, w_present = 0, w_live = 0;  // pieces within the tile; weight pieces of real outputs
+  int row, column;                           // the first tile row and the column (elements) of this thread
 
-  __device__ __forceinline__ ExpertTileCopies(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ w,
-                                              const int* table, int e, int n0) {
+  __device__ __forceinline__ ExpertTileCopies(const AElement* __restrict__ a, const void* __restrict__ w, const int* table,
+                                              int e, int n0) {
     row = threadIdx.x / P;
-    column = threadIdx.x % P * 8;
+    column = threadIdx.x % P * kPieceElements;
     a_live = 0;
     pairs = table;
 #pragma unroll
@@ -227,27 +277,29 @@ struct ExpertTileCopies {
       const int pair = r < T::BM ? table[r] : -1;
       // gate_up reads the pair's token's x row; down reads the pair's own inter row
       const size_t src_row = T::kGateUp ? static_cast<size_t>(pair / T::K) : static_cast<size_t>(pair);
-      a_src[j] = pair >= 0 ? a + src_row * T::kReduce + column : a;
+      a_src[j] = pair >= 0 ? a + src_row * T::kAStride + column : a;
       if constexpr (kMask) a_live |= pair >= 0 ? Mask{1} << j : Mask{0};
     }
     a_present = row < T::BM ? ceil_div(T::BM - row, kStep) : 0;
-    w_present = row < T::kRows ? ceil_div(T::kRows - row, kStep) : 0;
-    int w_row, outputs_left;  // the first weight row, and outputs from its own to the last real one
-    if constexpr (T::kGateUp) {  // gate of neuron i at tile row 2i, up at 2i + 1
-      const int neuron = n0 + (row >> 1);
-      w_row = (row & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
-      outputs_left = T::I - neuron;
-      w_live = outputs_left > 0 ? ceil_div(outputs_left, kStep / 2) : 0;
-    } else {
-      w_row = n0 + row;
-      outputs_left = T::H - w_row;
-      w_live = outputs_left > 0 ? ceil_div(outputs_left, kStep) : 0;
+    if constexpr (!T::kTma) {
+      w_present = row < T::kRows ? ceil_div(T::kRows - row, kStep) : 0;
+      int w_row, outputs_left;  // the first weight row, and outputs from its own to the last real one
+      if constexpr (T::kGateUp) {  // gate of neuron i at tile row 2i, up at 2i + 1
+        const int neuron = n0 + (row >> 1);
+        w_row = (row & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
+        outputs_left = T::I - neuron;
+        w_live = outputs_left > 0 ? ceil_div(outputs_left, kStep / 2) : 0;
+      } else {
+        w_row = n0 + row;
+        outputs_left = T::H - w_row;
+        w_live = outputs_left > 0 ? ceil_div(outputs_left, kStep) : 0;
+      }
+      if (outputs_left <= 0) w_row = 0;  // every piece zeros: any row in the matrix is a safe address
+      w_src = static_cast<const __nv_bfloat16*>(w) + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + column;
     }
-    if (outputs_left <= 0 || T::kTma) w_row = 0;  // every piece zeros: any row in the matrix is a safe address
-    w_src = w + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + column;
   }
 
-  __device__ __forceinline__ uint32_t place(int r) const { return tile_swizzled<P>(r, column / 8); }
+  __device__ __forceinline__ uint32_t place(int r) const { return tile_swizzled<P>(r, column / kPieceElements); }
 
   // Slice [k0, k0 + BK) into the stage at shared address `stage`.
   __device__ __forceinline__ void issue(uint32_t stage, int k0) const {
@@ -269,6 +321,75 @@ struct ExpertTileCopies {
       const __nv_bfloat16* src = w_src + static_cast<size_t>(j) * kWRowStep * T::kReduce;
       cp_async_16(at, live ? src + k0 : w_src, live);
     }
+  }
+};
+
+// W8A8: the scales of this thread's accumulators, one per slice (a slice is one 128 x 128 weight
+// block and one group of each activation row). Rows: the pair's activation row's scales (a row
+// without a pair has zero sums, so any row's scale serves). Columns: a warp's columns lie in one
+// scale block or cover whole ones (static_assert), so fragment j reads block j / 16; gate_up's
+// column pairs are (gate, up) rows, which may lie in different blocks.
+template <class T, GateUpLayout L>
+struct ExpertTileScales {
+  static constexpr int kSegments = T::TN >= 128 ? T::TN / 128 : 1;
+  static constexpr int kKinds = T::kGateUp ? 2 : 1;  // gate_up: gate and up columns
+  const float* a_scales[T::FM][2];   // the scales of rows g and g + 8 of each m16 fragment
+  const float* w_scales[kSegments][kKinds];
+
+  __device__ __forceinline__ ExpertTileScales(const uint8_t* __restrict__ a, const WeightArgs& w, const int* table, int e, int n0,
+                                              int row0, int col0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+#pragma unroll
+    for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int pair = table[row0 + 16 * i + g + 8 * h];
+        const size_t src_row = pair < 0 ? 0 : T::kGateUp ? static_cast<size_t>(pair / T::K) : static_cast<size_t>(pair);
+        a_scales[i][h] = reinterpret_cast<const float*>(a + src_row * T::kAStride + T::kReduce);
+      }
+    constexpr int kRowBlocks = ceil_div(T::kWeightRows, 128);
+    const float* blocks = static_cast<const float*>(w.block_scales) + static_cast<size_t>(e) * kRowBlocks * T::kKTiles;
+#pragma unroll
+    for (int s = 0; s < kSegments; ++s)
+#pragma unroll
+      for (int c = 0; c < kKinds; ++c) {
+        int weight_row;
+        if constexpr (T::kGateUp) {  // the segment's first neuron
+          const int neuron = n0 + ((col0 + 128 * s) >> 1);
+          weight_row = neuron >= T::I ? 0 : c ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
+        } else {
+          weight_row = n0 + col0 + 128 * s;
+          if (weight_row >= T::H) weight_row = 0;  // columns past the outputs: zero sums
+        }
+        w_scales[s][c] = blocks + weight_row / 128 * T::kKTiles;
+      }
+  }
+
+  // The slice's scales, then each sum of `part` scaled into acc.
+  struct Slice {
+    float a[T::FM][2];
+    float w[kSegments][kKinds];
+  };
+  __device__ __forceinline__ Slice load(int kt) const {
+    Slice v;
+#pragma unroll
+    for (int i = 0; i < T::FM; ++i) v.a[i][0] = __ldg(a_scales[i][0] + kt), v.a[i][1] = __ldg(a_scales[i][1] + kt);
+#pragma unroll
+    for (int s = 0; s < kSegments; ++s)
+#pragma unroll
+      for (int c = 0; c < kKinds; ++c) v.w[s][c] = __ldg(w_scales[s][c] + kt);
+    return v;
+  }
+  __device__ __forceinline__ static void add_scaled(float (&acc)[T::FM][T::FN][4], float (&part)[T::FM][T::FN][4], const Slice& v) {
+#pragma unroll
+    for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < T::FN; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          acc[i][j][q] = fmaf(part[i][j][q], v.a[i][q >> 1] * v.w[j / 16][kKinds == 2 ? q & 1 : 0], acc[i][j][q]);
+          part[i][j][q] = 0.0f;
+        }
   }
 };
 
@@ -339,21 +460,52 @@ struct ExpertTileWeights {
   __device__ __forceinline__ void wait(int kt) const { mbarrier_wait(bars + 8 * (kt % T::S), (kt / T::S) & 1); }
 };
 
-// The tile's FP32 sums: acc[i][j] is m16 fragment i x n8 fragment j of this warp's TM x TN part.
+// d += a (16x32, row) * b (32x8, col), E4M3 in, FP32 accumulate (sm_89 on). Its fragments hold the
+// same bytes as mma_bf16_16816's, so the same ldmatrix loads feed it.
+__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if __CUDA_ARCH__ >= 890
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // every target the Validator knows has it
+#endif
+}
+
+// bf16 tiles have no scales: the sums go straight into the accumulators.
+struct NoTileScales {
+  struct Slice {};
+  template <class... Any>
+  __device__ __forceinline__ explicit NoTileScales(Any...) {}
+  __device__ __forceinline__ Slice load(int) const { return {}; }
+};
 template <class T, GateUpLayout L>
-__device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
-                                                 const __nv_bfloat16* __restrict__ w, const TensorMap* map, uint32_t bars,
-                                                 const int* table, int e, int n0, uint32_t base) {
-  constexpr int P = T::P, S = T::S;
-  const ExpertTileCopies<T, L> copies(a, w, table, e, n0);
-  const ExpertTileWeights<T> weights(map, bars, n0, e);
-  if constexpr (T::kTma) __syncthreads();  // the barriers are set up
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+using TileScales = std::conditional_t<T::kFp8, ExpertTileScales<T, L>, NoTileScales>;
+
+template <class T>
+__device__ __forceinline__ void zero_tile_sums(float (&acc)[T::FM][T::FN][4]) {
 #pragma unroll
   for (int i = 0; i < T::FM; ++i)
 #pragma unroll
     for (int j = 0; j < T::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+}
+
+// The tile's FP32 sums: acc[i][j] is m16 fragment i x n8 fragment j of this warp's TM x TN part.
+// fp8: each slice's sums gather in part, then join acc scaled.
+template <class T, GateUpLayout L, class A>
+__device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a, const WeightArgs& w,
+                                                 uint32_t bars, const int* table, int e, int n0, uint32_t base) {
+  constexpr int P = T::P, S = T::S;
+  const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0);
+  const ExpertTileWeights<T> weights(w.map, bars, n0, e);
+  if constexpr (T::kTma) __syncthreads();  // the barriers are set up
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+  const TileScales<T, L> scales(a, w, table, e, n0, row0, col0);
+  float part[T::FM][T::FN][4];
+  zero_tile_sums<T>(acc);
+  zero_tile_sums<T>(part);
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < T::kKTiles) {
@@ -364,6 +516,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   }
 #pragma unroll 1
   for (int kt = 0; kt < T::kKTiles; ++kt) {
+    const auto slice_scales = scales.load(kt);
     cp_async_wait<S - 2>();
     // ldmatrix's reads of slice kt - 1 come before the copy engine's writes of its stage
     if constexpr (T::kTma) fence_shared_for_async();
@@ -377,7 +530,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     cp_async_commit();
     const uint32_t stage = base + kt % S * T::kStageBytes;
 #pragma unroll
-    for (int kk = 0; kk < T::BK / 16; ++kk) {
+    for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {  // k16 of bf16 or k32 of E4M3: 32 bytes of each row
       uint32_t af[T::FM][4];
 #pragma unroll
       for (int i = 0; i < T::FM; ++i) ldmatrix_x4(af[i], stage + tile_swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
@@ -388,11 +541,17 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
         ldmatrix_x4(b, stage + tile_swizzled<P>(T::BM + n, 2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
         for (int i = 0; i < T::FM; ++i) {
-          mma_bf16_16816(acc[i][2 * j], af[i], b[0], b[1]);
-          mma_bf16_16816(acc[i][2 * j + 1], af[i], b[2], b[3]);
+          if constexpr (T::kFp8) {
+            mma_e4m3_16832(part[i][2 * j], af[i], b[0], b[1]);
+            mma_e4m3_16832(part[i][2 * j + 1], af[i], b[2], b[3]);
+          } else {
+            mma_bf16_16816(acc[i][2 * j], af[i], b[0], b[1]);
+            mma_bf16_16816(acc[i][2 * j + 1], af[i], b[2], b[3]);
+          }
         }
       }
     }
+    if constexpr (T::kFp8) ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory becomes the output staging
@@ -412,8 +571,8 @@ __device__ __forceinline__ unsigned char* expert_tile_pipe(unsigned char* smem) 
 
 // Hopper warpgroup MMA (sm_90a): operands in shared memory, K-major rows of 128 bytes in the
 // 128-byte swizzle that ExpertTileCopies' layout already is (piece p of row r at p ^ (r % 8)).
-// A descriptor: start address, stride of 8-row groups (1024 bytes), 128-byte swizzle; a k16 step
-// within the 64-element row advances the start by 32 bytes.
+// A descriptor: start address, stride of 8-row groups (1024 bytes), 128-byte swizzle; a k step
+// (k16 of bf16, k32 of E4M3: 32 bytes of each row) advances the start by 32 bytes.
 __device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t smem_addr) {
   return static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
@@ -422,53 +581,73 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
+// The operands of one warpgroup MMA over N weight rows: N / 2 accumulators per thread, then the descriptors.
+#define MF_WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define MF_WGMMA_D32(i) MF_WGMMA_D8(i), MF_WGMMA_D8(i + 8), MF_WGMMA_D8(i + 16), MF_WGMMA_D8(i + 24)
+#define MF_WGMMA_D64 MF_WGMMA_D32(0), MF_WGMMA_D32(32)
+#define MF_WGMMA_D128 MF_WGMMA_D64, MF_WGMMA_D32(64), MF_WGMMA_D32(96)
+#define MF_WGMMA_N64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33"
+#define MF_WGMMA_N128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65"
+#define MF_WGMMA_N256 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129"
+// One instruction (scale-d true: d is added to): bf16 with its scale and transpose immediates, E4M3 with scales only.
+#define MF_WGMMA(SHAPE, OPERANDS, ACCUMULATORS)                                                                           \
+  if constexpr (FP8) {                                                                                                    \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned." SHAPE "k32.f32.e4m3.e4m3 " OPERANDS \
+                 ", p, 1, 1;\n}\n" : ACCUMULATORS : "l"(a), "l"(b));                                                       \
+  } else {                                                                                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned." SHAPE "k16.f32.bf16.bf16 " OPERANDS \
+                 ", p, 1, 1, 0, 0;\n}\n" : ACCUMULATORS : "l"(a), "l"(b));                                                 \
+  }
+
 // d (this warpgroup's 64 x N FP32, N / 2 per thread in mma.sync's m16n8 order per warp, n8 after n8)
-// += A (64 x 16) B (N x 16)^T, both K-major in shared memory. One instruction over all the tile's
-// weight rows: A is read from shared memory once per N columns, not once per 64.
-template <int N>
-__device__ __forceinline__ void wgmma_m64k16(float* d, uint64_t a, uint64_t b) {
+// += A (64 x k) B (N x k)^T for one k step, both K-major in shared memory: k16 of bf16, or with FP8
+// k32 of E4M3. One instruction over all the tile's weight rows: A is read from shared memory once per
+// N columns, not once per 64.
+template <int N, bool FP8>
+__device__ __forceinline__ void wgmma_m64(float* d, uint64_t a, uint64_t b) {
   static_assert(N == 64 || N == 128 || N == 256, "wgmma over 64, 128 or 256 weight rows");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (N == 64) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(a), "l"(b));
+    MF_WGMMA("m64n64", MF_WGMMA_N64, MF_WGMMA_D32(0))
   }
   if constexpr (N == 128) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(a), "l"(b));
+    MF_WGMMA("m64n128", MF_WGMMA_N128, MF_WGMMA_D64)
   }
   if constexpr (N == 256) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(a), "l"(b));
+    MF_WGMMA("m64n256", MF_WGMMA_N256, MF_WGMMA_D128)
   }
 #else
   __trap();  // the Validator lets wgmma only into sm_90a kernels
 #endif
 }
+#undef MF_WGMMA
+#undef MF_WGMMA_N256
+#undef MF_WGMMA_N128
+#undef MF_WGMMA_N64
+#undef MF_WGMMA_D128
+#undef MF_WGMMA_D64
+#undef MF_WGMMA_D32
+#undef MF_WGMMA_D8
 
 // expert_tile_sums on wgmma: warpgroup g multiplies pair rows [64 m, 64 m + 64) by weight rows
 // [TN n, TN n + TN) of the tile (m = g % (BM / 64), n = g / (BM / 64): warps_n = 1 gives each
-// warpgroup every weight row), one instruction per k16 step. The pipeline keeps S - 2 slices loading and one
+// warpgroup every weight row), one instruction per k step. The pipeline keeps S - 2 slices loading and one
 // warpgroup MMA group in flight: slice kt + S - 2 refills the stage of slice kt - 2, whose MMAs
-// every warpgroup has waited for before the barrier of step kt.
-template <class T, GateUpLayout L>
-__device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
-                                                       const __nv_bfloat16* __restrict__ w, const TensorMap* map, uint32_t bars,
-                                                       const int* table, int e, int n0, uint32_t base) {
+// every warpgroup has waited for before the barrier of step kt. fp8 waits for each slice's group
+// at once, to scale its sums into acc.
+template <class T, GateUpLayout L, class A>
+__device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a, const WeightArgs& w,
+                                                       uint32_t bars, const int* table, int e, int n0, uint32_t base) {
   constexpr int S = T::S, D = S - 2;
-  const ExpertTileCopies<T, L> copies(a, w, table, e, n0);
-  const ExpertTileWeights<T> weights(map, bars, n0, e);
+  const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0);
+  const ExpertTileWeights<T> weights(w.map, bars, n0, e);
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
-  const int group = threadIdx.x >> 7;
+  const int group = threadIdx.x >> 7, warp = threadIdx.x >> 5;
   const uint32_t a_rows = group % (T::BM / 64) * 64 * 128, w_rows = (T::BM + group / (T::BM / 64) * T::TN) * 128;
-#pragma unroll
-  for (int j = 0; j < T::FN; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
+  const TileScales<T, L> scales(a, w, table, e, n0, warp % T::WM * T::TM, warp / T::WM * T::TN);
+  float part[T::FM][T::FN][4];
+  zero_tile_sums<T>(acc);
+  zero_tile_sums<T>(part);
 #pragma unroll
   for (int s = 0; s < D; ++s) {
     if (s < T::kKTiles) {
@@ -479,6 +658,7 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
   }
 #pragma unroll 1
   for (int kt = 0; kt < T::kKTiles; ++kt) {
+    const auto slice_scales = scales.load(kt);
     cp_async_wait<D - 1>();
     __syncthreads();  // slice kt is in for every thread; every warpgroup is done with slice kt - 2
     fence_shared_for_async();
@@ -486,11 +666,17 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
     const uint32_t stage = base + kt % S * T::kStageBytes;
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < T::BK / 16; ++kk) {
-      wgmma_m64k16<T::TN>(&acc[0][0][0], wgmma_descriptor(stage + a_rows + kk * 32), wgmma_descriptor(stage + w_rows + kk * 32));
+    for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {
+      wgmma_m64<T::TN, T::kFp8>(T::kFp8 ? &part[0][0][0] : &acc[0][0][0], wgmma_descriptor(stage + a_rows + kk * 32),
+                                wgmma_descriptor(stage + w_rows + kk * 32));
     }
     wgmma_commit();
-    wgmma_wait<1>();
+    if constexpr (T::kFp8) {
+      wgmma_wait<0>();
+      ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
+    } else {
+      wgmma_wait<1>();
+    }
     const int next = kt + D;
     if (next < T::kKTiles) {
       copies.issue(base + next % S * T::kStageBytes, next * T::BK);
@@ -504,16 +690,14 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
 }
 
 // The tile's sums by the schedule's MMA and pipeline.
-template <class T, GateUpLayout L>
-__device__ __forceinline__ void expert_tile_run(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
-                                                const WeightArgs& w, const int* table, int e, int n0, unsigned char* smem,
-                                                uint32_t base) {
-  const __nv_bfloat16* codes = static_cast<const __nv_bfloat16*>(w.codes);
+template <class T, GateUpLayout L, class A>
+__device__ __forceinline__ void expert_tile_run(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a, const WeightArgs& w,
+                                                const int* table, int e, int n0, unsigned char* smem, uint32_t base) {
   const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
   if constexpr (T::kWgmma) {
-    expert_tile_sums_wgmma<T, L>(acc, a, codes, w.map, bars, table, e, n0, base);
+    expert_tile_sums_wgmma<T, L>(acc, a, w, bars, table, e, n0, base);
   } else {
-    expert_tile_sums<T, L>(acc, a, codes, w.map, bars, table, e, n0, base);
+    expert_tile_sums<T, L>(acc, a, w, bars, table, e, n0, base);
   }
 }
 
@@ -524,13 +708,20 @@ __device__ __forceinline__ void expert_tile_table(int* table, const int* __restr
   __syncthreads();
 }
 
-template <class Config, class Epilogue>
-__device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
-                                                       const int* __restrict__ topk_ids, const int* __restrict__ sorted_slots,
-                                                       const int* __restrict__ expert_offsets,
-                                                       __nv_bfloat16* __restrict__ inter, int num_tokens, Epilogue epi) {
+// The formats expert_centric multiplies: bf16, and FP8 blocks as W8A8.
+template <class Config>
+constexpr bool kExpertCentricFormat =
+    std::is_same_v<typename Config::Format, Bf16Weights> || std::is_same_v<typename Config::Format, Fp8Block128Weights>;
+
+// gate_up's tiles: activation rows a (x, or x quantised), inter as bf16 rows or quantised rows.
+template <class Config, class Epilogue, class A, class Out>
+__device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, const WeightArgs& w_gate_up,
+                                                     const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
+                                                     Out* __restrict__ inter, int num_tokens, Epilogue epi) {
   using T = ExpertTileShape<Config, true>;
-  static_assert(Config::Format::kElement == Element::kBf16, "expert_centric takes bf16 weights");
+  static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16 or FP8 block weights");
+  static_assert(std::is_same_v<A, typename ExpertTileCopies<T, Config::kLayout>::AElement> &&
+                std::is_same_v<Out, std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>>, "rows as the format moves them");
   constexpr GateUpLayout L = Config::kLayout;
   constexpr bool BIAS = Config::kBias;
   constexpr int I = T::I, BN = T::BN;
@@ -544,7 +735,7 @@ __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __re
   unsigned char* pipe = expert_tile_pipe<T>(smem);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
   float acc[T::FM][T::FN][4];
-  expert_tile_run<T, L>(acc, x, w_gate_up, table, e, n0, smem, base);
+  expert_tile_run<T, L>(acc, a, w_gate_up, table, e, n0, smem, base);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(pipe);
@@ -564,27 +755,50 @@ __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __re
       }
   }
   __syncthreads();
-  constexpr int kPieces = BN / 8;
-  for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
-    const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 8;
-    const int pair = table[r];
-    if (pair >= 0 && n < I) {
-      *reinterpret_cast<uint4*>(inter + static_cast<size_t>(pair) * I + n) =
-          *reinterpret_cast<const uint4*>(out + r * T::kOutStride + piece * 8);
+  if constexpr (T::kFp8) {  // a warp per (row, group of 128 neurons), quantised into the pair's row
+    constexpr int kGroups = BN / 128;
+    for (int task = warp; task < T::BM * kGroups; task += T::kThreads / 32) {
+      const int r = task / kGroups, n = n0 + task % kGroups * 128;
+      const int pair = table[r];
+      if (pair < 0 || n >= I) continue;  // uniform over the warp
+      uint8_t* row = inter + static_cast<size_t>(pair) * T::kOutRowElements;
+      quantise_group_e4m3(out + r * T::kOutStride + (n - n0), row + n, reinterpret_cast<float*>(row + I) + n / 128, lane);
+    }
+  } else {
+    constexpr int kPieces = BN / 8;
+    for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
+      const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 8;
+      const int pair = table[r];
+      if (pair >= 0 && n < I) {
+        *reinterpret_cast<uint4*>(inter + static_cast<size_t>(pair) * I + n) =
+            *reinterpret_cast<const uint4*>(out + r * T::kOutStride + piece * 8);
+      }
     }
   }
 }
 
-// Four floats as four bf16 (round to nearest) in 8 bytes, and back (a bf16 is a float's high half).
-__device__ __forceinline__ uint32_t bf16x2_bits(float a, float b) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(a))) |
-         static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(b))) << 16;
+template <class Config, class Epilogue>
+__device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
+                                                       const int* __restrict__ topk_ids, const int* __restrict__ sorted_slots,
+                                                       const int* __restrict__ expert_offsets,
+                                                       __nv_bfloat16* __restrict__ inter, int num_tokens, Epilogue epi) {
+  gate_up_expert_tiles<Config>(x, w_gate_up, sorted_slots, expert_offsets, inter, num_tokens, epi);
 }
-__device__ __forceinline__ uint2 bf16x4_of(float4 v) { return make_uint2(bf16x2_bits(v.x, v.y), bf16x2_bits(v.z, v.w)); }
-__device__ __forceinline__ float4 float4_of_bf16x4(uint2 u) {
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xFFFF0000u), __uint_as_float(u.y << 16),
-                     __uint_as_float(u.y & 0xFFFF0000u));
+
+// W8A8: the module's quantise entry point has left x quantised in x_fp8; inter leaves quantised too.
+template <class Config, class Epilogue>
+__device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
+                                                       const int* __restrict__ topk_ids, const int* __restrict__ sorted_slots,
+                                                       const int* __restrict__ expert_offsets, uint8_t* __restrict__ inter,
+                                                       uint8_t* __restrict__ x_fp8, int num_tokens, Epilogue epi) {
+  gate_up_expert_tiles<Config>(static_cast<const uint8_t*>(x_fp8), w_gate_up, sorted_slots, expert_offsets, inter, num_tokens, epi);
 }
+
+// Four floats as four bf16 (round to nearest) in 8 bytes, and back.
+__device__ __forceinline__ uint2 bf16x4_of(float4 v) {
+  return make_uint2(bf16x2_bits(__floats2bfloat162_rn(v.x, v.y)), bf16x2_bits(__floats2bfloat162_rn(v.z, v.w)));
+}
+__device__ __forceinline__ float4 float4_of_bf16x4(uint2 u) { return make_float4(bf16_lo(u.x), bf16_hi(u.x), bf16_lo(u.y), bf16_hi(u.y)); }
 
 // sum[0..4) += v in L2, one vector reduction where the target has it (sm_90 on), else four.
 __device__ __forceinline__ void add_float4_at(float* sum, float4 v) {
@@ -604,14 +818,15 @@ __device__ __forceinline__ void add_float4_at(float* sum, float4 v) {
 // sum's order is fixed whatever order the blocks run in. With kAtomicCombine, partials is FP32 [M][H]
 // instead: each pair's row is added atomically into its token's sum, which the completing block
 // stores and zeroes (less traffic; the additions' order, so y's last bits, may vary).
-template <class Config, class Epilogue, class Partial>
-__device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restrict__ inter, WeightArgs w_down,
+template <class Config, class Epilogue, class A, class Partial>
+__device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter, WeightArgs w_down,
                                                     const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
                                                     const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
                                                     __nv_bfloat16* __restrict__ y, Partial* __restrict__ partials,
                                                     int* __restrict__ tickets, int num_tokens, Epilogue epi) {
   using T = ExpertTileShape<Config, false>;
-  static_assert(Config::Format::kElement == Element::kBf16, "expert_centric takes bf16 weights");
+  static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16 or FP8 block weights");
+  static_assert(std::is_same_v<A, std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>>, "inter: bf16 rows, or quantised rows with fp8");
   constexpr bool BIAS = Config::kBias;
   constexpr int H = T::H, K = T::K, E = T::E, BN = T::BN;
   static_assert(std::is_same_v<Partial, std::conditional_t<Config::kAtomicCombine, float, __nv_bfloat16>>,
@@ -631,10 +846,7 @@ __device__ __forceinline__ void down_expert_centric(const __nv_bfloat16* __restr
   if (routed) {
     expert_tile_run<T, GateUpLayout::kStacked>(acc, inter, w_down, table, e, n0, smem, base);
   } else {
-#pragma unroll
-    for (int i = 0; i < T::FM; ++i)
-#pragma unroll
-      for (int j = 0; j < T::FN; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    zero_tile_sums<T>(acc);
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;

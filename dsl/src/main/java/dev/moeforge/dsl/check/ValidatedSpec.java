@@ -83,6 +83,11 @@ public final class ValidatedSpec<P extends Problem> {
         return schedule.takesRoutingPlan();
     }
 
+    /** Whether the kernel multiplies FP8 activations (W8A8; see {@code Schedule.quantisesActivations}). */
+    public boolean quantisesActivations() {
+        return schedule.quantisesActivations(problem);
+    }
+
     public ScheduleModel model() {
         return schedule.model(problem, epilogue);
     }

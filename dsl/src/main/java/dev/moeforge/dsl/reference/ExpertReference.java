@@ -1,6 +1,8 @@
 package dev.moeforge.dsl.reference;
 
+import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.format.Fp8ActivationRows;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
@@ -26,7 +28,9 @@ public final class ExpertReference {
 
     /**
      * The whole expert layer, {@code (x, topk_ids, topk_weights) -> y}: gate_up, its output stored
-     * in the intermediate type as the kernels store it, then down on that stored intermediate.
+     * in the intermediate type as the kernels store it, then down on that stored intermediate. Where
+     * the kernels multiply FP8 activations (W8A8), x and the intermediate are quantised as they
+     * quantise them ({@link Fp8ActivationRows}), and {@code inter} holds the quantised values.
      */
     public static LayerResult layer(KernelSpec gateUpSpec, KernelSpec downSpec, short[] x, WeightRows gateUp,
                                     WeightRows down, Routing routing) {
@@ -35,6 +39,17 @@ public final class ExpertReference {
         if (!gateUpShape.equals(downShape)) {
             throw new IllegalArgumentException("gate_up " + gateUpSpec.name() + " has shape " + gateUpShape
                     + " but down " + downSpec.name() + " has " + downShape);
+        }
+        if (Validator.check(gateUpSpec).quantisesActivations()) {  // W8A8: x and inter as the kernels quantise them
+            int tokens = routing.tokens();
+            double[] xq = Fp8ActivationRows.quantise(widen(x, 0, x.length), tokens, gateUpShape.hidden());
+            double[] interQ = Fp8ActivationRows.quantise(gateUp(gateUpSpec, xq, gateUp, routing).exact(),
+                    tokens * gateUpShape.topk(), gateUpShape.intermediate());
+            short[] interBf16 = new short[interQ.length];
+            for (int i = 0; i < interQ.length; i++) {
+                interBf16[i] = Bf16.fromDouble(interQ[i]);
+            }
+            return new LayerResult(new Result(interQ, interBf16), down(downSpec, interQ, down, routing));
         }
         Result inter = gateUp(gateUpSpec, x, gateUp, routing);
         return new LayerResult(inter, down(downSpec, inter.stored(), down, routing));

@@ -3,7 +3,7 @@ package dev.moeforge.dsl.reference;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.format.EncodedWeights;
-import dev.moeforge.dsl.format.Minifloat;
+import dev.moeforge.dsl.format.Fp8ActivationRows;
 import dev.moeforge.dsl.format.Projections;
 import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.ExpertShape;
@@ -87,18 +87,7 @@ public final class FormatAccuracy {
             return out;
         }
         if (f instanceof WeightFormat.Fp8(WeightFormat.Fp8Scaling scaling) && scaling == WeightFormat.Fp8Scaling.BLOCK_128X128) {
-            for (int g = 0; g < v.length; g += 128) {
-                int end = Math.min(v.length, g + 128);
-                float amax = 0;
-                for (int i = g; i < end; i++) {
-                    amax = Math.max(amax, Math.abs(v[i]));
-                }
-                float scale = amax > 0 ? amax / 448f : 1f;
-                for (int i = g; i < end; i++) {
-                    out[i] = (double) Minifloat.E4M3.decode(Minifloat.E4M3.encode(v[i] / scale)) * scale;
-                }
-            }
-            return out;
+            return Fp8ActivationRows.quantise(values, rows, cols);
         }
         EncodedWeights q = EncodedWeights.encode(f, RowSource.of(v, rows, cols), 1, rows, cols, Projections.ONE, "activations");
         double[] row = new double[cols];

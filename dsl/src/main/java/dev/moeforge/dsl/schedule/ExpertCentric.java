@@ -3,6 +3,7 @@ package dev.moeforge.dsl.schedule;
 import static dev.moeforge.dsl.schedule.ScheduleRules.range;
 
 import dev.moeforge.dsl.check.SpecError;
+import dev.moeforge.dsl.format.Fp8ActivationRows;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.Problem;
@@ -25,11 +26,15 @@ import java.util.Optional;
  * stages the gate and up rows of its neurons side by side and applies the gated activation in
  * registers; down multiplies each pair's inter row, weights it, and the block that completes a
  * token's k slots adds them in slot order (deterministic). Lowers {@code expert_gate_up} and
- * {@code expert_down} with bf16 weights on every target.
+ * {@code expert_down} with bf16 weights on every target, and with {@code fp8_e4m3_block128} weights
+ * as FP8 x FP8 (W8A8): x and the intermediate are quantised per token in groups of 128
+ * ({@link Fp8ActivationRows}), each 128-wide slice is multiplied in E4M3 ({@code mma.sync} m16n8k32
+ * or warpgroup MMA k32) and its sums are scaled by the pair's activation scale and the weight
+ * block's scale before they join the FP32 accumulators.
  *
  * @param blockM  pairs per tile (the mma's M side), a multiple of 16
  * @param blockN  outputs per tile: gate_up neurons (twice as many weight rows), down hidden units
- * @param blockK  K slice per pipeline stage: 32, 64 or 128 elements
+ * @param blockK  K slice per pipeline stage: 32, 64 or 128 elements (fp8: 128, one scale block)
  * @param warpsM  warps along M; each owns blockM / warpsM rows of the tile
  * @param warpsN  warps along N; each owns (weight rows of the tile) / warpsN columns
  * @param stages  slices in flight (pipeline depth), 2..8
@@ -55,6 +60,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /** The slice width tma takes: 64 bf16 are the 128-byte rows the copy engine's 128-byte swizzle writes. */
     public static final int TMA_BLOCK_K = 64;
+    /** Bytes of a staged row under tma and wgmma: the 128-byte swizzle's span (64 bf16, or 128 FP8 codes). */
+    static final int SWIZZLED_ROW_BYTES = 128;
 
     /** FP32 accumulators one thread may hold before ptxas runs out of registers for the rest. */
     public static final int MAX_ACCUMULATORS = 128;
@@ -104,20 +111,41 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             copies.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
                     List.of(1, 2), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false))));
         }
-        List<ExpertCentric> all = new ArrayList<>(copies);
+        List<ExpertCentric> all = new ArrayList<>(fp8(problem) ? List.of() : copies);
         for (ExpertCentric s : copies) {
-            if (s.blockK() == TMA_BLOCK_K) {
-                all.add(s.withTma(true));
+            if (s.blockK() == TMA_BLOCK_K) {  // fp8: the same 128-byte rows hold 128 codes, one scale block
+                ExpertCentric t = s.withTma(true);
+                all.add(fp8(problem) ? new ExpertCentric(t.blockM, t.blockN, 2 * TMA_BLOCK_K, t.warpsM, t.warpsN, t.stages, t.groupM,
+                        t.wgmma, t.atomicCombine, true) : t);
             }
         }
         return all;
     }
 
+    /** Whether the problem's weights are FP8 in 128 x 128 blocks, which this kind multiplies as W8A8. */
+    static boolean fp8(Problem.ExpertProblem problem) {
+        return problem.weights().equals(WeightFormat.FP8_BLOCK128);
+    }
+
+    /** Bytes of one staged element: 2 (bf16), 1 (FP8 codes). */
+    static int elementBytes(Problem.ExpertProblem problem) {
+        return fp8(problem) ? 1 : 2;
+    }
+
+    /** W8A8 with FP8 block weights: x and the intermediate travel as quantised rows. */
+    @Override
+    public boolean quantisesActivations(Problem.ExpertProblem problem) {
+        return fp8(problem);
+    }
+
     @Override
     public void check(Problem.ExpertProblem p, Target target, List<SpecError> errors) {
-        if (!(p.weights() instanceof WeightFormat.Bf16)) {
-            errors.add(new SpecError("problem.weights", p.weights().text(), "bf16 under " + KIND.name()
-                    + "; other formats take output_centric or output_tensor_core"));
+        if (!(p.weights() instanceof WeightFormat.Bf16) && !fp8(p)) {
+            errors.add(new SpecError("problem.weights", p.weights().text(), "bf16, or " + WeightFormat.FP8_BLOCK128.text()
+                    + " (multiplied as FP8 x FP8), under " + KIND.name() + "; other formats take output_centric or output_tensor_core"));
+        }
+        if (fp8(p)) {
+            checkFp8(p, errors);
         }
         if (p.activations() != DType.BF16) {
             errors.add(new SpecError("problem.activations", p.activations().text(), "bf16 under " + KIND.name()));
@@ -143,7 +171,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (wgmma) {
             checkWgmma(p, target, errors);
         }
-        if (tma && blockK != TMA_BLOCK_K && !wgmma) {  // wgmma's own rule already asks for 64
+        if (tma && !wgmma && !fp8(p) && blockK != TMA_BLOCK_K) {  // wgmma's and fp8's own rules ask the same
             errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), TMA_BLOCK_K + " with tma (the copy engine writes "
                     + "128-byte rows in the 128-byte swizzle the stages use)"));
         }
@@ -168,10 +196,12 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     + " weight rows" + (p instanceof Problem.ExpertGateUp ? " (gate and up of block_n neurons)" : "")
                     + " into whole pairs of n8 fragments: rows / warps_n a multiple of 16"));
         }
-        long accumulators = (long) blockM * rows / (32L * warpsM * warpsN);
+        // fp8 keeps a second set: each slice's sums wait there for their scales
+        long accumulators = (fp8(p) ? 2L : 1L) * blockM * rows / (32L * warpsM * warpsN);
         if (accumulators > MAX_ACCUMULATORS) {
             errors.add(new SpecError("schedule", accumulators + " FP32 accumulators per thread", "at most " + MAX_ACCUMULATORS
-                    + " (block_m x weight rows / threads): more warps, or a smaller block_m or block_n"));
+                    + " (block_m x weight rows / threads" + (fp8(p) ? ", twice with fp8 weights" : "")
+                    + "): more warps, or a smaller block_m or block_n"));
         }
         if (!ScheduleRules.dimensionsInRange(p.shape())) {
             return;
@@ -195,8 +225,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             errors.add(new SpecError("schedule.wgmma", "true", "false on " + target.text()
                     + ": warpgroup MMA is sm_90a's; mma.sync runs on every target"));
         }
-        if (blockK != 64) {
-            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), "64 with wgmma (128-byte swizzled rows)"));
+        if (!fp8(p) && blockK != TMA_BLOCK_K) {  // fp8's rule asks for its own 128
+            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), TMA_BLOCK_K + " with wgmma (128-byte swizzled rows)"));
         }
         if (blockM != 64 && blockM != 128) {
             errors.add(new SpecError("schedule.block_m", Integer.toString(blockM), "64 or 128 with wgmma (one warpgroup per 64 pairs)"));
@@ -216,6 +246,40 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (stages < 3) {
             errors.add(new SpecError("schedule.stages", Integer.toString(stages), "3..8 with wgmma (one stage under the MMAs, "
                     + "one they still read, the rest loading)"));
+        }
+    }
+
+    /**
+     * What FP8 x FP8 asks: the weight tiles by the copy engine, slices of one 128 x 128 scale block
+     * (128 codes, the stages' 128-byte rows), H and I in whole groups of 128 (the activation
+     * scales' groups), and gate_up tiles of whole groups of 128 neurons (it quantises its output
+     * row by row as it stores it).
+     */
+    private void checkFp8(Problem.ExpertProblem p, List<SpecError> errors) {
+        String format = WeightFormat.FP8_BLOCK128.text();
+        if (!tma) {
+            errors.add(new SpecError("schedule.tma", "false", "true with " + format + " weights (the copy engine brings the weight "
+                    + "tiles; its 128-byte swizzle is the stages')"));
+        }
+        int group = Fp8ActivationRows.GROUP;
+        if (blockK != group) {
+            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), group + " with " + format
+                    + " weights (a slice is one 128 x 128 scale block: 128 codes, the stages' 128-byte rows)"));
+        }
+        if (!ScheduleRules.dimensionsInRange(p.shape())) {
+            return;
+        }
+        if (p.shape().hidden() % group != 0) {
+            errors.add(new SpecError("problem.hidden", Integer.toString(p.shape().hidden()), "a multiple of " + group + " with "
+                    + format + " weights under " + KIND.name() + " (x is quantised in groups of " + group + ")"));
+        }
+        if (p.shape().intermediate() % group != 0) {
+            errors.add(new SpecError("problem.intermediate", Integer.toString(p.shape().intermediate()), "a multiple of " + group
+                    + " with " + format + " weights under " + KIND.name() + " (the intermediate is quantised in groups of " + group + ")"));
+        }
+        if (p instanceof Problem.ExpertGateUp && blockN % group != 0) {
+            errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a multiple of " + group + " with " + format
+                    + " weights: gate_up quantises whole groups of " + group + " neurons as it stores them"));
         }
     }
 
@@ -240,7 +304,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      *
      * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32)
      * @param barrierBytes  with tma, one 8-byte mbarrier per stage (its weight tile has landed), after the table
-     * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK bf16 each
+     * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK elements each (bf16 or FP8)
      * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
      * @param sharedBytes   table + barriers + max(stages x stage, staging), and with wgmma or tma 1024 bytes
      *                      to align the stages (the 128-byte swizzle repeats every 1024 bytes)
@@ -249,7 +313,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         public static Layout of(Problem.ExpertProblem problem, ExpertCentric s) {
             int rows = s.weightRows(problem);
             int table = 8 * s.blockM();
-            int stage = 2 * (s.blockM() + rows) * s.blockK();
+            int stage = elementBytes(problem) * (s.blockM() + rows) * s.blockK();
             int staging = switch (problem) {
                 case Problem.ExpertGateUp _ -> s.blockM() * (s.blockN() + 8) * 2;
                 case Problem.ExpertDown _ -> s.blockM() * (s.blockN() + 4) * 4;
@@ -336,7 +400,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     @Override
     public List<Workspace> workspace(Problem.ExpertProblem problem) {
         return switch (problem) {
-            case Problem.ExpertGateUp _ -> List.of();
+            case Problem.ExpertGateUp g -> fp8(g) ? List.of(new Workspace(QUANTISED_X, DType.U8,
+                    List.of(Workspace.TOKENS, Fp8ActivationRows.rowBytes(g.shape().hidden())),
+                    "scratch: each token's x quantised to FP8 in groups of " + Fp8ActivationRows.GROUP
+                    + " (codes, then FP32 scales), by the module's quantise entry point")) : List.of();
             case Problem.ExpertDown d -> List.of(atomicCombine
                     ? new Workspace(PARTIALS, DType.FP32, List.of(Workspace.TOKENS, d.shape().hidden()),
                             "scratch: each token's FP32 sum of its slots' weighted rows; zero before the first launch, left zero")
@@ -349,7 +416,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /**
      * With tma, the weight as the copy engine walks it: (K, gate or up, output row, expert), so that one
-     * box of (64, 2, block_n, 1) lands gate_up's rows in the tile's order (gate of neuron i at tile row
+     * box of (64 bf16 or 128 FP8 codes, 2, block_n, 1) lands gate_up's rows in the tile's order (gate of neuron i at tile row
      * 2i, up at 2i + 1) from either layout, and down's (64, 1, block_n, 1) its block_n rows. Rows past
      * the outputs and columns past K arrive as zeros, as the cp.async copies make them.
      */
@@ -360,23 +427,39 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
         long h = problem.shape().hidden();
         long i = problem.shape().intermediate();
+        int bytes = elementBytes(problem);
+        int slice = SWIZZLED_ROW_BYTES / bytes;
         return Optional.of(switch (problem) {
             case Problem.ExpertGateUp g -> {
-                long row = 2 * h;
+                long row = bytes * h;
                 boolean stacked = g.layout() == GateUpLayout.STACKED;
-                yield new WeightTileMap(List.of(h, 2L, i, (long) g.shape().experts()),
-                        List.of(stacked ? i * row : row, stacked ? row : 2 * row, 2 * i * row), List.of(TMA_BLOCK_K, 2, blockN, 1));
+                yield new WeightTileMap(bytes, List.of(h, 2L, i, (long) g.shape().experts()),
+                        List.of(stacked ? i * row : row, stacked ? row : 2 * row, 2 * i * row), List.of(slice, 2, blockN, 1));
             }
             case Problem.ExpertDown d -> {
-                long row = 2 * i;
-                yield new WeightTileMap(List.of(i, 1L, h, (long) d.shape().experts()), List.of(row, row, h * row),
-                        List.of(TMA_BLOCK_K, 1, blockN, 1));
+                long row = bytes * i;
+                yield new WeightTileMap(bytes, List.of(i, 1L, h, (long) d.shape().experts()), List.of(row, row, h * row),
+                        List.of(slice, 1, blockN, 1));
             }
         });
     }
 
-    /** down's workspace names. */
+    /**
+     * W8A8 gate_up: the suffix of its module's entry point that quantises x into {@link #QUANTISED_X}
+     * (after the kernel's name), and that entry point's block: a warp per group of 128 of a token's row.
+     */
+    public static final String QUANTISE_ENTRY = "_quantise_x";
+    public static final int QUANTISE_THREADS = 256;
+
+    /** Blocks of the quantise entry point for {@code tokens} tokens of {@code hidden} (a multiple of 128). */
+    public static int quantiseBlocks(int tokens, int hidden) {
+        long warps = (long) tokens * (hidden / Fp8ActivationRows.GROUP);
+        return Math.toIntExact(Math.ceilDiv(warps, QUANTISE_THREADS / 32));
+    }
+
+    /** Workspace names: down's scratch, and gate_up's quantised x (W8A8). */
     public static final String PARTIALS = "partials";
+    public static final String QUANTISED_X = "x_fp8";
     public static final String TICKETS = "tickets";
 
     @Override
@@ -384,11 +467,21 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         Layout layout = layout(problem);
         int rows = weightRows(problem);
         List<String> own = new ArrayList<>();
+        boolean fp8 = fp8(problem);
+        String k = fp8 ? "k32" : "k16";
         own.add("A block: " + blockM + " routed pairs of one expert x " + rows + " weight rows, " + (wgmma
                 ? (blockM / 64 * warpsN) + " warpgroup(s) of 64 x " + rows / warpsN + ", one wgmma m64n" + rows / warpsN
-                + "k16 per k16 step from the swizzled stages"
-                : warpsM + " x " + warpsN + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8k16")
-                + " (bf16 in, FP32 accumulate).");
+                + k + " per " + k + " step from the swizzled stages"
+                : warpsM + " x " + warpsN + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8" + k)
+                + (fp8 ? " (FP8 E4M3 in; each slice's sums scaled by the pair's activation scale and the weight block's, then"
+                + " added to the FP32 accumulators)." : " (bf16 in, FP32 accumulate)."));
+        if (fp8) {
+            own.add(switch (problem) {
+                case Problem.ExpertGateUp _ -> "x arrives quantised per token in groups of 128 (the module's quantise entry point);"
+                        + " the intermediate leaves quantised the same way.";
+                case Problem.ExpertDown _ -> "The intermediate arrives quantised per (token, slot) in groups of 128.";
+            });
+        }
         own.add("K slices of " + blockK + " through a " + stages + "-stage pipeline (" + layout.stageBytes() + " bytes a stage; "
                 + (tma ? "weight tiles by the tensor memory accelerator, activation rows by cp.async" : "cp.async")
                 + "); m tiles in groups of " + groupM + ".");

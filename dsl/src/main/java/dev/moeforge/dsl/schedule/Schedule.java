@@ -81,6 +81,15 @@ public sealed interface Schedule<P extends Problem>
         return false;
     }
 
+    /**
+     * Whether the kernel multiplies FP8 activations by FP8 weights (W8A8): gate_up reads x as its
+     * module's quantise entry point left it in the kernel's workspace, and the intermediate gate_up
+     * hands to down is quantised rows ({@link dev.moeforge.dsl.format.Fp8ActivationRows}). False by default.
+     */
+    default boolean quantisesActivations(P problem) {
+        return false;
+    }
+
     /** Scratch tensors the kernel owns beyond the problem's inputs and outputs (none by default). */
     default List<Workspace> workspace(P problem) {
         return List.of();

@@ -65,11 +65,29 @@ class WeightTileMapTest {
     }
 
     @Test
+    void fp8BoxesBring128CodesOfEachRow() {
+        ExpertShape shape = new ExpertShape(256, 128, 5, 2);
+        ExpertCentric fp8 = new ExpertCentric(16, 128, 128, 1, 8, 3, 1).withTma(true);
+        Problem.ExpertGateUp p = new Problem.ExpertGateUp(shape, WeightFormat.FP8_BLOCK128, DType.BF16, GateUpLayout.INTERLEAVED);
+        WeightTileMap m = fp8.weightTileMap(p).orElseThrow();
+        assertEquals(1, m.elementBytes());
+        assertEquals(List.of(128, 2, 128, 1), m.box());
+        for (int n : new int[] {0, 5, 127}) {
+            long gate = ((long) 3 * 2 * 128 + GateUpLayout.INTERLEAVED.gateRow(n, 128)) * 256 + 9;
+            long up = ((long) 3 * 2 * 128 + GateUpLayout.INTERLEAVED.upRow(n, 128)) * 256 + 9;
+            assertEquals(gate, 9 + n * m.strideBytes().get(1) + 3 * m.strideBytes().get(2));
+            assertEquals(up, 9 + m.strideBytes().get(0) + n * m.strideBytes().get(1) + 3 * m.strideBytes().get(2));
+        }
+        assertEquals(128L * 2 * 128, m.boxBytes(), "the tile's 256 weight rows of 128 bytes");
+    }
+
+    @Test
     void onlyTmaSchedulesHaveAMapAndBadMapsAreRefused() {
         Problem.ExpertDown p = new Problem.ExpertDown(SHAPE, WeightFormat.BF16, DType.BF16);
         assertTrue(TMA.withTma(false).weightTileMap(p).isEmpty());
-        assertThrows(IllegalArgumentException.class, () -> new WeightTileMap(List.of(8L, 4L), List.of(24L), List.of(8, 4)));
-        assertThrows(IllegalArgumentException.class, () -> new WeightTileMap(List.of(128L, 4L), List.of(256L), List.of(128, 4)));
-        assertThrows(IllegalArgumentException.class, () -> new WeightTileMap(List.of(128L, 4L), List.of(), List.of(64, 4)));
+        assertThrows(IllegalArgumentException.class, () -> new WeightTileMap(2, List.of(8L, 4L), List.of(24L), List.of(8, 4)));
+        assertThrows(IllegalArgumentException.class, () -> new WeightTileMap(2, List.of(128L, 4L), List.of(256L), List.of(128, 4)));
+        assertThrows(IllegalArgumentException.class, () -> new WeightTileMap(2, List.of(128L, 4L), List.of(), List.of(64, 4)));
+        assertThrows(IllegalArgumentException.class, () -> new WeightTileMap(4, List.of(128L, 4L), List.of(512L), List.of(32, 4)));
     }
 }

@@ -18,6 +18,7 @@ import dev.moeforge.runtime.moe.ExpertMlpLayer;
 import dev.moeforge.runtime.moe.MoeLayer;
 import dev.moeforge.runtime.moe.RouterKernel;
 import java.util.ArrayList;
+import java.util.EnumMap;
 import java.util.List;
 import java.util.Map;
 import java.util.function.Consumer;
@@ -57,7 +58,8 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
     private final short[] hostX;
     private final List<Routing> routings = new ArrayList<>();
     private final DeviceBuffer x;
-    private final DeviceBuffer inter;
+    /** gate_up's output for down, one per element type the variants hand over (bf16 rows, FP8 quantised rows). */
+    private final Map<DType, DeviceBuffer> inters = new EnumMap<>(DType.class);
     private final DeviceBuffer y;
     /** Down repacked for split_down, per layer (4-bit weights of whole quads and tiles only), and its FP32 outputs. */
     private final List<DeviceWeights> splitDownWeights = new ArrayList<>();
@@ -113,7 +115,6 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
         x = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * shape.hidden());
         hostX = RandomInputs.bf16Normal(seed ^ 0x5eed, maxTokens * shape.hidden(), 1.0);
         x.copyFrom(hostX);
-        inter = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * k * shape.intermediate());
         y = DeviceBuffer.allocate(DType.BF16, (long) maxTokens * shape.hidden());
         stream.synchronize();
     }
@@ -142,6 +143,7 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
             }
             progress.accept(v.name() + " at M=" + tokens);
             y.fillBytes16(Bf16.NAN);
+            DeviceBuffer inter = interFor(v.layer());
             Timing whole = timeGraph(stream, warmup, reps, l -> v.layer().enqueue(stream, tokens, x,
                     gateUpWeights.get(l), downWeights.get(l), ids.get(l), weights.get(l), inter, y));
             checkWritten(v.name(), tokens);
@@ -155,6 +157,12 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
                     bytesPerLayer / seconds / readBytesPerSecond));
         }
         return results;
+    }
+
+    /** The intermediate buffer for {@code layer}'s kernels (bf16 rows, or quantised rows for W8A8), for up to maxTokens tokens. */
+    private DeviceBuffer interFor(ExpertLayer layer) {
+        DType type = layer.gateUp().signature().param("inter").elementType();
+        return inters.computeIfAbsent(type, t -> layer.allocateInter(maxTokens));
     }
 
     /** Draws each layer's routing (the same for the same tokens and seed) and returns the distinct experts per layer. */
@@ -226,6 +234,7 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
                                 int reps, double readBytesPerSecond) {
         MoeLayer layer = new MoeLayer(router, experts);
         y.fillBytes16(Bf16.NAN);
+        DeviceBuffer inter = interFor(experts);
         Timing whole = timeGraph(stream, warmup, reps, l -> layer.enqueue(stream, tokens, x, routerWeights.get(l % routerWeights.size()),
                 rows, gateUpWeights.get(l), downWeights.get(l), ids.get(l), weights.get(l), inter, y));
         checkWritten(name, tokens);
@@ -263,6 +272,7 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
     public short[] firstLayerOutput(CudaStream stream, ExpertLayer layer) {
         int tokens = firstLayerRouting().tokens();
         y.fillBytes16(Bf16.NAN);
+        DeviceBuffer inter = interFor(layer);
         layer.enqueue(stream, tokens, x, gateUpWeights.getFirst(), downWeights.getFirst(), ids.getFirst(), weights.getFirst(), inter, y);
         stream.synchronize();
         short[] out = new short[tokens * shape.hidden()];
@@ -303,7 +313,7 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
         ids.forEach(DeviceBuffer::close);
         weights.forEach(DeviceBuffer::close);
         x.close();
-        inter.close();
+        inters.values().forEach(DeviceBuffer::close);
         y.close();
         splitDownWeights.forEach(DeviceWeights::close);
         mlpOutputs.forEach(DeviceBuffer::close);

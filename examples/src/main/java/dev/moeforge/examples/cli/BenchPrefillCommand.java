@@ -4,6 +4,9 @@ import com.fasterxml.jackson.databind.JsonNode;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.check.SpecException;
 import dev.moeforge.dsl.check.Validator;
+import dev.moeforge.dsl.format.EncodedWeights;
+import dev.moeforge.dsl.format.Projections;
+import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
@@ -37,8 +40,10 @@ import picocli.CommandLine.Option;
  * decode batches to prefill, with the expert-centric family's tile pairs (and the catalogue's
  * output-centric pairs where the batch is small enough for them), weights rotated beyond L2, each
  * layer its own random routing, graph-replayed; in the same run PyTorch's grouped-GEMM layer and a
- * dense cuBLAS GEMM of the layer's FLOPs (the tensor-core ceiling). Writes
- * {@code <out>/<date>-<device>-prefill.json}.
+ * dense cuBLAS GEMM of the layer's FLOPs (the tensor-core ceiling). With {@code --format
+ * fp8_e4m3_block128} the layer's weights are FP8 blocks and the {@code fp8_*} tile pairs multiply
+ * them as FP8 x FP8 (W8A8); PyTorch's layer stays BF16. Writes
+ * {@code <out>/<date>-<device>-prefill.json} (BF16) or {@code ...-prefill-fp8.json}.
  */
 @Command(name = "prefill", mixinStandardHelpOptions = true,
         description = "Times the BF16 expert layer (H=2048, I=768, E=128, top-8) from 8 to 16,384 tokens with the "
@@ -72,6 +77,11 @@ public final class BenchPrefillCommand implements Callable<Integer> {
 
     @Option(names = "--seed", defaultValue = "20261125", description = "Seed of weights and routing (default: ${DEFAULT-VALUE}).")
     long seed;
+
+    @Option(names = "--format", defaultValue = "bf16", paramLabel = "FORMAT",
+            description = "bf16 (default), or fp8_e4m3_block128: FP8 block weights (quantised once on the host) multiplied as "
+                    + "FP8 x FP8 by the fp8_* tile pairs; PyTorch's layer stays BF16.")
+    String formatText;
 
     @Option(names = "--variants", split = ",", paramLabel = "NAME",
             description = "Only these variants (the tile pairs' names, and t8, t32 for the catalogue's output-centric pairs); default all.")
@@ -120,6 +130,21 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             withTma("wg_m128_n2_tma", new ExpertCentric(128, 128, 64, 8, 2, 4, 8, true),
                     new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true)));
 
+    /**
+     * W8A8 tile pairs for FP8 block weights: 128-code slices (one scale block each) by the copy engine;
+     * gate_up tiles of whole 128-neuron groups, which it quantises as it stores them.
+     */
+    static final List<TilePair> FP8_TILE_PAIRS = List.of(
+            withTma("fp8_m16", new ExpertCentric(16, 128, 128, 1, 8, 4, 1), new ExpertCentric(16, 128, 128, 1, 4, 4, 1)),
+            withTma("fp8_m16_s6", new ExpertCentric(16, 128, 128, 1, 8, 6, 1), new ExpertCentric(16, 128, 128, 1, 4, 6, 1)),
+            withTma("fp8_m32", new ExpertCentric(32, 128, 128, 2, 4, 4, 1), new ExpertCentric(32, 128, 128, 2, 2, 4, 1)),
+            withTma("fp8_m64", new ExpertCentric(64, 128, 128, 2, 4, 4, 8), new ExpertCentric(64, 128, 128, 2, 4, 4, 8)),
+            withTma("fp8_wg_m64", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true), new ExpertCentric(64, 128, 128, 4, 1, 4, 8, true)),
+            withTma("fp8_wg_m64_n2", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
+                    new ExpertCentric(64, 256, 128, 4, 2, 4, 8, true)),
+            withTma("fp8_wg_m128_n2", new ExpertCentric(128, 128, 128, 8, 2, 4, 8, true),
+                    new ExpertCentric(128, 256, 128, 8, 2, 4, 8, true)));
+
     private static TilePair withTma(String name, ExpertCentric gateUp, ExpertCentric down) {
         return new TilePair(name, gateUp.withTma(true), down.withTma(true));
     }
@@ -127,6 +152,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
     /** The geometry timed, and its gate/up layout. */
     private ExpertShape shape;
     private GateUpLayout layout;
+    private WeightFormat format;
 
     @Override
     public Integer call() throws Exception {
@@ -135,9 +161,17 @@ public final class BenchPrefillCommand implements Callable<Integer> {
         shape = geometry.shape();
         layout = geometry.layout();
         options.require("bench prefill");
+        if (!formatText.equals(WeightFormat.BF16.text()) && !formatText.equals(WeightFormat.FP8_BLOCK128.text())) {
+            throw new IllegalArgumentException("--format " + formatText + ": bf16 or " + WeightFormat.FP8_BLOCK128.text());
+        }
+        format = formatText.equals(WeightFormat.BF16.text()) ? WeightFormat.BF16 : WeightFormat.FP8_BLOCK128;
+        boolean fp8 = format != WeightFormat.BF16;
+        List<TilePair> pairs = fp8 ? FP8_TILE_PAIRS : TILE_PAIRS;
         if (variantNames != null) {
-            List<String> known = new ArrayList<>(TILE_PAIRS.stream().map(TilePair::name).toList());
-            BenchCommand.PAIRS.subList(1, BenchCommand.PAIRS.size()).forEach(p -> known.add(p.name()));
+            List<String> known = new ArrayList<>(pairs.stream().map(TilePair::name).toList());
+            if (!fp8) {
+                BenchCommand.PAIRS.subList(1, BenchCommand.PAIRS.size()).forEach(p -> known.add(p.name()));
+            }
             for (String v : variantNames) {
                 if (!known.contains(v)) {
                     throw new IllegalArgumentException("--variants: unknown variant '" + v + "'; known: " + String.join(", ", known));
@@ -157,7 +191,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             double readBw = readBytes / (read.medianMicros() * 1e-6);
             System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s%n", readBw / 1e9);
             List<ExpertLayerBenchmark.Variant> tiles = new ArrayList<>();
-            for (TilePair p : TILE_PAIRS) {
+            for (TilePair p : pairs) {
                 if (!wanted(p.name())) {
                     continue;
                 }
@@ -170,7 +204,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             // the catalogue's Qwen3-30B-A3B output-centric tiles of 8 and 32 tokens (their schedules on another geometry)
             List<ExpertLayerBenchmark.Variant> warps = new ArrayList<>();
             for (BenchCommand.CataloguePair pair : BenchCommand.PAIRS.subList(1, BenchCommand.PAIRS.size())) {
-                if (!wanted(pair.name())) {
+                if (fp8 || !wanted(pair.name())) {
                     continue;
                 }
                 KernelSpec gu = pair.gateUp().spec();
@@ -182,9 +216,11 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             }
             List<ExpertLayerBenchmark.Variant> all = new ArrayList<>(tiles);
             all.addAll(warps);
-            try (ExpertLayerBenchmark bench = new ExpertLayerBenchmark(kernels, stream, shape, layers, maxTokens, seed)) {
-                System.out.printf(Locale.ROOT, "expert layer H=%d I=%d E=%d top-%d BF16, %d layers = %.1f GB of weights%n",
-                        shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), layers, bench.weightBytes() / 1e9);
+            try (ExpertLayerBenchmark bench = fp8 ? fp8Benchmark(stream, maxTokens)
+                    : new ExpertLayerBenchmark(kernels, stream, shape, layers, maxTokens, seed)) {
+                System.out.printf(Locale.ROOT, "expert layer H=%d I=%d E=%d top-%d %s, %d layers = %.1f GB of weights%n",
+                        shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), format.text(), layers,
+                        bench.weightBytes() / 1e9);
                 for (int m : tokens) {
                     List<ExpertLayerBenchmark.Variant> here = m <= OUTPUT_CENTRIC_UP_TO ? all : tiles;
                     results.addAll(bench.run(stream, here, m, seed, options.warmup, options.reps, readBw,
@@ -206,7 +242,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             doc.put("read_bandwidth_bytes_per_second", readBw);
             doc.put("model", geometry.name());
             doc.put("shape", Map.of("hidden", shape.hidden(), "intermediate", shape.intermediate(), "experts", shape.experts(),
-                    "topk", shape.topk(), "layout", layout.text(), "weights", "bf16"));
+                    "topk", shape.topk(), "layout", layout.text(), "weights", format.text()));
             doc.put("variants", BenchCommand.variantRows(all));
             List<Map<String, Object>> rows = BenchCommand.resultRows(results, readBw);
             for (int i = 0; i < rows.size(); i++) {
@@ -220,9 +256,20 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             }
             doc.put("results", rows);
             doc.put("torch", torch == null ? "not run" : torch);
-            System.out.println("wrote " + BenchReports.write(options.out, ctx, "prefill", doc));
+            System.out.println("wrote " + BenchReports.write(options.out, ctx, fp8 ? "prefill-fp8" : "prefill", doc));
         }
         return 0;
+    }
+
+    /** The layers' FP8 block weights: one layer quantised on the host from normal rows, copied to every layer's memory. */
+    private ExpertLayerBenchmark fp8Benchmark(CudaStream stream, int maxTokens) {
+        long t0 = System.nanoTime();
+        EncodedWeights gateUp = EncodedWeights.encode(format, RowSource.normal(seed, 2 * shape.intermediate(), 1.0 / Math.sqrt(shape.hidden())),
+                shape.experts(), 2 * shape.intermediate(), shape.hidden(), Projections.of(layout), "gate_up");
+        EncodedWeights down = EncodedWeights.encode(format, RowSource.normal(seed + 1, shape.hidden(), 1.0 / Math.sqrt(shape.intermediate())),
+                shape.experts(), shape.hidden(), shape.intermediate(), Projections.ONE, "down");
+        System.out.printf(Locale.ROOT, "quantised one layer to %s in %.1f s%n", format.text(), (System.nanoTime() - t0) / 1e9);
+        return new ExpertLayerBenchmark(stream, shape, layers, maxTokens, seed, gateUp, down);
     }
 
     private boolean wanted(String variant) {
@@ -232,7 +279,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
     /** A layer of the two schedules on the geometry timed, or empty (with a line saying why) where they do not lower it. */
     private Optional<ExpertLayer> layerOf(String name, Schedule<?> gateUp, Schedule<?> down, KernelRuntime runtime, int capacity) {
         try {
-            ExpertLayerSpecs specs = ExpertLayerSpecs.of(name, shape, layout, gateUp, down, runtime.target());
+            ExpertLayerSpecs specs = ExpertLayerSpecs.of(name, shape, layout, format, gateUp, down, runtime.target());
             ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()), LaunchOrder.OVERLAPPING_PREVIOUS,
                     Math.min(capacity, Math.min(Validator.check(specs.gateUp()).maxTokens(), Validator.check(specs.down()).maxTokens())));
             return Optional.of(layer);

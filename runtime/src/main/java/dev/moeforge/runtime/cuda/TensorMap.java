@@ -21,7 +21,8 @@ import jcuda.driver.CUresult;
 public final class TensorMap {
     public static final int BYTES = KernelSignature.TENSOR_MAP_BYTES;
 
-    // cuda.h's enums: CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_L2_256B, _FLOAT_OOB_FILL_NONE
+    // cuda.h's enums: CU_TENSOR_MAP_DATA_TYPE_UINT8 and _BFLOAT16, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_L2_256B, _FLOAT_OOB_FILL_NONE
+    private static final int DATA_TYPE_UINT8 = 0;
     private static final int DATA_TYPE_BFLOAT16 = 9;
     private static final int INTERLEAVE_NONE = 0;
     private static final int SWIZZLE_128B = 3;
@@ -47,7 +48,7 @@ public final class TensorMap {
         MemorySegment.copy(MemorySegment.ofArray(bytes), 0, target, 0, BYTES);
     }
 
-    /** The map of the bf16 tensor at device address {@code address} as {@code map} describes it. */
+    /** The map of the tensor (bf16, or 8-bit codes) at device address {@code address} as {@code map} describes it. */
     public static TensorMap encode(long address, WeightTileMap map) {
         if (address % 16 != 0) {
             throw new IllegalArgumentException("a tensor map's tensor starts on 16 bytes; address 0x" + Long.toHexString(address));
@@ -62,7 +63,8 @@ public final class TensorMap {
             int[] ones = new int[rank];
             Arrays.fill(ones, 1);
             MemorySegment elementStrides = arena.allocateFrom(ValueLayout.JAVA_INT, ones);
-            int result = (int) Binding.ENCODE.invokeExact(out, DATA_TYPE_BFLOAT16, rank, MemorySegment.ofAddress(address), dims,
+            int dataType = map.elementBytes() == 1 ? DATA_TYPE_UINT8 : DATA_TYPE_BFLOAT16;
+            int result = (int) Binding.ENCODE.invokeExact(out, dataType, rank, MemorySegment.ofAddress(address), dims,
                     strides, box, elementStrides, INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_ZEROS);
             if (result != CUresult.CUDA_SUCCESS) {
                 throw new CudaException("cuTensorMapEncodeTiled(dims " + map.dims() + ", strides " + map.strideBytes() + " B, box "

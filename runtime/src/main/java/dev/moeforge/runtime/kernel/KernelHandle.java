@@ -31,10 +31,11 @@ public final class KernelHandle {
     private final CudaFunction function;
     private final PtxasReport.FunctionResources resources;
     private final Optional<RoutingAlign> routingAlign;
+    private final Optional<ActivationQuantiser> quantiser;
     private final Map<Long, TensorMap> tensorMaps = new ConcurrentHashMap<>();
 
     KernelHandle(ValidatedSpec<?> valid, String specText, CudaFunction function, PtxasReport.FunctionResources resources,
-                 Optional<RoutingAlign> routingAlign) {
+                 Optional<RoutingAlign> routingAlign, Optional<ActivationQuantiser> quantiser) {
         this.valid = valid;
         this.spec = valid.spec();
         this.maxTokens = valid.maxTokens();
@@ -43,6 +44,12 @@ public final class KernelHandle {
         this.function = function;
         this.resources = resources;
         this.routingAlign = routingAlign;
+        this.quantiser = quantiser;
+    }
+
+    /** The quantise entry point of a W8A8 gate_up kernel (x into its workspace); empty for the others. */
+    public Optional<ActivationQuantiser> quantiser() {
+        return quantiser;
     }
 
     /** The align entry points of a kernel that takes the routing plan (expert_centric); empty for the others. */

@@ -7,6 +7,7 @@ import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.RoutingPlan;
 import dev.moeforge.dsl.text.SpecParser;
 import dev.moeforge.dsl.text.SpecPrinter;
@@ -163,7 +164,11 @@ public final class KernelRuntime implements AutoCloseable {
             align = Optional.of(new RoutingAlign(module.function(spec.name() + RoutingPlan.COUNT_ENTRY),
                     module.function(spec.name() + RoutingPlan.SCATTER_ENTRY), p.shape().experts(), p.shape().topk()));
         }
-        return new KernelHandle(valid, generated.specText(), function, resources, align);
+        Optional<ActivationQuantiser> quantiser = Optional.empty();
+        if (valid.quantisesActivations() && valid.problem() instanceof Problem.ExpertGateUp g) {
+            quantiser = Optional.of(new ActivationQuantiser(module.function(spec.name() + ExpertCentric.QUANTISE_ENTRY), g.shape().hidden()));
+        }
+        return new KernelHandle(valid, generated.specText(), function, resources, align, quantiser);
     }
 
     /**

@@ -2,6 +2,7 @@ package dev.moeforge.runtime.moe;
 
 import dev.moeforge.codegen.cuda.KernelParam;
 import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.RoutingPlan;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
@@ -18,6 +19,7 @@ import java.util.Map;
  * buffers: its scratch (zeroed once; tickets are left zero by every launch) and, for a kernel
  * that takes the routing grouped by expert, the plan's buffers, sized for {@code capacity}
  * tokens. A half that runs alone builds its own plan; in an {@link ExpertLayer} the halves share one.
+ * A W8A8 gate_up also quantises x into its workspace before each launch.
  */
 public final class ExpertHalf implements AutoCloseable {
     private final KernelHandle kernel;
@@ -75,8 +77,12 @@ public final class ExpertHalf implements AutoCloseable {
         launchGateUp(stream, tokens, x, wGateUp, topkIds, inter);
     }
 
-    /** gate_up's kernel alone, reading the plan already built. */
+    /** gate_up's kernel alone (after quantising x, for W8A8), reading the plan already built. */
     void launchGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds, DeviceBuffer inter) {
+        if (kernel.quantiser().isPresent()) {
+            checkTokens(tokens);
+            kernel.quantiser().get().enqueue(stream, order, tokens, x, workspace.get(ExpertCentric.QUANTISED_X));
+        }
         launch(stream, tokens, Map.of("x", x, "topk_ids", topkIds, "inter", inter), "gate_up's weights", wGateUp);
     }
 

@@ -1,5 +1,6 @@
 package dev.moeforge.runtime.moe;
 
+import dev.moeforge.codegen.cuda.KernelParam;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.runtime.cuda.CudaStream;
@@ -96,12 +97,24 @@ public final class ExpertLayer implements AutoCloseable {
         return capacity;
     }
 
+    /**
+     * A buffer for the intermediate gate_up hands to down, for up to {@code tokens} tokens, as the
+     * kernels take it: bf16 [M][k][I], or with FP8 activations (W8A8) each (token, slot)'s quantised row.
+     */
+    public DeviceBuffer allocateInter(int tokens) {
+        if (tokens < 1) {
+            throw new IllegalArgumentException("tokens = " + tokens + ": at least 1");
+        }
+        KernelParam inter = gateUp.signature().param("inter");
+        return DeviceBuffer.allocate(inter.elementType(), inter.elements(tokens));
+    }
+
     /** The routing plan's buffers, where a kernel takes one (for tests); empty otherwise. */
     public Optional<RoutingAlign.PlanBuffers> routingPlan() {
         return Optional.ofNullable(plan);
     }
 
-    /** Enqueues {@code y = down(gate_up(x))} for {@code tokens} tokens; {@code inter} is the scratch [M][k][I]. */
+    /** Enqueues {@code y = down(gate_up(x))} for {@code tokens} tokens; {@code inter} is the scratch {@link #allocateInter} makes. */
     public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceBuffer wGateUp, DeviceBuffer wDown,
                         DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
         enqueue(stream, tokens, x, DeviceWeights.bf16(wGateUp), DeviceWeights.bf16(wDown), topkIds, topkWeights, inter, y);
