@@ -132,18 +132,18 @@ public final class BenchPrefillCommand implements Callable<Integer> {
 
     /**
      * W8A8 tile pairs for FP8 block weights: 128-code slices (one scale block each) by the copy engine;
-     * gate_up tiles of whole 128-neuron groups, which it quantises as it stores them.
+     * gate_up tiles of whole 128-neuron groups, which it quantises as it stores them. A warp keeps two
+     * sets of sums, so 64 pairs of mma.sync and 128-pair gate_up tiles spill (ptxas) and are not here.
      */
     static final List<TilePair> FP8_TILE_PAIRS = List.of(
             withTma("fp8_m16", new ExpertCentric(16, 128, 128, 1, 8, 4, 1), new ExpertCentric(16, 128, 128, 1, 4, 4, 1)),
             withTma("fp8_m16_s6", new ExpertCentric(16, 128, 128, 1, 8, 6, 1), new ExpertCentric(16, 128, 128, 1, 4, 6, 1)),
             withTma("fp8_m32", new ExpertCentric(32, 128, 128, 2, 4, 4, 1), new ExpertCentric(32, 128, 128, 2, 2, 4, 1)),
-            withTma("fp8_m64", new ExpertCentric(64, 128, 128, 2, 4, 4, 8), new ExpertCentric(64, 128, 128, 2, 4, 4, 8)),
             withTma("fp8_wg_m64", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true), new ExpertCentric(64, 128, 128, 4, 1, 4, 8, true)),
             withTma("fp8_wg_m64_n2", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
                     new ExpertCentric(64, 256, 128, 4, 2, 4, 8, true)),
-            withTma("fp8_wg_m128_n2", new ExpertCentric(128, 128, 128, 8, 2, 4, 8, true),
-                    new ExpertCentric(128, 256, 128, 8, 2, 4, 8, true)));
+            withTma("fp8_wg_m64_d128", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
+                    new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true)));
 
     private static TilePair withTma(String name, ExpertCentric gateUp, ExpertCentric down) {
         return new TilePair(name, gateUp.withTma(true), down.withTma(true));
