@@ -451,8 +451,8 @@ struct ExpertTileWeights {
     if (threadIdx.x == 0) {
       const int s = kt % T::S;
       const uint32_t bar = bars + 8 * s;
-      mbarrier_expect_bytes(bar, T::kRows * 2 * T::BK);
-      tensor_copy_4d(pipe + s * T::kStageBytes + T::BM * 2 * T::BK, map, bar, kt * T::BK, 0, n0, e);
+      mbarrier_expect_bytes(bar, T::kRows * T::kRowBytes);
+      tensor_copy_4d(pipe + s * T::kStageBytes + T::BM * T::kRowBytes, map, bar, kt * T::BK, 0, n0, e);
     }
   }
 
