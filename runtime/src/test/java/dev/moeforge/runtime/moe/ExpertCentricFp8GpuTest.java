@@ -38,9 +38,10 @@ import org.junit.jupiter.params.provider.MethodSource;
 /**
  * The expert-centric layer with FP8 block weights, multiplied as FP8 x FP8 (x and the
  * intermediate quantised per token in groups of 128), on the GPU against the FP64 reference of the
- * same quantisation, on fresh random inputs each run: y within the bf16 output bounds, the
- * intermediate's quantised rows within one E4M3 step of the reference's (a value near a rounding
- * boundary may land on the other side in FP32), and a second run writing the same bytes.
+ * same quantisation, on fresh random inputs each run: y within the bf16 output bounds (wider on
+ * wgmma, whose FP8 sums are not FP32), the intermediate's quantised rows within one E4M3 step of the
+ * reference's (a value near a rounding boundary may land on the other side), and a second run writing
+ * the same bytes.
  */
 @RequiresGpu
 class ExpertCentricFp8GpuTest extends GpuSession {
@@ -52,10 +53,23 @@ class ExpertCentricFp8GpuTest extends GpuSession {
 
     /**
      * One E4M3 step at the top of a group's range is 2^-4 of its amax: an intermediate element whose
-     * value sits at a rounding boundary may move by that much against the reference; the whole
-     * intermediate stays near the bf16 bound.
+     * value sits at a rounding boundary may move by that much against the reference. On mma.sync the
+     * sums are FP32 and such flips are rare (relative L2 at most 2.3e-5 over the first GPU run); the
+     * whole intermediate stays within the bf16 bound.
      */
     static final Bounds QUANTISED_INTER = new Bounds(1e-2, 0.07);
+
+    /**
+     * Hopper's FP8 warpgroup MMA adds its products in a 22-bit float (13 mantissa bits, truncated),
+     * not FP32: within each 128-wide slice the sums drift by about 1e-3 relative before they are
+     * scaled into FP32, and the intermediate's E4M3 rounding then lands one step off the reference's
+     * for a few percent of elements. The first GPU run measured, over the wgmma cases: intermediate
+     * relative L2 up to 6.4e-3 (elements up to 3.9e-2 of the peak), y relative L2 up to 6.5e-3
+     * (elements up to 2.0e-2 of the peak). These bounds leave about twice that; a wrong scale or a
+     * lost slice moves y by tens of percent.
+     */
+    static final Bounds WGMMA_QUANTISED_INTER = new Bounds(2e-2, 0.07);
+    static final Bounds WGMMA_FP8_OUTPUT = new Bounds(2e-2, 0.04);
 
     /** (gate_up, down): mma.sync decode-batch tiles, wider mma.sync tiles, wgmma tiles (sm_90a), down's atomic combine. */
     static final List<ExpertCentric[]> SCHEDULES = List.of(
@@ -174,6 +188,9 @@ class ExpertCentricFp8GpuTest extends GpuSession {
         ExpertReference.LayerResult ref = ExpertReference.layer(specs.gateUp(), specs.down(), x, w.gateUp(), w.down(), referenceRouting);
         String where = c + " seed=" + seed + " weight seed=" + w.seed();
         boolean atomic = SCHEDULES.get(c.schedule())[1].atomicCombine();
+        boolean wgmma = SCHEDULES.get(c.schedule())[0].wgmma() || SCHEDULES.get(c.schedule())[1].wgmma();
+        Bounds yBounds = wgmma ? WGMMA_FP8_OUTPUT : BF16_OUTPUT;
+        Bounds interBounds = wgmma ? WGMMA_QUANTISED_INTER : QUANTISED_INTER;
         try (ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()),
                 LaunchOrder.OVERLAPPING_PREVIOUS, Math.max(c.tokens(), 16));
              DeviceBuffer dx = DeviceBuffer.allocate(DType.BF16, x.length);
@@ -193,7 +210,7 @@ class ExpertCentricFp8GpuTest extends GpuSession {
                 runs[run] = download(y);
                 ErrorStats ey = ErrorStats.of(ref.y().exact(), runs[run]);
                 System.out.println(where + ": y " + ey);
-                BF16_OUTPUT.check(ey, () -> "y " + where);
+                yBounds.check(ey, () -> "y " + where);
             }
             if (!atomic) {
                 assertArrayEquals(runs[0], runs[1], () -> "a second run wrote other bytes: " + where);
@@ -208,7 +225,7 @@ class ExpertCentricFp8GpuTest extends GpuSession {
                 }
                 ErrorStats ei = ErrorStats.of(ref.inter().exact(), gotFloat);
                 System.out.println(where + ": inter " + ei);
-                QUANTISED_INTER.check(ei, () -> "inter " + where);
+                interBounds.check(ei, () -> "inter " + where);
             }
         }
     }
