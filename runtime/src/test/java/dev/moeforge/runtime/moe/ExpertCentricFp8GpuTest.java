@@ -10,7 +10,6 @@ import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
-import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.ErrorStats;
@@ -139,15 +138,7 @@ class ExpertCentricFp8GpuTest extends GpuSession {
 
     @BeforeAll
     static void compileSuite() throws Exception {
-        List<KernelSpec> specs = new ArrayList<>();
-        for (Case c : cases()) {
-            ExpertLayerSpecs s = specs(c.geometry(), c.schedule());
-            if (runsHere(c) && !specs.contains(s.gateUp())) {
-                specs.add(s.gateUp());
-                specs.add(s.down());
-            }
-        }
-        compileAll(specs);
+        compileLayers(cases().stream().filter(ExpertCentricFp8GpuTest::runsHere).map(c -> specs(c.geometry(), c.schedule())).toList());
     }
 
     @AfterAll

@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
-import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
@@ -164,20 +163,8 @@ class ExpertCentricGpuTest extends GpuSession {
 
     @BeforeAll
     static void compileSuite() throws Exception {
-        List<KernelSpec> specs = new ArrayList<>();
-        for (Case c : cases()) {
-            if (!runsHere(c)) {
-                continue;
-            }
-            ExpertLayerSpecs s = specs(c.geometry(), c.schedule());
-            if (!specs.contains(s.gateUp())) {
-                specs.add(s.gateUp());
-                specs.add(s.down());
-            }
-        }
-        compileAll(specs);
+        compileLayers(cases().stream().filter(ExpertCentricGpuTest::runsHere).map(c -> specs(c.geometry(), c.schedule())).toList());
     }
-
 
     /** The case's routing: ids drawn as its kind says, weights positive and summing to one per token. */
     static Routing routing(Case c, long seed) {

@@ -8,6 +8,7 @@ import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 
+import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
@@ -66,6 +67,18 @@ abstract class GpuSession {
         stream = CudaStream.create();
         String dir = System.getenv("MOEFORGE_CACHE");
         runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
+    }
+
+    /** Compiles both kernels of every layer (each once), as {@link #compileAll} does. */
+    static void compileLayers(List<ExpertLayerSpecs> layers) throws Exception {
+        List<KernelSpec> specs = new ArrayList<>();
+        for (ExpertLayerSpecs l : layers) {
+            if (!specs.contains(l.gateUp())) {
+                specs.add(l.gateUp());
+                specs.add(l.down());
+            }
+        }
+        compileAll(specs);
     }
 
     /** Compiles (through the cache) every spec in parallel, so that the tests then load from the cache. */
