@@ -40,7 +40,12 @@ public final class ExpertReference {
             throw new IllegalArgumentException("gate_up " + gateUpSpec.name() + " has shape " + gateUpShape
                     + " but down " + downSpec.name() + " has " + downShape);
         }
-        if (Validator.check(gateUpSpec).quantisesActivations()) {  // W8A8: x and inter as the kernels quantise them
+        boolean w8a8 = Validator.check(gateUpSpec).quantisesActivations();
+        if (w8a8 != Validator.check(downSpec).quantisesActivations()) {
+            throw new IllegalArgumentException("gate_up " + gateUpSpec.name() + " and down " + downSpec.name()
+                    + " disagree on the intermediate: one multiplies FP8 activations (W8A8), the other does not");
+        }
+        if (w8a8) {  // x and inter as the kernels quantise them
             int tokens = routing.tokens();
             double[] xq = Fp8ActivationRows.quantise(widen(x, 0, x.length), tokens, gateUpShape.hidden());
             double[] interQ = Fp8ActivationRows.quantise(gateUp(gateUpSpec, xq, gateUp, routing).exact(),

@@ -79,7 +79,9 @@ public final class ConfigPool {
             case Problem.ExpertGateUp _ -> t.weightRows() / 2;
             case Problem.ExpertDown _ -> t.weightRows();
         };
-        return new ExpertCentric(t.blockM(), blockN, t.blockK(), t.warpsM(), t.warpsN(), stages, groupM, wgmma)
-                .withTma(t.blockK() == ExpertCentric.TMA_BLOCK_K);
+        // tiles of 128-byte rows take their weights by TMA; with FP8 weights those rows hold 128 codes
+        boolean swizzled = t.blockK() == ExpertCentric.TMA_BLOCK_K;
+        int blockK = swizzled ? ExpertCentric.swizzledSliceWidth(problem) : t.blockK();
+        return new ExpertCentric(t.blockM(), blockN, blockK, t.warpsM(), t.warpsN(), stages, groupM, wgmma).withTma(swizzled);
     }
 }

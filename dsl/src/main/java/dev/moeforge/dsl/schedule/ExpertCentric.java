@@ -58,10 +58,18 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
             ExpertCentric.class, Problem.ExpertProblem.class, ExpertCentric::space);
 
-    /** The slice width tma takes: 64 bf16 are the 128-byte rows the copy engine's 128-byte swizzle writes. */
+    /** The slice width tma and wgmma take with bf16: 64 bf16 are the 128-byte rows of the 128-byte swizzle. */
     public static final int TMA_BLOCK_K = 64;
     /** Bytes of a staged row under tma and wgmma: the 128-byte swizzle's span (64 bf16, or 128 FP8 codes). */
     static final int SWIZZLED_ROW_BYTES = 128;
+
+    /**
+     * The slice width whose rows are the 128-byte swizzled rows, which tma, wgmma and FP8 weights ask
+     * for: 64 bf16, or 128 FP8 codes (one 128 x 128 scale block).
+     */
+    public static int swizzledSliceWidth(Problem.ExpertProblem problem) {
+        return SWIZZLED_ROW_BYTES / elementBytes(problem);
+    }
 
     /** FP32 accumulators one thread may hold before ptxas runs out of registers for the rest. */
     public static final int MAX_ACCUMULATORS = 128;
@@ -114,9 +122,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         List<ExpertCentric> all = new ArrayList<>(fp8(problem) ? List.of() : copies);
         for (ExpertCentric s : copies) {
             if (s.blockK() == TMA_BLOCK_K) {  // fp8: the same 128-byte rows hold 128 codes, one scale block
-                ExpertCentric t = s.withTma(true);
-                all.add(fp8(problem) ? new ExpertCentric(t.blockM, t.blockN, 2 * TMA_BLOCK_K, t.warpsM, t.warpsN, t.stages, t.groupM,
-                        t.wgmma, t.atomicCombine, true) : t);
+                all.add(new ExpertCentric(s.blockM, s.blockN, swizzledSliceWidth(problem), s.warpsM, s.warpsN, s.stages, s.groupM,
+                        s.wgmma, s.atomicCombine, true));
             }
         }
         return all;
@@ -171,10 +178,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (wgmma) {
             checkWgmma(p, target, errors);
         }
-        if (tma && !wgmma && !fp8(p) && blockK != TMA_BLOCK_K) {  // wgmma's and fp8's own rules ask the same
-            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), TMA_BLOCK_K + " with tma (the copy engine writes "
-                    + "128-byte rows in the 128-byte swizzle the stages use)"));
-        }
+        checkSwizzledSlices(p, errors);
         if (atomicCombine && p instanceof Problem.ExpertGateUp) {
             errors.add(new SpecError("schedule.atomic_combine", "true", "false for expert_gate_up: only down combines a token's slots"));
         }
@@ -225,9 +229,6 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             errors.add(new SpecError("schedule.wgmma", "true", "false on " + target.text()
                     + ": warpgroup MMA is sm_90a's; mma.sync runs on every target"));
         }
-        if (!fp8(p) && blockK != TMA_BLOCK_K) {  // fp8's rule asks for its own 128
-            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), TMA_BLOCK_K + " with wgmma (128-byte swizzled rows)"));
-        }
         if (blockM != 64 && blockM != 128) {
             errors.add(new SpecError("schedule.block_m", Integer.toString(blockM), "64 or 128 with wgmma (one warpgroup per 64 pairs)"));
         } else if (warpsM != blockM / 16 || (warpsN != 1 && warpsN != 2)) {
@@ -250,8 +251,29 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     }
 
     /**
-     * What FP8 x FP8 asks: the weight tiles by the copy engine, slices of one 128 x 128 scale block
-     * (128 codes, the stages' 128-byte rows), H and I in whole groups of 128 (the activation
+     * One rule for the slice width: tma, wgmma and FP8 weights each ask for slices whose rows are the
+     * 128-byte swizzled rows ({@link #swizzledSliceWidth}); FP8's slice is then one scale block.
+     */
+    private void checkSwizzledSlices(Problem.ExpertProblem p, List<SpecError> errors) {
+        List<String> why = new ArrayList<>();
+        if (tma) {
+            why.add("tma (the copy engine writes 128-byte rows in the 128-byte swizzle the stages use)");
+        }
+        if (wgmma) {
+            why.add("wgmma (128-byte swizzled rows)");
+        }
+        if (fp8(p)) {
+            why.add(WeightFormat.FP8_BLOCK128.text() + " weights (a slice is one 128 x 128 scale block)");
+        }
+        int slice = swizzledSliceWidth(p);
+        if (!why.isEmpty() && blockK != slice) {
+            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), slice + " with " + String.join(" and ", why)));
+        }
+    }
+
+    /**
+     * What FP8 x FP8 asks beyond the slice width: the weight tiles by the copy engine, each warp's
+     * columns within one scale block (or whole ones), H and I in whole groups of 128 (the activation
      * scales' groups), and gate_up tiles of whole groups of 128 neurons (it quantises its output
      * row by row as it stores it).
      */
@@ -262,9 +284,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     + "tiles; its 128-byte swizzle is the stages')"));
         }
         int group = Fp8ActivationRows.GROUP;
-        if (blockK != group) {
-            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), group + " with " + format
-                    + " weights (a slice is one 128 x 128 scale block: 128 codes, the stages' 128-byte rows)"));
+        int rows = weightRows(p);
+        if (warpsN >= 1 && blockN >= 8 && rows % warpsN == 0 && group % (rows / warpsN) != 0) {
+            errors.add(new SpecError("schedule.warps_n", Integer.toString(warpsN), "a count that leaves each warp " + group
+                    + " weight rows or a divisor of " + group + " with " + format + " weights (its columns lie in one scale block; "
+                    + rows + " rows here)"));
         }
         if (!ScheduleRules.dimensionsInRange(p.shape())) {
             return;
@@ -416,8 +440,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /**
      * With tma, the weight as the copy engine walks it: (K, gate or up, output row, expert), so that one
-     * box of (64 bf16 or 128 FP8 codes, 2, block_n, 1) lands gate_up's rows in the tile's order (gate of neuron i at tile row
-     * 2i, up at 2i + 1) from either layout, and down's (64, 1, block_n, 1) its block_n rows. Rows past
+     * box of (slice, 2, block_n, 1) lands gate_up's rows in the tile's order (gate of neuron i at tile row
+     * 2i, up at 2i + 1) from either layout, and down's (slice, 1, block_n, 1) its block_n rows, the
+     * slice being 64 bf16 or 128 FP8 codes. Rows past
      * the outputs and columns past K arrive as zeros, as the cp.async copies make them.
      */
     @Override
@@ -428,7 +453,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         long h = problem.shape().hidden();
         long i = problem.shape().intermediate();
         int bytes = elementBytes(problem);
-        int slice = SWIZZLED_ROW_BYTES / bytes;
+        int slice = swizzledSliceWidth(problem);
         return Optional.of(switch (problem) {
             case Problem.ExpertGateUp g -> {
                 long row = bytes * h;

@@ -7,6 +7,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.build.OutputCentricBuilder;
+import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.format.Fp8ActivationRows;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
@@ -14,6 +16,7 @@ import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.SplitDown;
 import org.junit.jupiter.api.Test;
 
@@ -41,6 +44,41 @@ class ExpertLayerReferenceTest {
         assertArrayEquals(inter.stored(), layer.inter().stored());
         assertArrayEquals(y.exact(), layer.y().exact());
         assertArrayEquals(y.stored(), layer.y().stored());
+    }
+
+    /**
+     * W8A8 (expert_centric with FP8 block weights): the layer multiplies x and the intermediate as the
+     * kernels quantise them, so its intermediate is already quantised and its y is down of that; a
+     * W8A8 half beside a half that takes bf16 activations is refused.
+     */
+    @Test
+    void w8a8LayerMultipliesQuantisedActivations() {
+        ExpertShape shape = new ExpertShape(256, 128, 3, 2);
+        ExpertCentric tile = new ExpertCentric(16, 128, 128, 1, 8, 2, 1).withTma(true);
+        ExpertLayerSpecs w8a8 = ExpertLayerSpecs.of("w8a8", shape, GateUpLayout.STACKED, WeightFormat.FP8_BLOCK128, tile, tile, Target.SM_90A);
+        int tokens = 3;
+        short[] x = RandomInputs.bf16Normal(9, tokens * shape.hidden(), 1.0);
+        WeightRows gu = WeightRows.bf16(RandomInputs.bf16Normal(10, shape.experts() * 2 * shape.intermediate() * shape.hidden(), 0.1),
+                shape.experts(), 2 * shape.intermediate(), shape.hidden());
+        WeightRows dn = WeightRows.bf16(RandomInputs.bf16Normal(11, shape.experts() * shape.hidden() * shape.intermediate(), 0.1),
+                shape.experts(), shape.hidden(), shape.intermediate());
+        Routing routing = RandomInputs.uniformRouting(12, tokens, shape.experts(), shape.topk());
+
+        ExpertReference.LayerResult layer = ExpertReference.layer(w8a8.gateUp(), w8a8.down(), x, gu, dn, routing);
+        double[] wide = new double[x.length];
+        for (int i = 0; i < x.length; i++) {
+            wide[i] = Bf16.toFloat(x[i]);
+        }
+        double[] xq = Fp8ActivationRows.quantise(wide, tokens, shape.hidden());
+        double[] inter = Fp8ActivationRows.quantise(ExpertReference.gateUp(w8a8.gateUp(), xq, gu, routing).exact(),
+                tokens * shape.topk(), shape.intermediate());
+        assertArrayEquals(inter, layer.inter().exact());
+        assertArrayEquals(ExpertReference.down(w8a8.down(), inter, dn, routing).exact(), layer.y().exact());
+        double[] unquantised = ExpertReference.layer(specs(shape).gateUp(), specs(shape).down(), x, gu, dn, routing).y().exact();
+        assertTrue(!java.util.Arrays.equals(unquantised, layer.y().exact()), "the W8A8 layer quantises");
+
+        ExpertLayerSpecs bf16 = ExpertLayerSpecs.of("bf16", shape, GateUpLayout.STACKED, tile.withTma(false).withGroupM(1), Target.SM_90A);
+        assertThrows(IllegalArgumentException.class, () -> ExpertReference.layer(w8a8.gateUp(), bf16.down(), x, gu, dn, routing));
     }
 
     /** expert_mlp's reference is the layer's: gate_up, then the routing-weighted sum of down on the stored intermediate. */

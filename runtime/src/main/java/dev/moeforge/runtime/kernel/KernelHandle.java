@@ -47,7 +47,11 @@ public final class KernelHandle {
         this.quantiser = quantiser;
     }
 
-    /** The quantise entry point of a W8A8 gate_up kernel (x into its workspace); empty for the others. */
+    /**
+     * The quantise entry point of a W8A8 gate_up kernel (x into its workspace); empty for the others.
+     * Such a kernel multiplies what this entry point left there, not x: {@code ExpertHalf} and
+     * {@code ExpertLayer} launch it first; a caller of {@link #launch} directly must too.
+     */
     public Optional<ActivationQuantiser> quantiser() {
         return quantiser;
     }

@@ -80,7 +80,7 @@ public final class ExpertHalf implements AutoCloseable {
     /** gate_up's kernel alone (after quantising x, for W8A8), reading the plan already built. */
     void launchGateUp(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceBuffer topkIds, DeviceBuffer inter) {
         if (kernel.quantiser().isPresent()) {
-            checkTokens(tokens);
+            checkTokens(tokens);  // before the quantise launch, so a refused call enqueues nothing
             kernel.quantiser().get().enqueue(stream, order, tokens, x, workspace.get(ExpertCentric.QUANTISED_X));
         }
         launch(stream, tokens, Map.of("x", x, "topk_ids", topkIds, "inter", inter), "gate_up's weights", wGateUp);

@@ -55,6 +55,13 @@ public final class ExpertLayer implements AutoCloseable {
             throw new IllegalArgumentException("gate_up " + gateUp.spec().name() + " has shape " + g.shape()
                     + " but down " + down.spec().name() + " has " + d.shape());
         }
+        KernelParam handed = gateUp.signature().param("inter");
+        KernelParam taken = down.signature().param("inter");
+        if (handed.elementType() != taken.elementType() || !handed.shape().equals(taken.shape())) {
+            throw new IllegalArgumentException("gate_up " + gateUp.spec().name() + " writes inter as " + handed.elementType().text() + " "
+                    + handed.shapeText() + " but down " + down.spec().name() + " reads " + taken.elementType().text() + " "
+                    + taken.shapeText() + ": pair kernels that both multiply FP8 activations (W8A8) or neither");
+        }
         int max = Math.min(gateUp.maxTokens(), down.maxTokens());
         if (capacity < 1 || capacity > max) {
             throw new IllegalArgumentException("capacity = " + capacity + ": the kernels of this layer take 1.." + max + " tokens");
