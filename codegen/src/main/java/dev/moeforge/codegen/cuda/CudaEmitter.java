@@ -117,7 +117,7 @@ public final class CudaEmitter {
                 expert ? EpilogueEmitter.emit(store, bound) : List.of(), valueLines, storeLines, blockGroups, expertCounts,
                 valid.takesRoutingPlan() ? valid.name() + RoutingPlan.COUNT_ENTRY : "",
                 valid.takesRoutingPlan() ? valid.name() + RoutingPlan.SCATTER_ENTRY : "",
-                valid.quantisesActivations() && problem instanceof Problem.ExpertGateUp ? valid.name() + ExpertCentric.QUANTISE_ENTRY : "",
+                valid.takesQuantisedX() ? valid.name() + ExpertCentric.QUANTISE_ENTRY : "",
                 ExpertCentric.QUANTISE_THREADS);
     }
 

@@ -88,6 +88,14 @@ public final class ValidatedSpec<P extends Problem> {
         return schedule.quantisesActivations(problem);
     }
 
+    /**
+     * Whether the kernel reads x as its module's quantise entry point leaves it in its workspace (a
+     * W8A8 gate_up), so the entry point must run before it.
+     */
+    public boolean takesQuantisedX() {
+        return quantisesActivations() && problem instanceof Problem.ExpertGateUp;
+    }
+
     public ScheduleModel model() {
         return schedule.model(problem, epilogue);
     }

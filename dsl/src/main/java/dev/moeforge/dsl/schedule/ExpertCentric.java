@@ -109,7 +109,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     /**
      * mma.sync: tiles of 16-128 pairs and 16-256 outputs, slices of 32-128, warp grids of up to 8
      * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages;
-     * each with weights by cp.async or by the tensor memory accelerator.
+     * each with weights by cp.async or by the tensor memory accelerator. With FP8 weights only the
+     * tiles of 128-byte slices, as W8A8 tiles of 128 codes by the tensor memory accelerator.
      */
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> copies = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),

@@ -5,7 +5,6 @@ import dev.moeforge.dsl.build.OutputCentricBuilder;
 import dev.moeforge.dsl.build.OutputTensorCoreBuilder;
 import dev.moeforge.dsl.format.EncodedWeights;
 import dev.moeforge.dsl.format.Projections;
-import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
@@ -24,6 +23,7 @@ import dev.moeforge.dsl.schedule.SplitDown;
 import dev.moeforge.examples.bench.BenchKernels;
 import dev.moeforge.examples.bench.ExpertLayerBenchmark;
 import dev.moeforge.examples.bench.GpuTimer;
+import dev.moeforge.examples.bench.HostLayer;
 import dev.moeforge.generated.BuiltinKernel;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
@@ -153,10 +153,9 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             for (Workload w : workloads) {
                 List<ExpertLayerBenchmark.Variant> variants = loaded.get(w).get();
                 long t0 = System.nanoTime();
-                EncodedWeights gateUp = EncodedWeights.encode(w.format(), gateUpSource(w), w.shape().experts(),
-                        2 * w.shape().intermediate(), w.shape().hidden(), Projections.STACKED_GATE_UP, "gate_up");
-                EncodedWeights down = EncodedWeights.encode(w.format(), downSource(w), w.shape().experts(), w.shape().hidden(),
-                        w.shape().intermediate(), Projections.ONE, "down");
+                HostLayer host = HostLayer.quantise(w.format(), w.shape(), Projections.STACKED_GATE_UP, seed);
+                EncodedWeights gateUp = host.gateUp();
+                EncodedWeights down = host.down();
                 System.out.printf(Locale.ROOT, "%s %s: quantised one layer in %.1f s%n", w.model(), w.format().text(),
                         (System.nanoTime() - t0) / 1e9);
                 List<ExpertLayerBenchmark.Result> results = new ArrayList<>();
@@ -178,7 +177,7 @@ public final class BenchFormatsCommand implements Callable<Integer> {
                     Routing routing = bench.firstLayerRouting();
                     FormatAccuracy.References refs = FormatAccuracy.references(
                             new ExpertLayerSpecs(first.gateUp().spec(), first.down().spec()), bench.activations(routing.tokens()),
-                            gateUpSource(w), downSource(w), gateUp, down, routing);
+                            host.gateUpRows(), host.downRows(), gateUp, down, routing);
                     errors = FormatAccuracy.errors(refs, y);
                     System.out.printf(Locale.ROOT, "  accuracy at M=%d (relative L2 of y): kernel %.2e, format %.2e, "
                                     + "BF16-activation path %.2e, %s-activation path %.2e: ratio %.2f%n", routing.tokens(),
@@ -217,15 +216,6 @@ public final class BenchFormatsCommand implements Callable<Integer> {
             System.out.println("wrote " + file);
         }
         return 0;
-    }
-
-    /** The original FP32 weights: N(0, 1/K), the same rows every time they are asked for. */
-    private RowSource gateUpSource(Workload w) {
-        return RowSource.normal(seed, 2 * w.shape().intermediate(), 1.0 / Math.sqrt(w.shape().hidden()));
-    }
-
-    private RowSource downSource(Workload w) {
-        return RowSource.normal(seed + 1, w.shape().hidden(), 1.0 / Math.sqrt(w.shape().intermediate()));
     }
 
     List<Workload> workloads() {

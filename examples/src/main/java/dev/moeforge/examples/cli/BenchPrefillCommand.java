@@ -4,9 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.check.SpecException;
 import dev.moeforge.dsl.check.Validator;
-import dev.moeforge.dsl.format.EncodedWeights;
 import dev.moeforge.dsl.format.Projections;
-import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
@@ -18,6 +16,7 @@ import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.examples.bench.BenchKernels;
 import dev.moeforge.examples.bench.ExpertLayerBenchmark;
 import dev.moeforge.examples.bench.GpuTimer;
+import dev.moeforge.examples.bench.HostLayer;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
@@ -264,12 +263,9 @@ public final class BenchPrefillCommand implements Callable<Integer> {
     /** The layers' FP8 block weights: one layer quantised on the host from normal rows, copied to every layer's memory. */
     private ExpertLayerBenchmark fp8Benchmark(CudaStream stream, int maxTokens) {
         long t0 = System.nanoTime();
-        EncodedWeights gateUp = EncodedWeights.encode(format, RowSource.normal(seed, 2 * shape.intermediate(), 1.0 / Math.sqrt(shape.hidden())),
-                shape.experts(), 2 * shape.intermediate(), shape.hidden(), Projections.of(layout), "gate_up");
-        EncodedWeights down = EncodedWeights.encode(format, RowSource.normal(seed + 1, shape.hidden(), 1.0 / Math.sqrt(shape.intermediate())),
-                shape.experts(), shape.hidden(), shape.intermediate(), Projections.ONE, "down");
+        HostLayer host = HostLayer.quantise(format, shape, Projections.of(layout), seed);
         System.out.printf(Locale.ROOT, "quantised one layer to %s in %.1f s%n", format.text(), (System.nanoTime() - t0) / 1e9);
-        return new ExpertLayerBenchmark(stream, shape, layers, maxTokens, seed, gateUp, down);
+        return new ExpertLayerBenchmark(stream, shape, layers, maxTokens, seed, host.gateUp(), host.down());
     }
 
     private boolean wanted(String variant) {

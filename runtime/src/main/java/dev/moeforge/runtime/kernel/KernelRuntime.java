@@ -165,8 +165,9 @@ public final class KernelRuntime implements AutoCloseable {
                     module.function(spec.name() + RoutingPlan.SCATTER_ENTRY), p.shape().experts(), p.shape().topk()));
         }
         Optional<ActivationQuantiser> quantiser = Optional.empty();
-        if (valid.quantisesActivations() && valid.problem() instanceof Problem.ExpertGateUp g) {
-            quantiser = Optional.of(new ActivationQuantiser(module.function(spec.name() + ExpertCentric.QUANTISE_ENTRY), g.shape().hidden()));
+        if (valid.takesQuantisedX()) {
+            quantiser = Optional.of(new ActivationQuantiser(module.function(spec.name() + ExpertCentric.QUANTISE_ENTRY),
+                    ((Problem.ExpertGateUp) valid.problem()).shape().hidden()));
         }
         return new KernelHandle(valid, generated.specText(), function, resources, align, quantiser);
     }
