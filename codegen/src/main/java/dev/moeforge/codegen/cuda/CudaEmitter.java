@@ -118,7 +118,7 @@ public final class CudaEmitter {
                 valid.takesRoutingPlan() ? valid.name() + RoutingPlan.COUNT_ENTRY : "",
                 valid.takesRoutingPlan() ? valid.name() + RoutingPlan.SCATTER_ENTRY : "",
                 valid.takesQuantisedX() ? valid.name() + ExpertCentric.QUANTISE_ENTRY : "",
-                ExpertCentric.QUANTISE_THREADS);
+                ExpertCentric.QUANTISE_THREADS, schedule.waitsInBody());
     }
 
     /** The problem's members of Config: its weight format, sizes and layout. */

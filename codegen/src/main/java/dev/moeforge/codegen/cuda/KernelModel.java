@@ -30,12 +30,15 @@ import java.util.List;
  * @param quantiseX      expert_centric gate_up with FP8 activations: the name of the entry point that
  *                       quantises x into the kernel's workspace (empty otherwise)
  * @param quantiseThreads threads of one block of that entry point (a warp per group of 128)
+ * @param waitsInBody    the body waits for the previous kernel itself (see ScheduleModel), so the
+ *                       kernel only lets the next one begin
  */
 public record KernelModel(List<String> specLines, List<String> notes, String header, List<ConfigConstant> config,
                           String launchBounds, int clusterSize, String name, List<String> params, String body, String callArgs,
                           String epilogueText, String epilogueParams, List<String> epilogueLines,
                           List<String> valueLines, List<String> storeLines, boolean blockGroups, boolean expertCounts,
-                          String alignCount, String alignScatter, String quantiseX, int quantiseThreads) {
+                          String alignCount, String alignScatter, String quantiseX, int quantiseThreads,
+                          boolean waitsInBody) {
     public KernelModel {
         specLines = List.copyOf(specLines);
         notes = List.copyOf(notes);

@@ -37,6 +37,10 @@ extern "C" __global__ void __launch_bounds__(${launchBounds}) ${name}(
     ${p}<#sep>,</#sep>
 </#list>
 ) {
+<#if waitsInBody>
+  mf::let_next_kernel_begin();  // the body waits for the previous kernel where it first reads an input
+<#else>
   mf::begin_after_previous_kernel();
+</#if>
   mf::${body}<Config>(${callArgs}, Epilogue{});
 }

@@ -1663,26 +1663,122 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
 }
 
 // ---------------------------------------------------------------------------------------------
-// Linear projection (schedule linear_gemv): block (slice, token) computes outputs
-// [slice * N, slice * N + N) of its token with the decode routers' scores phase (block_scores:
-// one warp, or SPLIT warps, per output row), then the bias, the epilogue and the store.
+// Linear projection (schedule linear_gemv): block b computes outputs [slice * N, slice * N + N)
+// of token group b % groups (slice b / groups, so a slice's groups run side by side and share its
+// weights in L2), one warp (or SPLIT warps) per output row. A warp streams its row once and
+// multiplies each weight load by the T tokens of its group; lane t adds the bias to token t's sum,
+// applies the epilogue and stores. The kernel waits for the previous one only after its first weight loads
+// are in flight: the weights are constants of the step, the activations are its input.
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ void store_output(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_output(float* p, float v) { *p = v; }
+
+// A warp's sums of one weight row against the group's `tokens` activation rows (x_rows, each K
+// elements apart) over the load chunks [begin, end), butterfly-summed in fp32 into acc[0..T).
+// `waited` says whether this warp has passed the wait for the previous kernel.
+template <int K, int LB, int U, int T>
+__device__ __forceinline__ void linear_row_span(const char* w_row, const char* x_rows, int tokens, int begin, int end,
+                                                bool& waited, float (&acc)[T]) {
+  constexpr int kStep = 32 * U;
+  constexpr size_t kRowBytes = static_cast<size_t>(K) * 2;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+#pragma unroll 1
+  for (int c0 = begin; c0 < end; c0 += kStep) {
+    Lane<LB> wv[U];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int c = c0 + i * 32 + lane;
+      wv[i] = c < end ? load_weights<LB>(w_row + c * LB) : zero_lane<LB>();
+    }
+    if (!waited) {
+      wait_for_previous_kernel();
+      waited = true;
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t < tokens) {
+        const char* x_row = x_rows + t * kRowBytes;
+        Lane<LB> av[U];
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+          const int c = c0 + i * 32 + lane;
+          av[i] = c < end ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
+        }
+#pragma unroll
+        for (int i = 0; i < U; ++i) acc[t] = dot_bf16<LB>(wv[i], av[i], acc[t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < T; ++t) acc[t] = warp_sum(acc[t]);
+}
 
 template <class Config, class Out, class Epilogue>
 __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x, const WeightArgs w, Out* __restrict__ y,
                                             int num_tokens, Epilogue epi) {
   constexpr int K = Config::kInputs, N = Config::kOutputs, W = Config::kWarpsPerCta, LB = Config::kLoadBytes;
   constexpr int U = Config::kUnroll, NPC = Config::kOutputsPerCta, SPLIT = Config::kWarpsPerOutput;
+  constexpr int T = Config::kTokensPerCta;
+  constexpr int kChunks = K / (LB / 2);
   static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
-  const int token = blockIdx.y;
-  if (token >= num_tokens) return;  // uniform over the block
-  const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * K);
-  const int first = blockIdx.x * NPC;
-  Out* y_row = y + static_cast<size_t>(token) * N;
-  block_scores<K, NPC, W, LB, U, SPLIT>(static_cast<const __nv_bfloat16*>(w.codes), x_row, first, min_int(N, first + NPC),
-                                        [&](int n, float acc) { store_output(y_row + n, epi(acc + load_bias<Config::kBias, N>(w, 0, n))); });
+  static_assert(SPLIT >= 1 && (SPLIT == 1 || SPLIT * NPC <= W), "a split needs SPLIT warps for each of the NPC outputs");
+  const int groups = ceil_div(num_tokens, T);
+  const int slice = static_cast<int>(blockIdx.x) / groups;
+  const int group = static_cast<int>(blockIdx.x) - slice * groups;
+  const int first = slice * NPC;
+  const int last = min_int(N, first + NPC);
+  const int token0 = group * T;
+  const int tokens = min_int(T, num_tokens - token0);
+  const char* x_rows = reinterpret_cast<const char*>(x + static_cast<size_t>(token0) * K);
+  const char* codes = static_cast<const char*>(w.codes);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  bool waited = false;
+  float acc[T];
+  // Lane t stores token t's output (every lane holds every sum after the butterfly).
+  auto store = [&](int n, const float (&sums)[T]) {
+    float sum = sums[0];
+#pragma unroll
+    for (int t = 1; t < T; ++t) sum = lane == t ? sums[t] : sum;
+    if (lane < tokens) store_output(y + static_cast<size_t>(token0 + lane) * N + n, epi(sum + load_bias<Config::kBias, N>(w, 0, n)));
+  };
+  if constexpr (SPLIT == 1) {
+    for (int n = first + warp; n < last; n += W) {
+      linear_row_span<K, LB, U, T>(codes + static_cast<size_t>(n) * K * 2, x_rows, tokens, 0, kChunks, waited, acc);
+      store(n, acc);
+    }
+  } else {
+    constexpr int kSpan = ceil_div(ceil_div(kChunks, SPLIT), 32) * 32;
+    __shared__ float parts[W][T];
+    const int part = warp % SPLIT;
+    const int n = first + warp / SPLIT;
+    const int begin = part * kSpan;
+    const bool mine = warp / SPLIT < NPC && n < last;
+    if (mine && begin < kChunks) {
+      linear_row_span<K, LB, U, T>(codes + static_cast<size_t>(n) * K * 2, x_rows, tokens, begin,
+                                   min_int(kChunks, begin + kSpan), waited, acc);
+    } else {
+#pragma unroll
+      for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < T; ++t) parts[warp][t] = acc[t];
+    }
+    __syncthreads();
+    if (mine && part == 0) {
+      float sums[T];
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        sums[t] = 0.0f;
+#pragma unroll
+        for (int p = 0; p < SPLIT; ++p) sums[t] += parts[warp + p][t];
+      }
+      store(n, sums);
+    }
+  }
 }
 
 // The scores workspace, published in place of an end ticket: each score is stored as the

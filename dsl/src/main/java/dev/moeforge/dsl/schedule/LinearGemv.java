@@ -10,20 +10,24 @@ import java.util.List;
 import java.util.Optional;
 
 /**
- * A linear projection for a few tokens (decode): the outputs of a token are spread over
- * {@code ceil(N / outputsPerCta)} thread blocks, one warp per output's dot product (or several
- * warps per output, their parts added in shared memory in warp order, when the block has at least
- * twice as many warps as outputs), each warp's lanes streaming the weight row with
- * {@code kUnroll} loads in flight; lane 0 adds the bias, applies the epilogue and stores. The
- * scores phase is the decode routers' own. Each token reads the weights again, from L2 after the
- * first. Lowers {@code linear}.
+ * A linear projection for a few tokens (decode): block (slice, token group) computes
+ * {@code outputsPerCta} outputs for {@code tokensPerCta} tokens, one warp per output row (or
+ * several warps per row, their parts added in shared memory in warp order, when the block has at
+ * least twice as many warps as outputs). A warp streams its weight row once, {@code kUnroll} loads
+ * in flight per lane, and multiplies each load by every token of the group (their rows re-read from
+ * L1), so a batch reads the weights once per token group; lane t adds the bias to token t's sum,
+ * applies the epilogue and stores. The groups of a slice are neighbours in the grid, so they run together and
+ * share the slice's weights in L2. Under programmatic dependent launch the first weight loads are
+ * issued before the wait for the previous kernel (the weights are the step's constants; the
+ * activations are its input). Lowers {@code linear}.
  *
  * @param warpsPerCta   warps per thread block
  * @param loadBytes     bytes each lane loads per load of a weight row (16 = LDG.128)
  * @param kUnroll       loads per lane issued before the first is used
- * @param outputsPerCta outputs of one token per thread block
+ * @param outputsPerCta outputs of one token group per thread block
+ * @param tokensPerCta  tokens per thread block, each with its own sums (up to 16)
  */
-public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int outputsPerCta) implements Schedule<Problem.Linear> {
+public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int outputsPerCta, int tokensPerCta) implements Schedule<Problem.Linear> {
 
     public static final ScheduleKind<LinearGemv, Problem.Linear> KIND = new ScheduleKind<>("linear_gemv", LinearGemv.class,
             Problem.Linear.class, LinearGemv::space);
@@ -33,10 +37,14 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
         return KIND;
     }
 
-    /** Warps, loads in flight and outputs per block in powers of two; every load width. */
+    /** The most tokens one block keeps sums for: every token's row is re-read from L1 per weight load. */
+    public static final int MAX_TOKENS_PER_CTA = 16;
+
+    /** Warps, loads in flight, outputs and tokens per block in powers of two; every load width. */
     private static List<LinearGemv> space(Problem.Linear problem, Target target) {
         return ScheduleRules.grid(KIND, List.of(ScheduleRules.powersOfTwo(1, ScheduleRules.maxWarps(target)),
-                ScheduleRules.LOAD_BYTES, ScheduleRules.powersOfTwo(1, 16), ScheduleRules.powersOfTwo(1, 64)));
+                ScheduleRules.LOAD_BYTES, ScheduleRules.powersOfTwo(1, 16), ScheduleRules.powersOfTwo(1, 64),
+                ScheduleRules.powersOfTwo(1, MAX_TOKENS_PER_CTA)));
     }
 
     @Override
@@ -45,9 +53,10 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
         ScheduleRules.rowLoads(errors, "problem.inputs", l.inputs(), l.weights(), loadBytes);
         range(errors, "schedule.k_unroll", kUnroll, 1, 16);
         range(errors, "schedule.outputs_per_cta", outputsPerCta, 1, Math.max(1, Math.min(l.outputs(), 1024)));
+        range(errors, "schedule.tokens_per_cta", tokensPerCta, 1, MAX_TOKENS_PER_CTA);
     }
 
-    /** Thread blocks per token. */
+    /** Thread blocks per token group: the slices of the outputs. */
     public int blocksPerToken(Problem.Linear problem) {
         return Math.ceilDiv(problem.outputs(), outputsPerCta);
     }
@@ -57,15 +66,17 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
         return 0;
     }
 
-    /** One block per (slice of outputs, token). */
+    /** One block per (slice of outputs, token group), the groups of a slice consecutive along x. */
     @Override
     public LaunchGeometry geometry(Problem.Linear problem, int tokens) {
-        return new LaunchGeometry(blocksPerToken(problem), tokens, ScheduleRules.threads(warpsPerCta), 0);
+        return new LaunchGeometry(blocksPerToken(problem) * Math.ceilDiv(tokens, tokensPerCta), 1,
+                ScheduleRules.threads(warpsPerCta), 0);
     }
 
+    /** As many as keep the grid within CUDA's limit on gridDim.x. */
     @Override
     public int maxTokens(Problem.Linear problem) {
-        return LaunchGeometry.MAX_GRID_Y;
+        return (int) Math.min(Integer.MAX_VALUE, (long) (Integer.MAX_VALUE / blocksPerToken(problem)) * tokensPerCta);
     }
 
     @Override
@@ -76,13 +87,14 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
                 ConfigConstant.integer("kLoadBytes", loadBytes),
                 ConfigConstant.integer("kUnroll", kUnroll),
                 ConfigConstant.integer("kOutputsPerCta", outputsPerCta),
-                ConfigConstant.integer("kWarpsPerOutput", split));
+                ConfigConstant.integer("kWarpsPerOutput", split),
+                ConfigConstant.integer("kTokensPerCta", tokensPerCta));
         List<String> notes = List.of(
-                "linear: " + blocksPerToken(l) + " blocks per token, " + (split == 1 ? "one warp per output"
-                        : "each output split over " + split + " warps (parts added in warp order)")
-                        + "; lane 0 adds the bias, applies the epilogue and stores.",
-                "Each lane loads " + loadBytes + " bytes, " + kUnroll + " loads in flight per row.");
-        return new ScheduleModel("expert.cu.ftl", "linear_gemv", config, notes, 0, 1, Optional.empty());
+                "linear: " + blocksPerToken(l) + " blocks per group of " + tokensPerCta + (tokensPerCta == 1 ? " token, " : " tokens, ")
+                        + (split == 1 ? "one warp per output" : "each output split over " + split + " warps (parts added in warp order)")
+                        + "; lane t adds the bias to token t's sum, applies the epilogue and stores.",
+                "Each lane loads " + loadBytes + " bytes, " + kUnroll + " loads in flight per row, the first before the wait for the previous kernel.");
+        return new ScheduleModel("expert.cu.ftl", "linear_gemv", config, notes, 0, 1, Optional.empty(), DeviceLibrary.CORE, true);
     }
 
     @Override

@@ -64,7 +64,7 @@ class CandidatesTest {
             case Problem.ExpertProblem _ -> new OutputCentric(4, 16, 8, 1, 1, 0);
             case Problem.ExpertMlp _ -> new SplitDown(8, 2, 4, 3, false);
             case Problem.Router _ -> new RouterGemv(8, 16, 8, 4);
-            case Problem.Linear _ -> new LinearGemv(8, 16, 8, 8);
+            case Problem.Linear _ -> new LinearGemv(8, 16, 8, 8, 4);
         };
         return new KernelSpec("k", problem, any, epilogue, Target.SM_90A);
     }

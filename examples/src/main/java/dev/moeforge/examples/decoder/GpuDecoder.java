@@ -566,8 +566,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 denseDown = expertSpec("dense_down", new Problem.ExpertDown(dense, WeightFormat.BF16, DType.BF16),
                         Epilogues.combinedStore(DType.BF16), target);
             }
-            return new Kernels(linear("qkv_proj", h, qkvDim, c.attentionBias(), target),
-                    linear("o_proj", qDim, h, c.attentionBias(), target), linear("lm_head", h, c.vocab(), false, target),
+            return new Kernels(linear("qkv_proj", h, qkvDim, c.attentionBias(), target, batch),
+                    linear("o_proj", qDim, h, c.attentionBias(), target, batch),
+                    linear("lm_head", h, c.vocab(), false, target, batch),
                     router, gateUp, down, denseGateUp, denseDown);
         }
 
@@ -620,11 +621,23 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         };
     }
 
-    /** A linear projection's kernel: one warp per output row, 8 outputs per block, the widest loads the row allows. */
-    static KernelSpec linear(String name, int inputs, int outputs, boolean bias, Target target) {
+    /** The most tokens a projection's block multiplies each weight load by (their rows come from L1 each time). */
+    static final int LINEAR_TOKENS_PER_CTA = 8;
+
+    /**
+     * A linear projection's kernel: one warp per output row, 8 outputs per block, the widest loads
+     * the row allows, the batch's tokens in groups of up to {@link #LINEAR_TOKENS_PER_CTA} (the
+     * weights are read once per group), and as many loads in flight as cover the row in one step, so
+     * that a row's weights are in flight before the kernel waits for its input: up to 16 for one
+     * token, 8 for a group (16 loads beside 8 sums take 163 registers on sm_90a, one block per SM).
+     */
+    static KernelSpec linear(String name, int inputs, int outputs, boolean bias, Target target, int batch) {
+        int loadBytes = loadBytes(inputs);
+        int tokens = Math.min(batch, LINEAR_TOKENS_PER_CTA);
+        int unroll = Math.min(tokens == 1 ? 16 : 8, Math.ceilDiv(inputs / (loadBytes / 2), 32));
         return Validator.check(new KernelSpec(name, new Problem.Linear(inputs, outputs, WeightFormat.BF16, DType.BF16, bias),
-                new LinearGemv(8, loadBytes(inputs), 8, Math.min(8, outputs)), Epilogues.store(Epilogues.acc(), DType.FP32),
-                target)).spec();
+                new LinearGemv(8, loadBytes, unroll, Math.min(8, outputs), tokens),
+                Epilogues.store(Epilogues.acc(), DType.FP32), target)).spec();
     }
 
     /** 16-byte loads where a row is a whole number of them, else 8, else 4. */

@@ -33,7 +33,8 @@ import org.junit.jupiter.params.provider.MethodSource;
  * Linear projections on the GPU against the FP64 reference on fresh random inputs: the decoder's
  * shapes (q, k/v and o projections, gpt-oss's biased ones, an LM head of Qwen3's vocabulary), a
  * ragged one, bf16 and fp32 outputs, epilogues beyond the plain store, and schedules with one warp
- * per output, several outputs per warp, and outputs split over warps.
+ * per output, several outputs per warp, outputs split over warps, and token groups of 2 to 16 (full
+ * and with a shorter last group).
  */
 @RequiresGpu
 class LinearGpuTest extends GpuSession {
@@ -48,20 +49,26 @@ class LinearGpuTest extends GpuSession {
     }
 
     static final List<Case> CASES = List.of(
-            new Case("qwen3_q_2048x4096", 2048, 4096, false, Epilogues.store(Acc.MAIN, DType.BF16), new int[] {1, 3, 17}),
-            new Case("qwen3_kv_2048x512", 2048, 512, false, Epilogues.store(Acc.MAIN, DType.BF16), new int[] {1, 8}),
+            new Case("qwen3_q_2048x4096", 2048, 4096, false, Epilogues.store(Acc.MAIN, DType.BF16), new int[] {1, 3, 17, 32}),
+            new Case("qwen3_kv_2048x512", 2048, 512, false, Epilogues.store(Acc.MAIN, DType.BF16), new int[] {1, 8, 9}),
             new Case("qwen3_o_4096x2048_fp32", 4096, 2048, false, Epilogues.store(Acc.MAIN, DType.FP32), new int[] {1, 5}),
             new Case("gpt_oss_q_bias_2880x4096", 2880, 4096, true, Epilogues.store(Acc.MAIN, DType.BF16), new int[] {1, 4}),
-            new Case("lm_head_2048x151936_fp32", 2048, 151936, false, Epilogues.store(Acc.MAIN, DType.FP32), new int[] {1, 2}),
+            new Case("lm_head_2048x151936_fp32", 2048, 151936, false, Epilogues.store(Acc.MAIN, DType.FP32), new int[] {1, 8}),
             new Case("ragged_200x77_bias_sigmoid", 200, 77, true, new Store(new Sigmoid(new Scale(Acc.MAIN, 0.5)), DType.FP32),
                     new int[] {1, 9}));
 
     static final List<LinearGemv> SCHEDULES = List.of(
-            new LinearGemv(8, 16, 8, 8),
-            new LinearGemv(4, 16, 4, 16),
+            new LinearGemv(8, 16, 8, 8, 1),
+            new LinearGemv(4, 16, 4, 16, 1),
             // 16 warps on 4 outputs: each row split over 4 warps
-            new LinearGemv(16, 8, 4, 4),
-            new LinearGemv(2, 4, 2, 1));
+            new LinearGemv(16, 8, 4, 4, 1),
+            new LinearGemv(2, 4, 2, 1, 1),
+            // token groups: the decoder's batches (one row per warp, a whole row of 2048 in one step)
+            new LinearGemv(8, 16, 8, 8, 8),
+            new LinearGemv(8, 16, 16, 8, 4),
+            // a group with split rows, and groups of 16 with a ragged tail
+            new LinearGemv(16, 8, 4, 4, 2),
+            new LinearGemv(4, 16, 4, 4, 16));
 
     static KernelSpec spec(Case c, int schedule) {
         return Validator.check(new KernelSpec("lin_" + c.name() + "_s" + schedule,
