@@ -8,7 +8,7 @@
 // }
 //
 // router: one cluster of 8 blocks per token, each expert score split over 4 warps (parts added in warp order), the scores written into block 0's shared memory; block 0's warp 0 evaluates the epilogue after cluster.sync().
-// Each lane loads 16 bytes, 8 loads in flight per row.
+// Each lane loads 16 bytes, 8 loads in flight per row, the first before the wait for the previous kernel.
 // Ties go to the lower expert id; NaN ranks below every number.
 #include "moeforge_device.cuh"
 
@@ -38,7 +38,7 @@ extern "C" __global__ void __cluster_dims__(Config::kClusterSize, 1, 1) __launch
     int* __restrict__ topk_ids,
     int num_tokens
 ) {
-  mf::begin_after_previous_kernel();
+  mf::let_next_kernel_begin();  // the body waits for the previous kernel where it first reads an input
   const float* scores = mf::router_scores_cluster<Config>(x, w_router, num_tokens);
   if (scores == nullptr || threadIdx.x >= 32) return;  // warp 0 of the cluster's block 0 evaluates the epilogue
   const int token = blockIdx.y;

@@ -1593,11 +1593,12 @@ __device__ __forceinline__ void mlp_split_down(const __nv_bfloat16* __restrict__
 
 // A warp's part of an expert's score: W_r[e] . x[m] over the load chunks [begin, end) of the row
 // (16-byte loads, U in flight per lane), butterfly-summed in fp32. Each step issues its U weight
-// loads (DRAM) before its U activation loads (L2, shared by every block). With the loads held to
+// loads (DRAM) before its U activation loads (L2, shared by every block); with kWaitAfterWeights
+// the kernel has not yet waited for the previous one, and does so between the two. With the loads held to
 // a few registers the interleaved order made DeepSeek-V3's scores slower; with all of them in
 // flight (the routers' launch bounds) both orders measure the same (bench/NOTES.md, "The grouped
 // tail").
-template <int LB, int U>
+template <int LB, int U, bool kWaitAfterWeights>
 __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restrict__ w_row, const char* x_row,
                                                    int begin, int end) {
   constexpr int kStep = 32 * U;
@@ -1612,6 +1613,7 @@ __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restri
       const int c = c0 + i * 32 + lane;
       wv[i] = c < end ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
     }
+    if constexpr (kWaitAfterWeights) wait_for_previous_kernel();  // returns at once after the first time
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = c0 + i * 32 + lane;
@@ -1627,8 +1629,9 @@ __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restri
 // takes each. With SPLIT > 1 (the generator's choice, LaunchGeometry.routerWarpsPerScore) each
 // expert's row is split over SPLIT warps (contiguous spans of whole 32-load steps), so a row takes
 // fewer dependent load rounds; the parts meet in shared memory and are added in warp order
-// (deterministic). Every thread of the block must call it.
-template <int H, int N, int W, int LB, int U, int SPLIT, class Store>
+// (deterministic). Every thread of the block must call it. With kWaitAfterWeights each warp waits
+// for the previous kernel after its first weight loads (a warp without a row never reads an input).
+template <int H, int N, int W, int LB, int U, int SPLIT, bool kWaitAfterWeights, class Store>
 __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w_router, const char* x_row, int first,
                                              int last, Store store) {
   constexpr int kChunks = H / (LB / 2);
@@ -1638,7 +1641,7 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
   const int warp = threadIdx.x >> 5;
   if constexpr (kSplit == 1) {
     for (int e = first + warp; e < last; e += W) {
-      const float score = router_score_span<LB, U>(w_router + static_cast<size_t>(e) * H, x_row, 0, kChunks);
+      const float score = router_score_span<LB, U, kWaitAfterWeights>(w_router + static_cast<size_t>(e) * H, x_row, 0, kChunks);
       if (lane == 0) store(e, score);
     }
   } else {
@@ -1649,7 +1652,7 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
     const int begin = part * kSpan;
     const bool mine = warp / kSplit < N && e < last;
     const float v = mine && begin < kChunks
-        ? router_score_span<LB, U>(w_router + static_cast<size_t>(e) * H, x_row, begin, min_int(kChunks, begin + kSpan))
+        ? router_score_span<LB, U, kWaitAfterWeights>(w_router + static_cast<size_t>(e) * H, x_row, begin, min_int(kChunks, begin + kSpan))
         : 0.0f;
     if (lane == 0) parts[warp] = v;
     __syncthreads();
@@ -1674,11 +1677,11 @@ __device__ __forceinline__ void store_output(__nv_bfloat16* p, float v) { *p = _
 __device__ __forceinline__ void store_output(float* p, float v) { *p = v; }
 
 // A warp's sums of one weight row against the group's `tokens` activation rows (x_rows, each K
-// elements apart) over the load chunks [begin, end), butterfly-summed in fp32 into acc[0..T).
-// `waited` says whether this warp has passed the wait for the previous kernel.
+// elements apart) over the load chunks [begin, end), butterfly-summed in fp32 into acc[0..T). Each
+// step's weight loads are issued before the wait for the previous kernel (a no-op after the first).
 template <int K, int LB, int U, int T>
 __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x_rows, int tokens, int begin, int end,
-                                                bool& waited, float (&acc)[T]) {
+                                                float (&acc)[T]) {
   constexpr int kStep = 32 * U;
   constexpr size_t kRowBytes = static_cast<size_t>(K) * 2;
   const int lane = threadIdx.x & 31;
@@ -1692,10 +1695,7 @@ __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x
       const int c = c0 + i * 32 + lane;
       wv[i] = c < end ? load_weights<LB>(w_row + c * LB) : zero_lane<LB>();
     }
-    if (!waited) {
-      wait_for_previous_kernel();
-      waited = true;
-    }
+    wait_for_previous_kernel();
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       if (t < tokens) {
@@ -1735,7 +1735,6 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
   const char* codes = static_cast<const char*>(w.codes);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  bool waited = false;
   float acc[T];
   // Lane t stores token t's output (every lane holds every sum after the butterfly).
   auto store = [&](int n, const float (&sums)[T]) {
@@ -1746,7 +1745,7 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
   };
   if constexpr (SPLIT == 1) {
     for (int n = first + warp; n < last; n += W) {
-      linear_row_span<K, LB, U, T>(codes + static_cast<size_t>(n) * K * 2, x_rows, tokens, 0, kChunks, waited, acc);
+      linear_row_span<K, LB, U, T>(codes + static_cast<size_t>(n) * K * 2, x_rows, tokens, 0, kChunks, acc);
       store(n, acc);
     }
   } else {
@@ -1758,7 +1757,7 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
     const bool mine = warp / SPLIT < NPC && n < last;
     if (mine && begin < kChunks) {
       linear_row_span<K, LB, U, T>(codes + static_cast<size_t>(n) * K * 2, x_rows, tokens, begin,
-                                   min_int(kChunks, begin + kSpan), waited, acc);
+                                   min_int(kChunks, begin + kSpan), acc);
     } else {
 #pragma unroll
       for (int t = 0; t < T; ++t) acc[t] = 0.0f;
@@ -1811,7 +1810,7 @@ __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ 
   const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
   const int first = blockIdx.x * EPC;
   float* token_scores = scores + static_cast<size_t>(token) * E;
-  block_scores<H, EPC, W, LB, U, SPLIT>(w_router, x_row, first, min_int(E, first + EPC),
+  block_scores<H, EPC, W, LB, U, SPLIT, false>(w_router, x_row, first, min_int(E, first + EPC),
                                         [&](int e, float v) { publish_score(token_scores + e, v); });
   __shared__ int is_tail;
   if (threadIdx.x == 0) {
@@ -1843,7 +1842,7 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
   float* first_block = cluster.map_shared_rank(scores, 0);
   const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
   const int first = rank * kPerBlock;
-  block_scores<H, kPerBlock, W, LB, U, SPLIT>(w_router, x_row, first, min_int(E, first + kPerBlock),
+  block_scores<H, kPerBlock, W, LB, U, SPLIT, true>(w_router, x_row, first, min_int(E, first + kPerBlock),
                                        [&](int e, float v) { first_block[e] = v; });
   cluster.sync();
   return rank == 0 ? scores : nullptr;

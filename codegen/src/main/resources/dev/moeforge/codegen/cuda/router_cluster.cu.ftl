@@ -27,7 +27,11 @@ extern "C" __global__ void __cluster_dims__(Config::kClusterSize, 1, 1) __launch
     ${p}<#sep>,</#sep>
 </#list>
 ) {
+<#if waitsInBody>
+  mf::let_next_kernel_begin();  // the body waits for the previous kernel where it first reads an input
+<#else>
   mf::begin_after_previous_kernel();
+</#if>
   const float* scores = mf::${body}<Config>(x, w_router, num_tokens);
   if (scores == nullptr || threadIdx.x >= 32) return;  // warp 0 of the cluster's block 0 evaluates the epilogue
   const int token = blockIdx.y;

@@ -94,7 +94,9 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
                         + (split == 1 ? "one warp per output" : "each output split over " + split + " warps (parts added in warp order)")
                         + "; lane t adds the bias to token t's sum, applies the epilogue and stores.",
                 "Each lane loads " + loadBytes + " bytes, " + kUnroll + " loads in flight per row, the first before the wait for the previous kernel.");
-        return new ScheduleModel("expert.cu.ftl", "linear_gemv", config, notes, 0, 1, Optional.empty(), DeviceLibrary.CORE, true);
+        // A minimum of one block per SM (always true) only steers ptxas: without it, token groups left
+        // a few bytes of spills at 80 registers.
+        return new ScheduleModel("expert.cu.ftl", "linear_gemv", config, notes, 1, 1, Optional.empty(), DeviceLibrary.CORE, true);
     }
 
     @Override

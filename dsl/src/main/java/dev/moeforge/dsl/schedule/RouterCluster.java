@@ -16,7 +16,8 @@ import java.util.Optional;
  * {@code cluster.sync()} one warp of block 0 evaluates the routing rule. The scores never reach
  * global memory and no fence or atomic ticket is needed. As in {@link RouterGemv}, a block with at
  * least twice as many warps as its {@code ceil(E / clusterSize)} experts splits each score over its
- * warps. Lowers {@code router}.
+ * warps. Under programmatic dependent launch each warp issues its first router-weight loads before
+ * it waits for the previous kernel (the weights are the step's constants). Lowers {@code router}.
  *
  * @param clusterSize blocks per token, 1..8 (the portable cluster size)
  * @param warpsPerCta warps per block
@@ -79,7 +80,8 @@ public record RouterCluster(int clusterSize, int warpsPerCta, int loadBytes, int
         List<String> notes = List.of(
                 "router: one cluster of " + clusterSize + " blocks per token, " + RouterGemv.scoreWarps(split) + ", the scores "
                         + "written into block 0's shared memory; block 0's warp 0 evaluates the epilogue after cluster.sync().",
-                "Each lane loads " + loadBytes + " bytes, " + kUnroll + " loads in flight per row.",
+                "Each lane loads " + loadBytes + " bytes, " + kUnroll + " loads in flight per row, the first before the wait for "
+                        + "the previous kernel.",
                 "Ties go to the lower expert id; NaN ranks below every number.");
         return new ScheduleModel("router_cluster.cu.ftl", "router_scores_cluster", List.of(
                 ConfigConstant.integer("kClusterSize", clusterSize),
@@ -88,7 +90,8 @@ public record RouterCluster(int clusterSize, int warpsPerCta, int loadBytes, int
                 ConfigConstant.integer("kUnroll", kUnroll),
                 ConfigConstant.integer("kWarpsPerScore", split)),
                 notes, RouterGemv.DECODE_MIN_BLOCKS_PER_SM, clusterSize,
-                Optional.of(new TreeEvaluation(TreeEvaluation.Mode.ONE_WARP, "mf::load_row_shared<Config::kExperts>(scores)")));
+                Optional.of(new TreeEvaluation(TreeEvaluation.Mode.ONE_WARP, "mf::load_row_shared<Config::kExperts>(scores)")),
+                DeviceLibrary.CORE, true);
     }
 
     @Override

@@ -32,7 +32,8 @@ import picocli.CommandLine.Option;
  */
 @Command(name = "decode", mixinStandardHelpOptions = true,
         description = "On a GPU: the built-in model (Qwen3-30B-A3B geometry, random bf16 weights) decoding --tokens tokens "
-                + "greedily at each batch size, each step one graph replay with its picks back on the host; per batch the "
+                + "at each batch size (sampled at --temperature, so a batch's sequences, and their routing, differ), each step "
+                + "one graph replay with its picks back on the host; per batch the "
                 + "step time, tokens/s, the bytes a step reads (every dense weight, the LM head, the distinct experts a "
                 + "uniform routing of the batch touches) and that as a fraction of the measured read bandwidth (the floor); "
                 + "in the same run bench/torch_decode.py times transformers' generate on the same geometry with "
@@ -61,13 +62,23 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + "quantiser and copied to every layer).")
     String expertsFormat;
 
+    @Option(names = "--temperature", defaultValue = "1", paramLabel = "T",
+            description = "Sampling temperature on the device (default ${DEFAULT-VALUE}; each sequence draws its own tokens, as a "
+                    + "served batch's would; 0 is greedy, and every sequence of the batch then repeats the first one, so a step "
+                    + "touches the experts of one token).")
+    double temperature;
+
     @Option(names = "--out", defaultValue = "bench/results", paramLabel = "DIR", description = "Where the JSON goes (default ${DEFAULT-VALUE}).")
     Path out;
 
     private static final String PROMPT = "The capital of France is";
+    private static final long SAMPLING_SEED = 1;
 
     @Override
     public Integer call() throws Exception {
+        if (!(temperature >= 0) || Double.isInfinite(temperature)) {
+            throw new IllegalArgumentException("--temperature must be 0 (greedy) or a positive number, got " + temperature);
+        }
         if (tokens < 2) {
             throw new IllegalArgumentException("--tokens must be at least 2 (one prefill pick, then decode steps), got " + tokens);
         }
@@ -89,11 +100,12 @@ final class BenchDecodeCommand implements Callable<Integer> {
             GpuTimer.Timing read = kernels.timeRead(stream, readBytes, 5, 50);
             double readBw = readBytes / (read.medianMicros() * 1e-6);
             System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s; model: %s%n", readBw / 1e9, preset);
-            System.out.printf(Locale.ROOT, "%6s %12s %14s %14s %10s%n", "batch", "step us", "tokens/s", "GB per step", "of floor");
+            System.out.printf(Locale.ROOT, "%6s %12s %14s %14s %10s %10s%n", "batch", "step us", "tokens/s", "GB per step", "of floor",
+                    "distinct");
             for (int batch : batches) {
                 try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, java.util.Optional.of(format)), runtime, stream, batch,
                         prompt.length + tokens, tokens, l -> { })) {
-                    d.sampling(0, 0);
+                    d.sampling(temperature, SAMPLING_SEED);
                     d.generate(prompt, Math.min(tokens, 8), p -> true);  // warm-up: graphs captured, caches warm
                     d.reset();
                     GpuDecoder.Generated g = d.generate(prompt, tokens, p -> true);
@@ -104,6 +116,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     Map<String, Object> row = new LinkedHashMap<>();
                     row.put("batch", batch);
                     row.put("decode_steps", steps);
+                    long distinct = java.util.Arrays.stream(g.ids()).map(java.util.Arrays::toString).distinct().count();
+                    row.put("distinct_sequences", distinct);
                     row.put("step_us", stepUs);
                     row.put("decode_tokens_per_s", batch * 1e6 / stepUs);
                     row.put("prefill_tokens", prompt.length);
@@ -112,8 +126,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     row.put("floor_us", floorUs);
                     row.put("fraction_of_floor", floorUs / stepUs);
                     rows.add(row);
-                    System.out.printf(Locale.ROOT, "%6d %12.1f %14.1f %14.3f %9.0f%%%n", batch, stepUs, batch * 1e6 / stepUs,
-                            bytes / 1e9, 100 * floorUs / stepUs);
+                    System.out.printf(Locale.ROOT, "%6d %12.1f %14.1f %14.3f %9.0f%% %10d%n", batch, stepUs, batch * 1e6 / stepUs,
+                            bytes / 1e9, 100 * floorUs / stepUs, distinct);
                 }
             }
             doc = BenchReports.header("decode", ctx);
@@ -123,7 +137,9 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     "experts_format", format.text()));
             doc.put("prompt_ids", prompt);
             doc.put("tokens", tokens);
-            doc.put("method", "greedy; each decode step one CUDA graph replay (every layer, the LM head, the pick on the device),"
+            doc.put("temperature", temperature);
+            doc.put("method", (temperature > 0 ? "sampled (each sequence its own draws)" : "greedy (every sequence the same)")
+                    + "; each decode step one CUDA graph replay (every layer, the LM head, the pick on the device),"
                     + " its picks copied back to the host; step time = decode time / steps after a warm-up generation");
             doc.put("results", rows);
             if (peerLayers > 0) {
