@@ -35,7 +35,8 @@ import picocli.CommandLine.Option;
                 + "at each batch size (sampled at --temperature, so a batch's sequences, and their routing, differ), each step "
                 + "one graph replay with its picks back on the host; per batch the "
                 + "step time, tokens/s, the bytes a step reads (every dense weight, the LM head, the distinct experts a "
-                + "uniform routing of the batch touches) and that as a fraction of the measured read bandwidth (the floor); "
+                + "uniform routing of the batch touches) and that as a fraction of the measured read bandwidth (the floor), "
+                + "and each part of the step (attention, router, experts, the rest) timed alone as a graph of its kernels; "
                 + "in the same run bench/torch_decode.py times transformers' generate on the same geometry with "
                 + "--peer-layers layers. Writes <out>/<date>-<device>-decode.json (-decode-FORMAT.json for other expert formats).")
 final class BenchDecodeCommand implements Callable<Integer> {
@@ -62,6 +63,11 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + "quantiser and copied to every layer).")
     String expertsFormat;
 
+    @Option(names = "--context", defaultValue = "0", paramLabel = "C",
+            description = "Positions in the cache when the timed steps end: the prompt is repeated to C - --tokens tokens "
+                    + "(run one token per replay), so the steps attend over C - --tokens to C positions (default: the prompt alone).")
+    int context;
+
     @Option(names = "--temperature", defaultValue = "1", paramLabel = "T",
             description = "Sampling temperature on the device (default ${DEFAULT-VALUE}; each sequence draws its own tokens, as a "
                     + "served batch's would; 0 is greedy, and every sequence of the batch then repeats the first one, so a step "
@@ -73,6 +79,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
 
     private static final String PROMPT = "The capital of France is";
     private static final long SAMPLING_SEED = 1;
+    /** Replays per part of the step timed alone. */
+    private static final int PART_REPS = 20;
 
     @Override
     public Integer call() throws Exception {
@@ -85,9 +93,17 @@ final class BenchDecodeCommand implements Callable<Integer> {
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
         dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat("--experts-format", expertsFormat);
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
-        int[] prompt;
+        int[] text;
         try (TextTokenizer tokenizer = TextTokenizer.builtInQwen3()) {
-            prompt = tokenizer.encode(PROMPT);
+            text = tokenizer.encode(PROMPT);
+        }
+        int[] prompt = text;
+        if (context > 0) {
+            if (context < tokens + prompt.length) {
+                throw new IllegalArgumentException("--context " + context + " leaves no room for the prompt (" + prompt.length
+                        + " tokens) and --tokens " + tokens + "; give at least " + (tokens + prompt.length));
+            }
+            prompt = java.util.stream.IntStream.range(0, context - tokens).map(i -> text[i % text.length]).toArray();
         }
         List<Map<String, Object>> rows = new ArrayList<>();
         Map<String, Object> doc;
@@ -125,9 +141,16 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     row.put("bytes_per_step", bytes);
                     row.put("floor_us", floorUs);
                     row.put("fraction_of_floor", floorUs / stepUs);
+                    Map<GpuDecoder.StepPart, Double> parts = d.timeParts(3, PART_REPS);
+                    Map<String, Object> split = new LinkedHashMap<>();
+                    parts.forEach((part, us) -> split.put(part.name().toLowerCase(Locale.ROOT) + "_us", us));
+                    row.put("parts_alone", split);
                     rows.add(row);
                     System.out.printf(Locale.ROOT, "%6d %12.1f %14.1f %14.3f %9.0f%% %10d%n", batch, stepUs, batch * 1e6 / stepUs,
                             bytes / 1e9, 100 * floorUs / stepUs, distinct);
+                    System.out.printf(Locale.ROOT, "       each part alone (us): attention %.1f, router %.1f, experts %.1f, rest %.1f%n",
+                            parts.get(GpuDecoder.StepPart.ATTENTION), parts.get(GpuDecoder.StepPart.ROUTER),
+                            parts.get(GpuDecoder.StepPart.EXPERTS), parts.get(GpuDecoder.StepPart.REST));
                 }
             }
             doc = BenchReports.header("decode", ctx);
@@ -135,7 +158,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
             doc.put("model", Map.of("preset", preset.name(), "layers", c.layers(), "hidden", c.hidden(), "experts", c.experts(),
                     "topk", c.topk(), "expert_intermediate", c.expertIntermediate(), "vocab", c.vocab(), "weights", "bf16, random",
                     "experts_format", format.text()));
-            doc.put("prompt_ids", prompt);
+            doc.put("prompt_tokens", prompt.length);
+            doc.put("context", prompt.length + tokens);
             doc.put("tokens", tokens);
             doc.put("temperature", temperature);
             doc.put("method", (temperature > 0 ? "sampled (each sequence its own draws)" : "greedy (every sequence the same)")
@@ -154,7 +178,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                 input.put("head_dim", c.headDim());
                 input.put("experts", c.experts());
                 input.put("topk", c.topk());
-                input.put("prompt_ids", prompt);
+                input.put("prompt_ids", text);
                 input.put("batches", batches);
                 input.put("tokens", Math.min(tokens, 32));
                 input.put("reps", 3);

@@ -33,9 +33,12 @@ import dev.moeforge.runtime.moe.ExpertLayer;
 import dev.moeforge.runtime.moe.RouterKernel;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.EnumMap;
+import java.util.EnumSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.Set;
 import java.util.function.IntConsumer;
 
 /**
@@ -446,45 +449,98 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
     }
 
-    /** Each layer's residual adds carry the next norm: after attention the post-attention norm, after the MLP the next layer's input norm (the last: the final norm). */
+    /** The parts of a decode step that {@link #timeParts} times alone (the pick is in none of them). */
+    public enum StepPart {
+        /** Per layer the fused q/k/v projection, q/k norm with RoPE and the cache write, attention and the o projection. */
+        ATTENTION,
+        /** Per MoE layer the router. */
+        ROUTER,
+        /** Per layer the experts (or the dense MLP). */
+        EXPERTS,
+        /** The embedding, the norms with their residual adds, and the LM head. */
+        REST
+    }
+
+    /**
+     * Each part of a step on its own: a graph of only that part's kernels over every layer, captured
+     * and replayed ({@code reps} times after {@code warmup}), in microseconds per replay (median).
+     * Parts overlap in a whole step, so the sum is not the step; the state they leave (the cache
+     * row of the current position, the residual stream) is what a step leaves.
+     */
+    public Map<StepPart, Double> timeParts(int warmup, int reps) {
+        Map<StepPart, Double> out = new EnumMap<>(StepPart.class);
+        for (StepPart part : StepPart.values()) {
+            try (CudaGraph g = CudaGraph.capture(stream, () -> enqueueLayers(EnumSet.of(part)))) {
+                out.put(part, dev.moeforge.examples.bench.GpuTimer.time(stream, g, warmup, reps).medianMicros());
+            }
+        }
+        return out;
+    }
+
     private void enqueueLayers() {
+        enqueueLayers(EnumSet.allOf(StepPart.class));
+    }
+
+    /** Each layer's residual adds carry the next norm: after attention the post-attention norm, after the MLP the next layer's input norm (the last: the final norm). */
+    private void enqueueLayers(Set<StepPart> parts) {
+        boolean attention = parts.contains(StepPart.ATTENTION);
+        boolean rest = parts.contains(StepPart.REST);
         int h = c.hidden();
         int qDim = c.heads() * c.headDim();
         int kvDim = c.kvHeads() * c.headDim();
         float eps = (float) c.rmsEps();
-        embedTokens.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, next, embed, x, h);
-        rmsNorm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, layers.getFirst().inputNorm(), normed, h, eps);
+        if (rest) {
+            embedTokens.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, next, embed, x, h);
+            rmsNorm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, layers.getFirst().inputNorm(), normed, h, eps);
+        }
         for (int l = 0; l < c.layers(); l++) {
             LayerOnDevice w = layers.get(l);
-            launchLinear(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
-            if (c.arch() == Architecture.OLMOE) {  // its q/k norm spans every head: one block per token
-                qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
-                        (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
-                        vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
-            } else {
-                int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
-                qkNormRopeHeads.launch(ORDER, c.heads() + 2 * c.kvHeads(), batch, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0,
-                        stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
-                        c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+            if (attention) {
+                enqueueAttention(l, w, qDim, kvDim, eps);
             }
-            attentionSplit.launch(ORDER, c.heads(), ATTENTION_SPLITS, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
-                    positions, attnParts, c.heads(), c.kvHeads(), c.headDim(), context,
-                    c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
-            attentionMerge.launch(ORDER, c.heads(), batch, 1, c.headDim(), 1, 1, 0, stream, attnParts, ATTENTION_SPLITS,
-                    ptr(w.sinks()), attnOut, c.heads(), c.headDim());
-            launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
-            addF32Norm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, projected, w.postNorm(), normed, h, eps);
+            if (rest) {
+                addF32Norm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, projected, w.postNorm(), normed, h, eps);
+            }
             if (w.moe()) {
                 Map<String, DeviceBuffer> rows = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
-                router.enqueue(stream, ORDER, batch, normed, w.wRouter(), rows, topkWeights, topkIds);
-                experts.enqueue(stream, batch, normed, w.gateUp(), w.down(), topkIds, topkWeights, inter, moeOut);
-            } else {
+                if (parts.contains(StepPart.ROUTER)) {
+                    router.enqueue(stream, ORDER, batch, normed, w.wRouter(), rows, topkWeights, topkIds);
+                }
+                if (parts.contains(StepPart.EXPERTS)) {
+                    experts.enqueue(stream, batch, normed, w.gateUp(), w.down(), topkIds, topkWeights, inter, moeOut);
+                }
+            } else if (parts.contains(StepPart.EXPERTS)) {
                 denseMlp.enqueue(stream, batch, normed, w.gateUp(), w.down(), denseIds, denseWeights, denseInter, moeOut);
             }
-            DeviceBuffer nextNorm = l + 1 < c.layers() ? layers.get(l + 1).inputNorm() : finalNorm;
-            addBf16Norm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, moeOut, nextNorm, normed, h, eps);
+            if (rest) {
+                DeviceBuffer nextNorm = l + 1 < c.layers() ? layers.get(l + 1).inputNorm() : finalNorm;
+                addBf16Norm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, moeOut, nextNorm, normed, h, eps);
+            }
         }
-        head.launch(stream, ORDER, batch, normed, lmHead, logits);
+        if (rest) {
+            head.launch(stream, ORDER, batch, normed, lmHead, logits);
+        }
+    }
+
+    /** Layer l's attention: the fused projection, q/k norm with RoPE and the cache write, attention, the o projection. */
+    private void enqueueAttention(int l, LayerOnDevice w, int qDim, int kvDim, float eps) {
+        launchLinear(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
+        if (c.arch() == Architecture.OLMOE) {  // its q/k norm spans every head: one block per token
+            qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
+                    (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
+                    vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+        } else {
+            int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
+            qkNormRopeHeads.launch(ORDER, c.heads() + 2 * c.kvHeads(), batch, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0,
+                    stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
+                    c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+        }
+        attentionSplit.launch(ORDER, c.heads(), ATTENTION_SPLITS, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
+                positions, attnParts, c.heads(), c.kvHeads(), c.headDim(), context,
+                c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
+        attentionMerge.launch(ORDER, c.heads(), batch, 1, c.headDim(), 1, 1, 0, stream, attnParts, ATTENTION_SPLITS,
+                ptr(w.sinks()), attnOut, c.heads(), c.headDim());
+        launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
     }
 
     private void enqueuePick() {
