@@ -34,8 +34,9 @@ import picocli.CommandLine.Option;
         description = "On a GPU: the built-in model (Qwen3-30B-A3B geometry, random bf16 weights) decoding --tokens tokens "
                 + "at each batch size (sampled at --temperature, so a batch's sequences, and their routing, differ), each step "
                 + "one graph replay with its picks back on the host; per batch the "
-                + "step time, tokens/s, the bytes a step reads (every dense weight, the LM head, the distinct experts a "
-                + "uniform routing of the batch touches) and that as a fraction of the measured read bandwidth (the floor), "
+                + "step time, tokens/s, the bytes a step reads (every dense weight, the LM head, the KV cache, the distinct "
+                + "experts the batch's routing touches, counted on one more pass of the layers; in brackets the count a "
+                + "uniform routing would touch) and that as a fraction of the measured read bandwidth (the floor), "
                 + "and each part of the step (attention, router, experts, the rest) timed alone as a graph of its kernels; "
                 + "in the same run bench/torch_decode.py times transformers' generate on the same geometry with "
                 + "--peer-layers layers. Writes <out>/<date>-<device>-decode.json (-decode-FORMAT.json for other expert formats).")
@@ -116,8 +117,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
             GpuTimer.Timing read = kernels.timeRead(stream, readBytes, 5, 50);
             double readBw = readBytes / (read.medianMicros() * 1e-6);
             System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s; model: %s%n", readBw / 1e9, preset);
-            System.out.printf(Locale.ROOT, "%6s %12s %14s %14s %10s %10s%n", "batch", "step us", "tokens/s", "GB per step", "of floor",
-                    "distinct");
+            System.out.printf(Locale.ROOT, "%6s %12s %14s %14s %10s %10s %16s%n", "batch", "step us", "tokens/s", "GB per step", "of floor",
+                    "sequences", "experts/layer");
             for (int batch : batches) {
                 try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, java.util.Optional.of(format)), runtime, stream, batch,
                         prompt.length + tokens, tokens, l -> { })) {
@@ -127,7 +128,12 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     GpuDecoder.Generated g = d.generate(prompt, tokens, p -> true);
                     int steps = g.steps() - 1;
                     double stepUs = g.decodeNanos() / 1e3 / steps;
-                    double bytes = stepBytes(c, batch, bytesPerWeight(format, c));
+                    // The floor counts the experts this batch's routing touches (measured on one more
+                    // pass of the layers), not the uniform expectation: a random model's router is skewed.
+                    int[] routed = d.distinctExpertsPerLayer();
+                    double positions = prompt.length + tokens / 2.0;  // the timed steps' mean context
+                    double bytes = stepBytes(c, batch, bytesPerWeight(format, c), java.util.Arrays.stream(routed).sum(), positions);
+                    double uniformBytes = stepBytes(c, batch, bytesPerWeight(format, c), uniformExperts(c, batch), positions);
                     double floorUs = bytes / readBw * 1e6;
                     Map<String, Object> row = new LinkedHashMap<>();
                     row.put("batch", batch);
@@ -138,16 +144,21 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     row.put("decode_tokens_per_s", batch * 1e6 / stepUs);
                     row.put("prefill_tokens", prompt.length);
                     row.put("prefill_ms", g.prefillNanos() / 1e6);
+                    row.put("distinct_experts_per_layer", java.util.Arrays.stream(routed).average().orElse(0));
+                    row.put("uniform_distinct_experts_per_layer", uniformExperts(c, batch) / c.layers());
                     row.put("bytes_per_step", bytes);
+                    row.put("bytes_per_step_uniform_routing", uniformBytes);
                     row.put("floor_us", floorUs);
+                    row.put("fraction_of_uniform_floor", uniformBytes / readBw * 1e6 / stepUs);
                     row.put("fraction_of_floor", floorUs / stepUs);
                     Map<GpuDecoder.StepPart, Double> parts = d.timeParts(3, PART_REPS);
                     Map<String, Object> split = new LinkedHashMap<>();
                     parts.forEach((part, us) -> split.put(part.name().toLowerCase(Locale.ROOT) + "_us", us));
                     row.put("parts_alone", split);
                     rows.add(row);
-                    System.out.printf(Locale.ROOT, "%6d %12.1f %14.1f %14.3f %9.0f%% %10d%n", batch, stepUs, batch * 1e6 / stepUs,
-                            bytes / 1e9, 100 * floorUs / stepUs, distinct);
+                    System.out.printf(Locale.ROOT, "%6d %12.1f %14.1f %14.3f %9.0f%% %10d %7.1f (%5.1f)%n", batch, stepUs,
+                            batch * 1e6 / stepUs, bytes / 1e9, 100 * floorUs / stepUs, distinct,
+                            java.util.Arrays.stream(routed).average().orElse(0), uniformExperts(c, batch) / c.layers());
                     System.out.printf(Locale.ROOT, "       each part alone (us): attention %.1f, router %.1f, experts %.1f, rest %.1f%n",
                             parts.get(GpuDecoder.StepPart.ATTENTION), parts.get(GpuDecoder.StepPart.ROUTER),
                             parts.get(GpuDecoder.StepPart.EXPERTS), parts.get(GpuDecoder.StepPart.REST));
@@ -208,15 +219,21 @@ final class BenchDecodeCommand implements Callable<Integer> {
 
     /**
      * What one decode step of {@code batch} sequences must read: the embedding rows, every layer's
-     * attention projections, router and the distinct experts a uniform routing touches
-     * ({@code E (1 - (1 - k/E)^B)} of them, at {@code expertBytesPerWeight}), the final norm and the LM head, the rest bf16.
+     * attention projections and router, {@code experts} distinct experts in all (summed over the
+     * layers, at {@code expertBytesPerWeight}), each sequence's K and V cache rows of
+     * {@code positions} positions per layer, the final norm and the LM head; the rest bf16.
      */
-    static double stepBytes(ModelConfig c, int batch, double expertBytesPerWeight) {
+    static double stepBytes(ModelConfig c, int batch, double expertBytesPerWeight, double experts, double positions) {
         double h = c.hidden();
         double qkv = (c.heads() + 2.0 * c.kvHeads()) * c.headDim();
         double attention = qkv * h + h * c.heads() * c.headDim();
-        double distinct = c.experts() * (1 - Math.pow(1 - (double) c.topk() / c.experts(), batch));
-        double experts = distinct * 3 * h * c.expertIntermediate() * expertBytesPerWeight;
-        return 2 * (c.layers() * (attention + c.experts() * h) + (double) c.vocab() * h + batch * h) + c.layers() * experts;
+        double cache = 2.0 * batch * c.layers() * positions * c.kvHeads() * c.headDim();
+        return 2 * (c.layers() * (attention + c.experts() * h) + (double) c.vocab() * h + batch * h + cache)
+                + experts * 3 * h * c.expertIntermediate() * expertBytesPerWeight;
+    }
+
+    /** The distinct experts a uniform routing of {@code batch} tokens touches in all layers: {@code L E (1 - (1 - k/E)^B)}. */
+    static double uniformExperts(ModelConfig c, int batch) {
+        return c.layers() * c.experts() * (1 - Math.pow(1 - (double) c.topk() / c.experts(), batch));
     }
 }

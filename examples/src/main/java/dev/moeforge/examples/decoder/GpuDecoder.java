@@ -55,10 +55,15 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** The most values of a row those kernels take: kRowThreads x kPerThread. */
     private static final int MAX_ROW = 512 * 16;
     /**
-     * Slices of the context each (token, head) is split into: every slice its own block, so a long
-     * context is read by heads x slices blocks at once rather than one per head.
+     * Blocks per (token, head) of attention: a head's positions are cut into this many slices, each
+     * a block with its own online softmax, merged afterwards, so a long context is read by heads x
+     * slices blocks at once rather than one per head. 16, or one per 64 positions of the context the
+     * decoder keeps, up to 64: at 4,096 positions 16 slices left each warp 64 positions to walk one
+     * after another.
      */
-    private static final int ATTENTION_SPLITS = 16;
+    static int attentionSplits(int context) {
+        return Math.clamp(Math.ceilDiv(context, 64), 16, 64);
+    }
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
     /**
@@ -110,6 +115,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final DeviceBuffer attnParts;  // [B][heads][splits][head_dim + 2] fp32
     private final DeviceBuffer projected;  // [B][H] fp32
     private final DeviceBuffer topkIds;
+    private final int attentionSplits;
     private final DeviceBuffer topkWeights;
     private final DeviceBuffer inter;
     private final DeviceBuffer moeOut;     // [B][H] bf16
@@ -306,7 +312,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         qkv = buffer(DType.FP32, (long) batch * qkvDim);
         q = buffer(DType.FP32, (long) batch * qDim);
         attnOut = buffer(DType.BF16, (long) batch * qDim);
-        attnParts = buffer(DType.FP32, (long) batch * c.heads() * ATTENTION_SPLITS * (c.headDim() + 2));
+        attentionSplits = attentionSplits(context);
+        attnParts = buffer(DType.FP32, (long) batch * c.heads() * attentionSplits * (c.headDim() + 2));
         projected = buffer(DType.FP32, (long) batch * h);
         topkIds = buffer(DType.INT32, (long) batch * c.topk());
         topkWeights = buffer(DType.FP32, (long) batch * c.topk());
@@ -477,12 +484,38 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         return out;
     }
 
+    /**
+     * How many distinct experts each layer's router picks for the current tokens of the batch (0 for a
+     * dense layer): one pass of the layers launched one by one, the host reading each router's ids.
+     * The pass writes what a step writes (the cache rows of the current positions) and advances
+     * nothing, so it belongs between steps.
+     */
+    public int[] distinctExpertsPerLayer() {
+        int[] distinct = new int[c.layers()];
+        int[] ids = new int[batch * c.topk()];
+        enqueueLayers(EnumSet.allOf(StepPart.class), l -> {
+            stream.synchronize();
+            topkIds.copyTo(ids);
+            distinct[l] = (int) Arrays.stream(ids).distinct().count();
+        });
+        stream.synchronize();
+        return distinct;
+    }
+
     private void enqueueLayers() {
         enqueueLayers(EnumSet.allOf(StepPart.class));
     }
 
-    /** Each layer's residual adds carry the next norm: after attention the post-attention norm, after the MLP the next layer's input norm (the last: the final norm). */
     private void enqueueLayers(Set<StepPart> parts) {
+        enqueueLayers(parts, null);
+    }
+
+    /**
+     * Each layer's residual adds carry the next norm: after attention the post-attention norm, after
+     * the MLP the next layer's input norm (the last: the final norm). {@code afterRouter}, where given,
+     * is called with the layer's index right after its router is enqueued.
+     */
+    private void enqueueLayers(Set<StepPart> parts, IntConsumer afterRouter) {
         boolean attention = parts.contains(StepPart.ATTENTION);
         boolean rest = parts.contains(StepPart.REST);
         int h = c.hidden();
@@ -505,6 +538,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 Map<String, DeviceBuffer> rows = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
                 if (parts.contains(StepPart.ROUTER)) {
                     router.enqueue(stream, ORDER, batch, normed, w.wRouter(), rows, topkWeights, topkIds);
+                    if (afterRouter != null) {
+                        afterRouter.accept(l);
+                    }
                 }
                 if (parts.contains(StepPart.EXPERTS)) {
                     experts.enqueue(stream, batch, normed, w.gateUp(), w.down(), topkIds, topkWeights, inter, moeOut);
@@ -535,10 +571,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                     stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
                     c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
         }
-        attentionSplit.launch(ORDER, c.heads(), ATTENTION_SPLITS, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
+        attentionSplit.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
                 positions, attnParts, c.heads(), c.kvHeads(), c.headDim(), context,
                 c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
-        attentionMerge.launch(ORDER, c.heads(), batch, 1, c.headDim(), 1, 1, 0, stream, attnParts, ATTENTION_SPLITS,
+        attentionMerge.launch(ORDER, c.heads(), batch, 1, c.headDim(), 1, 1, 0, stream, attnParts, attentionSplits,
                 ptr(w.sinks()), attnOut, c.heads(), c.headDim());
         launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
     }

@@ -19,6 +19,7 @@ import java.util.Optional;
 import dev.moeforge.dsl.ir.WeightFormat;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.EnumSource;
@@ -74,10 +75,24 @@ class GpuDecoderGpuTest {
         compare(arch, Optional.of(WeightFormat.ALL.stream().filter(f -> f.text().equals(format)).findFirst().orElseThrow()));
     }
 
+    /**
+     * A decoder keeping 1,280 positions cuts each head's positions into 20 attention slices (16 below
+     * 1,025): the first slices then hold one position each, the rest none.
+     */
+    @Test
+    void attentionInMoreSlicesForALongerContext() {
+        int context = 1280;
+        assertEquals(20, GpuDecoder.attentionSplits(context));
+        compare(Architecture.QWEN3_MOE, Optional.empty(), context);
+    }
+
     private static void compare(Architecture arch, Optional<WeightFormat> format) {
+        compare(arch, format, PROMPT_LENGTH + STEPS + 1);
+    }
+
+    private static void compare(Architecture arch, Optional<WeightFormat> format, int context) {
         Path model = RandomModelTest.tiny(arch);
         ModelConfig c = ModelConfig.read(model);
-        int context = PROMPT_LENGTH + STEPS + 1;
         try (Checkpoint ckpt = Checkpoint.open(model);
              GpuDecoder gpu = new GpuDecoder(c, new GpuDecoder.Weights.FromCheckpoint(ckpt, format), runtime, stream, 1, context,
                      STEPS + 1, l -> { })) {

@@ -32,4 +32,28 @@ class GpuDecoderKernelsTest {
             assertEquals(16, assertInstanceOf(ExpertCentric.class, k.down().schedule()).blockM());
         }
     }
+
+    /** Attention slices: 16 up to 1,024 positions kept, then one per 64 positions, at most 64. */
+    @Test
+    void attentionSlicesGrowWithTheContext() {
+        assertEquals(16, GpuDecoder.attentionSplits(2));
+        assertEquals(16, GpuDecoder.attentionSplits(1024));
+        assertEquals(17, GpuDecoder.attentionSplits(1025));
+        assertEquals(64, GpuDecoder.attentionSplits(4096));
+        assertEquals(64, GpuDecoder.attentionSplits(40960));
+    }
+
+    /** Projections take the batch in groups of up to 8 tokens, and one row's loads in one step (8 loads with a group). */
+    @Test
+    void projectionsGroupTheBatch() {
+        var one = (dev.moeforge.dsl.schedule.LinearGemv) GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 1).schedule();
+        assertEquals(1, one.tokensPerCta());
+        assertEquals(16, one.kUnroll());
+        var eight = (dev.moeforge.dsl.schedule.LinearGemv) GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 32).schedule();
+        assertEquals(8, eight.tokensPerCta());
+        assertEquals(8, eight.kUnroll());
+        var three = (dev.moeforge.dsl.schedule.LinearGemv) GpuDecoder.linear("qkv_proj", 2048, 5120, false, Target.SM_90A, 3).schedule();
+        assertEquals(3, three.tokensPerCta());
+        assertEquals(8, three.kUnroll());
+    }
 }
