@@ -54,15 +54,19 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private static final int ROW_THREADS = 512;
     /** The most values of a row those kernels take: kRowThreads x kPerThread. */
     private static final int MAX_ROW = 512 * 16;
+    /** Attention blocks a step should launch at least: about four per SM of an H100, so short contexts still fill the device. */
+    static final int ATTENTION_BLOCKS = 512;
+
     /**
      * Blocks per (token, head) of attention: a head's positions are cut into this many slices, each
-     * a block with its own online softmax, merged afterwards, so a long context is read by heads x
-     * slices blocks at once rather than one per head. 16, or one per 64 positions of the context the
-     * decoder keeps, up to 64: at 4,096 positions 16 slices left each warp 64 positions to walk one
-     * after another.
+     * a block with its own online softmax, merged afterwards. One slice per 64 positions of the
+     * context the decoder keeps (one block walking 4,096 positions in turn was the step's slowest
+     * part), but at least enough for {@link #ATTENTION_BLOCKS} blocks over the batch's heads (a batch
+     * of 64 with 16 slices launched 32,768 blocks of two positions a warp), at most 64.
      */
-    static int attentionSplits(int context) {
-        return Math.clamp(Math.ceilDiv(context, 64), 16, 64);
+    static int attentionSplits(int context, int batch, int heads) {
+        int fill = Math.ceilDiv(ATTENTION_BLOCKS, batch * heads);
+        return Math.clamp(Math.max(Math.ceilDiv(context, 64), fill), 1, 64);
     }
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
@@ -312,7 +316,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         qkv = buffer(DType.FP32, (long) batch * qkvDim);
         q = buffer(DType.FP32, (long) batch * qDim);
         attnOut = buffer(DType.BF16, (long) batch * qDim);
-        attentionSplits = attentionSplits(context);
+        attentionSplits = attentionSplits(context, batch, c.heads());
         attnParts = buffer(DType.FP32, (long) batch * c.heads() * attentionSplits * (c.headDim() + 2));
         projected = buffer(DType.FP32, (long) batch * h);
         topkIds = buffer(DType.INT32, (long) batch * c.topk());

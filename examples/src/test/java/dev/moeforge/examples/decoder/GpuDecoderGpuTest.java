@@ -76,25 +76,29 @@ class GpuDecoderGpuTest {
     }
 
     /**
-     * A decoder keeping 1,280 positions cuts each head's positions into 20 attention slices (16 below
-     * 1,025): the first slices then hold one position each, the rest none.
+     * Attention in one slice per (token, head): a batch of 128 (512 heads' worth of blocks without
+     * cutting any) walks all of a head's positions in one block; the other tests run the tiny
+     * models' 64 slices, most of them empty.
      */
     @Test
-    void attentionInMoreSlicesForALongerContext() {
-        int context = 1280;
-        assertEquals(20, GpuDecoder.attentionSplits(context));
-        compare(Architecture.QWEN3_MOE, Optional.empty(), context);
+    void attentionInOneSliceForALargeBatch() {
+        ModelConfig c = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
+        int context = PROMPT_LENGTH + STEPS + 1;
+        assertEquals(1, GpuDecoder.attentionSplits(context, 128, c.heads()));
+        assertEquals(64, GpuDecoder.attentionSplits(context, 1, c.heads()));
+        compare(Architecture.QWEN3_MOE, Optional.empty(), context, 128);
     }
 
     private static void compare(Architecture arch, Optional<WeightFormat> format) {
-        compare(arch, format, PROMPT_LENGTH + STEPS + 1);
+        compare(arch, format, PROMPT_LENGTH + STEPS + 1, 1);
     }
 
-    private static void compare(Architecture arch, Optional<WeightFormat> format, int context) {
+    /** Sequence 0 of a batch of {@code batch} (all decoding the same tokens) against the reference, teacher-forced. */
+    private static void compare(Architecture arch, Optional<WeightFormat> format, int context, int batch) {
         Path model = RandomModelTest.tiny(arch);
         ModelConfig c = ModelConfig.read(model);
         try (Checkpoint ckpt = Checkpoint.open(model);
-             GpuDecoder gpu = new GpuDecoder(c, new GpuDecoder.Weights.FromCheckpoint(ckpt, format), runtime, stream, 1, context,
+             GpuDecoder gpu = new GpuDecoder(c, new GpuDecoder.Weights.FromCheckpoint(ckpt, format), runtime, stream, batch, context,
                      STEPS + 1, l -> { })) {
             ModelWeights weights = ModelWeights.load(c, ckpt, format, l -> { });
             int[] prompt = promptWithoutRouterTies(c, weights, context);

@@ -33,14 +33,17 @@ class GpuDecoderKernelsTest {
         }
     }
 
-    /** Attention slices: 16 up to 1,024 positions kept, then one per 64 positions, at most 64. */
+    /** Attention slices: one per 64 positions kept, at least enough for 512 blocks over the batch's heads, at most 64. */
     @Test
-    void attentionSlicesGrowWithTheContext() {
-        assertEquals(16, GpuDecoder.attentionSplits(2));
-        assertEquals(16, GpuDecoder.attentionSplits(1024));
-        assertEquals(17, GpuDecoder.attentionSplits(1025));
-        assertEquals(64, GpuDecoder.attentionSplits(4096));
-        assertEquals(64, GpuDecoder.attentionSplits(40960));
+    void attentionSlicesFollowTheContextAndTheBatch() {
+        assertEquals(16, GpuDecoder.attentionSplits(133, 1, 32));
+        assertEquals(3, GpuDecoder.attentionSplits(133, 8, 32));
+        assertEquals(8, GpuDecoder.attentionSplits(512, 8, 32));
+        assertEquals(3, GpuDecoder.attentionSplits(133, 64, 32));
+        assertEquals(64, GpuDecoder.attentionSplits(4096, 1, 32));
+        assertEquals(64, GpuDecoder.attentionSplits(40960, 64, 32));
+        assertEquals(64, GpuDecoder.attentionSplits(20, 1, 4));
+        assertEquals(1, GpuDecoder.attentionSplits(20, 256, 32));
     }
 
     /** Projections take the batch in groups of up to 8 tokens, and one row's loads in one step (8 loads with a group). */
