@@ -17,11 +17,13 @@ import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.Callable;
+import java.util.stream.IntStream;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -104,7 +106,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                 throw new IllegalArgumentException("--context " + context + " leaves no room for the prompt (" + prompt.length
                         + " tokens) and --tokens " + tokens + "; give at least " + (tokens + prompt.length));
             }
-            prompt = java.util.stream.IntStream.range(0, context - tokens).map(i -> text[i % text.length]).toArray();
+            prompt = IntStream.range(0, context - tokens).map(i -> text[i % text.length]).toArray();
         }
         List<Map<String, Object>> rows = new ArrayList<>();
         Map<String, Object> doc;
@@ -131,21 +133,23 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     // The floor counts the experts this batch's routing touches (measured on one more
                     // pass of the layers), not the uniform expectation: a random model's router is skewed.
                     int[] routed = d.distinctExpertsPerLayer();
+                    double routedPerLayer = Arrays.stream(routed).average().orElse(0);
+                    double uniform = uniformExperts(c, batch);
                     double positions = prompt.length + tokens / 2.0;  // the timed steps' mean context
-                    double bytes = stepBytes(c, batch, bytesPerWeight(format, c), java.util.Arrays.stream(routed).sum(), positions);
-                    double uniformBytes = stepBytes(c, batch, bytesPerWeight(format, c), uniformExperts(c, batch), positions);
+                    double bytes = stepBytes(c, batch, bytesPerWeight(format, c), Arrays.stream(routed).sum(), positions);
+                    double uniformBytes = stepBytes(c, batch, bytesPerWeight(format, c), uniform, positions);
                     double floorUs = bytes / readBw * 1e6;
                     Map<String, Object> row = new LinkedHashMap<>();
                     row.put("batch", batch);
                     row.put("decode_steps", steps);
-                    long distinct = java.util.Arrays.stream(g.ids()).map(java.util.Arrays::toString).distinct().count();
+                    long distinct = Arrays.stream(g.ids()).map(Arrays::toString).distinct().count();
                     row.put("distinct_sequences", distinct);
                     row.put("step_us", stepUs);
                     row.put("decode_tokens_per_s", batch * 1e6 / stepUs);
                     row.put("prefill_tokens", prompt.length);
                     row.put("prefill_ms", g.prefillNanos() / 1e6);
-                    row.put("distinct_experts_per_layer", java.util.Arrays.stream(routed).average().orElse(0));
-                    row.put("uniform_distinct_experts_per_layer", uniformExperts(c, batch) / c.layers());
+                    row.put("distinct_experts_per_layer", routedPerLayer);
+                    row.put("uniform_distinct_experts_per_layer", uniform / c.layers());
                     row.put("bytes_per_step", bytes);
                     row.put("bytes_per_step_uniform_routing", uniformBytes);
                     row.put("floor_us", floorUs);
@@ -158,7 +162,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     rows.add(row);
                     System.out.printf(Locale.ROOT, "%6d %12.1f %14.1f %14.3f %9.0f%% %10d %7.1f (%5.1f)%n", batch, stepUs,
                             batch * 1e6 / stepUs, bytes / 1e9, 100 * floorUs / stepUs, distinct,
-                            java.util.Arrays.stream(routed).average().orElse(0), uniformExperts(c, batch) / c.layers());
+                            routedPerLayer, uniform / c.layers());
                     System.out.printf(Locale.ROOT, "       each part alone (us): attention %.1f, router %.1f, experts %.1f, rest %.1f%n",
                             parts.get(GpuDecoder.StepPart.ATTENTION), parts.get(GpuDecoder.StepPart.ROUTER),
                             parts.get(GpuDecoder.StepPart.EXPERTS), parts.get(GpuDecoder.StepPart.REST));

@@ -20,6 +20,7 @@ import dev.moeforge.dsl.schedule.LinearGemv;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.RouterGemv;
 import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.examples.bench.GpuTimer;
 import dev.moeforge.runtime.cuda.CudaFunction;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaModule;
@@ -116,10 +117,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final DeviceBuffer qkv;        // [B][qkvDim] fp32
     private final DeviceBuffer q;          // [B][qDim] fp32, roped
     private final DeviceBuffer attnOut;    // [B][qDim] bf16
-    private final DeviceBuffer attnParts;  // [B][heads][splits][head_dim + 2] fp32
+    private final int attentionSplits;
+    private final DeviceBuffer attnParts;  // [B][heads][attentionSplits][head_dim + 2] fp32
     private final DeviceBuffer projected;  // [B][H] fp32
     private final DeviceBuffer topkIds;
-    private final int attentionSplits;
     private final DeviceBuffer topkWeights;
     private final DeviceBuffer inter;
     private final DeviceBuffer moeOut;     // [B][H] bf16
@@ -482,7 +483,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         Map<StepPart, Double> out = new EnumMap<>(StepPart.class);
         for (StepPart part : StepPart.values()) {
             try (CudaGraph g = CudaGraph.capture(stream, () -> enqueueLayers(EnumSet.of(part)))) {
-                out.put(part, dev.moeforge.examples.bench.GpuTimer.time(stream, g, warmup, reps).medianMicros());
+                out.put(part, GpuTimer.time(stream, g, warmup, reps).medianMicros());
             }
         }
         return out;

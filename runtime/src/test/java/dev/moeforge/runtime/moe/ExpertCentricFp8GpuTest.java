@@ -10,7 +10,6 @@ import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
-import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
@@ -119,7 +118,7 @@ class ExpertCentricFp8GpuTest extends GpuSession {
     }
 
     static boolean runsHere(Case c) {
-        return !SCHEDULES.get(c.schedule())[0].wgmma() || runtime.target() == Target.SM_90A;
+        return runsOnThisGpu(SCHEDULES.get(c.schedule())[0]);
     }
 
     static ExpertLayerSpecs specs(Geometry g, int schedule) {

@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
-import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
@@ -151,9 +150,8 @@ class ExpertCentricGpuTest extends GpuSession {
         return cases().stream().map(Arguments::of);
     }
 
-    /** wgmma schedules are sm_90a's. */
     static boolean runsHere(Case c) {
-        return !SCHEDULES.get(c.schedule())[0].wgmma() || runtime.target() == Target.SM_90A;
+        return runsOnThisGpu(SCHEDULES.get(c.schedule())[0]);
     }
 
     static ExpertLayerSpecs specs(Geometry g, int schedule) {

@@ -14,10 +14,12 @@ import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
+import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import java.nio.file.Path;
@@ -67,6 +69,11 @@ abstract class GpuSession {
         stream = CudaStream.create();
         String dir = System.getenv("MOEFORGE_CACHE");
         runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
+    }
+
+    /** Whether an expert-centric schedule runs on this GPU: wgmma is sm_90a's. */
+    static boolean runsOnThisGpu(ExpertCentric schedule) {
+        return !schedule.wgmma() || runtime.target() == Target.SM_90A;
     }
 
     /** Compiles both kernels of every layer (each once), as {@link #compileAll} does. */
