@@ -68,8 +68,13 @@ final class BenchDecodeCommand implements Callable<Integer> {
 
     @Option(names = "--context", defaultValue = "0", paramLabel = "C",
             description = "Positions in the cache when the timed steps end: the prompt is repeated to C - --tokens tokens "
-                    + "(run one token per replay), so the steps attend over C - --tokens to C positions (default: the prompt alone).")
+                    + "(run in chunks, as any prompt), so the steps attend over C - --tokens to C positions (default: the prompt alone).")
     int context;
+
+    @Option(names = "--prefill", defaultValue = "2048", paramLabel = "N",
+            description = "Tokens of the prompt whose prefill is timed on its own (batch 1, random token ids; default "
+                    + "${DEFAULT-VALUE}; 0 skips it).")
+    int prefill;
 
     @Option(names = "--temperature", defaultValue = "1", paramLabel = "T",
             description = "Sampling temperature on the device (default ${DEFAULT-VALUE}; each sequence draws its own tokens, as a "
@@ -84,6 +89,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
     private static final long SAMPLING_SEED = 1;
     /** Replays per part of the step timed alone. */
     private static final int PART_REPS = 20;
+    /** Timed prefills of the --prefill prompt (after one untimed); the median is reported. */
+    private static final int PREFILL_REPS = 5;
 
     @Override
     public Integer call() throws Exception {
@@ -119,6 +126,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
             GpuTimer.Timing read = kernels.timeRead(stream, readBytes, 5, 50);
             double readBw = readBytes / (read.medianMicros() * 1e-6);
             System.out.printf(Locale.ROOT, "read bandwidth: %.0f GB/s; model: %s%n", readBw / 1e9, preset);
+            Map<String, Object> prefillRow = prefill > 0 ? timePrefill(c, format, runtime, stream) : null;
             System.out.printf(Locale.ROOT, "%6s %12s %14s %14s %10s %10s %16s%n", "batch", "step us", "tokens/s", "GB per step", "of floor",
                     "sequences", "experts/layer");
             for (int batch : batches) {
@@ -181,6 +189,9 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + "; each decode step one CUDA graph replay (every layer, the LM head, the pick on the device),"
                     + " its picks copied back to the host; step time = decode time / steps after a warm-up generation");
             doc.put("results", rows);
+            if (prefillRow != null) {
+                doc.put("prefill", prefillRow);
+            }
             if (peerLayers > 0) {
                 Map<String, Object> input = new LinkedHashMap<>();
                 input.put("vocab", c.vocab());
@@ -211,6 +222,39 @@ final class BenchDecodeCommand implements Callable<Integer> {
             System.out.println("wrote " + BenchReports.write(out, ctx, suffix, doc));
         }
         return 0;
+    }
+
+    /**
+     * The --prefill prompt (random ids, seed 1) through a decoder of batch 1 that keeps just it and
+     * one pick: one untimed run (kernels loaded, scratch allocated), then the median of
+     * {@link #PREFILL_REPS}; each from the prompt's upload to the first pick back on the host.
+     */
+    private Map<String, Object> timePrefill(ModelConfig c, dev.moeforge.dsl.ir.WeightFormat format, KernelRuntime runtime,
+                                            CudaStream stream) {
+        int[] ids = new java.util.SplittableRandom(SAMPLING_SEED).ints(prefill, 0, c.vocab()).toArray();
+        double[] ms = new double[PREFILL_REPS];
+        boolean chunks;
+        try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, java.util.Optional.of(format)), runtime, stream, 1,
+                prefill + 1, 1, l -> { })) {
+            d.sampling(0, SAMPLING_SEED);
+            chunks = d.promptsInChunks();
+            d.generate(ids, 1, p -> true);
+            for (int r = 0; r < PREFILL_REPS; r++) {
+                d.reset();
+                ms[r] = d.generate(ids, 1, p -> true).prefillNanos() / 1e6;
+            }
+        }
+        Arrays.sort(ms);
+        double median = ms[PREFILL_REPS / 2];
+        Map<String, Object> row = new LinkedHashMap<>();
+        row.put("tokens", prefill);
+        row.put("in_chunks", chunks);
+        row.put("ms", median);
+        row.put("ms_all", ms);
+        row.put("tokens_per_s", prefill / (median / 1e3));
+        System.out.printf(Locale.ROOT, "prefill of %d tokens (batch 1, %s): %.1f ms, %.0f tokens/s%n", prefill,
+                chunks ? "in chunks" : "one token per replay", median, prefill / (median / 1e3));
+        return row;
     }
 
     /** Bytes per expert weight in a format, codes and scales (from an encoded row of the model's hidden size). */

@@ -30,6 +30,7 @@ import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.DeviceWeights;
+import dev.moeforge.runtime.moe.ExpertHalf;
 import dev.moeforge.runtime.moe.ExpertLayer;
 import dev.moeforge.runtime.moe.RouterKernel;
 import java.util.ArrayList;
@@ -110,6 +111,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final CudaFunction addBf16Norm;
     private final CudaFunction pickNext;
     private final CudaFunction endStep;
+    private final CudaModule module;
+    private final Kernels kernels;
 
     // activations and state
     private final DeviceBuffer x;          // [B][H] fp32 residual
@@ -141,6 +144,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private CudaGraph layersGraph;
     private CudaGraph stepGraph;
     private int position;
+    private int promptChunk;
+    private PromptChunks prompt;
 
     private record LayerOnDevice(DeviceBuffer inputNorm, DeviceBuffer postNorm, DeviceBuffer wQkv, DeviceBuffer bQkv,
                                  DeviceBuffer wO, DeviceBuffer bO, DeviceBuffer qNorm, DeviceBuffer kNorm, DeviceBuffer sinks,
@@ -193,7 +198,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         int qkvDim = qDim + 2 * kvDim;
 
         boolean bias = c.attentionBias();
-        CudaModule module = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu");
+        module = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu");
         embedTokens = module.function("embed_tokens");
         rmsNorm = module.function("rms_norm");
         qkNormRope = module.function("qk_norm_rope_cache");
@@ -303,6 +308,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
         // the DSL kernels, once the experts' format is known
         Kernels k = Kernels.of(c, block, target, batch);
+        kernels = k;
+        promptChunk = Math.min(context, PROMPT_CHUNK);
         qkvProj = runtime.load(k.qkv());
         oProj = runtime.load(k.o());
         head = runtime.load(k.head());
@@ -437,9 +444,35 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         return new Generated(out, prefill, decode);
     }
 
-    /** The prompt one token per replay of the layers; with {@code pick}, the last one's logits then pick the first new token. */
+    /**
+     * The prompt: of two tokens or more, in chunks on the tensor cores where the model's kernels
+     * allow ({@link PromptChunks}), else one token per replay of the layers; with {@code pick}, the
+     * last token's logits then pick the first new token.
+     */
     private void runPrompt(int[] tokens, boolean pick) {
         TokenModel.checkTokens(tokens, position, context, c.vocab());
+        if (tokens.length > 1 && promptsInChunks()) {
+            if (prompt == null) {
+                prompt = new PromptChunks(promptChunk);
+            }
+            prompt.run(tokens);
+            position += tokens.length;
+            int[] pos = new int[batch];
+            Arrays.fill(pos, position - 1);
+            stream.synchronize();
+            positions.copyFrom(pos);  // the last prompt token's; the pick advances them
+        } else {
+            runPromptTokens(tokens);
+        }
+        if (pick) {
+            stream.synchronize();
+            step.fillWords32(0);
+            enqueuePick();  // after the last token's layers; it advances positions to `position`
+        }
+    }
+
+    /** The prompt one token per replay of the layers (their last logits stay). */
+    private void runPromptTokens(int[] tokens) {
         if (layersGraph == null) {
             layersGraph = CudaGraph.capture(stream, this::enqueueLayers);
         }
@@ -454,10 +487,195 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             layersGraph.launch(stream);
             position++;
         }
-        if (pick) {
-            stream.synchronize();
-            step.fillWords32(0);
-            enqueuePick();  // after the last token's layers; it advances positions to `position`
+    }
+
+    /** The most prompt tokens one chunk takes. */
+    static final int PROMPT_CHUNK = 2048;
+    /** The head dimensions the prompt's tensor-core attention is built for. */
+    private static final Set<Integer> PROMPT_HEAD_DIMS = Set.of(16, 32, 64, 128);
+
+    /** Whether a prompt of two tokens or more runs in chunks on the tensor cores (else one token per replay). */
+    public boolean promptsInChunks() {
+        return kernels.prompt() != null && PROMPT_HEAD_DIMS.contains(c.headDim());
+    }
+
+    /** Prompt tokens per chunk from now on (at most the context; the default {@link #PROMPT_CHUNK}): a smaller one for tests. */
+    void promptChunk(int tokens) {
+        if (tokens < 1) {
+            throw new IllegalArgumentException("prompt chunk " + tokens + ": at least 1 token");
+        }
+        if (prompt != null) {
+            prompt.close();
+            prompt = null;
+        }
+        promptChunk = Math.min(tokens, context);
+    }
+
+    /**
+     * A prompt in chunks of up to {@code chunk} tokens, every sequence's the same: each chunk's rows
+     * go through every layer together (projections, router and experts as expert-centric tiles,
+     * attention over the cache on the tensor cores), their keys and values written to every
+     * sequence's cache; after the last chunk its last row's final norm goes to every sequence's LM head.
+     */
+    private final class PromptChunks implements AutoCloseable {
+        private final int chunk;
+        private final List<DeviceBuffer> buffers = new ArrayList<>();
+        private final List<AutoCloseable> resources = new ArrayList<>();
+        private final ExpertHalf qkvProj;
+        private final ExpertHalf oProj;
+        private final RouterKernel router;
+        private final ExpertLayer experts;
+        private final ExpertLayer denseMlp;
+        private final CudaFunction qkNormRope;
+        private final CudaFunction attention;
+        private final CudaFunction repeatRow;
+        private final int attentionBytes;
+        private final List<DeviceWeights> wQkv = new ArrayList<>();
+        private final List<DeviceWeights> wO = new ArrayList<>();
+        private final DeviceBuffer ids;
+        private final DeviceBuffer rowPositions;
+        private final DeviceBuffer x;
+        private final DeviceBuffer normed;
+        private final DeviceBuffer qkv;
+        private final DeviceBuffer q;
+        private final DeviceBuffer attnOut;
+        private final DeviceBuffer projected;
+        private final DeviceBuffer oneExpert;   // [chunk] int32 zeros: every row to the projection's one expert
+        private final DeviceBuffer unitWeight;  // [chunk] fp32 ones
+        private final DeviceBuffer topkIds;
+        private final DeviceBuffer topkWeights;
+        private final DeviceBuffer inter;
+        private final DeviceBuffer denseInter;
+        private final DeviceBuffer moeOut;
+
+        /** Chunks of {@code wanted} tokens, or fewer where the decode experts the prompt falls back on take fewer. */
+        PromptChunks(int wanted) {
+            PromptKernels k = kernels.prompt();
+            experts = k.gateUp() != null ? keep(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER, wanted))
+                    : GpuDecoder.this.experts;
+            KernelHandle routerKernel = k.router() == null ? null : runtime.load(k.router());
+            chunk = Math.min(Math.min(wanted, experts == null ? wanted : experts.maxTokens()),
+                    routerKernel == null ? wanted : routerKernel.maxTokens());
+            int h = c.hidden();
+            int qDim = c.heads() * c.headDim();
+            int kvDim = c.kvHeads() * c.headDim();
+            qkvProj = keep(ExpertHalf.alone(runtime.load(k.qkv()), ORDER, chunk));
+            oProj = keep(ExpertHalf.alone(runtime.load(k.o()), ORDER, chunk));
+            router = routerKernel == null ? null : keep(new RouterKernel(routerKernel, chunk));
+            denseMlp = k.denseGateUp() == null ? null
+                    : keep(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown()), ORDER, chunk));
+            qkNormRope = module.function(c.arch() == Architecture.OLMOE ? "qk_norm_rope_cache_bf16" : "qk_norm_rope_cache_heads_bf16");
+            attention = module.function("attention_prefill_" + c.headDim());
+            // two stages of a k and a v tile of 64 keys, each row padded by 8 bf16 (moeforge_decoder.cu's PrefillTile)
+            attentionBytes = 2 * 2 * 64 * (c.headDim() + 8) * 2;
+            if (attentionBytes > 48 * 1024) {
+                attention.setMaxDynamicSharedBytes(attentionBytes);
+            }
+            repeatRow = module.function("repeat_row_bf16");
+            for (LayerOnDevice w : layers) {
+                wQkv.add(w.bQkv() == null ? DeviceWeights.bf16(w.wQkv())
+                        : new DeviceWeights(WeightFormat.BF16, DeviceWeights.Layout.NATURAL, List.of(w.wQkv(), w.bQkv())));
+                wO.add(w.bO() == null ? DeviceWeights.bf16(w.wO())
+                        : new DeviceWeights(WeightFormat.BF16, DeviceWeights.Layout.NATURAL, List.of(w.wO(), w.bO())));
+            }
+            ids = allocate(DType.INT32, chunk);
+            rowPositions = allocate(DType.INT32, chunk);
+            x = allocate(DType.FP32, (long) chunk * h);
+            normed = allocate(DType.BF16, (long) chunk * h);
+            qkv = allocate(DType.BF16, (long) chunk * (qDim + 2 * kvDim));
+            q = allocate(DType.FP32, (long) chunk * qDim);
+            attnOut = allocate(DType.BF16, (long) chunk * qDim);
+            projected = allocate(DType.BF16, (long) chunk * h);
+            oneExpert = allocate(DType.INT32, chunk);
+            oneExpert.fillWords32(0);
+            unitWeight = allocate(DType.FP32, chunk);
+            unitWeight.fillWords32(Float.floatToIntBits(1f));
+            topkIds = allocate(DType.INT32, (long) chunk * c.topk());
+            topkWeights = allocate(DType.FP32, (long) chunk * c.topk());
+            inter = allocate(DType.BF16, (long) chunk * c.topk() * c.expertIntermediate());
+            denseInter = allocate(DType.BF16, (long) chunk * Math.max(1, c.denseIntermediate()));
+            moeOut = allocate(DType.BF16, (long) chunk * h);
+        }
+
+        /** The prompt's tokens from the decoder's position on, chunk by chunk, then the LM head of its last row for every sequence. */
+        void run(int[] tokens) {
+            int rows = 0;
+            for (int from = 0; from < tokens.length; from += chunk) {
+                rows = Math.min(chunk, tokens.length - from);
+                int[] pos = new int[rows];
+                for (int t = 0; t < rows; t++) {
+                    pos[t] = position + from + t;
+                }
+                stream.synchronize();  // the previous chunk has read ids and positions
+                ids.copyFrom(Arrays.copyOfRange(tokens, from, from + rows));
+                rowPositions.copyFrom(pos);
+                enqueueChunk(rows, position + from);
+            }
+            int h = c.hidden();
+            repeatRow.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, normed, rows - 1,
+                    GpuDecoder.this.normed, h);
+            head.launch(stream, ORDER, batch, GpuDecoder.this.normed, lmHead, logits);
+        }
+
+        private void enqueueChunk(int rows, int firstPosition) {
+            int h = c.hidden();
+            int qDim = c.heads() * c.headDim();
+            int kvDim = c.kvHeads() * c.headDim();
+            float eps = (float) c.rmsEps();
+            embedTokens.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, 0, stream, ids, embed, x, h);
+            rmsNorm.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, layers.getFirst().inputNorm(), normed, h, eps);
+            for (int l = 0; l < c.layers(); l++) {
+                LayerOnDevice w = layers.get(l);
+                qkvProj.enqueueDown(stream, rows, normed, wQkv.get(l), oneExpert, unitWeight, qkv);
+                if (c.arch() == Architecture.OLMOE) {
+                    qkNormRope.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
+                            (float) c.clipQkv().orElse(0), eps, rowPositions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
+                            vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, batch);
+                } else {
+                    int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
+                    qkNormRope.launch(ORDER, c.heads() + 2 * c.kvHeads(), rows, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0,
+                            stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, rowPositions, invFreq,
+                            c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context,
+                            batch);
+                }
+                attention.launch(ORDER, c.heads(), Math.ceilDiv(rows, 64), 1, 128, 1, 1, attentionBytes, stream, q, kCache.get(l),
+                        vCache.get(l), ptr(w.sinks()), attnOut, rows, firstPosition, c.heads(), c.kvHeads(),
+                        c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
+                oProj.enqueueDown(stream, rows, attnOut, wO.get(l), oneExpert, unitWeight, projected);
+                addBf16Norm.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, projected, w.postNorm(), normed, h, eps);
+                if (w.moe()) {
+                    Map<String, DeviceBuffer> rowParams = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
+                    router.enqueue(stream, ORDER, rows, normed, w.wRouter(), rowParams, topkWeights, topkIds);
+                    experts.enqueue(stream, rows, normed, w.gateUp(), w.down(), topkIds, topkWeights, inter, moeOut);
+                } else {
+                    denseMlp.enqueue(stream, rows, normed, w.gateUp(), w.down(), oneExpert, unitWeight, denseInter, moeOut);
+                }
+                DeviceBuffer nextNorm = l + 1 < c.layers() ? layers.get(l + 1).inputNorm() : finalNorm;
+                addBf16Norm.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, moeOut, nextNorm, normed, h, eps);
+            }
+        }
+
+        private DeviceBuffer allocate(DType type, long elements) {
+            DeviceBuffer b = DeviceBuffer.allocate(type, Math.max(1, elements));
+            buffers.add(b);
+            return b;
+        }
+
+        private <T extends AutoCloseable> T keep(T resource) {
+            resources.add(resource);
+            return resource;
+        }
+
+        @Override
+        public void close() {
+            for (AutoCloseable a : resources) {
+                try {
+                    a.close();
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+            }
+            buffers.forEach(DeviceBuffer::close);
         }
     }
 
@@ -569,12 +787,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         if (c.arch() == Architecture.OLMOE) {  // its q/k norm spans every head: one block per token
             qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
                     (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
-                    vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+                    vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
         } else {
             int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
             qkNormRopeHeads.launch(ORDER, c.heads() + 2 * c.kvHeads(), batch, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0,
                     stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
-                    c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context);
+                    c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
         }
         attentionSplit.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
                 positions, attnParts, c.heads(), c.kvHeads(), c.headDim(), context,
@@ -616,6 +834,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     @Override
     public void close() {
         closeGraphs();
+        if (prompt != null) {
+            prompt.close();
+        }
         for (AutoCloseable a : closers) {
             try {
                 a.close();
@@ -632,10 +853,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * Every DSL kernel the decoder of a model loads: the fused q/k/v, o and LM head projections, and
      * (given the MoE block its checkpoint's experts make) the router and expert halves, and the dense
      * MLP's halves where the model has dense layers (an expert layer of one expert, top-1). Null where
-     * the model has none of a kind.
+     * the model has none of a kind. {@code prompt} holds the kernels that run a prompt in chunks.
      */
     public record Kernels(KernelSpec qkv, KernelSpec o, KernelSpec head, KernelSpec router, KernelSpec gateUp, KernelSpec down,
-                          KernelSpec denseGateUp, KernelSpec denseDown) {
+                          KernelSpec denseGateUp, KernelSpec denseDown, PromptKernels prompt) {
 
         public static Kernels of(ModelConfig c, MoeBlock block, Target target, int batch) {
             int h = c.hidden();
@@ -657,23 +878,145 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             KernelSpec denseGateUp = null;
             KernelSpec denseDown = null;
             if (c.moeLayers().contains(false)) {
-                ExpertShape dense = new ExpertShape(h, c.denseIntermediate(), 1, 1);
-                denseGateUp = expertSpec("dense_gate_up", new Problem.ExpertGateUp(dense, WeightFormat.BF16, DType.BF16,
-                        GateUpLayout.STACKED), Epilogues.siluGatedStore(DType.BF16), target);
-                denseDown = expertSpec("dense_down", new Problem.ExpertDown(dense, WeightFormat.BF16, DType.BF16),
-                        Epilogues.combinedStore(DType.BF16), target);
+                denseGateUp = expertSpec("dense_gate_up", denseGateUpProblem(c), Epilogues.siluGatedStore(DType.BF16), target);
+                denseDown = expertSpec("dense_down", denseDownProblem(c), Epilogues.combinedStore(DType.BF16), target);
             }
             return new Kernels(linear("qkv_proj", h, qkvDim, c.attentionBias(), target, batch),
                     linear("o_proj", qDim, h, c.attentionBias(), target, batch),
                     linear("lm_head", h, c.vocab(), false, target, batch),
-                    router, gateUp, down, denseGateUp, denseDown);
+                    router, gateUp, down, denseGateUp, denseDown, PromptKernels.of(c, block, router, target).orElse(null));
         }
 
         /** The kernels that exist, in load order. */
         public List<KernelSpec> all() {
-            return java.util.stream.Stream.of(qkv, o, head, router, gateUp, down, denseGateUp, denseDown)
+            List<KernelSpec> all = new ArrayList<>(java.util.stream.Stream.of(qkv, o, head, router, gateUp, down, denseGateUp,
+                    denseDown).filter(java.util.Objects::nonNull).toList());
+            if (prompt != null) {
+                all.addAll(prompt.all());
+            }
+            return all;
+        }
+    }
+
+    private static Problem.ExpertGateUp denseGateUpProblem(ModelConfig c) {
+        return new Problem.ExpertGateUp(new ExpertShape(c.hidden(), c.denseIntermediate(), 1, 1), WeightFormat.BF16, DType.BF16,
+                GateUpLayout.STACKED);
+    }
+
+    private static Problem.ExpertDown denseDownProblem(ModelConfig c) {
+        return new Problem.ExpertDown(new ExpertShape(c.hidden(), c.denseIntermediate(), 1, 1), WeightFormat.BF16, DType.BF16);
+    }
+
+    /**
+     * The kernels of a prompt run in chunks, all on the tensor cores (expert_centric): the q/k/v
+     * and o projections as down halves of one expert at top-1 (a chunk's rows are its pairs, each
+     * weighted 1), the router on the catalogue's tiled schedule where one lowers the model's rule
+     * (else the decode router), the expert halves (null where the experts' format has no
+     * expert-centric lowering: the prompt then takes the decode halves), the dense MLP's halves.
+     */
+    public record PromptKernels(KernelSpec qkv, KernelSpec o, KernelSpec router, KernelSpec gateUp, KernelSpec down,
+                                KernelSpec denseGateUp, KernelSpec denseDown) {
+
+        /** Empty where the projections have no expert-centric lowering (the prompt then runs one token per step). */
+        static Optional<PromptKernels> of(ModelConfig c, MoeBlock block, KernelSpec decodeRouter, Target target) {
+            int h = c.hidden();
+            int qDim = c.heads() * c.headDim();
+            int qkvDim = qDim + 2 * c.kvHeads() * c.headDim();
+            boolean bias = c.attentionBias();
+            Optional<KernelSpec> qkv = tiles("prompt_qkv_proj", projection(h, qkvDim, bias), PROJECTION_TILES, target);
+            Optional<KernelSpec> o = tiles("prompt_o_proj", projection(qDim, h, bias), PROJECTION_TILES, target);
+            if (qkv.isEmpty() || o.isEmpty()) {
+                return Optional.empty();
+            }
+            KernelSpec router = null;
+            KernelSpec gateUp = null;
+            KernelSpec down = null;
+            if (block != null) {
+                router = tiledRouter(decodeRouter).orElse(decodeRouter);
+                Optional<KernelSpec> g = tiles("prompt_experts_gate_up", block.gateUp(), block.gateUpEpilogue(), EXPERT_GATE_UP_TILES,
+                        target);
+                Optional<KernelSpec> d = tiles("prompt_experts_down", block.down(), block.downEpilogue(), EXPERT_DOWN_TILES, target);
+                if (g.isPresent() && d.isPresent()) {
+                    gateUp = g.get();
+                    down = d.get();
+                }
+            }
+            KernelSpec denseGateUp = null;
+            KernelSpec denseDown = null;
+            if (c.moeLayers().contains(false)) {
+                Optional<KernelSpec> g = tiles("prompt_dense_gate_up", denseGateUpProblem(c), Epilogues.siluGatedStore(DType.BF16),
+                        EXPERT_GATE_UP_TILES, target);
+                Optional<KernelSpec> d = tiles("prompt_dense_down", denseDownProblem(c), Epilogues.combinedStore(DType.BF16),
+                        EXPERT_DOWN_TILES, target);
+                if (g.isEmpty() || d.isEmpty()) {
+                    return Optional.empty();
+                }
+                denseGateUp = g.get();
+                denseDown = d.get();
+            }
+            return Optional.of(new PromptKernels(qkv.get(), o.get(), router, gateUp, down, denseGateUp, denseDown));
+        }
+
+        /** The kernels that exist, in load order. */
+        public List<KernelSpec> all() {
+            return java.util.stream.Stream.of(qkv, o, router, gateUp, down, denseGateUp, denseDown)
                     .filter(java.util.Objects::nonNull).toList();
         }
+    }
+
+    /** A projection {@code [outputs][inputs]} as the down half of one expert at top-1, with its bias as the expert's. */
+    private static Problem.ExpertDown projection(int inputs, int outputs, boolean bias) {
+        return new Problem.ExpertDown(new ExpertShape(outputs, inputs, 1, 1), WeightFormat.BF16, DType.BF16, bias);
+    }
+
+    /**
+     * The tiles a prompt's projections prefer, first that lowers: two warpgroups of wgmma over 128
+     * rows by 256 outputs fed by the tensor memory accelerator (sm_90a), then mma.sync tiles of 128,
+     * 64 and 16 rows (every target). A projection's rows are all one expert's, so the large tiles pad
+     * nothing but the chunk's last.
+     */
+    static final List<ExpertCentric> PROJECTION_TILES = List.of(
+            new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true).withTma(true),
+            new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true),
+            new ExpertCentric(128, 128, 64, 2, 4, 3, 8),
+            new ExpertCentric(64, 128, 64, 2, 2, 4, 8),
+            new ExpertCentric(16, 64, 32, 1, 4, 3, 1));
+    /** The experts' gate_up tiles for a prompt: 64 pairs by two warpgroups (sm_90a), then mma.sync tiles (every target). */
+    static final List<ExpertCentric> EXPERT_GATE_UP_TILES = List.of(
+            new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true).withTma(true),
+            new ExpertCentric(64, 64, 64, 2, 2, 4, 8),
+            new ExpertCentric(16, 64, 32, 1, 4, 3, 1));
+    /** The experts' down tiles for a prompt, as {@link #EXPERT_GATE_UP_TILES}. */
+    static final List<ExpertCentric> EXPERT_DOWN_TILES = List.of(
+            new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true).withTma(true),
+            new ExpertCentric(64, 128, 64, 2, 2, 4, 8),
+            new ExpertCentric(16, 64, 32, 1, 4, 3, 1));
+
+    private static Optional<KernelSpec> tiles(String name, Problem.ExpertDown problem, List<ExpertCentric> preferred, Target target) {
+        return tiles(name, problem, Epilogues.combinedStore(DType.BF16), preferred, target);
+    }
+
+    /** The first of {@code preferred} that lowers the problem on the target, else the first expert-centric candidate that does. */
+    private static Optional<KernelSpec> tiles(String name, Problem problem, Store epilogue, List<ExpertCentric> preferred,
+                                              Target target) {
+        List<Schedule<?>> all = new ArrayList<>(preferred);
+        if (problem instanceof Problem.ExpertProblem p) {
+            all.addAll(Candidates.of(ExpertCentric.KIND, p, target));
+        }
+        return all.stream().map(s -> new KernelSpec(name, problem, s, epilogue, target))
+                .filter(k -> Validator.errors(k).isEmpty()).findFirst();
+    }
+
+    /** The decode router's rule on the catalogue's tiled prefill schedule for the same router size, where it lowers. */
+    private static Optional<KernelSpec> tiledRouter(KernelSpec decode) {
+        if (!(decode.problem() instanceof Problem.Router r)) {
+            return Optional.empty();
+        }
+        return Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
+                .filter(k -> k.schedule() instanceof dev.moeforge.dsl.schedule.RouterTiled && k.target() == decode.target()
+                        && k.problem() instanceof Problem.Router t && t.hidden() == r.hidden() && t.experts() == r.experts())
+                .map(k -> new KernelSpec("prompt_router", r, k.schedule(), decode.epilogue(), decode.target()))
+                .filter(k -> Validator.errors(k).isEmpty()).findFirst();
     }
 
     /** From this batch an expert half takes the catalogue's expert-centric tile of {@link #EXPERT_TILE_PAIRS} where it has one. */

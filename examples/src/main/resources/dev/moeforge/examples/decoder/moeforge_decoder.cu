@@ -114,17 +114,32 @@ __device__ __forceinline__ void rope_cos_sin(const float* __restrict__ inv_freq,
   s = sn * scaling;
 }
 
-// A token's fused q, k, v row [(heads + 2 kv_heads) * head_dim] (FP32, from the qkv projection)
-// under OLMoE's norm, which spans every head: RMSNorm over the whole q and the whole k, the clamp to
-// +-clip (clip > 0), RoPE at the token's position, then q to q_out (FP32) and k, v to the cache at
-// the position. Grid: tokens; block: kRowThreads threads (the row at most kRowThreads * kPerThread
-// values); dynamic shared memory: the row as floats.
-extern "C" __global__ void __launch_bounds__(kRowThreads) qk_norm_rope_cache(
-    const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, float clip, float eps,
+// Where a row's k and v go: decode rows (copies 0) each to their own sequence b of the cache; the
+// rows of a prompt chunk (copies > 0, one prompt for every sequence) to sequences 0 .. copies-1.
+__device__ __forceinline__ void cache_store(__nv_bfloat16* __restrict__ cache, int b, int copies, int pos, int context, int kn,
+                                            int i, float value) {
+  const __nv_bfloat16 v = __float2bfloat16_rn(value);
+  if (copies == 0) {
+    cache[(static_cast<size_t>(b) * context + pos) * kn + i] = v;
+  } else {
+    for (int s = 0; s < copies; ++s) cache[(static_cast<size_t>(s) * context + pos) * kn + i] = v;
+  }
+}
+
+__device__ __forceinline__ float value_of(float v) { return v; }
+__device__ __forceinline__ float value_of(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// A token's fused q, k, v row [(heads + 2 kv_heads) * head_dim] (FP32 from the decode projection, bf16
+// from the prompt's) under OLMoE's norm, which spans every head: RMSNorm over the whole q and the whole
+// k, the clamp to +-clip (clip > 0), RoPE at the token's position, then q to q_out (FP32) and k, v to
+// the cache at the position (cache_store). Grid: tokens; block: kRowThreads threads (the row at most
+// kRowThreads * kPerThread values); dynamic shared memory: the row as floats.
+template <class In>
+__device__ __forceinline__ void qk_norm_rope_row(
+    const In* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, float clip, float eps,
     const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling, float* __restrict__ q_out,
     __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, int heads, int kv_heads, int head_dim,
-    int context) {
-  begin_after_previous_kernel();
+    int context, int copies) {
   extern __shared__ float row[];
   __shared__ float scratch[32];
   const int b = blockIdx.x;
@@ -134,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(kRowThreads) qk_norm_rope_cache(
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int i = threadIdx.x + j * blockDim.x;
-      v[j] = i < n ? qkv[static_cast<size_t>(b) * n + i] : 0.0f;
+      v[j] = i < n ? value_of(qkv[static_cast<size_t>(b) * n + i]) : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
@@ -165,33 +180,45 @@ extern "C" __global__ void __launch_bounds__(kRowThreads) qk_norm_rope_cache(
   }
   __syncthreads();
   for (int i = threadIdx.x; i < qn; i += blockDim.x) q_out[static_cast<size_t>(b) * qn + i] = q[i];
-  const size_t at = (static_cast<size_t>(b) * context + pos) * kn;
   for (int i = threadIdx.x; i < kn; i += blockDim.x) {
-    k_cache[at + i] = __float2bfloat16_rn(k[i]);
-    v_cache[at + i] = __float2bfloat16_rn(v[i]);
+    cache_store(k_cache, b, copies, pos, context, kn, i, k[i]);
+    cache_store(v_cache, b, copies, pos, context, kn, i, v[i]);
   }
 }
+
+#define MOEFORGE_QK_NORM_ROPE_ROW(NAME, IN)                                                                              \
+  extern "C" __global__ void __launch_bounds__(kRowThreads) NAME(                                                       \
+      const IN* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, float clip,        \
+      float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling,                  \
+      float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, int heads, \
+      int kv_heads, int head_dim, int context, int copies) {                                                            \
+    begin_after_previous_kernel();                                                                                      \
+    qk_norm_rope_row(qkv, q_norm, k_norm, clip, eps, positions, inv_freq, scaling, q_out, k_cache, v_cache, heads,      \
+                     kv_heads, head_dim, context, copies);                                                              \
+  }
+MOEFORGE_QK_NORM_ROPE_ROW(qk_norm_rope_cache, float)
+MOEFORGE_QK_NORM_ROPE_ROW(qk_norm_rope_cache_bf16, __nv_bfloat16)
 
 // The same one head per block, for every other model (per-head q/k norm with a [head_dim] weight
 // where norm_mode is 1, Qwen3; none where 0): block (h, b) takes head h of the token's fused row
 // (q heads, then k heads, then v heads), one value per thread. Block: head_dim rounded up to whole
 // warps (at most 256 threads).
-extern "C" __global__ void __launch_bounds__(256) qk_norm_rope_cache_heads(
-    const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,
+template <class In>
+__device__ __forceinline__ void qk_norm_rope_head(
+    const In* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,
     float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling,
     float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, int heads,
-    int kv_heads, int head_dim, int context) {
-  begin_after_previous_kernel();
+    int kv_heads, int head_dim, int context, int copies) {
   __shared__ float head[256];
   __shared__ float scratch[32];
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const bool in = d < head_dim;
   const int n = (heads + 2 * kv_heads) * head_dim;
-  const float v = in ? qkv[static_cast<size_t>(b) * n + static_cast<size_t>(h) * head_dim + d] : 0.0f;
+  const float v = in ? value_of(qkv[static_cast<size_t>(b) * n + static_cast<size_t>(h) * head_dim + d]) : 0.0f;
   const int pos = positions[b];
   const int kn = kv_heads * head_dim;
   if (h >= heads + kv_heads) {  // a v head: to the cache as it is
-    if (in) v_cache[(static_cast<size_t>(b) * context + pos) * kn + (h - heads - kv_heads) * head_dim + d] = __float2bfloat16_rn(v);
+    if (in) cache_store(v_cache, b, copies, pos, context, kn, (h - heads - kv_heads) * head_dim + d, v);
     return;
   }
   float x = v;
@@ -209,9 +236,22 @@ extern "C" __global__ void __launch_bounds__(256) qk_norm_rope_cache_heads(
   if (h < heads) {
     q_out[(static_cast<size_t>(b) * heads + h) * head_dim + d] = roped;
   } else {
-    k_cache[(static_cast<size_t>(b) * context + pos) * kn + (h - heads) * head_dim + d] = __float2bfloat16_rn(roped);
+    cache_store(k_cache, b, copies, pos, context, kn, (h - heads) * head_dim + d, roped);
   }
 }
+
+#define MOEFORGE_QK_NORM_ROPE_HEAD(NAME, IN)                                                                             \
+  extern "C" __global__ void __launch_bounds__(256) NAME(                                                               \
+      const IN* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,     \
+      float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling,                  \
+      float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, int heads, \
+      int kv_heads, int head_dim, int context, int copies) {                                                            \
+    begin_after_previous_kernel();                                                                                      \
+    qk_norm_rope_head(qkv, q_norm, k_norm, norm_mode, eps, positions, inv_freq, scaling, q_out, k_cache, v_cache,       \
+                      heads, kv_heads, head_dim, context, copies);                                                      \
+  }
+MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads, float)
+MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads_bf16, __nv_bfloat16)
 
 // Attention of one (token, head) over the token's cache [context][kv_heads][head_dim], positions
 // max(0, pos - window + 1) .. pos (window 0: all), GQA (head h reads kv head h / (heads /
@@ -299,6 +339,224 @@ extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_split(
     }
     out[2 + d] = numerator;
   }
+}
+
+// Causal attention of a prompt chunk on the tensor cores (mma.sync m16n8k16: bf16 in, FP32 sums).
+// Block (head, q tile) takes kPrefillRows rows of the chunk (row t at position first_pos + t) against
+// sequence 0's cache at every position up to the row's own (within the window where one is given),
+// kPrefillKeys keys at a time staged in shared memory by cp.async two tiles deep; each warp owns 16
+// rows and keeps their online softmax in registers; the head's sink joins the denominator at the end.
+// Grid: (heads, ceil(rows / kPrefillRows)), the last q tiles (the most keys) first; block:
+// 32 * kPrefillWarps threads; dynamic shared memory: PrefillTile<HD>::kBytes.
+constexpr int kPrefillRows = 64;
+constexpr int kPrefillKeys = 64;
+constexpr int kPrefillWarps = kPrefillRows / 16;
+
+template <int HD>
+struct PrefillTile {
+  static_assert(HD % 16 == 0 && HD <= 128, "head_dim: a multiple of 16 up to 128");
+  // 16 bytes of padding per staged row keep the fragments' 32-bit loads and ldmatrix free of bank conflicts
+  static constexpr int kStride = HD + 8;
+  static constexpr int kElements = kPrefillKeys * kStride;
+  static constexpr int kBytes = 2 * 2 * kElements * 2;  // two stages of a k tile and a v tile, bf16
+};
+
+__device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int HD>
+__device__ __forceinline__ void attention_prefill_heads(
+    const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+    const float* __restrict__ sinks, __nv_bfloat16* __restrict__ out, int rows, int first_pos, int heads, int kv_heads,
+    int window, float scale) {
+  using Tile = PrefillTile<HD>;
+  constexpr int kChunks = HD / 16;  // k16 steps of q . k, and pairs of 8-wide output tiles of p . v
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(16) unsigned char prefill_smem[];
+  __nv_bfloat16* tiles = reinterpret_cast<__nv_bfloat16*>(prefill_smem);  // [stage][k | v][key][kStride]
+  const int h = blockIdx.x, q0 = (gridDim.y - 1 - blockIdx.y) * kPrefillRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int kvh = h / (heads / kv_heads);
+  const size_t kn = static_cast<size_t>(kv_heads) * HD;
+  const float scale_log2 = scale * kLog2e;
+
+  // this warp's 16 rows of q as A fragments (bf16), one per k16 step
+  const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
+  uint32_t qa[kChunks][4];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int col = c * 16 + half * 8 + 2 * t;
+      float2 a = make_float2(0.0f, 0.0f), b = make_float2(0.0f, 0.0f);
+      if (row0 < rows) a = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(row0) * heads + h) * HD + col);
+      if (row1 < rows) b = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(row1) * heads + h) * HD + col);
+      qa[c][2 * half] = bf16x2_bits(a.x, a.y);
+      qa[c][2 * half + 1] = bf16x2_bits(b.x, b.y);
+    }
+  }
+
+  const int last_row = min(rows, q0 + kPrefillRows) - 1;
+  const int key_end = first_pos + last_row + 1;  // keys [0, key_end) exist for this tile
+  const int lowest = window > 0 ? max(0, first_pos + q0 - window + 1) : 0;
+  const int first_tile = lowest / kPrefillKeys, last_tile = (key_end - 1) / kPrefillKeys;
+  auto stage = [&](int tile, int slot) {
+    const int k0 = tile * kPrefillKeys;
+    __nv_bfloat16* ks = tiles + (2 * slot) * Tile::kElements;
+    __nv_bfloat16* vs = ks + Tile::kElements;
+    for (int i = threadIdx.x; i < kPrefillKeys * (HD / 8); i += 32 * kPrefillWarps) {
+      const int r = i / (HD / 8), piece = (i % (HD / 8)) * 8;
+      const int key = k0 + r;
+      const bool valid = key < key_end;
+      const size_t at = valid ? static_cast<size_t>(key) * kn + static_cast<size_t>(kvh) * HD + piece : 0;
+      cp_async_16_or_zero(ks + r * Tile::kStride + piece, k_cache + at, valid);
+      cp_async_16_or_zero(vs + r * Tile::kStride + piece, v_cache + at, valid);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+
+  float o[2 * kChunks][4];
+#pragma unroll
+  for (int n = 0; n < 2 * kChunks; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int pos[2] = {first_pos + row0, first_pos + row1};
+
+  stage(first_tile, 0);
+  for (int tile = first_tile; tile <= last_tile; ++tile) {
+    const int slot = (tile - first_tile) & 1;
+    if (tile < last_tile) {
+      stage(tile + 1, slot ^ 1);
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    }
+    __syncthreads();
+    const __nv_bfloat16* ks = tiles + (2 * slot) * Tile::kElements;
+    const __nv_bfloat16* vs = ks + Tile::kElements;
+    const int k0 = tile * kPrefillKeys;
+
+    float s[kPrefillKeys / 8][4];
+#pragma unroll
+    for (int j = 0; j < kPrefillKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+      for (int j = 0; j < kPrefillKeys / 8; ++j) {
+        const __nv_bfloat16* kr = ks + (8 * j + g) * Tile::kStride + c * 16 + 2 * t;
+        mma_bf16_16816(s[j], qa[c], *reinterpret_cast<const uint32_t*>(kr), *reinterpret_cast<const uint32_t*>(kr + 8));
+      }
+    }
+    // the causal and window mask, in the log2 domain of the scaled scores
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kPrefillKeys / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + 8 * j + 2 * t + (e & 1), r = e >> 1;
+        const bool seen = key <= pos[r] && (window == 0 || key > pos[r] - window);
+        s[j][e] = seen ? s[j][e] * scale_log2 : -INFINITY;
+        tile_max[r] = fmaxf(tile_max[r], s[j][e]);
+      }
+    }
+    float base[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullMask, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullMask, tile_max[r], 2));
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      base[r] = m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: every p is 0, not NaN
+      const float correction = exp2f(m[r] - base[r]);
+      l[r] *= correction;
+#pragma unroll
+      for (int n = 0; n < 2 * kChunks; ++n) {
+        o[n][2 * r] *= correction;
+        o[n][2 * r + 1] *= correction;
+      }
+      m[r] = m_new;
+    }
+#pragma unroll
+    for (int j = 0; j < kPrefillKeys / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = exp2f(s[j][e] - base[e >> 1]);
+        sum[e >> 1] += s[j][e];
+      }
+    }
+    l[0] += sum[0];
+    l[1] += sum[1];
+    // p . v: the scores' accumulator layout is the A fragment's, 16 keys at a time; v by ldmatrix.trans
+#pragma unroll
+    for (int kk = 0; kk < kPrefillKeys / 16; ++kk) {
+      const uint32_t pa[4] = {bf16x2_bits(s[2 * kk][0], s[2 * kk][1]), bf16x2_bits(s[2 * kk][2], s[2 * kk][3]),
+                              bf16x2_bits(s[2 * kk + 1][0], s[2 * kk + 1][1]), bf16x2_bits(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const int matrix = lane >> 3;
+      const __nv_bfloat16* row = vs + (16 * kk + (matrix & 1) * 8 + (lane & 7)) * Tile::kStride + (matrix >> 1) * 8;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row + c * 16));
+        uint32_t b[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                     : "r"(at));
+        mma_bf16_16816(o[2 * c], pa, b[0], b[1]);
+        mma_bf16_16816(o[2 * c + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // this slot is staged again two tiles on
+  }
+
+  const int row[2] = {row0, row1};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(kFullMask, l[r], 1);
+    l[r] += __shfl_xor_sync(kFullMask, l[r], 2);
+    float keep = 1.0f;
+    if (sinks != nullptr) {
+      const float sink = sinks[h] * kLog2e;
+      const float top = fmaxf(m[r], sink);
+      keep = exp2f(m[r] - top);
+      l[r] = l[r] * keep + exp2f(sink - top);
+    }
+    if (row[r] >= rows) continue;
+    const float f = keep / l[r];
+    __nv_bfloat16* dst = out + (static_cast<size_t>(row[r]) * heads + h) * HD + 2 * t;
+#pragma unroll
+    for (int n = 0; n < 2 * kChunks; ++n) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * n) = bf16x2_bits(o[n][2 * r] * f, o[n][2 * r + 1] * f);
+    }
+  }
+}
+
+#define MOEFORGE_ATTENTION_PREFILL(HD)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(32 * kPrefillWarps) attention_prefill_##HD(                              \
+      const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
+      const float* __restrict__ sinks, __nv_bfloat16* __restrict__ out, int rows, int first_pos, int heads,             \
+      int kv_heads, int window, float scale) {                                                                          \
+    begin_after_previous_kernel();                                                                                      \
+    attention_prefill_heads<HD>(q, k_cache, v_cache, sinks, out, rows, first_pos, heads, kv_heads, window, scale);      \
+  }
+MOEFORGE_ATTENTION_PREFILL(16)
+MOEFORGE_ATTENTION_PREFILL(32)
+MOEFORGE_ATTENTION_PREFILL(64)
+MOEFORGE_ATTENTION_PREFILL(128)
+
+// out[b][:] = in[row][:] for each of gridDim.x rows b: the prompt's last normed row for every sequence's LM head.
+extern "C" __global__ void repeat_row_bf16(const __nv_bfloat16* __restrict__ in, int row, __nv_bfloat16* __restrict__ out, int n) {
+  begin_after_previous_kernel();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[static_cast<size_t>(blockIdx.x) * n + i] = in[static_cast<size_t>(row) * n + i];
 }
 
 // A head's parts from attention_split, merged with its sink (where given) into the bf16 output.

@@ -89,19 +89,42 @@ class GpuDecoderGpuTest {
         compare(Architecture.QWEN3_MOE, Optional.empty(), context, 128);
     }
 
+    /**
+     * A prompt of 70 tokens in chunks of 32 (the last of 6): chunks after the first attend to the
+     * cache the earlier ones wrote, the third's rows span two 64-key tiles, its q tile is mostly
+     * empty, and gpt-oss's window of 4 cuts into every tile.
+     */
+    @ParameterizedTest
+    @EnumSource(Architecture.class)
+    void aLongPromptInChunks(Architecture arch) {
+        compare(arch, Optional.empty(), LONG_PROMPT + STEPS + 1, 1, LONG_PROMPT, 32);
+    }
+
+    private static final int LONG_PROMPT = 70;
+
     private static void compare(Architecture arch, Optional<WeightFormat> format) {
         compare(arch, format, PROMPT_LENGTH + STEPS + 1, 1);
     }
 
-    /** Sequence 0 of a batch of {@code batch} (all decoding the same tokens) against the reference, teacher-forced. */
     private static void compare(Architecture arch, Optional<WeightFormat> format, int context, int batch) {
+        compare(arch, format, context, batch, PROMPT_LENGTH, GpuDecoder.PROMPT_CHUNK);
+    }
+
+    /**
+     * Sequence 0 of a batch of {@code batch} (all decoding the same tokens) against the reference,
+     * teacher-forced: a random prompt of {@code promptLength} tokens in chunks of {@code chunk} on
+     * the tensor cores, then single tokens through the decode layers.
+     */
+    private static void compare(Architecture arch, Optional<WeightFormat> format, int context, int batch, int promptLength, int chunk) {
         Path model = RandomModelTest.tiny(arch);
         ModelConfig c = ModelConfig.read(model);
         try (Checkpoint ckpt = Checkpoint.open(model);
              GpuDecoder gpu = new GpuDecoder(c, new GpuDecoder.Weights.FromCheckpoint(ckpt, format), runtime, stream, batch, context,
                      STEPS + 1, l -> { })) {
+            assertTrue(gpu.promptsInChunks(), arch + ": the prompt runs in chunks");
+            gpu.promptChunk(chunk);
             ModelWeights weights = ModelWeights.load(c, ckpt, format, l -> { });
-            int[] prompt = promptWithoutRouterTies(c, weights, context);
+            int[] prompt = promptWithoutRouterTies(c, weights, context, promptLength);
             ReferenceDecoder ref = new ReferenceDecoder(c, weights, context);
             float[] want = ref.forward(prompt);
             float[] got = gpu.forward(prompt);
@@ -115,9 +138,9 @@ class GpuDecoderGpuTest {
                 want = ref.forward(new int[] {token});
                 got = gpu.forward(new int[] {token});
             }
-            System.out.printf(Locale.ROOT, "%s%s: prompt %s, %d steps teacher-forced, worst logits relative L2 %.2e%n",
-                    arch.modelType(), format.map(f -> " (experts " + f.text() + ")").orElse(""), java.util.Arrays.toString(prompt),
-                    STEPS, worst);
+            System.out.printf(Locale.ROOT, "%s%s, batch %d: prompt of %d tokens in chunks of %d, %d steps teacher-forced, worst "
+                    + "logits relative L2 %.2e%n", arch.modelType(), format.map(f -> " (experts " + f.text() + ")").orElse(""), batch,
+                    prompt.length, chunk, STEPS, worst);
         }
     }
 
@@ -125,10 +148,10 @@ class GpuDecoderGpuTest {
      * A random prompt whose greedy continuation never brings the reference's router to a near-tie
      * (where bf16 activations may route a token elsewhere and the two runs part for good).
      */
-    private static int[] promptWithoutRouterTies(ModelConfig c, ModelWeights weights, int context) {
+    private static int[] promptWithoutRouterTies(ModelConfig c, ModelWeights weights, int context, int length) {
         java.util.SplittableRandom random = new java.util.SplittableRandom(2026);
-        for (int attempt = 0; attempt < 200; attempt++) {
-            int[] prompt = random.ints(PROMPT_LENGTH, 0, 151643).toArray();
+        for (int attempt = 0; attempt < 500; attempt++) {
+            int[] prompt = random.ints(length, 0, 151643).toArray();
             ReferenceDecoder ref = new ReferenceDecoder(c, weights, context);
             float[] logits = ref.forward(prompt);
             boolean clear = ref.lastRouterMargin() >= ROUTER_NEAR_TIE;
@@ -140,7 +163,7 @@ class GpuDecoderGpuTest {
                 return prompt;
             }
         }
-        throw new IllegalStateException("no prompt of 200 keeps the router clear of near-ties");
+        throw new IllegalStateException("no prompt of 500 keeps the router clear of near-ties");
     }
 
     /**

@@ -2,6 +2,9 @@ package dev.moeforge.examples.decoder;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.moeforge.checkpoint.SafetensorsDType;
@@ -58,5 +61,34 @@ class GpuDecoderKernelsTest {
         var three = (dev.moeforge.dsl.schedule.LinearGemv) GpuDecoder.linear("qkv_proj", 2048, 5120, false, Target.SM_90A, 3).schedule();
         assertEquals(3, three.tokensPerCta());
         assertEquals(8, three.kUnroll());
+    }
+
+    /**
+     * A prompt's kernels: the projections as one expert's down half on two warpgroups of wgmma fed by
+     * the copy engine on sm_90a and on mma.sync tiles elsewhere, the catalogue's tiled router with the
+     * decode router's rule, the experts on wgmma tiles of 64 pairs; an NVFP4 model's prompt keeps its
+     * decode experts (no expert-centric lowering of the format).
+     */
+    @Test
+    void promptKernelsAreTensorCoreTiles() {
+        GpuDecoder.PromptKernels p = kernels(1).prompt();
+        ExpertCentric qkv = assertInstanceOf(ExpertCentric.class, p.qkv().schedule());
+        assertTrue(qkv.wgmma() && qkv.tma());
+        assertEquals(128, qkv.blockM());
+        var problem = assertInstanceOf(dev.moeforge.dsl.ir.Problem.ExpertDown.class, p.qkv().problem());
+        assertEquals(new dev.moeforge.dsl.ir.ExpertShape(5120, 2048, 1, 1), problem.shape());
+        assertInstanceOf(dev.moeforge.dsl.schedule.RouterTiled.class, p.router().schedule());
+        assertEquals(kernels(1).router().epilogue(), p.router().epilogue());
+        assertEquals(64, assertInstanceOf(ExpertCentric.class, p.gateUp().schedule()).blockM());
+
+        ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
+        ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
+        GpuDecoder.PromptKernels other = GpuDecoder.Kernels.of(c, MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false),
+                Target.SM_120A, 1).prompt();
+        assertTrue(!assertInstanceOf(ExpertCentric.class, other.qkv().schedule()).wgmma(), "no wgmma off sm_90a");
+        GpuDecoder.PromptKernels nvfp4 = GpuDecoder.Kernels.of(c, MoeBlock.of(c, WeightFormat.NVFP4, GateUpLayout.STACKED, false),
+                Target.SM_90A, 1).prompt();
+        assertNull(nvfp4.gateUp());
+        assertNotNull(nvfp4.qkv());
     }
 }
