@@ -494,6 +494,17 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** The head dimensions the prompt's tensor-core attention is built for. */
     private static final Set<Integer> PROMPT_HEAD_DIMS = Set.of(16, 32, 64, 128);
 
+    /** Query rows per block of the prompt's attention (moeforge_decoder.cu's kPrefillRows). */
+    static final int PROMPT_ATTENTION_ROWS = 64;
+
+    /**
+     * Dynamic shared memory of {@code attention_prefill_<head_dim>}: two stages of a k and a v tile of
+     * 64 keys, each row padded by 8 bf16 (moeforge_decoder.cu's PrefillTile).
+     */
+    static int promptAttentionBytes(int headDim) {
+        return 2 * 2 * 64 * (headDim + 8) * 2;
+    }
+
     /** Whether a prompt of two tokens or more runs in chunks on the tensor cores (else one token per replay). */
     public boolean promptsInChunks() {
         return kernels.prompt() != null && PROMPT_HEAD_DIMS.contains(c.headDim());
@@ -566,8 +577,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                     : keep(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown()), ORDER, chunk));
             qkNormRope = module.function(c.arch() == Architecture.OLMOE ? "qk_norm_rope_cache_bf16" : "qk_norm_rope_cache_heads_bf16");
             attention = module.function("attention_prefill_" + c.headDim());
-            // two stages of a k and a v tile of 64 keys, each row padded by 8 bf16 (moeforge_decoder.cu's PrefillTile)
-            attentionBytes = 2 * 2 * 64 * (c.headDim() + 8) * 2;
+            attentionBytes = promptAttentionBytes(c.headDim());
             if (attentionBytes > 48 * 1024) {
                 attention.setMaxDynamicSharedBytes(attentionBytes);
             }
@@ -638,7 +648,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                             c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context,
                             batch);
                 }
-                attention.launch(ORDER, c.heads(), Math.ceilDiv(rows, 64), 1, 128, 1, 1, attentionBytes, stream, q, kCache.get(l),
+                attention.launch(ORDER, c.heads(), Math.ceilDiv(rows, PROMPT_ATTENTION_ROWS), 1, 128, 1, 1, attentionBytes, stream, q, kCache.get(l),
                         vCache.get(l), ptr(w.sinks()), attnOut, rows, firstPosition, c.heads(), c.kvHeads(),
                         c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
                 oProj.enqueueDown(stream, rows, attnOut, wO.get(l), oneExpert, unitWeight, projected);
@@ -923,8 +933,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             int qDim = c.heads() * c.headDim();
             int qkvDim = qDim + 2 * c.kvHeads() * c.headDim();
             boolean bias = c.attentionBias();
-            Optional<KernelSpec> qkv = tiles("prompt_qkv_proj", projection(h, qkvDim, bias), PROJECTION_TILES, target);
-            Optional<KernelSpec> o = tiles("prompt_o_proj", projection(qDim, h, bias), PROJECTION_TILES, target);
+            // a bias in the epilogue of a 256-output wgmma tile spills registers on sm_90a; 128 outputs do not
+            List<ExpertCentric> projectionTiles = PROJECTION_TILES.stream().filter(t -> !bias || t.blockN() <= 128).toList();
+            Optional<KernelSpec> qkv = tiles("prompt_qkv_proj", projection(h, qkvDim, bias), projectionTiles, target);
+            Optional<KernelSpec> o = tiles("prompt_o_proj", projection(qDim, h, bias), projectionTiles, target);
             if (qkv.isEmpty() || o.isEmpty()) {
                 return Optional.empty();
             }
@@ -971,13 +983,13 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /**
      * The tiles a prompt's projections prefer, first that lowers: two warpgroups of wgmma over 128
-     * rows by 256 outputs fed by the tensor memory accelerator (sm_90a), then mma.sync tiles of 128,
+     * rows by 256 (or 128) outputs fed by the tensor memory accelerator (sm_90a), then mma.sync tiles of 128,
      * 64 and 16 rows (every target). A projection's rows are all one expert's, so the large tiles pad
      * nothing but the chunk's last.
      */
     static final List<ExpertCentric> PROJECTION_TILES = List.of(
             new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true).withTma(true),
-            new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true),
+            new ExpertCentric(128, 128, 64, 8, 2, 4, 8, true).withTma(true),
             new ExpertCentric(128, 128, 64, 2, 4, 3, 8),
             new ExpertCentric(64, 128, 64, 2, 2, 4, 8),
             new ExpertCentric(16, 64, 32, 1, 4, 3, 1));

@@ -1,0 +1,147 @@
+package dev.moeforge.examples.decoder;
+
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.ir.DType;
+import dev.moeforge.dsl.reference.ErrorStats;
+import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.runtime.cuda.CudaContext;
+import dev.moeforge.runtime.cuda.CudaFunction;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.RequiresGpu;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import java.nio.file.Path;
+import java.util.SplittableRandom;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/**
+ * The prompt's tensor-core attention ({@code attention_prefill_<head_dim>}) against causal
+ * attention in FP64 on fresh random q, k and v: every head size it is built for, GQA groups of 1 to
+ * 8, chunks that start at position 0 and past it, q tiles cut short, windows and sinks.
+ */
+@RequiresGpu
+class PromptAttentionGpuTest {
+    /** q and P enter the tensor cores as bf16 and the output leaves as bf16. */
+    private static final double RELATIVE_L2 = 1e-2;
+
+    static CudaContext context;
+    static CudaStream stream;
+    static KernelRuntime runtime;
+
+    @BeforeAll
+    static void openGpu() {
+        context = CudaContext.create(0);
+        stream = CudaStream.create();
+        String dir = System.getenv("MOEFORGE_CACHE");
+        runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
+    }
+
+    @AfterAll
+    static void closeGpu() {
+        if (runtime != null) {
+            runtime.close();
+            stream.close();
+            context.close();
+        }
+    }
+
+    @ParameterizedTest
+    @CsvSource({
+        // head_dim, heads, kv_heads, rows, first position, window, sinks
+        "16, 4, 2, 70, 0, 0, false",
+        "32, 4, 2, 100, 37, 0, false",
+        "64, 8, 1, 130, 10, 16, true",
+        "64, 64, 8, 65, 0, 128, true",
+        "128, 4, 4, 200, 64, 0, false",
+        "128, 32, 4, 150, 300, 0, false",
+        "128, 8, 2, 1, 90, 5, true",
+    })
+    void matchesTheReference(int headDim, int heads, int kvHeads, int rows, int firstPosition, int window, boolean sinks) {
+        SplittableRandom random = new SplittableRandom(headDim * 1_000_003L + rows * 31L + firstPosition);
+        int positions = firstPosition + rows;
+        int kn = kvHeads * headDim;
+        float[] q = gaussian(random, rows * heads * headDim);
+        short[] k = bf16(gaussian(random, positions * kn));
+        short[] v = bf16(gaussian(random, positions * kn));
+        float[] sink = gaussian(random, heads);
+        double scale = 1 / Math.sqrt(headDim);
+
+        double[] want = new double[rows * heads * headDim];
+        for (int t = 0; t < rows; t++) {
+            int pos = firstPosition + t;
+            int lo = window > 0 ? Math.max(0, pos - window + 1) : 0;
+            for (int h = 0; h < heads; h++) {
+                int kvh = h / (heads / kvHeads);
+                double[] scores = new double[pos - lo + 1];
+                double top = sinks ? sink[h] : Double.NEGATIVE_INFINITY;
+                for (int j = lo; j <= pos; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < headDim; d++) {
+                        dot += Bf16.toFloat(Bf16.fromFloat(q[(t * heads + h) * headDim + d])) * Bf16.toFloat(k[j * kn + kvh * headDim + d]);
+                    }
+                    scores[j - lo] = dot * scale;
+                    top = Math.max(top, scores[j - lo]);
+                }
+                double denominator = sinks ? Math.exp(sink[h] - top) : 0;
+                double[] sum = new double[headDim];
+                for (int j = lo; j <= pos; j++) {
+                    double p = Math.exp(scores[j - lo] - top);
+                    denominator += p;
+                    for (int d = 0; d < headDim; d++) {
+                        sum[d] += p * Bf16.toFloat(v[j * kn + kvh * headDim + d]);
+                    }
+                }
+                for (int d = 0; d < headDim; d++) {
+                    want[(t * heads + h) * headDim + d] = sum[d] / denominator;
+                }
+            }
+        }
+
+        CudaFunction attention = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu").function("attention_prefill_" + headDim);
+        int shared = GpuDecoder.promptAttentionBytes(headDim);
+        if (shared > 48 * 1024) {
+            attention.setMaxDynamicSharedBytes(shared);
+        }
+        try (DeviceBuffer dq = DeviceBuffer.allocate(DType.FP32, q.length);
+             DeviceBuffer dk = DeviceBuffer.allocate(DType.BF16, k.length);
+             DeviceBuffer dv = DeviceBuffer.allocate(DType.BF16, v.length);
+             DeviceBuffer ds = DeviceBuffer.allocate(DType.FP32, heads);
+             DeviceBuffer out = DeviceBuffer.allocate(DType.BF16, want.length)) {
+            dq.copyFrom(q);
+            dk.copyFrom(k);
+            dv.copyFrom(v);
+            ds.copyFrom(sink);
+            out.fillBytes16(Bf16.NAN);
+            attention.launch(heads, Math.ceilDiv(rows, GpuDecoder.PROMPT_ATTENTION_ROWS), 1, 128, 1, 1, shared, stream, dq, dk, dv,
+                    sinks ? ds : (Object) 0L, out, rows, firstPosition, heads, kvHeads, window, (float) scale);
+            stream.synchronize();
+            short[] got = new short[want.length];
+            out.copyTo(got);
+            ErrorStats e = ErrorStats.of(want, got);
+            assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, "head_dim " + headDim + ", " + rows + " rows from position "
+                    + firstPosition + ": " + e);
+        }
+    }
+
+    private static float[] gaussian(SplittableRandom random, int n) {
+        float[] out = new float[n];
+        for (int i = 0; i < n; i++) {
+            // Box-Muller from two uniforms
+            out[i] = (float) (Math.sqrt(-2 * Math.log(1 - random.nextDouble())) * Math.cos(2 * Math.PI * random.nextDouble()));
+        }
+        return out;
+    }
+
+    private static short[] bf16(float[] values) {
+        short[] out = new short[values.length];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = Bf16.fromFloat(values[i]);
+        }
+        return out;
+    }
+}
