@@ -61,7 +61,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /**
      * Blocks per (token, head) of attention: a head's positions are cut into this many slices, each
-     * a block with its own online softmax, merged afterwards. One slice per 64 positions of the
+     * a block with its own online softmax, merged by the block that finishes last. One slice per 64 positions of the
      * context the decoder keeps (one block walking 4,096 positions in turn was the step's slowest
      * part), but at least enough for {@link #ATTENTION_BLOCKS} blocks over the batch's heads (a batch
      * of 64 with 16 slices launched 32,768 blocks of two positions a warp), at most 64.
@@ -105,8 +105,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final CudaFunction rmsNorm;
     private final CudaFunction qkNormRope;
     private final CudaFunction qkNormRopeHeads;
-    private final CudaFunction attentionSplit;
-    private final CudaFunction attentionMerge;
+    private final CudaFunction attention;
     private final CudaFunction addF32Norm;
     private final CudaFunction addBf16Norm;
     private final CudaFunction pickNext;
@@ -122,6 +121,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final DeviceBuffer attnOut;    // [B][qDim] bf16
     private final int attentionSplits;
     private final DeviceBuffer attnParts;  // [B][heads][attentionSplits][head_dim + 2] fp32
+    private final DeviceBuffer attnTickets; // [B][heads] int32, zero between layers
     private final DeviceBuffer projected;  // [B][H] fp32
     private final DeviceBuffer topkIds;
     private final DeviceBuffer topkWeights;
@@ -203,8 +203,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         rmsNorm = module.function("rms_norm");
         qkNormRope = module.function("qk_norm_rope_cache");
         qkNormRopeHeads = module.function("qk_norm_rope_cache_heads");
-        attentionSplit = module.function("attention_split");
-        attentionMerge = module.function("attention_merge");
         addF32Norm = module.function("add_f32_rms_norm");
         addBf16Norm = module.function("add_bf16_rms_norm");
         pickNext = module.function("pick_next");
@@ -213,9 +211,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         if (rowBytes > 48 * 1024) {
             qkNormRope.setMaxDynamicSharedBytes(rowBytes);
         }
-        if (c.headDim() > 256) {
-            throw new IllegalArgumentException("head_dim " + c.headDim() + ": the attention kernel takes at most 256");
+        if (!DECODE_HEAD_DIMS.contains(c.headDim())) {
+            throw new IllegalArgumentException("head_dim " + c.headDim() + ": the decoder's attention on the GPU takes "
+                    + new java.util.TreeSet<>(DECODE_HEAD_DIMS));
         }
+        attention = module.function("attention_decode_" + c.headDim());
         if (h > MAX_ROW || qkvDim > MAX_ROW) {
             throw new IllegalArgumentException("hidden_size " + h + " and the fused q/k/v row of " + qkvDim
                     + " values: the decoder's row kernels take at most " + MAX_ROW);
@@ -326,6 +326,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         attnOut = buffer(DType.BF16, (long) batch * qDim);
         attentionSplits = attentionSplits(context, batch, c.heads());
         attnParts = buffer(DType.FP32, (long) batch * c.heads() * attentionSplits * (c.headDim() + 2));
+        attnTickets = buffer(DType.INT32, (long) batch * c.heads());
+        attnTickets.fillWords32(0);
         projected = buffer(DType.FP32, (long) batch * h);
         topkIds = buffer(DType.INT32, (long) batch * c.topk());
         topkWeights = buffer(DType.FP32, (long) batch * c.topk());
@@ -493,6 +495,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     static final int PROMPT_CHUNK = 2048;
     /** The head dimensions the prompt's tensor-core attention is built for. */
     private static final Set<Integer> PROMPT_HEAD_DIMS = Set.of(16, 32, 64, 128);
+
+    /** The head dimensions the decode steps' attention is built for ({@code attention_decode_<head_dim>}). */
+    static final Set<Integer> DECODE_HEAD_DIMS = Set.of(16, 32, 64, 128, 256);
 
     /** Query rows per block of the prompt's attention (moeforge_decoder.cu's kPrefillRows). */
     static final int PROMPT_ATTENTION_ROWS = 64;
@@ -804,11 +809,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                     stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
                     c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
         }
-        attentionSplit.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
-                positions, attnParts, c.heads(), c.kvHeads(), c.headDim(), context,
+        attention.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
+                ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
                 c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
-        attentionMerge.launch(ORDER, c.heads(), batch, 1, c.headDim(), 1, 1, 0, stream, attnParts, attentionSplits,
-                ptr(w.sinks()), attnOut, c.heads(), c.headDim());
         launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
     }
 

@@ -256,90 +256,187 @@ MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads_bf16, __nv_bfloat16)
 // Attention of one (token, head) over the token's cache [context][kv_heads][head_dim], positions
 // max(0, pos - window + 1) .. pos (window 0: all), GQA (head h reads kv head h / (heads /
 // kv_heads)), scores scaled by `scale`, softmax in FP32 with the head's sink logit in the
-// denominator where `sinks` is given (gpt-oss); each warp of a block keeps an online softmax over
-// every kAttnWarps-th position of its slice.
+// denominator where `sinks` is given (gpt-oss). Block (h, split, b) takes its slice of the
+// positions (the window's positions cut into gridDim.y slices of equal length); its threads work
+// in groups of 8 lanes, each group on every 16th position of the slice with an online softmax of
+// its own, each lane on head_dim / 8 of the dimensions, two positions' k and v loads in flight
+// per group before either is used (one lane of a warp per position left the slice's walk a chain of
+// memory latencies). With one slice the block writes the output; with several each writes its part
+// (max, sum, [head_dim] sums) and the block that finishes a head's last slice (a ticket per
+// (token, head), left at zero) merges the parts with the sink. Grid: (heads, splits, tokens);
+// block: 32 * kAttnWarps threads.
 constexpr int kAttnWarps = 4;
-constexpr int kMaxHeadDim = 256;
-// Attention split over blocks (for long contexts): block (h, split, b) takes its slice of the
-// token's positions (the window's positions cut into gridDim.y slices of equal length), keeps an
-// online softmax over it (as described above), and writes its part (max, sum, [head_dim] sums)
-// to `parts`; attention_merge then combines a head's parts with its sink. An empty slice writes
-// max -inf and sum 0. Grid: (heads, splits, tokens); block: 32 * kAttnWarps threads.
-extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_split(
+constexpr int kAttnGroups = kAttnWarps * 4;  // groups of 8 lanes
+constexpr int kAttnInFlight = 2;              // positions per group whose loads are issued together
+
+// n bf16 from 2n-byte aligned memory as n/2 32-bit words, in 16-byte loads where n allows.
+template <int N>
+__device__ __forceinline__ void load_bf16_words(const __nv_bfloat16* p, uint32_t (&w)[N / 2]) {
+  if constexpr (N >= 8) {
+#pragma unroll
+    for (int c = 0; c < N / 8; ++c) {
+      const uint4 u = *reinterpret_cast<const uint4*>(p + 8 * c);
+      w[4 * c] = u.x;
+      w[4 * c + 1] = u.y;
+      w[4 * c + 2] = u.z;
+      w[4 * c + 3] = u.w;
+    }
+  } else if constexpr (N == 4) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    w[0] = u.x;
+    w[1] = u.y;
+  } else {
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
+  }
+}
+
+__device__ __forceinline__ float bf16_low(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_high(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// The factor that moves a sum kept against max m to max top (0 for an empty one, whose m is -inf).
+__device__ __forceinline__ float rescale(float m, float top) { return m == -INFINITY ? 0.0f : __expf(m - top); }
+
+template <int HD>
+__device__ __forceinline__ void attention_decode_head(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
-    const int* __restrict__ positions, float* __restrict__ parts, int heads, int kv_heads, int head_dim, int context,
-    int window, float scale) {
-  begin_after_previous_kernel();
-  constexpr int kPerLane = kMaxHeadDim / 32;
-  __shared__ float part_max[kAttnWarps], part_sum[kAttnWarps];
-  __shared__ float part_acc[kAttnWarps][kMaxHeadDim];
+    const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
+    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
+  static_assert(HD % 16 == 0 && HD <= 256, "head_dim: 16, 32, 64, 128 or 256");
+  constexpr int D = HD / 8;  // dimensions per lane
+  __shared__ float part_max[kAttnGroups], part_sum[kAttnGroups];
+  __shared__ float part_acc[kAttnWarps][HD];
+  __shared__ int finishing;
   const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, b = blockIdx.z;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = threadIdx.x >> 3, sub = threadIdx.x & 7;
   const int kvh = h / (heads / kv_heads);
   const int pos = positions[b];
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int span = (pos - first + splits) / splits;  // ceil((pos - first + 1) / splits)
   const int begin = first + split * span, end = min(pos, begin + span - 1);
-  const float* qh = q + (static_cast<size_t>(b) * heads + h) * head_dim;
-  float qv[kPerLane], acc[kPerLane];
+  float qv[D], acc[D];
+  {
+    const float* qh = q + (static_cast<size_t>(b) * heads + h) * HD + sub * D;
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int d = lane + 32 * j;
-    qv[j] = d < head_dim ? qh[d] : 0.0f;
-    acc[j] = 0.0f;
+    for (int i = 0; i < D; ++i) {
+      qv[i] = qh[i] * scale;
+      acc[i] = 0.0f;
+    }
   }
   float m = -INFINITY, l = 0.0f;
-  const size_t stride = static_cast<size_t>(kv_heads) * head_dim;
-  const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * head_dim;
-  const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * head_dim;
-  for (int t = begin + warp; t <= end; t += kAttnWarps) {
-    float dot = 0.0f;
+  const size_t stride = static_cast<size_t>(kv_heads) * HD;
+  const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
+  const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
+  // the same trip count for every group (their shuffles need the whole warp); positions past the slice are dropped
+  for (int base = begin; base <= end; base += kAttnGroups * kAttnInFlight) {
+    const int t0 = base + group;
+    uint32_t kw[kAttnInFlight][D / 2], vw[kAttnInFlight][D / 2];
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < head_dim) dot += qv[j] * __bfloat162float(kb[t * stride + d]);
+    for (int u = 0; u < kAttnInFlight; ++u) {
+      const int t = min(t0 + u * kAttnGroups, end);  // past the slice: a position in it, loaded and dropped
+      load_bf16_words<D>(kb + t * stride, kw[u]);
+      load_bf16_words<D>(vb + t * stride, vw[u]);
     }
-    const float sc = warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, sc);
-    const float correction = __expf(m - m_new);
-    const float p = __expf(sc - m_new);
-    l = l * correction + p;
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int d = lane + 32 * j;
-      acc[j] = acc[j] * correction + (d < head_dim ? p * __bfloat162float(vb[t * stride + d]) : 0.0f);
+    for (int u = 0; u < kAttnInFlight; ++u) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) dot += qv[2 * i] * bf16_low(kw[u][i]) + qv[2 * i + 1] * bf16_high(kw[u][i]);
+      dot += __shfl_xor_sync(kFullMask, dot, 1);
+      dot += __shfl_xor_sync(kFullMask, dot, 2);
+      dot += __shfl_xor_sync(kFullMask, dot, 4);
+      if (t0 + u * kAttnGroups > end) continue;
+      const float m_new = fmaxf(m, dot);
+      const float correction = __expf(m - m_new);
+      const float p = __expf(dot - m_new);
+      l = l * correction + p;
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) {
+        acc[2 * i] = acc[2 * i] * correction + p * bf16_low(vw[u][i]);
+        acc[2 * i + 1] = acc[2 * i + 1] * correction + p * bf16_high(vw[u][i]);
+      }
+      m = m_new;
     }
-    m = m_new;
   }
-  if (lane == 0) {
-    part_max[warp] = m;
-    part_sum[warp] = l;
-  }
+  // the warp's four groups, then the block's four warps
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int d = lane + 32 * j;
-    if (d < head_dim) part_acc[warp][d] = acc[j];
+  for (int d = 8; d < 32; d <<= 1) {
+    const float m_other = __shfl_xor_sync(kFullMask, m, d);
+    const float l_other = __shfl_xor_sync(kFullMask, l, d);
+    const float top = fmaxf(m, m_other);
+    const float f = rescale(m, top), f_other = rescale(m_other, top);
+    l = l * f + l_other * f_other;
+#pragma unroll
+    for (int i = 0; i < D; ++i) acc[i] = acc[i] * f + __shfl_xor_sync(kFullMask, acc[i], d) * f_other;
+    m = top;
+  }
+  if (lane < 8) {
+#pragma unroll
+    for (int i = 0; i < D; ++i) part_acc[warp][sub * D + i] = acc[i];
+    if (lane == 0) {
+      part_max[warp] = m;
+      part_sum[warp] = l;
+    }
   }
   __syncthreads();
-  float block_max = -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) block_max = fmaxf(block_max, part_max[w]);
-  float* out = parts + ((static_cast<size_t>(b) * heads + h) * splits + split) * (head_dim + 2);
+  float top = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) top = fmaxf(top, part_max[w]);
+  float sum = 0.0f;
+  for (int w = 0; w < kAttnWarps; ++w) sum += part_sum[w] * rescale(part_max[w], top);
+  const size_t head_row = static_cast<size_t>(b) * heads + h;
+  if (splits == 1) {
+    const float sink_top = sinks != nullptr ? fmaxf(top, sinks[h]) : top;
+    const float denominator = sum * rescale(top, sink_top) + (sinks != nullptr ? __expf(sinks[h] - sink_top) : 0.0f);
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+      float numerator = 0.0f;
+      for (int w = 0; w < kAttnWarps; ++w) numerator += part_acc[w][d] * rescale(part_max[w], sink_top);
+      out[head_row * HD + d] = __float2bfloat16_rn(numerator / denominator);
+    }
+    return;
+  }
+  float* mine = parts + (head_row * splits + split) * (HD + 2);
   if (threadIdx.x == 0) {
-    float sum = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) {
-      if (part_sum[w] > 0.0f) sum += part_sum[w] * __expf(part_max[w] - block_max);
-    }
-    out[0] = block_max;
-    out[1] = sum;
+    mine[0] = top;
+    mine[1] = sum;
   }
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
     float numerator = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) {
-      if (part_sum[w] > 0.0f) numerator += part_acc[w][d] * __expf(part_max[w] - block_max);
-    }
-    out[2 + d] = numerator;
+    for (int w = 0; w < kAttnWarps; ++w) numerator += part_acc[w][d] * rescale(part_max[w], top);
+    mine[2 + d] = numerator;
   }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) finishing = atomicAdd(tickets + head_row, 1) == splits - 1;
+  __syncthreads();
+  if (!finishing) return;
+  __threadfence();
+  const float* all = parts + head_row * splits * (HD + 2);
+  float total_max = sinks != nullptr ? sinks[h] : -INFINITY;
+  for (int s = 0; s < splits; ++s) total_max = fmaxf(total_max, __ldcg(all + s * (HD + 2)));
+  float denominator = sinks != nullptr ? __expf(sinks[h] - total_max) : 0.0f;
+  for (int s = 0; s < splits; ++s) denominator += __ldcg(all + s * (HD + 2) + 1) * rescale(__ldcg(all + s * (HD + 2)), total_max);
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    float numerator = 0.0f;
+    for (int s = 0; s < splits; ++s) numerator += __ldcg(all + s * (HD + 2) + 2 + d) * rescale(__ldcg(all + s * (HD + 2)), total_max);
+    out[head_row * HD + d] = __float2bfloat16_rn(numerator / denominator);
+  }
+  if (threadIdx.x == 0) tickets[head_row] = 0;  // for the next layer and step
 }
+
+#define MOEFORGE_ATTENTION_DECODE(HD)                                                                                    \
+  extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode_##HD(                                  \
+      const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
+      const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts,                    \
+      int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window,     \
+      float scale) {                                                                                                    \
+    begin_after_previous_kernel();                                                                                      \
+    attention_decode_head<HD>(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context,     \
+                              window, scale);                                                                           \
+  }
+MOEFORGE_ATTENTION_DECODE(16)
+MOEFORGE_ATTENTION_DECODE(32)
+MOEFORGE_ATTENTION_DECODE(64)
+MOEFORGE_ATTENTION_DECODE(128)
+MOEFORGE_ATTENTION_DECODE(256)
 
 // Causal attention of a prompt chunk on the tensor cores (mma.sync m16n8k16: bf16 in, FP32 sums).
 // Block (head, q tile) takes kPrefillRows rows of the chunk (row t at position first_pos + t) against
@@ -557,28 +654,6 @@ MOEFORGE_ATTENTION_PREFILL(128)
 extern "C" __global__ void repeat_row_bf16(const __nv_bfloat16* __restrict__ in, int row, __nv_bfloat16* __restrict__ out, int n) {
   begin_after_previous_kernel();
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[static_cast<size_t>(blockIdx.x) * n + i] = in[static_cast<size_t>(row) * n + i];
-}
-
-// A head's parts from attention_split, merged with its sink (where given) into the bf16 output.
-// Grid: (heads, tokens); block: head_dim threads.
-extern "C" __global__ void attention_merge(const float* __restrict__ parts, int splits, const float* __restrict__ sinks,
-                                           __nv_bfloat16* __restrict__ out, int heads, int head_dim) {
-  begin_after_previous_kernel();
-  const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
-  const float* p = parts + (static_cast<size_t>(b) * heads + h) * splits * (head_dim + 2);
-  float total_max = sinks != nullptr ? sinks[h] : -INFINITY;
-  for (int s = 0; s < splits; ++s) total_max = fmaxf(total_max, p[s * (head_dim + 2)]);
-  float denominator = sinks != nullptr ? __expf(sinks[h] - total_max) : 0.0f;
-  float numerator = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float* part = p + s * (head_dim + 2);
-    if (part[1] > 0.0f) {
-      const float f = __expf(part[0] - total_max);
-      denominator += part[1] * f;
-      numerator += part[2 + d] * f;
-    }
-  }
-  if (d < head_dim) out[(static_cast<size_t>(b) * heads + h) * head_dim + d] = __float2bfloat16_rn(numerator / denominator);
 }
 
 // The residual add and the next norm in one: x[b] += y[b], then out[b] = bf16(w * x[b] / rms(x[b])).

@@ -20,12 +20,14 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
 /**
- * The prompt's tensor-core attention ({@code attention_prefill_<head_dim>}) against causal
- * attention in FP64 on fresh random q, k and v: every head size it is built for, GQA groups of 1 to
- * 8, chunks that start at position 0 and past it, q tiles cut short, windows and sinks.
+ * The decoder's attention kernels against attention in FP64 on fresh random q, k and v: the
+ * prompt's on the tensor cores ({@code attention_prefill_<head_dim>}: causal over a chunk's rows)
+ * and the decode steps' ({@code attention_decode_<head_dim>}: one row per sequence, its positions
+ * cut into slices that the last block to finish merges). Every head size each is built for, GQA
+ * groups of 1 to 8, windows and sinks.
  */
 @RequiresGpu
-class PromptAttentionGpuTest {
+class AttentionGpuTest {
     /** q and P enter the tensor cores as bf16 and the output leaves as bf16. */
     private static final double RELATIVE_L2 = 1e-2;
 
@@ -50,6 +52,7 @@ class PromptAttentionGpuTest {
         }
     }
 
+    /** Chunks that start at position 0 and past it, q tiles cut short. */
     @ParameterizedTest
     @CsvSource({
         // head_dim, heads, kv_heads, rows, first position, window, sinks
@@ -61,7 +64,7 @@ class PromptAttentionGpuTest {
         "128, 32, 4, 150, 300, 0, false",
         "128, 8, 2, 1, 90, 5, true",
     })
-    void matchesTheReference(int headDim, int heads, int kvHeads, int rows, int firstPosition, int window, boolean sinks) {
+    void promptChunk(int headDim, int heads, int kvHeads, int rows, int firstPosition, int window, boolean sinks) {
         SplittableRandom random = new SplittableRandom(headDim * 1_000_003L + rows * 31L + firstPosition);
         int positions = firstPosition + rows;
         int kn = kvHeads * headDim;
@@ -125,6 +128,90 @@ class PromptAttentionGpuTest {
             ErrorStats e = ErrorStats.of(want, got);
             assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, "head_dim " + headDim + ", " + rows + " rows from position "
                     + firstPosition + ": " + e);
+        }
+    }
+
+    /**
+     * Sequences at different positions (the batch's rows), with one slice, several (some empty
+     * where the slices outnumber the positions) and more slices than positions; each sequence
+     * its own cache.
+     */
+    @ParameterizedTest
+    @CsvSource({
+        // head_dim, heads, kv_heads, batch, context, slices, window, sinks
+        "16, 4, 2, 3, 40, 1, 0, false",
+        "32, 4, 2, 2, 70, 5, 0, true",
+        "64, 64, 8, 2, 300, 16, 128, true",
+        "128, 32, 4, 1, 600, 16, 0, false",
+        "128, 8, 1, 4, 130, 64, 0, false",
+        "256, 4, 2, 2, 90, 3, 7, true",
+    })
+    void decodeStep(int headDim, int heads, int kvHeads, int batch, int context, int slices, int window, boolean sinks) {
+        SplittableRandom random = new SplittableRandom(headDim * 7_000_003L + context * 31L + slices);
+        int kn = kvHeads * headDim;
+        float[] q = gaussian(random, batch * heads * headDim);
+        short[] k = bf16(gaussian(random, batch * context * kn));
+        short[] v = bf16(gaussian(random, batch * context * kn));
+        float[] sink = gaussian(random, heads);
+        int[] positions = random.ints(batch, 0, context).toArray();
+        positions[0] = context - 1;
+        double scale = 1 / Math.sqrt(headDim);
+        double[] want = new double[batch * heads * headDim];
+        for (int b = 0; b < batch; b++) {
+            int pos = positions[b];
+            int lo = window > 0 ? Math.max(0, pos - window + 1) : 0;
+            for (int h = 0; h < heads; h++) {
+                int kvh = h / (heads / kvHeads);
+                double[] scores = new double[pos - lo + 1];
+                double top = sinks ? sink[h] : Double.NEGATIVE_INFINITY;
+                for (int j = lo; j <= pos; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < headDim; d++) {
+                        dot += q[(b * heads + h) * headDim + d] * Bf16.toFloat(k[(b * context + j) * kn + kvh * headDim + d]);
+                    }
+                    scores[j - lo] = dot * scale;
+                    top = Math.max(top, scores[j - lo]);
+                }
+                double denominator = sinks ? Math.exp(sink[h] - top) : 0;
+                double[] sum = new double[headDim];
+                for (int j = lo; j <= pos; j++) {
+                    double p = Math.exp(scores[j - lo] - top);
+                    denominator += p;
+                    for (int d = 0; d < headDim; d++) {
+                        sum[d] += p * Bf16.toFloat(v[(b * context + j) * kn + kvh * headDim + d]);
+                    }
+                }
+                for (int d = 0; d < headDim; d++) {
+                    want[(b * heads + h) * headDim + d] = sum[d] / denominator;
+                }
+            }
+        }
+        CudaFunction attention = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu").function("attention_decode_" + headDim);
+        try (DeviceBuffer dq = DeviceBuffer.allocate(DType.FP32, q.length);
+             DeviceBuffer dk = DeviceBuffer.allocate(DType.BF16, k.length);
+             DeviceBuffer dv = DeviceBuffer.allocate(DType.BF16, v.length);
+             DeviceBuffer dpos = DeviceBuffer.allocate(DType.INT32, batch);
+             DeviceBuffer ds = DeviceBuffer.allocate(DType.FP32, heads);
+             DeviceBuffer parts = DeviceBuffer.allocate(DType.FP32, (long) batch * heads * slices * (headDim + 2));
+             DeviceBuffer tickets = DeviceBuffer.allocate(DType.INT32, (long) batch * heads);
+             DeviceBuffer out = DeviceBuffer.allocate(DType.BF16, want.length)) {
+            dq.copyFrom(q);
+            dk.copyFrom(k);
+            dv.copyFrom(v);
+            dpos.copyFrom(positions);
+            ds.copyFrom(sink);
+            tickets.fillWords32(0);
+            for (int run = 0; run < 2; run++) {  // the second run finds the tickets the first left at zero
+                out.fillBytes16(Bf16.NAN);
+                attention.launch(heads, slices, batch, 128, 1, 1, 0, stream, dq, dk, dv, dpos, sinks ? ds : (Object) 0L, parts, tickets, out,
+                        heads, kvHeads, context, window, (float) scale);
+                stream.synchronize();
+                short[] got = new short[want.length];
+                out.copyTo(got);
+                ErrorStats e = ErrorStats.of(want, got);
+                assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, "head_dim " + headDim + ", " + slices + " slices, run "
+                        + run + ": " + e);
+            }
         }
     }
 
