@@ -199,10 +199,10 @@ __device__ __forceinline__ void qk_norm_rope_row(
 MOEFORGE_QK_NORM_ROPE_ROW(qk_norm_rope_cache, float)
 MOEFORGE_QK_NORM_ROPE_ROW(qk_norm_rope_cache_bf16, __nv_bfloat16)
 
-// The same one head per block, for every other model (per-head q/k norm with a [head_dim] weight
-// where norm_mode is 1, Qwen3; none where 0): block (h, b) takes head h of the token's fused row
-// (q heads, then k heads, then v heads), one value per thread. Block: head_dim rounded up to whole
-// warps (at most 256 threads).
+// The same one head per block, for a prompt's rows in every other model (per-head q/k norm with a
+// [head_dim] weight where norm_mode is 1, Qwen3; none where 0; a decode step's is inside its
+// attention): block (h, b) takes head h of the row's fused q/k/v (q heads, then k heads, then v
+// heads), one value per thread. Block: head_dim rounded up to whole warps (at most 256 threads).
 template <class In>
 __device__ __forceinline__ void qk_norm_rope_head(
     const In* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,
@@ -250,7 +250,6 @@ __device__ __forceinline__ void qk_norm_rope_head(
     qk_norm_rope_head(qkv, q_norm, k_norm, norm_mode, eps, positions, inv_freq, scaling, q_out, k_cache, v_cache,       \
                       heads, kv_heads, head_dim, context, copies);                                                      \
   }
-MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads, float)
 MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads_bf16, __nv_bfloat16)
 
 // Attention of one (token, head) over the token's cache [context][kv_heads][head_dim], positions
@@ -296,11 +295,68 @@ __device__ __forceinline__ float bf16_high(uint32_t w) { return __uint_as_float(
 // The factor that moves a sum kept against max m to max top (0 for an empty one, whose m is -inf).
 __device__ __forceinline__ float rescale(float m, float top) { return m == -INFINITY ? 0.0f : __expf(m - top); }
 
+// One head of a fused q/k/v row [HD] (src), with its RMSNorm where `weight` is given, then RoPE at
+// pos, into dst (shared memory), by the whole block of 32 * kAttnWarps threads, as
+// qk_norm_rope_cache_heads_bf16 computes it for a prompt.
 template <int HD>
+__device__ __forceinline__ void norm_rope_head(const float* __restrict__ src, float* dst, const float* __restrict__ weight,
+                                               float eps, const float* __restrict__ inv_freq, int pos, float scaling,
+                                               float* scratch) {
+  constexpr int kPer = (HD + 32 * kAttnWarps - 1) / (32 * kAttnWarps);
+  float v[kPer];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int d = threadIdx.x + j * blockDim.x;
+    v[j] = d < HD ? src[d] : 0.0f;
+    ss += v[j] * v[j];
+  }
+  if (weight != nullptr) {
+    const float r = rsqrtf(block_sum(ss, scratch) / HD + eps);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int d = threadIdx.x + j * blockDim.x;
+      if (d < HD) v[j] = weight[d] * (v[j] * r);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int d = threadIdx.x + j * blockDim.x;
+    if (d < HD) dst[d] = v[j];
+  }
+  __syncthreads();
+  constexpr int half = HD / 2;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int d = threadIdx.x + j * blockDim.x;
+    if (d < HD) {
+      float c, s;
+      rope_cos_sin(inv_freq, d < half ? d : d - half, pos, scaling, c, s);
+      v[j] = d < half ? dst[d] * c - dst[d + half] * s : dst[d] * c + dst[d - half] * s;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int d = threadIdx.x + j * blockDim.x;
+    if (d < HD) dst[d] = v[j];
+  }
+  __syncthreads();
+}
+
+// With kFromQkv the block takes its head of q from the token's fused q/k/v row (FP32, from the
+// projection) through the per-head norm (norm_mode 1, Qwen3; 0 none) and RoPE itself, and the
+// block whose slice holds the token's own position does the same for its kv head's k (and takes
+// v as it is), attends to them from shared memory, and, for the first q head of the kv group,
+// writes them to the cache: what a prompt runs as a kernel of its own. Without,
+// q comes roped from q (OLMoE's norm spans every head: qk_norm_rope_cache has run).
+template <int HD, bool kFromQkv>
 __device__ __forceinline__ void attention_decode_head(
-    const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
-    const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
-    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
+    const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode, float eps,
+    const float* __restrict__ inv_freq, float rope_scaling, const float* __restrict__ q, __nv_bfloat16* __restrict__ k_cache,
+    __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ positions, const float* __restrict__ sinks,
+    float* __restrict__ parts, int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context,
+    int window, float scale) {
   static_assert(HD % 16 == 0 && HD <= 256, "head_dim: 16, 32, 64, 128 or 256");
   constexpr int D = HD / 8;  // dimensions per lane
   __shared__ float part_max[kAttnGroups], part_sum[kAttnGroups];
@@ -313,9 +369,34 @@ __device__ __forceinline__ void attention_decode_head(
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int span = (pos - first + splits) / splits;  // ceil((pos - first + 1) / splits)
   const int begin = first + split * span, end = min(pos, begin + span - 1);
+  const size_t stride = static_cast<size_t>(kv_heads) * HD;
+  __shared__ float head_q[kFromQkv ? HD : 1], head_k[kFromQkv ? HD : 1];
+  __shared__ __align__(16) __nv_bfloat16 own_k[kFromQkv ? HD : 8], own_v[kFromQkv ? HD : 8];
+  __shared__ float scratch[32];
+  const bool holds_pos = begin <= pos && pos <= end;  // the same for the whole block
+  if constexpr (kFromQkv) {
+    const float* row = qkv + static_cast<size_t>(b) * (heads + 2 * kv_heads) * HD;
+    norm_rope_head<HD>(row + h * HD, head_q, norm_mode == 1 ? q_norm : nullptr, eps, inv_freq, pos, rope_scaling, scratch);
+    if (holds_pos) {
+      norm_rope_head<HD>(row + (heads + kvh) * HD, head_k, norm_mode == 1 ? k_norm : nullptr, eps, inv_freq, pos, rope_scaling,
+                         scratch);
+      for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        own_k[d] = __float2bfloat16_rn(head_k[d]);
+        own_v[d] = __float2bfloat16_rn(row[(heads + kv_heads + kvh) * HD + d]);
+      }
+      __syncthreads();
+      if (h % (heads / kv_heads) == 0) {
+        const size_t at = (static_cast<size_t>(b) * context + pos) * stride + kvh * HD;
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+          k_cache[at + d] = own_k[d];
+          v_cache[at + d] = own_v[d];
+        }
+      }
+    }
+  }
   float qv[D], acc[D];
   {
-    const float* qh = q + (static_cast<size_t>(b) * heads + h) * HD + sub * D;
+    const float* qh = kFromQkv ? head_q + sub * D : q + (static_cast<size_t>(b) * heads + h) * HD + sub * D;
 #pragma unroll
     for (int i = 0; i < D; ++i) {
       qv[i] = qh[i] * scale;
@@ -323,7 +404,6 @@ __device__ __forceinline__ void attention_decode_head(
     }
   }
   float m = -INFINITY, l = 0.0f;
-  const size_t stride = static_cast<size_t>(kv_heads) * HD;
   const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
   const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
   // the same trip count for every group (their shuffles need the whole warp); positions past the slice are dropped
@@ -335,6 +415,18 @@ __device__ __forceinline__ void attention_decode_head(
       const int t = min(t0 + u * kAttnGroups, end);  // past the slice: a position in it, loaded and dropped
       load_bf16_words<D>(kb + t * stride, kw[u]);
       load_bf16_words<D>(vb + t * stride, vw[u]);
+    }
+    if constexpr (kFromQkv) {
+#pragma unroll
+      for (int u = 0; u < kAttnInFlight; ++u) {
+        if (t0 + u * kAttnGroups == pos) {  // the token's own k and v, not yet in the cache this kernel reads
+#pragma unroll
+          for (int i = 0; i < D / 2; ++i) {
+            kw[u][i] = reinterpret_cast<const uint32_t*>(own_k + sub * D)[i];
+            vw[u][i] = reinterpret_cast<const uint32_t*>(own_v + sub * D)[i];
+          }
+        }
+      }
     }
 #pragma unroll
     for (int u = 0; u < kAttnInFlight; ++u) {
@@ -422,21 +514,31 @@ __device__ __forceinline__ void attention_decode_head(
   if (threadIdx.x == 0) tickets[head_row] = 0;  // for the next layer and step
 }
 
-#define MOEFORGE_ATTENTION_DECODE(HD)                                                                                    \
-  extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode_##HD(                                  \
-      const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
-      const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts,                    \
-      int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window,     \
-      float scale) {                                                                                                    \
+// At least kAttnMinBlocks blocks an SM (a register budget ptxas keeps to: with none it spilled at
+// 48 registers on sm_120a), two at head_dim 256.
+constexpr int kAttnMinBlocks = 4;
+#define MOEFORGE_ATTENTION_DECODE(NAME, HD, FROM_QKV)                                                                   \
+  extern "C" __global__ void __launch_bounds__(32 * kAttnWarps, HD > 128 ? 2 : kAttnMinBlocks) NAME(                                                   \
+      const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,  \
+      float eps, const float* __restrict__ inv_freq, float rope_scaling, const float* __restrict__ q,                   \
+      __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ positions,      \
+      const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, \
+      int heads, int kv_heads, int context, int window, float scale) {                                                  \
     begin_after_previous_kernel();                                                                                      \
-    attention_decode_head<HD>(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context,     \
-                              window, scale);                                                                           \
+    attention_decode_head<HD, FROM_QKV>(qkv, q_norm, k_norm, norm_mode, eps, inv_freq, rope_scaling, q, k_cache,       \
+                                        v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context,       \
+                                        window, scale);                                                                 \
   }
-MOEFORGE_ATTENTION_DECODE(16)
-MOEFORGE_ATTENTION_DECODE(32)
-MOEFORGE_ATTENTION_DECODE(64)
-MOEFORGE_ATTENTION_DECODE(128)
-MOEFORGE_ATTENTION_DECODE(256)
+MOEFORGE_ATTENTION_DECODE(attention_decode_16, 16, false)
+MOEFORGE_ATTENTION_DECODE(attention_decode_32, 32, false)
+MOEFORGE_ATTENTION_DECODE(attention_decode_64, 64, false)
+MOEFORGE_ATTENTION_DECODE(attention_decode_128, 128, false)
+MOEFORGE_ATTENTION_DECODE(attention_decode_256, 256, false)
+MOEFORGE_ATTENTION_DECODE(attention_decode_qkv_16, 16, true)
+MOEFORGE_ATTENTION_DECODE(attention_decode_qkv_32, 32, true)
+MOEFORGE_ATTENTION_DECODE(attention_decode_qkv_64, 64, true)
+MOEFORGE_ATTENTION_DECODE(attention_decode_qkv_128, 128, true)
+MOEFORGE_ATTENTION_DECODE(attention_decode_qkv_256, 256, true)
 
 // Causal attention of a prompt chunk on the tensor cores (mma.sync m16n8k16: bf16 in, FP32 sums).
 // Block (head, q tile) takes kPrefillRows rows of the chunk (row t at position first_pos + t) against
