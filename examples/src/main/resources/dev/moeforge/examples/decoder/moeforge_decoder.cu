@@ -289,67 +289,52 @@ __device__ __forceinline__ void load_bf16_words(const __nv_bfloat16* p, uint32_t
   }
 }
 
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
 __device__ __forceinline__ float bf16_low(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_high(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
 // The factor that moves a sum kept against max m to max top (0 for an empty one, whose m is -inf).
 __device__ __forceinline__ float rescale(float m, float top) { return m == -INFINITY ? 0.0f : __expf(m - top); }
 
-// One head of a fused q/k/v row [HD] (src), with its RMSNorm where `weight` is given, then RoPE at
-// pos, into dst (shared memory), by the whole block of 32 * kAttnWarps threads, as
-// qk_norm_rope_cache_heads_bf16 computes it for a prompt.
-template <int HD>
-__device__ __forceinline__ void norm_rope_head(const float* __restrict__ src, float* dst, const float* __restrict__ weight,
-                                               float eps, const float* __restrict__ inv_freq, int pos, float scaling,
-                                               float* scratch) {
-  constexpr int kPer = (HD + 32 * kAttnWarps - 1) / (32 * kAttnWarps);
-  float v[kPer];
-  float ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int d = threadIdx.x + j * blockDim.x;
-    v[j] = d < HD ? src[d] : 0.0f;
-    ss += v[j] * v[j];
-  }
+// One head of a fused q/k/v row, held by a group of 8 lanes (lane `sub` its dimensions sub * D ..
+// sub * D + D - 1), through its RMSNorm where `weight` is given and RoPE at pos, in registers: the
+// norm's sum over the group by shuffles, and each dimension's RoPE partner (d +- head_dim / 2) on
+// lane sub ^ 4 at the same index. As qk_norm_rope_cache_heads_bf16 computes it for a prompt.
+template <int D>
+__device__ __forceinline__ void norm_rope_lanes(float (&x)[D], const float* __restrict__ weight, int sub, float eps,
+                                                const float* __restrict__ inv_freq, int pos, float scaling) {
+  constexpr int HD = 8 * D, half = HD / 2;
   if (weight != nullptr) {
-    const float r = rsqrtf(block_sum(ss, scratch) / HD + eps);
+    float ss = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int d = threadIdx.x + j * blockDim.x;
-      if (d < HD) v[j] = weight[d] * (v[j] * r);
-    }
+    for (int i = 0; i < D; ++i) ss += x[i] * x[i];
+    ss += __shfl_xor_sync(kFullMask, ss, 1);
+    ss += __shfl_xor_sync(kFullMask, ss, 2);
+    ss += __shfl_xor_sync(kFullMask, ss, 4);
+    const float r = rsqrtf(ss / HD + eps);
+#pragma unroll
+    for (int i = 0; i < D; ++i) x[i] = weight[sub * D + i] * (x[i] * r);
   }
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int d = threadIdx.x + j * blockDim.x;
-    if (d < HD) dst[d] = v[j];
+  for (int i = 0; i < D; ++i) {
+    const int d = sub * D + i;
+    const float partner = __shfl_xor_sync(kFullMask, x[i], 4);
+    float c, s;
+    rope_cos_sin(inv_freq, d < half ? d : d - half, pos, scaling, c, s);
+    x[i] = d < half ? x[i] * c - partner * s : x[i] * c + partner * s;
   }
-  __syncthreads();
-  constexpr int half = HD / 2;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int d = threadIdx.x + j * blockDim.x;
-    if (d < HD) {
-      float c, s;
-      rope_cos_sin(inv_freq, d < half ? d : d - half, pos, scaling, c, s);
-      v[j] = d < half ? dst[d] * c - dst[d + half] * s : dst[d] * c + dst[d - half] * s;
-    }
-  }
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int d = threadIdx.x + j * blockDim.x;
-    if (d < HD) dst[d] = v[j];
-  }
-  __syncthreads();
 }
 
-// With kFromQkv the block takes its head of q from the token's fused q/k/v row (FP32, from the
-// projection) through the per-head norm (norm_mode 1, Qwen3; 0 none) and RoPE itself, and the
-// block whose slice holds the token's own position does the same for its kv head's k (and takes
-// v as it is), attends to them from shared memory, and, for the first q head of the kv group,
-// writes them to the cache: what a prompt runs as a kernel of its own. Without,
-// q comes roped from q (OLMoE's norm spans every head: qk_norm_rope_cache has run).
+// With kFromQkv each group of the block takes its head of q from the token's fused q/k/v row (FP32,
+// from the projection) through the per-head norm (norm_mode 1, Qwen3; 0 none) and RoPE itself
+// (norm_rope_lanes), and in the block whose slice holds the token's own position also its kv
+// head's k (and v as it is), attends to them from registers, and, in the first q head of the kv
+// group, writes them to the cache: what a prompt runs as a kernel of its own. Without, q comes
+// roped from q (OLMoE's norm spans every head: qk_norm_rope_cache has run).
 template <int HD, bool kFromQkv>
 __device__ __forceinline__ void attention_decode_head(
     const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode, float eps,
@@ -370,38 +355,43 @@ __device__ __forceinline__ void attention_decode_head(
   const int span = (pos - first + splits) / splits;  // ceil((pos - first + 1) / splits)
   const int begin = first + split * span, end = min(pos, begin + span - 1);
   const size_t stride = static_cast<size_t>(kv_heads) * HD;
-  __shared__ float head_q[kFromQkv ? HD : 1], head_k[kFromQkv ? HD : 1];
-  __shared__ __align__(16) __nv_bfloat16 own_k[kFromQkv ? HD : 8], own_v[kFromQkv ? HD : 8];
-  __shared__ float scratch[32];
   const bool holds_pos = begin <= pos && pos <= end;  // the same for the whole block
+  float qv[D], acc[D];
+  uint32_t own_k[kFromQkv ? D / 2 : 1], own_v[kFromQkv ? D / 2 : 1];  // the token's own k and v, as the cache holds them
   if constexpr (kFromQkv) {
     const float* row = qkv + static_cast<size_t>(b) * (heads + 2 * kv_heads) * HD;
-    norm_rope_head<HD>(row + h * HD, head_q, norm_mode == 1 ? q_norm : nullptr, eps, inv_freq, pos, rope_scaling, scratch);
+#pragma unroll
+    for (int i = 0; i < D; ++i) qv[i] = row[h * HD + sub * D + i];
+    norm_rope_lanes<D>(qv, norm_mode == 1 ? q_norm : nullptr, sub, eps, inv_freq, pos, rope_scaling);
     if (holds_pos) {
-      norm_rope_head<HD>(row + (heads + kvh) * HD, head_k, norm_mode == 1 ? k_norm : nullptr, eps, inv_freq, pos, rope_scaling,
-                         scratch);
-      for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-        own_k[d] = __float2bfloat16_rn(head_k[d]);
-        own_v[d] = __float2bfloat16_rn(row[(heads + kv_heads + kvh) * HD + d]);
+      float kx[D];
+#pragma unroll
+      for (int i = 0; i < D; ++i) kx[i] = row[(heads + kvh) * HD + sub * D + i];
+      norm_rope_lanes<D>(kx, norm_mode == 1 ? k_norm : nullptr, sub, eps, inv_freq, pos, rope_scaling);
+      const float* vx = row + (heads + kv_heads + kvh) * HD + sub * D;
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) {
+        own_k[i] = bf16x2_bits(kx[2 * i], kx[2 * i + 1]);
+        own_v[i] = bf16x2_bits(vx[2 * i], vx[2 * i + 1]);
       }
-      __syncthreads();
-      if (h % (heads / kv_heads) == 0) {
-        const size_t at = (static_cast<size_t>(b) * context + pos) * stride + kvh * HD;
-        for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-          k_cache[at + d] = own_k[d];
-          v_cache[at + d] = own_v[d];
+      if (h % (heads / kv_heads) == 0 && group == 0) {
+        const size_t at = (static_cast<size_t>(b) * context + pos) * stride + kvh * HD + sub * D;
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) {
+          reinterpret_cast<uint32_t*>(k_cache + at)[i] = own_k[i];
+          reinterpret_cast<uint32_t*>(v_cache + at)[i] = own_v[i];
         }
       }
     }
-  }
-  float qv[D], acc[D];
-  {
-    const float* qh = kFromQkv ? head_q + sub * D : q + (static_cast<size_t>(b) * heads + h) * HD + sub * D;
+  } else {
+    const float* qh = q + (static_cast<size_t>(b) * heads + h) * HD + sub * D;
 #pragma unroll
-    for (int i = 0; i < D; ++i) {
-      qv[i] = qh[i] * scale;
-      acc[i] = 0.0f;
-    }
+    for (int i = 0; i < D; ++i) qv[i] = qh[i];
+  }
+#pragma unroll
+  for (int i = 0; i < D; ++i) {
+    qv[i] *= scale;
+    acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
   const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
@@ -422,8 +412,8 @@ __device__ __forceinline__ void attention_decode_head(
         if (t0 + u * kAttnGroups == pos) {  // the token's own k and v, not yet in the cache this kernel reads
 #pragma unroll
           for (int i = 0; i < D / 2; ++i) {
-            kw[u][i] = reinterpret_cast<const uint32_t*>(own_k + sub * D)[i];
-            vw[u][i] = reinterpret_cast<const uint32_t*>(own_v + sub * D)[i];
+            kw[u][i] = own_k[i];
+            vw[u][i] = own_v[i];
           }
         }
       }
@@ -563,11 +553,6 @@ struct PrefillTile {
 __device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
-}
-
-__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
