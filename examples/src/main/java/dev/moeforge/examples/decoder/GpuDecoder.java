@@ -104,7 +104,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final CudaFunction embedTokens;
     private final CudaFunction rmsNorm;
     private final CudaFunction qkNormRope;
-    private final CudaFunction attentionFromQkv;
+    private final CudaFunction qkNormRopeHeads;
     private final CudaFunction attention;
     private final CudaFunction addF32Norm;
     private final CudaFunction addBf16Norm;
@@ -202,6 +202,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         embedTokens = module.function("embed_tokens");
         rmsNorm = module.function("rms_norm");
         qkNormRope = module.function("qk_norm_rope_cache");
+        qkNormRopeHeads = module.function("qk_norm_rope_cache_heads");
         addF32Norm = module.function("add_f32_rms_norm");
         addBf16Norm = module.function("add_bf16_rms_norm");
         pickNext = module.function("pick_next");
@@ -215,7 +216,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                     + new java.util.TreeSet<>(DECODE_HEAD_DIMS));
         }
         attention = module.function("attention_decode_" + c.headDim());
-        attentionFromQkv = module.function("attention_decode_qkv_" + c.headDim());
         if (h > MAX_ROW || qkvDim > MAX_ROW) {
             throw new IllegalArgumentException("hidden_size " + h + " and the fused q/k/v row of " + qkvDim
                     + " values: the decoder's row kernels take at most " + MAX_ROW);
@@ -796,23 +796,21 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
     }
 
-    /**
-     * Layer l's attention: the fused projection, attention (with the q/k norm, RoPE and the cache
-     * write of the token's own k and v inside it, or before it in a kernel of its own for OLMoE,
-     * whose norm spans every head), the o projection.
-     */
+    /** Layer l's attention: the fused projection, q/k norm with RoPE and the cache write, attention, the o projection. */
     private void enqueueAttention(int l, LayerOnDevice w, int qDim, int kvDim, float eps) {
         launchLinear(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
-        boolean rowNorm = c.arch() == Architecture.OLMOE;
-        if (rowNorm) {
+        if (c.arch() == Architecture.OLMOE) {  // its q/k norm spans every head: one block per token
             qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
                     (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
                     vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
+        } else {
+            int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
+            qkNormRopeHeads.launch(ORDER, c.heads() + 2 * c.kvHeads(), batch, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0,
+                    stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
+                    c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
         }
-        int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
-        (rowNorm ? attention : attentionFromQkv).launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, qkv,
-                ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
-                vCache.get(l), positions, ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
+        attention.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
+                ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
                 c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
         launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
     }

@@ -199,10 +199,10 @@ __device__ __forceinline__ void qk_norm_rope_row(
 MOEFORGE_QK_NORM_ROPE_ROW(qk_norm_rope_cache, float)
 MOEFORGE_QK_NORM_ROPE_ROW(qk_norm_rope_cache_bf16, __nv_bfloat16)
 
-// The same one head per block, for a prompt's rows in every other model (per-head q/k norm with a
-// [head_dim] weight where norm_mode is 1, Qwen3; none where 0; a decode step's is inside its
-// attention): block (h, b) takes head h of the row's fused q/k/v (q heads, then k heads, then v
-// heads), one value per thread. Block: head_dim rounded up to whole warps (at most 256 threads).
+// The same one head per block, for every other model (per-head q/k norm with a [head_dim] weight
+// where norm_mode is 1, Qwen3; none where 0): block (h, b) takes head h of the token's fused row
+// (q heads, then k heads, then v heads), one value per thread. Block: head_dim rounded up to whole
+// warps (at most 256 threads).
 template <class In>
 __device__ __forceinline__ void qk_norm_rope_head(
     const In* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,
@@ -250,6 +250,7 @@ __device__ __forceinline__ void qk_norm_rope_head(
     qk_norm_rope_head(qkv, q_norm, k_norm, norm_mode, eps, positions, inv_freq, scaling, q_out, k_cache, v_cache,       \
                       heads, kv_heads, head_dim, context, copies);                                                      \
   }
+MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads, float)
 MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads_bf16, __nv_bfloat16)
 
 // Attention of one (token, head) over the token's cache [context][kv_heads][head_dim], positions
@@ -289,59 +290,17 @@ __device__ __forceinline__ void load_bf16_words(const __nv_bfloat16* p, uint32_t
   }
 }
 
-__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
 __device__ __forceinline__ float bf16_low(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_high(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
 // The factor that moves a sum kept against max m to max top (0 for an empty one, whose m is -inf).
 __device__ __forceinline__ float rescale(float m, float top) { return m == -INFINITY ? 0.0f : __expf(m - top); }
 
-// One head of a fused q/k/v row, held by a group of 8 lanes (lane `sub` its dimensions sub * D ..
-// sub * D + D - 1), through its RMSNorm where `weight` is given and RoPE at pos, in registers: the
-// norm's sum over the group by shuffles, and each dimension's RoPE partner (d +- head_dim / 2) on
-// lane sub ^ 4 at the same index. As qk_norm_rope_cache_heads_bf16 computes it for a prompt.
-template <int D>
-__device__ __forceinline__ void norm_rope_lanes(float (&x)[D], const float* __restrict__ weight, int sub, float eps,
-                                                const float* __restrict__ inv_freq, int pos, float scaling) {
-  constexpr int HD = 8 * D, half = HD / 2;
-  if (weight != nullptr) {
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < D; ++i) ss += x[i] * x[i];
-    ss += __shfl_xor_sync(kFullMask, ss, 1);
-    ss += __shfl_xor_sync(kFullMask, ss, 2);
-    ss += __shfl_xor_sync(kFullMask, ss, 4);
-    const float r = rsqrtf(ss / HD + eps);
-#pragma unroll
-    for (int i = 0; i < D; ++i) x[i] = weight[sub * D + i] * (x[i] * r);
-  }
-#pragma unroll
-  for (int i = 0; i < D; ++i) {
-    const int d = sub * D + i;
-    const float partner = __shfl_xor_sync(kFullMask, x[i], 4);
-    float c, s;
-    rope_cos_sin(inv_freq, d < half ? d : d - half, pos, scaling, c, s);
-    x[i] = d < half ? x[i] * c - partner * s : x[i] * c + partner * s;
-  }
-}
-
-// With kFromQkv each group of the block takes its head of q from the token's fused q/k/v row (FP32,
-// from the projection) through the per-head norm (norm_mode 1, Qwen3; 0 none) and RoPE itself
-// (norm_rope_lanes), and in the block whose slice holds the token's own position also its kv
-// head's k (and v as it is), attends to them from registers, and, in the first q head of the kv
-// group, writes them to the cache: what a prompt runs as a kernel of its own. Without, q comes
-// roped from q (OLMoE's norm spans every head: qk_norm_rope_cache has run).
-template <int HD, bool kFromQkv>
+template <int HD>
 __device__ __forceinline__ void attention_decode_head(
-    const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode, float eps,
-    const float* __restrict__ inv_freq, float rope_scaling, const float* __restrict__ q, __nv_bfloat16* __restrict__ k_cache,
-    __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ positions, const float* __restrict__ sinks,
-    float* __restrict__ parts, int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context,
-    int window, float scale) {
+    const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+    const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
+    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
   static_assert(HD % 16 == 0 && HD <= 256, "head_dim: 16, 32, 64, 128 or 256");
   constexpr int D = HD / 8;  // dimensions per lane
   __shared__ float part_max[kAttnGroups], part_sum[kAttnGroups];
@@ -354,46 +313,17 @@ __device__ __forceinline__ void attention_decode_head(
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int span = (pos - first + splits) / splits;  // ceil((pos - first + 1) / splits)
   const int begin = first + split * span, end = min(pos, begin + span - 1);
-  const size_t stride = static_cast<size_t>(kv_heads) * HD;
-  const bool holds_pos = begin <= pos && pos <= end;  // the same for the whole block
   float qv[D], acc[D];
-  uint32_t own_k[kFromQkv ? D / 2 : 1], own_v[kFromQkv ? D / 2 : 1];  // the token's own k and v, as the cache holds them
-  if constexpr (kFromQkv) {
-    const float* row = qkv + static_cast<size_t>(b) * (heads + 2 * kv_heads) * HD;
-#pragma unroll
-    for (int i = 0; i < D; ++i) qv[i] = row[h * HD + sub * D + i];
-    norm_rope_lanes<D>(qv, norm_mode == 1 ? q_norm : nullptr, sub, eps, inv_freq, pos, rope_scaling);
-    if (holds_pos) {
-      float kx[D];
-#pragma unroll
-      for (int i = 0; i < D; ++i) kx[i] = row[(heads + kvh) * HD + sub * D + i];
-      norm_rope_lanes<D>(kx, norm_mode == 1 ? k_norm : nullptr, sub, eps, inv_freq, pos, rope_scaling);
-      const float* vx = row + (heads + kv_heads + kvh) * HD + sub * D;
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) {
-        own_k[i] = bf16x2_bits(kx[2 * i], kx[2 * i + 1]);
-        own_v[i] = bf16x2_bits(vx[2 * i], vx[2 * i + 1]);
-      }
-      if (h % (heads / kv_heads) == 0 && group == 0) {
-        const size_t at = (static_cast<size_t>(b) * context + pos) * stride + kvh * HD + sub * D;
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) {
-          reinterpret_cast<uint32_t*>(k_cache + at)[i] = own_k[i];
-          reinterpret_cast<uint32_t*>(v_cache + at)[i] = own_v[i];
-        }
-      }
-    }
-  } else {
+  {
     const float* qh = q + (static_cast<size_t>(b) * heads + h) * HD + sub * D;
 #pragma unroll
-    for (int i = 0; i < D; ++i) qv[i] = qh[i];
-  }
-#pragma unroll
-  for (int i = 0; i < D; ++i) {
-    qv[i] *= scale;
-    acc[i] = 0.0f;
+    for (int i = 0; i < D; ++i) {
+      qv[i] = qh[i] * scale;
+      acc[i] = 0.0f;
+    }
   }
   float m = -INFINITY, l = 0.0f;
+  const size_t stride = static_cast<size_t>(kv_heads) * HD;
   const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
   const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
   // the same trip count for every group (their shuffles need the whole warp); positions past the slice are dropped
@@ -405,18 +335,6 @@ __device__ __forceinline__ void attention_decode_head(
       const int t = min(t0 + u * kAttnGroups, end);  // past the slice: a position in it, loaded and dropped
       load_bf16_words<D>(kb + t * stride, kw[u]);
       load_bf16_words<D>(vb + t * stride, vw[u]);
-    }
-    if constexpr (kFromQkv) {
-#pragma unroll
-      for (int u = 0; u < kAttnInFlight; ++u) {
-        if (t0 + u * kAttnGroups == pos) {  // the token's own k and v, not yet in the cache this kernel reads
-#pragma unroll
-          for (int i = 0; i < D / 2; ++i) {
-            kw[u][i] = own_k[i];
-            vw[u][i] = own_v[i];
-          }
-        }
-      }
     }
 #pragma unroll
     for (int u = 0; u < kAttnInFlight; ++u) {
@@ -504,31 +422,21 @@ __device__ __forceinline__ void attention_decode_head(
   if (threadIdx.x == 0) tickets[head_row] = 0;  // for the next layer and step
 }
 
-// At least kAttnMinBlocks blocks an SM (a register budget ptxas keeps to: with none it spilled at
-// 48 registers on sm_120a), two at head_dim 256.
-constexpr int kAttnMinBlocks = 4;
-#define MOEFORGE_ATTENTION_DECODE(NAME, HD, FROM_QKV)                                                                   \
-  extern "C" __global__ void __launch_bounds__(32 * kAttnWarps, HD > 128 ? 2 : kAttnMinBlocks) NAME(                                                   \
-      const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,  \
-      float eps, const float* __restrict__ inv_freq, float rope_scaling, const float* __restrict__ q,                   \
-      __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ positions,      \
-      const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, \
-      int heads, int kv_heads, int context, int window, float scale) {                                                  \
+#define MOEFORGE_ATTENTION_DECODE(HD)                                                                                    \
+  extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode_##HD(                                  \
+      const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
+      const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts,                    \
+      int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window,     \
+      float scale) {                                                                                                    \
     begin_after_previous_kernel();                                                                                      \
-    attention_decode_head<HD, FROM_QKV>(qkv, q_norm, k_norm, norm_mode, eps, inv_freq, rope_scaling, q, k_cache,       \
-                                        v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context,       \
-                                        window, scale);                                                                 \
+    attention_decode_head<HD>(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context,     \
+                              window, scale);                                                                           \
   }
-MOEFORGE_ATTENTION_DECODE(attention_decode_16, 16, false)
-MOEFORGE_ATTENTION_DECODE(attention_decode_32, 32, false)
-MOEFORGE_ATTENTION_DECODE(attention_decode_64, 64, false)
-MOEFORGE_ATTENTION_DECODE(attention_decode_128, 128, false)
-MOEFORGE_ATTENTION_DECODE(attention_decode_256, 256, false)
-MOEFORGE_ATTENTION_DECODE(attention_decode_qkv_16, 16, true)
-MOEFORGE_ATTENTION_DECODE(attention_decode_qkv_32, 32, true)
-MOEFORGE_ATTENTION_DECODE(attention_decode_qkv_64, 64, true)
-MOEFORGE_ATTENTION_DECODE(attention_decode_qkv_128, 128, true)
-MOEFORGE_ATTENTION_DECODE(attention_decode_qkv_256, 256, true)
+MOEFORGE_ATTENTION_DECODE(16)
+MOEFORGE_ATTENTION_DECODE(32)
+MOEFORGE_ATTENTION_DECODE(64)
+MOEFORGE_ATTENTION_DECODE(128)
+MOEFORGE_ATTENTION_DECODE(256)
 
 // Causal attention of a prompt chunk on the tensor cores (mma.sync m16n8k16: bf16 in, FP32 sums).
 // Block (head, q tile) takes kPrefillRows rows of the chunk (row t at position first_pos + t) against
@@ -553,6 +461,11 @@ struct PrefillTile {
 __device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

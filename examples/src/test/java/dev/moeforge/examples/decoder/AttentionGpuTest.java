@@ -133,70 +133,28 @@ class AttentionGpuTest {
 
     /**
      * Sequences at different positions (the batch's rows), with one slice, several (some empty
-     * where the slices outnumber the positions) and more slices than positions; each sequence its
-     * own cache. From the fused q/k/v row ({@code attention_decode_qkv_<head_dim>}) the kernel norms
-     * and ropes q and the token's own k itself, and must attend to its own k and v without reading
-     * them from the cache (their rows there start as NaN) and leave them there.
+     * where the slices outnumber the positions) and more slices than positions; each sequence
+     * its own cache.
      */
     @ParameterizedTest
     @CsvSource({
-        // head_dim, heads, kv_heads, batch, context, slices, window, sinks, from the fused row (norm: 1, none: 0, q given: -1)
-        "16, 4, 2, 3, 40, 1, 0, false, -1",
-        "32, 4, 2, 2, 70, 5, 0, true, -1",
-        "64, 64, 8, 2, 300, 16, 128, true, -1",
-        "128, 32, 4, 1, 600, 16, 0, false, -1",
-        "128, 8, 1, 4, 130, 64, 0, false, -1",
-        "256, 4, 2, 2, 90, 3, 7, true, -1",
-        "16, 4, 2, 3, 40, 1, 0, false, 1",
-        "32, 4, 4, 2, 70, 5, 0, true, 0",
-        "64, 64, 8, 2, 300, 16, 128, true, 0",
-        "128, 32, 4, 3, 600, 16, 0, false, 1",
-        "128, 8, 1, 4, 130, 64, 0, false, 1",
-        "256, 4, 2, 2, 90, 3, 7, true, 1",
+        // head_dim, heads, kv_heads, batch, context, slices, window, sinks
+        "16, 4, 2, 3, 40, 1, 0, false",
+        "32, 4, 2, 2, 70, 5, 0, true",
+        "64, 64, 8, 2, 300, 16, 128, true",
+        "128, 32, 4, 1, 600, 16, 0, false",
+        "128, 8, 1, 4, 130, 64, 0, false",
+        "256, 4, 2, 2, 90, 3, 7, true",
     })
-    void decodeStep(int headDim, int heads, int kvHeads, int batch, int context, int slices, int window, boolean sinks, int fromQkv) {
-        SplittableRandom random = new SplittableRandom(headDim * 7_000_003L + context * 31L + slices + fromQkv);
+    void decodeStep(int headDim, int heads, int kvHeads, int batch, int context, int slices, int window, boolean sinks) {
+        SplittableRandom random = new SplittableRandom(headDim * 7_000_003L + context * 31L + slices);
         int kn = kvHeads * headDim;
-        int rowWidth = (heads + 2 * kvHeads) * headDim;
-        boolean fused = fromQkv >= 0;
-        float[] qkv = gaussian(random, batch * rowWidth);
         float[] q = gaussian(random, batch * heads * headDim);
         short[] k = bf16(gaussian(random, batch * context * kn));
         short[] v = bf16(gaussian(random, batch * context * kn));
         float[] sink = gaussian(random, heads);
-        float[] qNorm = gaussian(random, headDim);
-        float[] kNorm = gaussian(random, headDim);
-        float[] invFreq = new float[headDim / 2];
-        for (int i = 0; i < invFreq.length; i++) {
-            invFreq[i] = (float) Math.pow(10000, -2.0 * i / headDim);
-        }
-        float ropeScaling = 1.0f;
-        float eps = 1e-6f;
         int[] positions = random.ints(batch, 0, context).toArray();
         positions[0] = context - 1;
-        short[] kWant = k.clone();
-        short[] vWant = v.clone();
-        if (fused) {  // the query roped from the row, the token's own k and v from it (its cache rows NaN until written)
-            for (int b = 0; b < batch; b++) {
-                int pos = positions[b];
-                for (int h = 0; h < heads; h++) {
-                    float[] roped = normRope(qkv, b * rowWidth + h * headDim, headDim, fromQkv == 1 ? qNorm : null, eps, invFreq, pos,
-                            ropeScaling);
-                    System.arraycopy(roped, 0, q, (b * heads + h) * headDim, headDim);
-                }
-                for (int g = 0; g < kvHeads; g++) {
-                    float[] roped = normRope(qkv, b * rowWidth + (heads + g) * headDim, headDim, fromQkv == 1 ? kNorm : null, eps,
-                            invFreq, pos, ropeScaling);
-                    for (int d = 0; d < headDim; d++) {
-                        int at = (b * context + pos) * kn + g * headDim + d;
-                        kWant[at] = Bf16.fromFloat(roped[d]);
-                        vWant[at] = Bf16.fromFloat(qkv[b * rowWidth + (heads + kvHeads + g) * headDim + d]);
-                        k[at] = Bf16.NAN;
-                        v[at] = Bf16.NAN;
-                    }
-                }
-            }
-        }
         double scale = 1 / Math.sqrt(headDim);
         double[] want = new double[batch * heads * headDim];
         for (int b = 0; b < batch; b++) {
@@ -209,7 +167,7 @@ class AttentionGpuTest {
                 for (int j = lo; j <= pos; j++) {
                     double dot = 0;
                     for (int d = 0; d < headDim; d++) {
-                        dot += q[(b * heads + h) * headDim + d] * Bf16.toFloat(kWant[(b * context + j) * kn + kvh * headDim + d]);
+                        dot += q[(b * heads + h) * headDim + d] * Bf16.toFloat(k[(b * context + j) * kn + kvh * headDim + d]);
                     }
                     scores[j - lo] = dot * scale;
                     top = Math.max(top, scores[j - lo]);
@@ -220,7 +178,7 @@ class AttentionGpuTest {
                     double p = Math.exp(scores[j - lo] - top);
                     denominator += p;
                     for (int d = 0; d < headDim; d++) {
-                        sum[d] += p * Bf16.toFloat(vWant[(b * context + j) * kn + kvh * headDim + d]);
+                        sum[d] += p * Bf16.toFloat(v[(b * context + j) * kn + kvh * headDim + d]);
                     }
                 }
                 for (int d = 0; d < headDim; d++) {
@@ -228,34 +186,25 @@ class AttentionGpuTest {
                 }
             }
         }
-        CudaFunction attention = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu")
-                .function((fused ? "attention_decode_qkv_" : "attention_decode_") + headDim);
-        try (DeviceBuffer dqkv = DeviceBuffer.allocate(DType.FP32, qkv.length);
-             DeviceBuffer dq = DeviceBuffer.allocate(DType.FP32, q.length);
+        CudaFunction attention = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu").function("attention_decode_" + headDim);
+        try (DeviceBuffer dq = DeviceBuffer.allocate(DType.FP32, q.length);
              DeviceBuffer dk = DeviceBuffer.allocate(DType.BF16, k.length);
              DeviceBuffer dv = DeviceBuffer.allocate(DType.BF16, v.length);
              DeviceBuffer dpos = DeviceBuffer.allocate(DType.INT32, batch);
              DeviceBuffer ds = DeviceBuffer.allocate(DType.FP32, heads);
-             DeviceBuffer dqn = DeviceBuffer.allocate(DType.FP32, headDim);
-             DeviceBuffer dkn = DeviceBuffer.allocate(DType.FP32, headDim);
-             DeviceBuffer dinv = DeviceBuffer.allocate(DType.FP32, invFreq.length);
              DeviceBuffer parts = DeviceBuffer.allocate(DType.FP32, (long) batch * heads * slices * (headDim + 2));
              DeviceBuffer tickets = DeviceBuffer.allocate(DType.INT32, (long) batch * heads);
              DeviceBuffer out = DeviceBuffer.allocate(DType.BF16, want.length)) {
-            dqkv.copyFrom(qkv);
             dq.copyFrom(q);
             dk.copyFrom(k);
             dv.copyFrom(v);
             dpos.copyFrom(positions);
             ds.copyFrom(sink);
-            dqn.copyFrom(qNorm);
-            dkn.copyFrom(kNorm);
-            dinv.copyFrom(invFreq);
             tickets.fillWords32(0);
             for (int run = 0; run < 2; run++) {  // the second run finds the tickets the first left at zero
                 out.fillBytes16(Bf16.NAN);
-                attention.launch(heads, slices, batch, 128, 1, 1, 0, stream, dqkv, dqn, dkn, Math.max(0, fromQkv), eps, dinv, ropeScaling,
-                        dq, dk, dv, dpos, sinks ? ds : (Object) 0L, parts, tickets, out, heads, kvHeads, context, window, (float) scale);
+                attention.launch(heads, slices, batch, 128, 1, 1, 0, stream, dq, dk, dv, dpos, sinks ? ds : (Object) 0L, parts, tickets, out,
+                        heads, kvHeads, context, window, (float) scale);
                 stream.synchronize();
                 short[] got = new short[want.length];
                 out.copyTo(got);
@@ -263,51 +212,7 @@ class AttentionGpuTest {
                 assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, "head_dim " + headDim + ", " + slices + " slices, run "
                         + run + ": " + e);
             }
-            if (fused) {
-                short[] kGot = new short[k.length];
-                short[] vGot = new short[v.length];
-                dk.copyTo(kGot);
-                dv.copyTo(vGot);
-                ErrorStats ke = ErrorStats.of(widen(kWant), kGot);
-                assertTrue(ke.nonFinite() == 0 && ke.relativeL2() < 1e-2, "the cache's k after the step: " + ke);
-                assertTrue(java.util.Arrays.equals(vWant, vGot), "the cache's v after the step");
-            }
         }
-    }
-
-    /** A head of the fused row, RMS-normed with {@code weight} where given, then roped at pos (NeoX pairs i, i + d/2). */
-    private static float[] normRope(float[] row, int from, int headDim, float[] weight, float eps, float[] invFreq, int pos,
-                                    float scaling) {
-        double[] x = new double[headDim];
-        double ss = 0;
-        for (int d = 0; d < headDim; d++) {
-            x[d] = row[from + d];
-            ss += x[d] * x[d];
-        }
-        if (weight != null) {
-            double r = 1 / Math.sqrt(ss / headDim + eps);
-            for (int d = 0; d < headDim; d++) {
-                x[d] = weight[d] * x[d] * r;
-            }
-        }
-        int half = headDim / 2;
-        float[] out = new float[headDim];
-        for (int i = 0; i < half; i++) {
-            double angle = (double) (invFreq[i] * (float) pos);
-            double c = Math.cos(angle) * scaling;
-            double s = Math.sin(angle) * scaling;
-            out[i] = (float) (x[i] * c - x[i + half] * s);
-            out[i + half] = (float) (x[i + half] * c + x[i] * s);
-        }
-        return out;
-    }
-
-    private static double[] widen(short[] bits) {
-        double[] out = new double[bits.length];
-        for (int i = 0; i < out.length; i++) {
-            out[i] = Bf16.toFloat(bits[i]);
-        }
-        return out;
     }
 
     private static float[] gaussian(SplittableRandom random, int n) {
