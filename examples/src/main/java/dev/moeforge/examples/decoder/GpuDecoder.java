@@ -95,8 +95,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final DeviceBuffer invFreq;
 
     // kernels
-    private final KernelHandle qkvProj;
-    private final KernelHandle oProj;
+    private final Projection qkvProj;
+    private final Projection oProj;
     private final KernelHandle head;
     private final RouterKernel router;
     private final ExpertLayer experts;
@@ -201,16 +201,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         module = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu");
         embedTokens = module.function("embed_tokens");
         rmsNorm = module.function("rms_norm");
-        qkNormRope = module.function("qk_norm_rope_cache");
-        qkNormRopeHeads = module.function("qk_norm_rope_cache_heads");
         addF32Norm = module.function("add_f32_rms_norm");
         addBf16Norm = module.function("add_bf16_rms_norm");
         pickNext = module.function("pick_next");
         endStep = module.function("end_step");
-        int rowBytes = qkvDim * 4;
-        if (rowBytes > 48 * 1024) {
-            qkNormRope.setMaxDynamicSharedBytes(rowBytes);
-        }
         if (!DECODE_HEAD_DIMS.contains(c.headDim())) {
             throw new IllegalArgumentException("head_dim " + c.headDim() + ": the decoder's attention on the GPU takes "
                     + new java.util.TreeSet<>(DECODE_HEAD_DIMS));
@@ -310,8 +304,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         Kernels k = Kernels.of(c, block, target, batch);
         kernels = k;
         promptChunk = Math.min(context, PROMPT_CHUNK);
-        qkvProj = runtime.load(k.qkv());
-        oProj = runtime.load(k.o());
+        qkvProj = projection(k.qkv());
+        oProj = projection(k.o());
+        String qkvType = qkvProj.output() == DType.BF16 ? "_bf16" : "";  // what the q/k norm reads: the projection's output
+        qkNormRope = rowKernel(module, "qk_norm_rope_cache" + qkvType, qkvDim);
+        qkNormRopeHeads = module.function("qk_norm_rope_cache_heads" + qkvType);
         head = runtime.load(k.head());
         router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
         experts = k.gateUp() == null ? null : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
@@ -321,14 +318,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         // activations and state
         x = buffer(DType.FP32, (long) batch * h);
         normed = buffer(DType.BF16, (long) batch * Math.max(h, qDim));
-        qkv = buffer(DType.FP32, (long) batch * qkvDim);
+        qkv = buffer(qkvProj.output(), (long) batch * qkvDim);
         q = buffer(DType.FP32, (long) batch * qDim);
         attnOut = buffer(DType.BF16, (long) batch * qDim);
         attentionSplits = attentionSplits(context, batch, c.heads());
         attnParts = buffer(DType.FP32, (long) batch * c.heads() * attentionSplits * (c.headDim() + 2));
         attnTickets = buffer(DType.INT32, (long) batch * c.heads());
         attnTickets.fillWords32(0);
-        projected = buffer(DType.FP32, (long) batch * h);
+        projected = buffer(oProj.output(), (long) batch * h);
         topkIds = buffer(DType.INT32, (long) batch * c.topk());
         topkWeights = buffer(DType.FP32, (long) batch * c.topk());
         inter = buffer(DType.BF16, (long) batch * c.topk() * c.expertIntermediate());
@@ -351,7 +348,44 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             kCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
             vCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
         }
+        for (Projection p : List.of(qkvProj, oProj)) {
+            if (p.tiles() != null) {  // every row to the one expert, every step: the plan is built once
+                p.tiles().enqueuePlan(stream, batch, denseIds);
+            }
+        }
+        stream.synchronize();
         reset();
+    }
+
+    /**
+     * A decode step's projection: a {@code linear} kernel (FP32 out), or one expert's
+     * {@code expert_centric} down half at top-1 (bf16 out) over a routing plan built once, every row
+     * to the expert.
+     */
+    private record Projection(KernelHandle gemv, ExpertHalf tiles) {
+        DType output() {
+            return tiles != null ? DType.BF16 : DType.FP32;
+        }
+    }
+
+    private Projection projection(KernelSpec spec) {
+        KernelHandle handle = runtime.load(spec);
+        return spec.problem() instanceof Problem.ExpertDown ? new Projection(null, own(ExpertHalf.alone(handle, ORDER, batch)))
+                : new Projection(handle, null);
+    }
+
+    /** OLMoE's q/k norm kernel, which holds a token's fused row of {@code width} values in shared memory as floats. */
+    private static CudaFunction rowKernel(CudaModule module, String name, int width) {
+        CudaFunction f = module.function(name);
+        if (width * 4 > 48 * 1024) {
+            f.setMaxDynamicSharedBytes(width * 4);
+        }
+        return f;
+    }
+
+    /** A layer's weights as a projection's tiles read them: the matrix, then its bias where it has one. */
+    private static DeviceWeights tileWeights(DeviceBuffer w, DeviceBuffer bias) {
+        return bias == null ? DeviceWeights.bf16(w) : new DeviceWeights(WeightFormat.BF16, DeviceWeights.Layout.NATURAL, List.of(w, bias));
     }
 
     /** Forgets the sequences: position 0, step 0. */
@@ -580,7 +614,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             router = routerKernel == null ? null : keep(new RouterKernel(routerKernel, chunk));
             denseMlp = k.denseGateUp() == null ? null
                     : keep(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown()), ORDER, chunk));
-            qkNormRope = module.function(c.arch() == Architecture.OLMOE ? "qk_norm_rope_cache_bf16" : "qk_norm_rope_cache_heads_bf16");
+            qkNormRope = c.arch() == Architecture.OLMOE ? rowKernel(module, "qk_norm_rope_cache_bf16", qDim + 2 * kvDim)
+                    : module.function("qk_norm_rope_cache_heads_bf16");
             attention = module.function("attention_prefill_" + c.headDim());
             attentionBytes = promptAttentionBytes(c.headDim());
             if (attentionBytes > 48 * 1024) {
@@ -588,10 +623,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             }
             repeatRow = module.function("repeat_row_bf16");
             for (LayerOnDevice w : layers) {
-                wQkv.add(w.bQkv() == null ? DeviceWeights.bf16(w.wQkv())
-                        : new DeviceWeights(WeightFormat.BF16, DeviceWeights.Layout.NATURAL, List.of(w.wQkv(), w.bQkv())));
-                wO.add(w.bO() == null ? DeviceWeights.bf16(w.wO())
-                        : new DeviceWeights(WeightFormat.BF16, DeviceWeights.Layout.NATURAL, List.of(w.wO(), w.bO())));
+                wQkv.add(tileWeights(w.wQkv(), w.bQkv()));
+                wO.add(tileWeights(w.wO(), w.bO()));
             }
             ids = allocate(DType.INT32, chunk);
             rowPositions = allocate(DType.INT32, chunk);
@@ -770,7 +803,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 enqueueAttention(l, w, qDim, kvDim, eps);
             }
             if (rest) {
-                addF32Norm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, projected, w.postNorm(), normed, h, eps);
+                (oProj.output() == DType.BF16 ? addBf16Norm : addF32Norm).launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x,
+                        projected, w.postNorm(), normed, h, eps);
             }
             if (w.moe()) {
                 Map<String, DeviceBuffer> rows = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
@@ -798,7 +832,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** Layer l's attention: the fused projection, q/k norm with RoPE and the cache write, attention, the o projection. */
     private void enqueueAttention(int l, LayerOnDevice w, int qDim, int kvDim, float eps) {
-        launchLinear(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
+        enqueueProjection(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
         if (c.arch() == Architecture.OLMOE) {  // its q/k norm spans every head: one block per token
             qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
                     (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
@@ -812,7 +846,15 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         attention.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
                 ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
                 c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
-        launchLinear(oProj, attnOut, w.wO(), w.bO(), projected);
+        enqueueProjection(oProj, attnOut, w.wO(), w.bO(), projected);
+    }
+
+    private void enqueueProjection(Projection p, DeviceBuffer in, DeviceBuffer w, DeviceBuffer b, DeviceBuffer out) {
+        if (p.tiles() != null) {
+            p.tiles().enqueueDownOnPlan(stream, batch, in, tileWeights(w, b), denseIds, denseWeights, out);
+        } else {
+            launchLinear(p.gemv(), in, w, b, out);
+        }
     }
 
     private void enqueuePick() {
@@ -894,8 +936,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 denseGateUp = expertSpec("dense_gate_up", denseGateUpProblem(c), Epilogues.siluGatedStore(DType.BF16), target);
                 denseDown = expertSpec("dense_down", denseDownProblem(c), Epilogues.combinedStore(DType.BF16), target);
             }
-            return new Kernels(linear("qkv_proj", h, qkvDim, c.attentionBias(), target, batch),
-                    linear("o_proj", qDim, h, c.attentionBias(), target, batch),
+            return new Kernels(decodeProjection("qkv_proj", h, qkvDim, c.attentionBias(), target, batch),
+                    decodeProjection("o_proj", qDim, h, c.attentionBias(), target, batch),
                     linear("lm_head", h, c.vocab(), false, target, batch),
                     router, gateUp, down, denseGateUp, denseDown, PromptKernels.of(c, block, router, target).orElse(null));
         }
@@ -1074,6 +1116,28 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                  ExpertCentric _,
                  dev.moeforge.dsl.schedule.RouterTiled _, LinearGemv _ -> 0;
         };
+    }
+
+    /** From this batch a decode step's q/k/v and o projections run on the tensor cores ({@link #decodeProjection}). */
+    static final int PROJECTION_TILES_FROM = 8;
+
+    /**
+     * A decode step's projection: for a batch from {@link #PROJECTION_TILES_FROM}, one expert's
+     * {@code expert_centric} down half at top-1 with tiles of the batch's rows (up to 64) by 32
+     * outputs and 128-wide slices (many blocks, each with its slices in flight, so the weights
+     * stream at the read bandwidth once for the whole batch), where it lowers; else {@link #linear}
+     * (a group of 8 tokens re-reads its activations from L1 for every weight load).
+     */
+    static KernelSpec decodeProjection(String name, int inputs, int outputs, boolean bias, Target target, int batch) {
+        if (batch >= PROJECTION_TILES_FROM) {
+            int blockM = Math.min(64, 16 * Math.ceilDiv(batch, 16));
+            ExpertCentric tile = new ExpertCentric(blockM, 32, 128, blockM / 16, 2, 4, 1);
+            KernelSpec tiles = new KernelSpec(name, projection(inputs, outputs, bias), tile, Epilogues.combinedStore(DType.BF16), target);
+            if (Validator.errors(tiles).isEmpty()) {
+                return tiles;
+            }
+        }
+        return linear(name, inputs, outputs, bias, target, batch);
     }
 
     /** The most tokens a projection's block multiplies each weight load by (their rows come from L1 each time). */

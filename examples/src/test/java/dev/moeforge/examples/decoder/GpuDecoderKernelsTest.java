@@ -49,6 +49,19 @@ class GpuDecoderKernelsTest {
         assertEquals(1, GpuDecoder.attentionSplits(20, 256, 32));
     }
 
+    /** From a batch of 8 the decode projections are one expert's tensor-core tiles over the batch's rows; below, linear kernels. */
+    @Test
+    void decodeProjectionsOnTilesFromEightTokens() {
+        assertInstanceOf(dev.moeforge.dsl.schedule.LinearGemv.class, kernels(GpuDecoder.PROJECTION_TILES_FROM - 1).qkv().schedule());
+        for (int batch : new int[] {GpuDecoder.PROJECTION_TILES_FROM, 32, 64, 128}) {
+            GpuDecoder.Kernels k = kernels(batch);
+            ExpertCentric tile = assertInstanceOf(ExpertCentric.class, k.o().schedule());
+            assertEquals(Math.min(64, 16 * Math.ceilDiv(batch, 16)), tile.blockM());
+            assertEquals(new dev.moeforge.dsl.ir.ExpertShape(2048, 4096, 1, 1),
+                    assertInstanceOf(dev.moeforge.dsl.ir.Problem.ExpertDown.class, k.o().problem()).shape());
+        }
+    }
+
     /** Projections take the batch in groups of up to 8 tokens, and one row's loads in one step (8 loads with a group). */
     @Test
     void projectionsGroupTheBatch() {

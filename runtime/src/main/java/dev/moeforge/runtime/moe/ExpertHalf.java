@@ -93,6 +93,25 @@ public final class ExpertHalf implements AutoCloseable {
         launchDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
     }
 
+    /**
+     * Builds this half's own routing plan for {@code topkIds} (where it takes one) and nothing else:
+     * for a routing that stays the same from call to call (a projection run as one expert's down
+     * half, every row to expert 0), after which {@link #enqueueDownOnPlan} launches the kernel alone.
+     */
+    public void enqueuePlan(CudaStream stream, int tokens, DeviceBuffer topkIds) {
+        enqueueOwnPlan(stream, tokens, topkIds);
+    }
+
+    /**
+     * down's kernel alone, reading the plan {@link #enqueuePlan} (or an earlier {@link #enqueueDown})
+     * built for these {@code tokens} and {@code topkIds}: the caller keeps the routing unchanged since.
+     */
+    public void enqueueDownOnPlan(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
+                                  DeviceBuffer topkWeights, DeviceBuffer y) {
+        checkTokens(tokens);
+        launchDown(stream, tokens, inter, wDown, topkIds, topkWeights, y);
+    }
+
     /** down's kernel alone, reading the plan already built. */
     void launchDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
                     DeviceBuffer topkWeights, DeviceBuffer y) {
