@@ -39,7 +39,7 @@ import picocli.CommandLine.Option;
                 + "step time, tokens/s, the bytes a step reads (every dense weight, the LM head, the KV cache, the distinct "
                 + "experts the batch's routing touches, counted on one more pass of the layers; in brackets the count a "
                 + "uniform routing would touch) and that as a fraction of the measured read bandwidth (the floor), "
-                + "and each part of the step (attention, router, experts, the rest) timed alone as a graph of its kernels; "
+                + "and each part of the step (the q/k/v and o projections, attention with its q/k norm, router, experts, the rest) timed alone as a graph of its kernels; "
                 + "in the same run bench/torch_decode.py times transformers' generate on the same geometry with "
                 + "--peer-layers layers. Writes <out>/<date>-<device>-decode.json (-decode-FORMAT.json for other expert formats).")
 final class BenchDecodeCommand implements Callable<Integer> {
@@ -171,8 +171,9 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     System.out.printf(Locale.ROOT, "%6d %12.1f %14.1f %14.3f %9.0f%% %10d %7.1f (%5.1f)%n", batch, stepUs,
                             batch * 1e6 / stepUs, bytes / 1e9, 100 * floorUs / stepUs, distinct,
                             routedPerLayer, uniform / c.layers());
-                    System.out.printf(Locale.ROOT, "       each part alone (us): attention %.1f, router %.1f, experts %.1f, rest %.1f%n",
-                            parts.get(GpuDecoder.StepPart.ATTENTION), parts.get(GpuDecoder.StepPart.ROUTER),
+                    System.out.printf(Locale.ROOT, "       each part alone (us): projections %.1f, attention %.1f, router %.1f, experts %.1f, "
+                            + "rest %.1f%n", parts.get(GpuDecoder.StepPart.PROJECTIONS), parts.get(GpuDecoder.StepPart.ATTENTION),
+                            parts.get(GpuDecoder.StepPart.ROUTER),
                             parts.get(GpuDecoder.StepPart.EXPERTS), parts.get(GpuDecoder.StepPart.REST));
                 }
             }

@@ -729,7 +729,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** The parts of a decode step that {@link #timeParts} times alone (the pick is in none of them). */
     public enum StepPart {
-        /** Per layer the fused q/k/v projection, q/k norm with RoPE and the cache write, attention and the o projection. */
+        /** Per layer the fused q/k/v projection and the o projection. */
+        PROJECTIONS,
+        /** Per layer q/k norm with RoPE and the cache write, and attention over the cache. */
         ATTENTION,
         /** Per MoE layer the router. */
         ROUTER,
@@ -799,9 +801,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
         for (int l = 0; l < c.layers(); l++) {
             LayerOnDevice w = layers.get(l);
-            if (attention) {
-                enqueueAttention(l, w, qDim, kvDim, eps);
-            }
+            enqueueAttention(l, w, qDim, kvDim, eps, parts.contains(StepPart.PROJECTIONS), attention);
             if (rest) {
                 (oProj.output() == DType.BF16 ? addBf16Norm : addF32Norm).launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x,
                         projected, w.postNorm(), normed, h, eps);
@@ -830,23 +830,32 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
     }
 
-    /** Layer l's attention: the fused projection, q/k norm with RoPE and the cache write, attention, the o projection. */
-    private void enqueueAttention(int l, LayerOnDevice w, int qDim, int kvDim, float eps) {
-        enqueueProjection(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
-        if (c.arch() == Architecture.OLMOE) {  // its q/k norm spans every head: one block per token
-            qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
-                    (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
-                    vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
-        } else {
-            int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
-            qkNormRopeHeads.launch(ORDER, c.heads() + 2 * c.kvHeads(), batch, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0,
-                    stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
-                    c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
+    /**
+     * Layer l's attention: the fused projection, q/k norm with RoPE and the cache write, attention,
+     * the o projection; the projections where {@code projections}, the rest where {@code attention}.
+     */
+    private void enqueueAttention(int l, LayerOnDevice w, int qDim, int kvDim, float eps, boolean projections, boolean attention) {
+        if (projections) {
+            enqueueProjection(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
         }
-        attention.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l), positions,
-                ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
-                c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
-        enqueueProjection(oProj, attnOut, w.wO(), w.bO(), projected);
+        if (attention) {
+            if (c.arch() == Architecture.OLMOE) {  // its q/k norm spans every head: one block per token
+                qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
+                        (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
+                        vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
+            } else {
+                int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
+                qkNormRopeHeads.launch(ORDER, c.heads() + 2 * c.kvHeads(), batch, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0,
+                        stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
+                        c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
+            }
+            this.attention.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
+                    positions, ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
+                    c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
+        }
+        if (projections) {
+            enqueueProjection(oProj, attnOut, w.wO(), w.bO(), projected);
+        }
     }
 
     private void enqueueProjection(Projection p, DeviceBuffer in, DeviceBuffer w, DeviceBuffer b, DeviceBuffer out) {
@@ -1119,7 +1128,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     }
 
     /** From this batch a decode step's q/k/v and o projections run on the tensor cores ({@link #decodeProjection}). */
-    static final int PROJECTION_TILES_FROM = 8;
+    static final int PROJECTION_TILES_FROM = 16;
 
     /**
      * A decode step's projection: for a batch from {@link #PROJECTION_TILES_FROM}, one expert's

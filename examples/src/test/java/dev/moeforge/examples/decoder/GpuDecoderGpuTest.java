@@ -103,12 +103,12 @@ class GpuDecoderGpuTest {
     private static final int LONG_PROMPT = 70;
 
     /**
-     * A batch of 8: the decode steps' q/k/v and o projections run as one expert's tensor-core tiles
+     * A batch of 16: the decode steps' q/k/v and o projections run as one expert's tensor-core tiles
      * (bf16 out; gpt-oss's with their biases), every sequence decoding the same tokens.
      */
     @ParameterizedTest
     @EnumSource(Architecture.class)
-    void projectionTilesForABatchOfEight(Architecture arch) {
+    void projectionTilesForABatch(Architecture arch) {
         compare(arch, Optional.empty(), PROMPT_LENGTH + STEPS + 1, GpuDecoder.PROJECTION_TILES_FROM);
     }
 

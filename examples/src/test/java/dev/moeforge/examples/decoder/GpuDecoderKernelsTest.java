@@ -49,9 +49,9 @@ class GpuDecoderKernelsTest {
         assertEquals(1, GpuDecoder.attentionSplits(20, 256, 32));
     }
 
-    /** From a batch of 8 the decode projections are one expert's tensor-core tiles over the batch's rows; below, linear kernels. */
+    /** From a batch of 16 the decode projections are one expert's tensor-core tiles over the batch's rows; below, linear kernels. */
     @Test
-    void decodeProjectionsOnTilesFromEightTokens() {
+    void decodeProjectionsOnTilesFromALargeBatch() {
         assertInstanceOf(dev.moeforge.dsl.schedule.LinearGemv.class, kernels(GpuDecoder.PROJECTION_TILES_FROM - 1).qkv().schedule());
         for (int batch : new int[] {GpuDecoder.PROJECTION_TILES_FROM, 32, 64, 128}) {
             GpuDecoder.Kernels k = kernels(batch);
