@@ -60,31 +60,16 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     static final int ATTENTION_BLOCKS = 512;
 
     /**
-     * Blocks per (token, head block) of attention: a head's positions are cut into this many
-     * slices, each a block with its own online softmax, merged by the block that finishes last. One
-     * slice per 64 positions of the context the decoder keeps (one block walking 4,096 positions in
-     * turn was the step's slowest part), but at least enough for {@link #ATTENTION_BLOCKS} blocks
-     * over the batch's {@code headBlocks} blocks of heads (a batch of 64 with 16 slices launched
-     * 32,768 blocks of two positions a warp), at most 64.
+     * Blocks per (token, head) of attention: a head's positions are cut into this many slices, each
+     * a block with its own online softmax, merged by the block that finishes last. One slice per 64 positions of the
+     * context the decoder keeps (one block walking 4,096 positions in turn was the step's slowest
+     * part), but at least enough for {@link #ATTENTION_BLOCKS} blocks over the batch's heads (a batch
+     * of 64 with 16 slices launched 32,768 blocks of two positions a warp), at most 64.
      */
-    static int attentionSplits(int context, int batch, int headBlocks) {
-        int fill = Math.ceilDiv(ATTENTION_BLOCKS, batch * headBlocks);
+    static int attentionSplits(int context, int batch, int heads) {
+        int fill = Math.ceilDiv(ATTENTION_BLOCKS, batch * heads);
         return Math.clamp(Math.max(Math.ceilDiv(context, 64), fill), 1, 64);
     }
-
-    /**
-     * q heads per block of the decode attention (moeforge_decoder.cu's attention_heads_per_block):
-     * the largest power of two up to 16 that divides a kv group's heads, so the block loads each k
-     * and v row once for all of them.
-     */
-    static int attentionHeadsPerBlock(int heads, int kvHeads) {
-        int n = 1;
-        while (n < 16 && (heads / kvHeads) % (2 * n) == 0) {
-            n *= 2;
-        }
-        return n;
-    }
-
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
     /**
@@ -336,7 +321,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         qkv = buffer(qkvProj.output(), (long) batch * qkvDim);
         q = buffer(DType.FP32, (long) batch * qDim);
         attnOut = buffer(DType.BF16, (long) batch * qDim);
-        attentionSplits = attentionSplits(context, batch, c.heads() / attentionHeadsPerBlock(c.heads(), c.kvHeads()));
+        attentionSplits = attentionSplits(context, batch, c.heads());
         attnParts = buffer(DType.FP32, (long) batch * c.heads() * attentionSplits * (c.headDim() + 2));
         attnTickets = buffer(DType.INT32, (long) batch * c.heads());
         attnTickets.fillWords32(0);
@@ -864,8 +849,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                         stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
                         c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
             }
-            this.attention.launch(ORDER, c.heads() / attentionHeadsPerBlock(c.heads(), c.kvHeads()), attentionSplits, batch, 128, 1, 1, 0,
-                    stream, q, kCache.get(l), vCache.get(l),
+            this.attention.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
                     positions, ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
                     c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
         }

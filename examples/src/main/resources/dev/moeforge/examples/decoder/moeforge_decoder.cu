@@ -253,20 +253,18 @@ __device__ __forceinline__ void qk_norm_rope_head(
 MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads, float)
 MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads_bf16, __nv_bfloat16)
 
-// Attention of one token's q heads over its cache [context][kv_heads][head_dim], positions
+// Attention of one (token, head) over the token's cache [context][kv_heads][head_dim], positions
 // max(0, pos - window + 1) .. pos (window 0: all), GQA (head h reads kv head h / (heads /
 // kv_heads)), scores scaled by `scale`, softmax in FP32 with the head's sink logit in the
-// denominator where `sinks` is given (gpt-oss). Block (x, split, b) takes heads_per_block heads
-// of one kv group (attention_heads_per_block: q heads of a group share each k and v row the block
-// loads, from L1, where a block per head read the group's rows once per head through L2) and its
-// slice of the positions (the window's positions cut into gridDim.y slices of equal length). Its
-// threads work in groups of 8 lanes, each group on one head and every (16 / heads_per_block)-th
-// position of the slice with an online softmax of its own, each lane on head_dim / 8 of the
-// dimensions, two positions' k and v loads in flight per group before either is used. With one
-// slice the block writes the output; with several each writes its heads' parts (max, sum,
-// [head_dim] sums) and the block that finishes the last slice (a ticket per (token, block), left at
-// zero) merges the parts with the sinks. Grid: (heads / heads_per_block, splits, tokens); block:
-// 32 * kAttnWarps threads.
+// denominator where `sinks` is given (gpt-oss). Block (h, split, b) takes its slice of the
+// positions (the window's positions cut into gridDim.y slices of equal length); its threads work
+// in groups of 8 lanes, each group on every 16th position of the slice with an online softmax of
+// its own, each lane on head_dim / 8 of the dimensions, two positions' k and v loads in flight
+// per group before either is used (one lane of a warp per position left the slice's walk a chain of
+// memory latencies). With one slice the block writes the output; with several each writes its part
+// (max, sum, [head_dim] sums) and the block that finishes a head's last slice (a ticket per
+// (token, head), left at zero) merges the parts with the sink. Grid: (heads, splits, tokens);
+// block: 32 * kAttnWarps threads.
 constexpr int kAttnWarps = 4;
 constexpr int kAttnGroups = kAttnWarps * 4;  // groups of 8 lanes
 constexpr int kAttnInFlight = 2;              // positions per group whose loads are issued together
@@ -298,14 +296,6 @@ __device__ __forceinline__ float bf16_high(uint32_t w) { return __uint_as_float(
 // The factor that moves a sum kept against max m to max top (0 for an empty one, whose m is -inf).
 __device__ __forceinline__ float rescale(float m, float top) { return m == -INFINITY ? 0.0f : __expf(m - top); }
 
-// q heads per block of attention_decode: the largest power of two up to the block's 16 groups
-// that divides a kv group's heads (GpuDecoder.attentionHeadsPerBlock states the same).
-__host__ __device__ constexpr int attention_heads_per_block(int heads, int kv_heads) {
-  int n = 1;
-  while (n < 16 && (heads / kv_heads) % (2 * n) == 0) n *= 2;
-  return n;
-}
-
 template <int HD>
 __device__ __forceinline__ void attention_decode_head(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
@@ -314,13 +304,11 @@ __device__ __forceinline__ void attention_decode_head(
   static_assert(HD % 16 == 0 && HD <= 256, "head_dim: 16, 32, 64, 128 or 256");
   constexpr int D = HD / 8;  // dimensions per lane
   __shared__ float part_max[kAttnGroups], part_sum[kAttnGroups];
-  __shared__ float part_acc[kAttnGroups][HD];
+  __shared__ float part_acc[kAttnWarps][HD];
   __shared__ int finishing;
-  const int per_block = attention_heads_per_block(heads, kv_heads), streams = kAttnGroups / per_block;
-  const int h0 = blockIdx.x * per_block, split = blockIdx.y, splits = gridDim.y, b = blockIdx.z;
-  const int group = threadIdx.x >> 3, sub = threadIdx.x & 7;
-  const int stream = group / per_block, h = h0 + group % per_block;
-  const int kvh = h0 / (heads / kv_heads);
+  const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, b = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = threadIdx.x >> 3, sub = threadIdx.x & 7;
+  const int kvh = h / (heads / kv_heads);
   const int pos = positions[b];
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int span = (pos - first + splits) / splits;  // ceil((pos - first + 1) / splits)
@@ -339,12 +327,12 @@ __device__ __forceinline__ void attention_decode_head(
   const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
   const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
   // the same trip count for every group (their shuffles need the whole warp); positions past the slice are dropped
-  for (int base = begin; base <= end; base += streams * kAttnInFlight) {
-    const int t0 = base + stream;
+  for (int base = begin; base <= end; base += kAttnGroups * kAttnInFlight) {
+    const int t0 = base + group;
     uint32_t kw[kAttnInFlight][D / 2], vw[kAttnInFlight][D / 2];
 #pragma unroll
     for (int u = 0; u < kAttnInFlight; ++u) {
-      const int t = min(t0 + u * streams, end);  // past the slice: a position in it, loaded and dropped
+      const int t = min(t0 + u * kAttnGroups, end);  // past the slice: a position in it, loaded and dropped
       load_bf16_words<D>(kb + t * stride, kw[u]);
       load_bf16_words<D>(vb + t * stride, vw[u]);
     }
@@ -356,7 +344,7 @@ __device__ __forceinline__ void attention_decode_head(
       dot += __shfl_xor_sync(kFullMask, dot, 1);
       dot += __shfl_xor_sync(kFullMask, dot, 2);
       dot += __shfl_xor_sync(kFullMask, dot, 4);
-      if (t0 + u * streams > end) continue;
+      if (t0 + u * kAttnGroups > end) continue;
       const float m_new = fmaxf(m, dot);
       const float correction = __expf(m - m_new);
       const float p = __expf(dot - m_new);
@@ -369,78 +357,73 @@ __device__ __forceinline__ void attention_decode_head(
       m = m_new;
     }
   }
+  // the warp's four groups, then the block's four warps
 #pragma unroll
-  for (int i = 0; i < D; ++i) part_acc[group][sub * D + i] = acc[i];
-  if (sub == 0) {
-    part_max[group] = m;
-    part_sum[group] = l;
+  for (int d = 8; d < 32; d <<= 1) {
+    const float m_other = __shfl_xor_sync(kFullMask, m, d);
+    const float l_other = __shfl_xor_sync(kFullMask, l, d);
+    const float top = fmaxf(m, m_other);
+    const float f = rescale(m, top), f_other = rescale(m_other, top);
+    l = l * f + l_other * f_other;
+#pragma unroll
+    for (int i = 0; i < D; ++i) acc[i] = acc[i] * f + __shfl_xor_sync(kFullMask, acc[i], d) * f_other;
+    m = top;
+  }
+  if (lane < 8) {
+#pragma unroll
+    for (int i = 0; i < D; ++i) part_acc[warp][sub * D + i] = acc[i];
+    if (lane == 0) {
+      part_max[warp] = m;
+      part_sum[warp] = l;
+    }
   }
   __syncthreads();
-  // each of the block's heads: its streams' sums against their common max (group s * per_block + j is head j's stream s)
-  auto head_top = [&](int j) {
-    float top = -INFINITY;
-    for (int st = 0; st < streams; ++st) top = fmaxf(top, part_max[st * per_block + j]);
-    return top;
-  };
-  auto head_sum = [&](int j, float top) {
-    float sum = 0.0f;
-    for (int st = 0; st < streams; ++st) sum += part_sum[st * per_block + j] * rescale(part_max[st * per_block + j], top);
-    return sum;
-  };
-  auto head_numerator = [&](int j, int d, float top) {
-    float numerator = 0.0f;
-    for (int st = 0; st < streams; ++st) numerator += part_acc[st * per_block + j][d] * rescale(part_max[st * per_block + j], top);
-    return numerator;
-  };
-  const size_t first_row = static_cast<size_t>(b) * heads + h0;  // the block's first (token, head)
+  float top = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) top = fmaxf(top, part_max[w]);
+  float sum = 0.0f;
+  for (int w = 0; w < kAttnWarps; ++w) sum += part_sum[w] * rescale(part_max[w], top);
+  const size_t head_row = static_cast<size_t>(b) * heads + h;
   if (splits == 1) {
-    for (int i = threadIdx.x; i < per_block * HD; i += blockDim.x) {
-      const int j = i / HD, d = i % HD;
-      const float top = head_top(j);
-      const float sink_top = sinks != nullptr ? fmaxf(top, sinks[h0 + j]) : top;
-      const float denominator = head_sum(j, top) * rescale(top, sink_top) + (sinks != nullptr ? __expf(sinks[h0 + j] - sink_top) : 0.0f);
-      out[(first_row + j) * HD + d] = __float2bfloat16_rn(head_numerator(j, d, sink_top) / denominator);
+    const float sink_top = sinks != nullptr ? fmaxf(top, sinks[h]) : top;
+    const float denominator = sum * rescale(top, sink_top) + (sinks != nullptr ? __expf(sinks[h] - sink_top) : 0.0f);
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+      float numerator = 0.0f;
+      for (int w = 0; w < kAttnWarps; ++w) numerator += part_acc[w][d] * rescale(part_max[w], sink_top);
+      out[head_row * HD + d] = __float2bfloat16_rn(numerator / denominator);
     }
     return;
   }
-  for (int i = threadIdx.x; i < per_block * HD; i += blockDim.x) {
-    const int j = i / HD, d = i % HD;
-    const float top = head_top(j);
-    float* mine = parts + ((first_row + j) * splits + split) * (HD + 2);
-    if (d == 0) {
-      mine[0] = top;
-      mine[1] = head_sum(j, top);
-    }
-    mine[2 + d] = head_numerator(j, d, top);
+  float* mine = parts + (head_row * splits + split) * (HD + 2);
+  if (threadIdx.x == 0) {
+    mine[0] = top;
+    mine[1] = sum;
+  }
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    float numerator = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) numerator += part_acc[w][d] * rescale(part_max[w], top);
+    mine[2 + d] = numerator;
   }
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) finishing = atomicAdd(tickets + first_row, 1) == splits - 1;
+  if (threadIdx.x == 0) finishing = atomicAdd(tickets + head_row, 1) == splits - 1;
   __syncthreads();
   if (!finishing) return;
   __threadfence();
-  for (int i = threadIdx.x; i < per_block * HD; i += blockDim.x) {
-    const int j = i / HD, d = i % HD;
-    const float* all = parts + (first_row + j) * splits * (HD + 2);
-    float total_max = sinks != nullptr ? sinks[h0 + j] : -INFINITY;
-    for (int s = 0; s < splits; ++s) total_max = fmaxf(total_max, __ldcg(all + s * (HD + 2)));
-    float denominator = sinks != nullptr ? __expf(sinks[h0 + j] - total_max) : 0.0f;
+  const float* all = parts + head_row * splits * (HD + 2);
+  float total_max = sinks != nullptr ? sinks[h] : -INFINITY;
+  for (int s = 0; s < splits; ++s) total_max = fmaxf(total_max, __ldcg(all + s * (HD + 2)));
+  float denominator = sinks != nullptr ? __expf(sinks[h] - total_max) : 0.0f;
+  for (int s = 0; s < splits; ++s) denominator += __ldcg(all + s * (HD + 2) + 1) * rescale(__ldcg(all + s * (HD + 2)), total_max);
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
     float numerator = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float f = rescale(__ldcg(all + s * (HD + 2)), total_max);
-      denominator += __ldcg(all + s * (HD + 2) + 1) * f;
-      numerator += __ldcg(all + s * (HD + 2) + 2 + d) * f;
-    }
-    out[(first_row + j) * HD + d] = __float2bfloat16_rn(numerator / denominator);
+    for (int s = 0; s < splits; ++s) numerator += __ldcg(all + s * (HD + 2) + 2 + d) * rescale(__ldcg(all + s * (HD + 2)), total_max);
+    out[head_row * HD + d] = __float2bfloat16_rn(numerator / denominator);
   }
-  if (threadIdx.x == 0) tickets[first_row] = 0;  // for the next layer and step
+  if (threadIdx.x == 0) tickets[head_row] = 0;  // for the next layer and step
 }
 
-// Blocks an SM holds at least, as a register budget for ptxas (left to itself it spilled the small
-// head sizes at 32 registers): 8 up to head_dim 64, 4 at 128, 2 at 256.
-__host__ __device__ constexpr int attention_min_blocks(int head_dim) { return head_dim <= 64 ? 8 : head_dim <= 128 ? 4 : 2; }
 #define MOEFORGE_ATTENTION_DECODE(HD)                                                                                    \
-  extern "C" __global__ void __launch_bounds__(32 * kAttnWarps, attention_min_blocks(HD)) attention_decode_##HD(            \
+  extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode_##HD(                                  \
       const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
       const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts,                    \
       int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window,     \

@@ -76,18 +76,17 @@ class GpuDecoderGpuTest {
     }
 
     /**
-     * Attention in one slice per (token, head block): a batch of 256 (512 blocks of the tiny
-     * model's two head blocks without cutting any) walks all of a head's positions in one block; the
-     * other tests run the tiny models' 64 slices, most of them empty.
+     * Attention in one slice per (token, head): a batch of 128 (512 heads' worth of blocks without
+     * cutting any) walks all of a head's positions in one block; the other tests run the tiny
+     * models' 64 slices, most of them empty.
      */
     @Test
     void attentionInOneSliceForALargeBatch() {
         ModelConfig c = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
         int context = PROMPT_LENGTH + STEPS + 1;
-        int headBlocks = c.heads() / GpuDecoder.attentionHeadsPerBlock(c.heads(), c.kvHeads());
-        assertEquals(1, GpuDecoder.attentionSplits(context, 256, headBlocks));
-        assertEquals(64, GpuDecoder.attentionSplits(context, 1, headBlocks));
-        compare(Architecture.QWEN3_MOE, Optional.empty(), context, 256);
+        assertEquals(1, GpuDecoder.attentionSplits(context, 128, c.heads()));
+        assertEquals(64, GpuDecoder.attentionSplits(context, 1, c.heads()));
+        compare(Architecture.QWEN3_MOE, Optional.empty(), context, 128);
     }
 
     /**

@@ -62,18 +62,6 @@ class GpuDecoderKernelsTest {
         }
     }
 
-    /** A decode attention block takes the q heads of a kv group it can: a power of two up to 16 that divides the group. */
-    @Test
-    void attentionBlocksTakeAKvGroupsHeads() {
-        assertEquals(8, GpuDecoder.attentionHeadsPerBlock(32, 4));
-        assertEquals(8, GpuDecoder.attentionHeadsPerBlock(64, 8));
-        assertEquals(4, GpuDecoder.attentionHeadsPerBlock(32, 8));
-        assertEquals(1, GpuDecoder.attentionHeadsPerBlock(16, 16));
-        assertEquals(16, GpuDecoder.attentionHeadsPerBlock(64, 2));
-        assertEquals(4, GpuDecoder.attentionHeadsPerBlock(48, 4));
-        assertEquals(1, GpuDecoder.attentionHeadsPerBlock(12, 4));
-    }
-
     /** Projections take the batch in groups of up to 8 tokens, and one row's loads in one step (8 loads with a group). */
     @Test
     void projectionsGroupTheBatch() {
