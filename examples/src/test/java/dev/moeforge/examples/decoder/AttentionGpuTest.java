@@ -5,17 +5,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.reference.ErrorStats;
-import dev.moeforge.runtime.cache.KernelCache;
-import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaFunction;
-import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.RequiresGpu;
-import dev.moeforge.runtime.kernel.KernelRuntime;
-import java.nio.file.Path;
 import java.util.SplittableRandom;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
@@ -27,30 +20,9 @@ import org.junit.jupiter.params.provider.CsvSource;
  * groups of 1 to 8, windows and sinks.
  */
 @RequiresGpu
-class AttentionGpuTest {
+class AttentionGpuTest extends DecoderGpuSession {
     /** q and P enter the tensor cores as bf16 and the output leaves as bf16. */
     private static final double RELATIVE_L2 = 1e-2;
-
-    static CudaContext context;
-    static CudaStream stream;
-    static KernelRuntime runtime;
-
-    @BeforeAll
-    static void openGpu() {
-        context = CudaContext.create(0);
-        stream = CudaStream.create();
-        String dir = System.getenv("MOEFORGE_CACHE");
-        runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
-    }
-
-    @AfterAll
-    static void closeGpu() {
-        if (runtime != null) {
-            runtime.close();
-            stream.close();
-            context.close();
-        }
-    }
 
     /** Chunks that start at position 0 and past it, q tiles cut short. */
     @ParameterizedTest
@@ -75,34 +47,8 @@ class AttentionGpuTest {
         double scale = 1 / Math.sqrt(headDim);
 
         double[] want = new double[rows * heads * headDim];
-        for (int t = 0; t < rows; t++) {
-            int pos = firstPosition + t;
-            int lo = window > 0 ? Math.max(0, pos - window + 1) : 0;
-            for (int h = 0; h < heads; h++) {
-                int kvh = h / (heads / kvHeads);
-                double[] scores = new double[pos - lo + 1];
-                double top = sinks ? sink[h] : Double.NEGATIVE_INFINITY;
-                for (int j = lo; j <= pos; j++) {
-                    double dot = 0;
-                    for (int d = 0; d < headDim; d++) {
-                        dot += Bf16.toFloat(Bf16.fromFloat(q[(t * heads + h) * headDim + d])) * Bf16.toFloat(k[j * kn + kvh * headDim + d]);
-                    }
-                    scores[j - lo] = dot * scale;
-                    top = Math.max(top, scores[j - lo]);
-                }
-                double denominator = sinks ? Math.exp(sink[h] - top) : 0;
-                double[] sum = new double[headDim];
-                for (int j = lo; j <= pos; j++) {
-                    double p = Math.exp(scores[j - lo] - top);
-                    denominator += p;
-                    for (int d = 0; d < headDim; d++) {
-                        sum[d] += p * Bf16.toFloat(v[j * kn + kvh * headDim + d]);
-                    }
-                }
-                for (int d = 0; d < headDim; d++) {
-                    want[(t * heads + h) * headDim + d] = sum[d] / denominator;
-                }
-            }
+        for (int t = 0; t < rows; t++) {  // the kernel rounds q to bf16 for the tensor cores
+            attendRow(q, t, true, k, v, 0, firstPosition + t, headDim, heads, kvHeads, window, sinks ? sink : null, want);
         }
 
         CudaFunction attention = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu").function("attention_prefill_" + headDim);
@@ -158,33 +104,7 @@ class AttentionGpuTest {
         double scale = 1 / Math.sqrt(headDim);
         double[] want = new double[batch * heads * headDim];
         for (int b = 0; b < batch; b++) {
-            int pos = positions[b];
-            int lo = window > 0 ? Math.max(0, pos - window + 1) : 0;
-            for (int h = 0; h < heads; h++) {
-                int kvh = h / (heads / kvHeads);
-                double[] scores = new double[pos - lo + 1];
-                double top = sinks ? sink[h] : Double.NEGATIVE_INFINITY;
-                for (int j = lo; j <= pos; j++) {
-                    double dot = 0;
-                    for (int d = 0; d < headDim; d++) {
-                        dot += q[(b * heads + h) * headDim + d] * Bf16.toFloat(k[(b * context + j) * kn + kvh * headDim + d]);
-                    }
-                    scores[j - lo] = dot * scale;
-                    top = Math.max(top, scores[j - lo]);
-                }
-                double denominator = sinks ? Math.exp(sink[h] - top) : 0;
-                double[] sum = new double[headDim];
-                for (int j = lo; j <= pos; j++) {
-                    double p = Math.exp(scores[j - lo] - top);
-                    denominator += p;
-                    for (int d = 0; d < headDim; d++) {
-                        sum[d] += p * Bf16.toFloat(v[(b * context + j) * kn + kvh * headDim + d]);
-                    }
-                }
-                for (int d = 0; d < headDim; d++) {
-                    want[(b * heads + h) * headDim + d] = sum[d] / denominator;
-                }
-            }
+            attendRow(q, b, false, k, v, b * context, positions[b], headDim, heads, kvHeads, window, sinks ? sink : null, want);
         }
         CudaFunction attention = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu").function("attention_decode_" + headDim);
         try (DeviceBuffer dq = DeviceBuffer.allocate(DType.FP32, q.length);
@@ -211,6 +131,45 @@ class AttentionGpuTest {
                 ErrorStats e = ErrorStats.of(want, got);
                 assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, "head_dim " + headDim + ", " + slices + " slices, run "
                         + run + ": " + e);
+            }
+        }
+    }
+
+    /**
+     * Row {@code row}'s attention for every head, in FP64, into {@code want}: its q (rounded to bf16
+     * where {@code roundQ}) against the cache rows from {@code firstCacheRow} at positions
+     * max(0, pos - window + 1) .. pos (window 0: all), scaled by 1/sqrt(head_dim), each head's sink
+     * in the denominator where {@code sinks} is given.
+     */
+    private static void attendRow(float[] q, int row, boolean roundQ, short[] k, short[] v, int firstCacheRow, int pos, int headDim,
+                                  int heads, int kvHeads, int window, float[] sinks, double[] want) {
+        int kn = kvHeads * headDim;
+        double scale = 1 / Math.sqrt(headDim);
+        int lo = window > 0 ? Math.max(0, pos - window + 1) : 0;
+        for (int h = 0; h < heads; h++) {
+            int kvh = h / (heads / kvHeads);
+            double[] scores = new double[pos - lo + 1];
+            double top = sinks != null ? sinks[h] : Double.NEGATIVE_INFINITY;
+            for (int j = lo; j <= pos; j++) {
+                double dot = 0;
+                for (int d = 0; d < headDim; d++) {
+                    float qd = q[(row * heads + h) * headDim + d];
+                    dot += (roundQ ? Bf16.toFloat(Bf16.fromFloat(qd)) : qd) * Bf16.toFloat(k[(firstCacheRow + j) * kn + kvh * headDim + d]);
+                }
+                scores[j - lo] = dot * scale;
+                top = Math.max(top, scores[j - lo]);
+            }
+            double denominator = sinks != null ? Math.exp(sinks[h] - top) : 0;
+            double[] sum = new double[headDim];
+            for (int j = lo; j <= pos; j++) {
+                double p = Math.exp(scores[j - lo] - top);
+                denominator += p;
+                for (int d = 0; d < headDim; d++) {
+                    sum[d] += p * Bf16.toFloat(v[(firstCacheRow + j) * kn + kvh * headDim + d]);
+                }
+            }
+            for (int d = 0; d < headDim; d++) {
+                want[(row * heads + h) * headDim + d] = sum[d] / denominator;
             }
         }
     }

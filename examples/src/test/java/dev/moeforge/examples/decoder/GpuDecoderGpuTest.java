@@ -6,19 +6,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.checkpoint.Checkpoint;
 import dev.moeforge.dsl.reference.ErrorStats;
-import dev.moeforge.runtime.cache.KernelCache;
-import dev.moeforge.runtime.cuda.CudaContext;
-import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.RequiresGpu;
-import dev.moeforge.runtime.kernel.KernelRuntime;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.Optional;
 import dev.moeforge.dsl.ir.WeightFormat;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -32,7 +26,7 @@ import org.junit.jupiter.params.provider.EnumSource;
  * forward's logits; a batch of two decodes the same tokens twice; sampling repeats with its seed.
  */
 @RequiresGpu
-class GpuDecoderGpuTest {
+class GpuDecoderGpuTest extends DecoderGpuSession {
     private static final int[] PROMPT = {785, 6722, 315, 9625, 374, 12095, 11, 323, 279, 6722, 315};
     private static final int STEPS = 12;
     private static final int PROMPT_LENGTH = 5;
@@ -40,27 +34,6 @@ class GpuDecoderGpuTest {
     private static final double LOGITS_L2 = 2e-2;
     /** Router logits closer than this may be ordered the other way by bf16 activations. */
     private static final double ROUTER_NEAR_TIE = 2e-2;
-
-    static CudaContext context;
-    static CudaStream stream;
-    static KernelRuntime runtime;
-
-    @BeforeAll
-    static void openGpu() {
-        context = CudaContext.create(0);
-        stream = CudaStream.create();
-        String dir = System.getenv("MOEFORGE_CACHE");
-        runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
-    }
-
-    @AfterAll
-    static void closeGpu() {
-        if (runtime != null) {
-            runtime.close();
-            stream.close();
-            context.close();
-        }
-    }
 
     @ParameterizedTest
     @EnumSource(Architecture.class)
