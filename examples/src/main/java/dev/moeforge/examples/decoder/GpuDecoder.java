@@ -672,9 +672,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             float eps = (float) c.rmsEps();
             embedTokens.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, 0, stream, ids, embed, x, h);
             rmsNorm.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, layers.getFirst().inputNorm(), normed, h, eps);
+            // every row to the projections' one expert: their plans serve the chunk's every layer
+            qkvProj.enqueuePlan(stream, rows, oneExpert);
+            oProj.enqueuePlan(stream, rows, oneExpert);
             for (int l = 0; l < c.layers(); l++) {
                 LayerOnDevice w = layers.get(l);
-                qkvProj.enqueueDown(stream, rows, normed, wQkv.get(l), oneExpert, unitWeight, qkv);
+                qkvProj.enqueueDownOnPlan(stream, rows, normed, wQkv.get(l), oneExpert, unitWeight, qkv);
                 if (c.arch() == Architecture.OLMOE) {
                     qkNormRope.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
                             (float) c.clipQkv().orElse(0), eps, rowPositions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
@@ -689,7 +692,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 attention.launch(ORDER, c.heads(), Math.ceilDiv(rows, PROMPT_ATTENTION_ROWS), 1, 128, 1, 1, attentionBytes, stream, q, kCache.get(l),
                         vCache.get(l), ptr(w.sinks()), attnOut, rows, firstPosition, c.heads(), c.kvHeads(),
                         c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
-                oProj.enqueueDown(stream, rows, attnOut, wO.get(l), oneExpert, unitWeight, projected);
+                oProj.enqueueDownOnPlan(stream, rows, attnOut, wO.get(l), oneExpert, unitWeight, projected);
                 addBf16Norm.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, projected, w.postNorm(), normed, h, eps);
                 if (w.moe()) {
                     Map<String, DeviceBuffer> rowParams = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
