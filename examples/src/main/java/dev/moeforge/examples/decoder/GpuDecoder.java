@@ -48,8 +48,9 @@ import java.util.function.IntConsumer;
  * the experts are DSL kernels (q, k and v fused into one projection), the rest is
  * {@code moeforge_decoder.cu}. One decode step (every layer, the LM head and the next token's pick)
  * is one CUDA graph, captured once and replayed; the positions and the step counter live on the
- * device, so nothing but the picked ids comes back to the host. The prompt runs one token per
- * replay of the same layers, without the pick.
+ * device, so nothing but the picked ids comes back to the host. A prompt runs in chunks of its
+ * tokens on the tensor cores ({@link PromptKernels}), or, where the model's kernels do not allow
+ * that, one token per replay of the same layers, without the pick.
  */
 public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** The row kernels' block (rms_norm, the adds with norms, q/k norm and RoPE), as moeforge_decoder.cu's kRowThreads. */
