@@ -105,7 +105,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final CudaFunction embedTokens;
     private final CudaFunction rmsNorm;
     private final CudaFunction qkNormRope;
-    private final CudaFunction qkNormRopeHeads;
     private final CudaFunction attention;
     private final CudaFunction addF32Norm;
     private final CudaFunction addBf16Norm;
@@ -117,13 +116,13 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     // activations and state
     private final DeviceBuffer x;          // [B][H] fp32 residual
     private final DeviceBuffer normed;     // [B][max(H, qDim)] bf16
-    private final DeviceBuffer qkv;        // [B][qkvDim] fp32
+    private final DeviceBuffer qkv;        // [B][qkvDim] the projection's output: fp32, or bf16 from tiles
     private final DeviceBuffer q;          // [B][qDim] fp32, roped
     private final DeviceBuffer attnOut;    // [B][qDim] bf16
     private final int attentionSplits;
     private final DeviceBuffer attnParts;  // [B][heads][attentionSplits][head_dim + 2] fp32
     private final DeviceBuffer attnTickets; // [B][heads] int32, zero between layers
-    private final DeviceBuffer projected;  // [B][H] fp32
+    private final DeviceBuffer projected;  // [B][H] the projection's output: fp32, or bf16 from tiles
     private final DeviceBuffer topkIds;
     private final DeviceBuffer topkWeights;
     private final DeviceBuffer inter;
@@ -148,8 +147,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private int promptChunk;
     private PromptChunks prompt;
 
-    private record LayerOnDevice(DeviceBuffer inputNorm, DeviceBuffer postNorm, DeviceBuffer wQkv, DeviceBuffer bQkv,
-                                 DeviceBuffer wO, DeviceBuffer bO, DeviceBuffer qNorm, DeviceBuffer kNorm, DeviceBuffer sinks,
+    /** A layer on the device; {@code qkv} and {@code o} are each projection's matrix, then its bias where it has one. */
+    private record LayerOnDevice(DeviceBuffer inputNorm, DeviceBuffer postNorm, DeviceWeights qkv, DeviceWeights o, DeviceBuffer qNorm, DeviceBuffer kNorm, DeviceBuffer sinks,
                                  DeviceBuffer wRouter, DeviceBuffer bRouter, DeviceWeights gateUp, DeviceWeights down,
                                  boolean moe) {}
 
@@ -286,7 +285,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                                 1 / Math.sqrt(in)));
                     }
                 }
-                layer = new LayerOnDevice(inputNorm, postNorm, wQkv, bQkv, wO, bO, qn, kn, sinks, wRouter, bRouter, gateUp, down, true);
+                layer = new LayerOnDevice(inputNorm, postNorm, projectionWeights(wQkv, bQkv), projectionWeights(wO, bO), qn, kn, sinks, wRouter, bRouter, gateUp, down, true);
             } else {
                 int in = c.denseIntermediate();
                 DeviceBuffer stacked = switch (source) {
@@ -294,7 +293,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                             bf16Of(ckpt, p + "mlp.up_proj.weight", (long) in * h)));
                     case Weights.Random _ -> matrix(source, fill, p + "mlp.gate_up_proj.weight", 2L * in, h, 1 / Math.sqrt(h));
                 };
-                layer = new LayerOnDevice(inputNorm, postNorm, wQkv, bQkv, wO, bO, qn, kn, sinks, null, null,
+                layer = new LayerOnDevice(inputNorm, postNorm, projectionWeights(wQkv, bQkv), projectionWeights(wO, bO), qn, kn, sinks, null, null,
                         DeviceWeights.bf16(stacked), DeviceWeights.bf16(matrix(source, fill, p + "mlp.down_proj.weight", h, in,
                         1 / Math.sqrt(in))), false);
             }
@@ -307,9 +306,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         promptChunk = Math.min(context, PROMPT_CHUNK);
         qkvProj = projection(k.qkv());
         oProj = projection(k.o());
-        String qkvType = qkvProj.output() == DType.BF16 ? "_bf16" : "";  // what the q/k norm reads: the projection's output
-        qkNormRope = rowKernel(module, "qk_norm_rope_cache" + qkvType, qkvDim);
-        qkNormRopeHeads = module.function("qk_norm_rope_cache_heads" + qkvType);
+        qkNormRope = qkNormKernel(qkvProj.output());
         head = runtime.load(k.head());
         router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
         experts = k.gateUp() == null ? null : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
@@ -350,8 +347,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             vCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
         }
         for (Projection p : List.of(qkvProj, oProj)) {
-            if (p.tiles() != null) {  // every row to the one expert, every step: the plan is built once
-                p.tiles().enqueuePlan(stream, batch, denseIds);
+            if (p instanceof Projection.Tiles(ExpertHalf half)) {  // every row to the one expert, every step: the plan is built once
+                half.enqueuePlan(stream, batch, denseIds);
             }
         }
         stream.synchronize();
@@ -363,29 +360,66 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * {@code expert_centric} down half at top-1 (bf16 out) over a routing plan built once, every row
      * to the expert.
      */
-    private record Projection(KernelHandle gemv, ExpertHalf tiles) {
-        DType output() {
-            return tiles != null ? DType.BF16 : DType.FP32;
+    private sealed interface Projection {
+        record Linear(KernelHandle kernel) implements Projection {}
+
+        record Tiles(ExpertHalf half) implements Projection {}
+
+        default DType output() {
+            return switch (this) {
+                case Linear _ -> DType.FP32;
+                case Tiles _ -> DType.BF16;
+            };
         }
     }
 
     private Projection projection(KernelSpec spec) {
         KernelHandle handle = runtime.load(spec);
-        return spec.problem() instanceof Problem.ExpertDown ? new Projection(null, own(ExpertHalf.alone(handle, ORDER, batch)))
-                : new Projection(handle, null);
+        return spec.problem() instanceof Problem.ExpertDown ? new Projection.Tiles(own(ExpertHalf.alone(handle, ORDER, batch)))
+                : new Projection.Linear(handle);
     }
 
-    /** OLMoE's q/k norm kernel, which holds a token's fused row of {@code width} values in shared memory as floats. */
-    private static CudaFunction rowKernel(CudaModule module, String name, int width) {
-        CudaFunction f = module.function(name);
-        if (width * 4 > 48 * 1024) {
-            f.setMaxDynamicSharedBytes(width * 4);
+    /**
+     * The q/k norm with RoPE and the cache write for a fused q/k/v row of {@code qkvType} (the
+     * projection's output): OLMoE's norm spans every head, so one block a row holding the row in
+     * shared memory as floats; the others' one block a head.
+     */
+    private CudaFunction qkNormKernel(DType qkvType) {
+        String type = qkvType == DType.BF16 ? "_bf16" : "";
+        if (c.arch() != Architecture.OLMOE) {
+            return module.function("qk_norm_rope_cache_heads" + type);
+        }
+        CudaFunction f = module.function("qk_norm_rope_cache" + type);
+        int rowBytes = (c.heads() + 2 * c.kvHeads()) * c.headDim() * 4;
+        if (rowBytes > 48 * 1024) {
+            f.setMaxDynamicSharedBytes(rowBytes);
         }
         return f;
     }
 
-    /** A layer's weights as a projection's tiles read them: the matrix, then its bias where it has one. */
-    private static DeviceWeights tileWeights(DeviceBuffer w, DeviceBuffer bias) {
+    /**
+     * Layer l's q/k norm with RoPE for {@code rows} rows of {@code qkvRows} at {@code rowPositions},
+     * q to {@code qOut}, k and v to the cache: each row's own sequence ({@code copies} 0, a decode
+     * step) or sequences 0 .. copies-1 (a prompt's rows, shared by the batch).
+     */
+    private void enqueueQkNormRope(CudaFunction kernel, int l, LayerOnDevice w, int rows, DeviceBuffer qkvRows,
+                                   DeviceBuffer rowPositions, DeviceBuffer qOut, int copies) {
+        int qkvDim = (c.heads() + 2 * c.kvHeads()) * c.headDim();
+        float eps = (float) c.rmsEps();
+        if (c.arch() == Architecture.OLMOE) {
+            kernel.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, qkvDim * 4, stream, qkvRows, w.qNorm(), w.kNorm(),
+                    (float) c.clipQkv().orElse(0), eps, rowPositions, invFreq, c.rope().attentionScaling(), qOut, kCache.get(l),
+                    vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, copies);
+        } else {
+            int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
+            kernel.launch(ORDER, c.heads() + 2 * c.kvHeads(), rows, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0, stream, qkvRows,
+                    ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, rowPositions, invFreq, c.rope().attentionScaling(), qOut,
+                    kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, copies);
+        }
+    }
+
+    /** A projection's weights as its kernels read them: the matrix, then its bias where it has one. */
+    private static DeviceWeights projectionWeights(DeviceBuffer w, DeviceBuffer bias) {
         return bias == null ? DeviceWeights.bf16(w) : new DeviceWeights(WeightFormat.BF16, DeviceWeights.Layout.NATURAL, List.of(w, bias));
     }
 
@@ -581,8 +615,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         private final CudaFunction attention;
         private final CudaFunction repeatRow;
         private final int attentionBytes;
-        private final List<DeviceWeights> wQkv = new ArrayList<>();
-        private final List<DeviceWeights> wO = new ArrayList<>();
         private final DeviceBuffer ids;
         private final DeviceBuffer rowPositions;
         private final DeviceBuffer x;
@@ -615,18 +647,13 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             router = routerKernel == null ? null : keep(new RouterKernel(routerKernel, chunk));
             denseMlp = k.denseGateUp() == null ? null
                     : keep(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown()), ORDER, chunk));
-            qkNormRope = c.arch() == Architecture.OLMOE ? rowKernel(module, "qk_norm_rope_cache_bf16", qDim + 2 * kvDim)
-                    : module.function("qk_norm_rope_cache_heads_bf16");
+            qkNormRope = qkNormKernel(DType.BF16);
             attention = module.function("attention_prefill_" + c.headDim());
             attentionBytes = promptAttentionBytes(c.headDim());
             if (attentionBytes > 48 * 1024) {
                 attention.setMaxDynamicSharedBytes(attentionBytes);
             }
             repeatRow = module.function("repeat_row_bf16");
-            for (LayerOnDevice w : layers) {
-                wQkv.add(tileWeights(w.wQkv(), w.bQkv()));
-                wO.add(tileWeights(w.wO(), w.bO()));
-            }
             ids = allocate(DType.INT32, chunk);
             rowPositions = allocate(DType.INT32, chunk);
             x = allocate(DType.FP32, (long) chunk * h);
@@ -668,8 +695,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
         private void enqueueChunk(int rows, int firstPosition) {
             int h = c.hidden();
-            int qDim = c.heads() * c.headDim();
-            int kvDim = c.kvHeads() * c.headDim();
             float eps = (float) c.rmsEps();
             embedTokens.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, 0, stream, ids, embed, x, h);
             rmsNorm.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, layers.getFirst().inputNorm(), normed, h, eps);
@@ -678,22 +703,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             oProj.enqueuePlan(stream, rows, oneExpert);
             for (int l = 0; l < c.layers(); l++) {
                 LayerOnDevice w = layers.get(l);
-                qkvProj.enqueueDownOnPlan(stream, rows, normed, wQkv.get(l), oneExpert, unitWeight, qkv);
-                if (c.arch() == Architecture.OLMOE) {
-                    qkNormRope.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
-                            (float) c.clipQkv().orElse(0), eps, rowPositions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
-                            vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, batch);
-                } else {
-                    int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
-                    qkNormRope.launch(ORDER, c.heads() + 2 * c.kvHeads(), rows, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0,
-                            stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, rowPositions, invFreq,
-                            c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context,
-                            batch);
-                }
+                qkvProj.enqueueDownOnPlan(stream, rows, normed, w.qkv(), oneExpert, unitWeight, qkv);
+                enqueueQkNormRope(qkNormRope, l, w, rows, qkv, rowPositions, q, batch);
                 attention.launch(ORDER, c.heads(), Math.ceilDiv(rows, PROMPT_ATTENTION_ROWS), 1, 128, 1, 1, attentionBytes, stream, q, kCache.get(l),
                         vCache.get(l), ptr(w.sinks()), attnOut, rows, firstPosition, c.heads(), c.kvHeads(),
                         c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
-                oProj.enqueueDownOnPlan(stream, rows, attnOut, wO.get(l), oneExpert, unitWeight, projected);
+                oProj.enqueueDownOnPlan(stream, rows, attnOut, w.o(), oneExpert, unitWeight, projected);
                 addBf16Norm.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, projected, w.postNorm(), normed, h, eps);
                 if (w.moe()) {
                     Map<String, DeviceBuffer> rowParams = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
@@ -720,13 +735,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
         @Override
         public void close() {
-            for (AutoCloseable a : resources) {
-                try {
-                    a.close();
-                } catch (Exception e) {
-                    throw new IllegalStateException(e);
-                }
-            }
+            closeAll(resources);
             buffers.forEach(DeviceBuffer::close);
         }
     }
@@ -796,8 +805,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         boolean attention = parts.contains(StepPart.ATTENTION);
         boolean rest = parts.contains(StepPart.REST);
         int h = c.hidden();
-        int qDim = c.heads() * c.headDim();
-        int kvDim = c.kvHeads() * c.headDim();
         float eps = (float) c.rmsEps();
         if (rest) {
             embedTokens.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, next, embed, x, h);
@@ -805,7 +812,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
         for (int l = 0; l < c.layers(); l++) {
             LayerOnDevice w = layers.get(l);
-            enqueueAttention(l, w, qDim, kvDim, eps, parts.contains(StepPart.PROJECTIONS), attention);
+            enqueueAttention(l, w, parts.contains(StepPart.PROJECTIONS), attention);
             if (rest) {
                 (oProj.output() == DType.BF16 ? addBf16Norm : addF32Norm).launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x,
                         projected, w.postNorm(), normed, h, eps);
@@ -838,35 +845,25 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * Layer l's attention: the fused projection, q/k norm with RoPE and the cache write, attention,
      * the o projection; the projections where {@code projections}, the rest where {@code attention}.
      */
-    private void enqueueAttention(int l, LayerOnDevice w, int qDim, int kvDim, float eps, boolean projections, boolean attention) {
+    private void enqueueAttention(int l, LayerOnDevice w, boolean projections, boolean attention) {
         if (projections) {
-            enqueueProjection(qkvProj, normed, w.wQkv(), w.bQkv(), qkv);
+            enqueueProjection(qkvProj, normed, w.qkv(), qkv);
         }
         if (attention) {
-            if (c.arch() == Architecture.OLMOE) {  // its q/k norm spans every head: one block per token
-                qkNormRope.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, (qDim + 2 * kvDim) * 4, stream, qkv, w.qNorm(), w.kNorm(),
-                        (float) c.clipQkv().orElse(0), eps, positions, invFreq, c.rope().attentionScaling(), q, kCache.get(l),
-                        vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
-            } else {
-                int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
-                qkNormRopeHeads.launch(ORDER, c.heads() + 2 * c.kvHeads(), batch, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0,
-                        stream, qkv, ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, positions, invFreq,
-                        c.rope().attentionScaling(), q, kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, 0);
-            }
+            enqueueQkNormRope(qkNormRope, l, w, batch, qkv, positions, q, 0);
             this.attention.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
                     positions, ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
                     c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
         }
         if (projections) {
-            enqueueProjection(oProj, attnOut, w.wO(), w.bO(), projected);
+            enqueueProjection(oProj, attnOut, w.o(), projected);
         }
     }
 
-    private void enqueueProjection(Projection p, DeviceBuffer in, DeviceBuffer w, DeviceBuffer b, DeviceBuffer out) {
-        if (p.tiles() != null) {
-            p.tiles().enqueueDownOnPlan(stream, batch, in, tileWeights(w, b), denseIds, denseWeights, out);
-        } else {
-            launchLinear(p.gemv(), in, w, b, out);
+    private void enqueueProjection(Projection p, DeviceBuffer in, DeviceWeights w, DeviceBuffer out) {
+        switch (p) {
+            case Projection.Tiles(ExpertHalf half) -> half.enqueueDownOnPlan(stream, batch, in, w, denseIds, denseWeights, out);
+            case Projection.Linear(KernelHandle k) -> launchLinear(k, in, w, out);
         }
     }
 
@@ -876,12 +873,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         endStep.launch(ORDER, 1, 1, 1, 1, 1, 1, 0, stream, step);
     }
 
-    private void launchLinear(KernelHandle k, DeviceBuffer in, DeviceBuffer w, DeviceBuffer b, DeviceBuffer out) {
-        if (b == null) {
-            k.launch(stream, ORDER, batch, in, w, out);
-        } else {
-            k.launch(stream, ORDER, batch, in, w, b, out);
-        }
+    private void launchLinear(KernelHandle k, DeviceBuffer in, DeviceWeights w, DeviceBuffer out) {
+        List<DeviceBuffer> args = new ArrayList<>(List.of(in));
+        args.addAll(w.buffers());  // the matrix, then the bias where there is one
+        args.add(out);
+        k.launch(stream, ORDER, batch, args.toArray(DeviceBuffer[]::new));
     }
 
     @Override
@@ -905,14 +901,18 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         if (prompt != null) {
             prompt.close();
         }
-        for (AutoCloseable a : closers) {
+        closeAll(closers);
+        owned.forEach(DeviceBuffer::close);
+    }
+
+    private static void closeAll(List<AutoCloseable> resources) {
+        for (AutoCloseable a : resources) {
             try {
                 a.close();
             } catch (Exception e) {
                 throw new IllegalStateException(e);
             }
         }
-        owned.forEach(DeviceBuffer::close);
     }
 
     // ----------------------------------------------------------------------------------------- helpers

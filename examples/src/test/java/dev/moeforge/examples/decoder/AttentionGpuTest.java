@@ -20,7 +20,7 @@ import org.junit.jupiter.params.provider.CsvSource;
  * groups of 1 to 8, windows and sinks.
  */
 @RequiresGpu
-class AttentionGpuTest extends DecoderGpuSession {
+class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     /** q and P enter the tensor cores as bf16 and the output leaves as bf16. */
     private static final double RELATIVE_L2 = 1e-2;
 

@@ -26,7 +26,7 @@ import org.junit.jupiter.params.provider.EnumSource;
  * forward's logits; a batch of two decodes the same tokens twice; sampling repeats with its seed.
  */
 @RequiresGpu
-class GpuDecoderGpuTest extends DecoderGpuSession {
+class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     private static final int[] PROMPT = {785, 6722, 315, 9625, 374, 12095, 11, 323, 279, 6722, 315};
     private static final int STEPS = 12;
     private static final int PROMPT_LENGTH = 5;

@@ -14,6 +14,8 @@ import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.provider.EnumSource;
+import org.junit.jupiter.params.ParameterizedTest;
 
 /** Which expert kernels the decoder of the built-in geometry takes by batch (no GPU). */
 class GpuDecoderKernelsTest {
@@ -103,5 +105,42 @@ class GpuDecoderKernelsTest {
                 Target.SM_90A, 1).prompt();
         assertNull(nvfp4.gateUp());
         assertNotNull(nvfp4.qkv());
+    }
+
+    /**
+     * The bundle precompiles the decoder's kernels from one file per model and batch; a kernel the
+     * decoder loads that its file lacks would be compiled on the GPU host instead. Every kernel of
+     * the tiny models at the GPU tests' batches and of the built-in model at the benchmark's is there.
+     */
+    @ParameterizedTest
+    @EnumSource(Architecture.class)
+    void theBundlesKernelFilesHoldEveryKernelTheDecoderLoads(Architecture arch) throws Exception {
+        java.nio.file.Path dir = RandomModelTest.tiny(arch);
+        ModelConfig c = ModelConfig.read(dir);
+        MoeBlock block;
+        try (dev.moeforge.checkpoint.Checkpoint ckpt = dev.moeforge.checkpoint.Checkpoint.open(dir)) {
+            String moe = ModelWeights.moePrefix(c, ckpt, ModelWeights.layerPrefix(c.moeLayers().indexOf(true)));
+            var experts = dev.moeforge.checkpoint.CheckpointExperts.load(ckpt, moe, c.experts());
+            block = MoeBlock.of(c, experts.gateUp().format(), experts.layout(), experts.gateUpBias().isPresent());
+        }
+        int[] batches = arch == Architecture.QWEN3_MOE ? new int[] {1, 2, 16, 128} : new int[] {1, 2, 16};
+        for (int batch : batches) {
+            assertFileHolds(arch.modelType() + "-b" + batch + ".moe", GpuDecoder.Kernels.of(c, block, Target.SM_90A, batch));
+        }
+        if (arch == Architecture.QWEN3_MOE) {
+            for (int batch : new int[] {1, 8, 16, 32, 64}) {
+                assertFileHolds("builtin-b" + batch + ".moe", kernels(batch));
+            }
+        }
+    }
+
+    private static void assertFileHolds(String name, GpuDecoder.Kernels kernels) throws java.io.IOException {
+        try (java.io.InputStream in = GpuDecoderKernelsTest.class.getResourceAsStream("/gpu-decoder-kernels/" + name)) {
+            assertNotNull(in, "gpu-decoder-kernels/" + name + " is missing");
+            String file = new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+            for (dev.moeforge.dsl.ir.KernelSpec k : kernels.all()) {
+                assertTrue(file.contains(dev.moeforge.dsl.text.SpecPrinter.print(k)), name + " lacks kernel " + k.name());
+            }
+        }
     }
 }

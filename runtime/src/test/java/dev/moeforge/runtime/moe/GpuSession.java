@@ -3,10 +3,6 @@ package dev.moeforge.runtime.moe;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import dev.moeforge.runtime.cache.KernelCache;
-import dev.moeforge.runtime.cuda.CudaContext;
-import dev.moeforge.runtime.cuda.CudaStream;
-import dev.moeforge.runtime.kernel.KernelRuntime;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.format.Bf16;
@@ -22,7 +18,6 @@ import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.ExecutorService;
@@ -30,15 +25,13 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.function.Supplier;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 
 /**
- * The base of the GPU test classes: a context, a stream and a kernel runtime on device 0 for the
- * class, compiling through the cache at {@code MOEFORGE_CACHE} (or the default one). Each subclass
- * carries {@link dev.moeforge.runtime.cuda.RequiresGpu}, so that without a CUDA device none of this
- * runs and its tests are reported as skipped.
+ * The base of the expert layers' GPU test classes: the session of {@link
+ * dev.moeforge.runtime.cuda.GpuTestSession}, the bounds an output is held to, and the layers'
+ * compile and run helpers.
  */
-abstract class GpuSession {
+abstract class GpuSession extends dev.moeforge.runtime.cuda.GpuTestSession {
     /**
      * How far an output may be from the FP64 reference: its relative L2 error, and every element's
      * error as a fraction of the reference's peak |ref| (see {@link ErrorStats#within}).
@@ -59,17 +52,6 @@ abstract class GpuSession {
      */
     static final Bounds BF16_OUTPUT = new Bounds(1e-2, 1e-2);
 
-    static CudaContext context;
-    static CudaStream stream;
-    static KernelRuntime runtime;
-
-    @BeforeAll
-    static void openGpu() {
-        context = CudaContext.create(0);
-        stream = CudaStream.create();
-        String dir = System.getenv("MOEFORGE_CACHE");
-        runtime = new KernelRuntime(context, dir != null ? new KernelCache(Path.of(dir)) : KernelCache.defaultCache());
-    }
 
     /** Whether an expert-centric schedule runs on this GPU: wgmma is sm_90a's. */
     static boolean runsOnThisGpu(ExpertCentric schedule) {
@@ -226,14 +208,9 @@ abstract class GpuSession {
         return out;
     }
 
+    /** Before the session closes (a subclass's {@code @AfterAll} runs before its base's). */
     @AfterAll
-    static void closeGpu() {
+    static void releaseWeights() {
         releaseLayerWeights();
-        if (runtime != null) {
-            runtime.close();
-            stream.close();
-            context.close();
-            runtime = null;
-        }
     }
 }
