@@ -1665,13 +1665,32 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
   }
 }
 
+// A weight matrix of `bytes` (a multiple of 16, 16-byte aligned) into L2 by the copy engine, shared
+// out among the grid's first kL2PrefetchBlocks blocks (the first to be resident), before the
+// kernel waits for the previous one: its weights then stream while that kernel still runs, and the
+// blocks that start later find them in L2. Each lane of warp 0 asks for pieces of at most 64 KiB.
+constexpr int kL2PrefetchBlocks = 128;
+__device__ __forceinline__ void prefetch_matrix_to_l2(const void* base, size_t bytes) {
+  const int blocks = min_int(kL2PrefetchBlocks, static_cast<int>(gridDim.x));
+  if (static_cast<int>(blockIdx.x) >= blocks || threadIdx.x >= 32) return;
+  const size_t chunks = bytes / 16;
+  const size_t begin = chunks * blockIdx.x / blocks, end = chunks * (blockIdx.x + 1) / blocks;
+  constexpr size_t kPiece = (64 << 10) / 16;
+  for (size_t c = begin + threadIdx.x * kPiece; c < end; c += 32 * kPiece) {
+    const uint32_t piece = static_cast<uint32_t>(min(kPiece, end - c) * 16);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(base) + c * 16), "r"(piece)
+                 : "memory");
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Linear projection (schedule linear_gemv): block b computes outputs [slice * N, slice * N + N)
 // of token group b % groups (slice b / groups, so a slice's groups run side by side and share its
 // weights in L2), one warp (or SPLIT warps) per output row. A warp streams its row once and
 // multiplies each weight load by the T tokens of its group; lane t adds the bias to token t's sum,
 // applies the epilogue and stores. The kernel waits for the previous one only after its first weight loads
-// are in flight: the weights are constants of the step, the activations are its input.
+// are in flight (and a matrix that fits L2 is on its way there): the weights are constants of the
+// step, the activations are its input.
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ void store_output(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_output(float* p, float v) { *p = v; }
@@ -1733,6 +1752,7 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
   const int tokens = min_int(T, num_tokens - token0);
   const char* x_rows = reinterpret_cast<const char*>(x + static_cast<size_t>(token0) * K);
   const char* codes = static_cast<const char*>(w.codes);
+  if constexpr (Config::kPrefetchL2) prefetch_matrix_to_l2(codes, static_cast<size_t>(N) * K * 2);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   float acc[T];
@@ -1776,6 +1796,112 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
         for (int p = 0; p < SPLIT; ++p) sums[t] += parts[warp + p][t];
       }
       store(n, sums);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linear projection on the tensor cores (schedule linear_mma): block b computes outputs
+// [slice * NPC, slice * NPC + NPC) for the T tokens of group b % groups. The weight rows are the
+// M side of mma.sync m16n8k16 and the tokens its N side. In a 32-input step lane (g, t) loads 16
+// bytes of rows g and g + 8 of each row tile (inputs 8t .. 8t + 7 of the step) and 16 bytes of
+// token g's activations at the same inputs: the first MMA takes words 0-1 of each, the second words
+// 2-3, so A's and B's k orders agree and the sums are those of the plain product. Warp w takes
+// steps w, w + W, ...; its U steps of weight loads are issued before their activations are read
+// (the first before the wait for the previous kernel), and the warps' sums meet in shared memory,
+// added in warp order, before the bias, the epilogue and a row-contiguous store.
+// ---------------------------------------------------------------------------------------------
+template <class Config, class Out, class Epilogue>
+__device__ __forceinline__ void linear_mma(const __nv_bfloat16* __restrict__ x, const WeightArgs w, Out* __restrict__ y,
+                                           int num_tokens, Epilogue epi) {
+  constexpr int K = Config::kInputs, N = Config::kOutputs, W = Config::kWarpsPerCta, U = Config::kUnroll;
+  constexpr int NPC = Config::kOutputsPerCta, T = Config::kTokensPerCta;
+  constexpr int R = NPC / 16, NT = T / 8;
+  constexpr int kSteps = ceil_div(K, 32);
+  static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
+  static_assert(K % 8 == 0 && NPC % 16 == 0 && T % 8 == 0, "rows of whole 16-byte loads, tiles of 16 rows and 8 tokens");
+  __shared__ float parts[W][T][NPC];
+  const int groups = ceil_div(num_tokens, T);
+  const int slice = static_cast<int>(blockIdx.x) / groups;
+  const int group = static_cast<int>(blockIdx.x) - slice * groups;
+  const int row0 = slice * NPC;
+  const int token0 = group * T;
+  const int tokens = min_int(T, num_tokens - token0);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const char* codes = static_cast<const char*>(w.codes);
+  if constexpr (Config::kPrefetchL2) prefetch_matrix_to_l2(codes, static_cast<size_t>(N) * K * 2);
+  // rows g and g + 8 of each row tile, the last row standing in for those past N (loaded, never stored)
+  const char* rows[R][2];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) rows[r][h] = codes + static_cast<size_t>(min_int(N - 1, row0 + 16 * r + 8 * h + g)) * K * 2;
+  }
+  const __nv_bfloat16* x_rows[NT];
+  bool token_in[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    token_in[j] = 8 * j + g < tokens;
+    x_rows[j] = x + static_cast<size_t>(token0 + min_int(tokens - 1, 8 * j + g)) * K;
+  }
+  float acc[R][NT][4];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][j][i] = 0.0f;
+    }
+  }
+#pragma unroll 1
+  for (int s0 = warp; s0 < kSteps; s0 += W * U) {
+    Lane<16> wv[U][R][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = (s0 + u * W) * 32 + 8 * t;
+      const bool in = k < K;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wv[u][r][h] = in ? load_weights<16>(rows[r][h] + k * 2) : zero_lane<16>();
+      }
+    }
+    wait_for_previous_kernel();  // returns at once after the first time
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = (s0 + u * W) * 32 + 8 * t;
+      const bool in = k < K;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const Lane<16> xv = in && token_in[j] ? load_activations<16>(x_rows[j] + k) : zero_lane<16>();
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint32_t a0[4] = {wv[u][r][0].w[0], wv[u][r][1].w[0], wv[u][r][0].w[1], wv[u][r][1].w[1]};
+          const uint32_t a1[4] = {wv[u][r][0].w[2], wv[u][r][1].w[2], wv[u][r][0].w[3], wv[u][r][1].w[3]};
+          mma_bf16_16816(acc[r][j], a0, xv.w[0], xv.w[1]);
+          mma_bf16_16816(acc[r][j], a1, xv.w[2], xv.w[3]);
+        }
+      }
+    }
+  }
+  wait_for_previous_kernel();  // a warp without a step still must not store before the previous kernel is done
+  // d[0], d[1]: row g, tokens 2t and 2t + 1 of the tile; d[2], d[3]: row g + 8
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) parts[warp][8 * j + 2 * t + (i & 1)][16 * r + g + 8 * (i >> 1)] = acc[r][j][i];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < T * NPC; i += blockDim.x) {
+    const int token = i / NPC, row = i - token * NPC, n = row0 + row;
+    if (token < tokens && n < N) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int p = 0; p < W; ++p) sum += parts[p][token][row];
+      store_output(y + static_cast<size_t>(token0 + token) * N + n, epi(sum + load_bias<Config::kBias, N>(w, 0, n)));
     }
   }
 }

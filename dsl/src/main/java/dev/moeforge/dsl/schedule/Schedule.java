@@ -19,7 +19,7 @@ import java.util.Optional;
  * @param <P> the problems this kind lowers
  */
 public sealed interface Schedule<P extends Problem>
-        permits OutputCentric, OutputTensorCore, SplitDown, ExpertCentric, RouterGemv, RouterCluster, RouterTiled, LinearGemv {
+        permits OutputCentric, OutputTensorCore, SplitDown, ExpertCentric, RouterGemv, RouterCluster, RouterTiled, LinearGemv, LinearMma {
 
     /** Every kind, in the order the textual form lists them and enumeration visits them. */
     static List<ScheduleKind<?, ?>> kinds() {
@@ -29,7 +29,7 @@ public sealed interface Schedule<P extends Problem>
     /** Initialised on first use, after the records: a record's initialisation initialises this interface first. */
     final class Kinds {
         private static final List<ScheduleKind<?, ?>> ALL = List.of(OutputCentric.KIND, OutputTensorCore.KIND, SplitDown.KIND,
-                ExpertCentric.KIND, RouterGemv.KIND, RouterCluster.KIND, RouterTiled.KIND, LinearGemv.KIND);
+                ExpertCentric.KIND, RouterGemv.KIND, RouterCluster.KIND, RouterTiled.KIND, LinearGemv.KIND, LinearMma.KIND);
 
         private Kinds() {}
     }

@@ -6,16 +6,18 @@ import dev.moeforge.runtime.cuda.CudaModule;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.kernel.KernelRuntime;
+import dev.moeforge.runtime.kernel.ModuleResource;
 
 /** The benchmark's hand-written helper kernels (bench_kernels.cu), compiled through the kernel cache. */
 public final class BenchKernels implements AutoCloseable {
-    private static final String FILE = "bench_kernels.cu";
+    /** The module of these kernels. */
+    public static final ModuleResource MODULE = new ModuleResource(BenchKernels.class, "bench_kernels.cu");
     private final CudaFunction readBandwidth;
     private final CudaFunction fillUniformBf16;
     private final int smCount;
 
     public BenchKernels(KernelRuntime runtime) {
-        CudaModule module = runtime.loadResource(BenchKernels.class, FILE);
+        CudaModule module = runtime.loadResource(MODULE);
         this.readBandwidth = module.function("read_bandwidth");
         this.fillUniformBf16 = module.function("fill_uniform_bf16");
         this.smCount = runtime.context().smCount();

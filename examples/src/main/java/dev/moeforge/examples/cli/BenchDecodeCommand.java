@@ -82,6 +82,13 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + "touches the experts of one token).")
     double temperature;
 
+    @Option(names = "--projections", defaultValue = "by-batch", paramLabel = "KIND",
+            description = "The decode step's q/k/v, o and LM head kernels: by-batch (the decoder's choice: one warp per row for one "
+                    + "sequence, the tensor cores' linear_mma from two, expert tiles from 65), or one kind at every batch to compare "
+                    + "them: gemv, mma or tiles (the LM head has no tiles and keeps the batch's choice). Any but by-batch adds "
+                    + "-projections-KIND to the file's name.")
+    String projections;
+
     @Option(names = "--out", defaultValue = "bench/results", paramLabel = "DIR", description = "Where the JSON goes (default ${DEFAULT-VALUE}).")
     Path out;
 
@@ -100,6 +107,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
         if (tokens < 2) {
             throw new IllegalArgumentException("--tokens must be at least 2 (one prefill pick, then decode steps), got " + tokens);
         }
+        GpuDecoder.ProjectionKernels projectionKernels = parseProjections(projections);
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
         dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat("--experts-format", expertsFormat);
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
@@ -131,7 +139,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     "sequences", "experts/layer");
             for (int batch : batches) {
                 try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, java.util.Optional.of(format)), runtime, stream, batch,
-                        prompt.length + tokens, tokens, l -> { })) {
+                        prompt.length + tokens, tokens, l -> { }, projectionKernels)) {
                     d.sampling(temperature, SAMPLING_SEED);
                     d.generate(prompt, Math.min(tokens, 8), p -> true);  // warm-up: graphs captured, caches warm
                     d.reset();
@@ -182,6 +190,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
             doc.put("model", Map.of("preset", preset.name(), "layers", c.layers(), "hidden", c.hidden(), "experts", c.experts(),
                     "topk", c.topk(), "expert_intermediate", c.expertIntermediate(), "vocab", c.vocab(), "weights", "bf16, random",
                     "experts_format", format.text()));
+            doc.put("projections", projections);
             doc.put("prompt_tokens", prompt.length);
             doc.put("context", prompt.length + tokens);
             doc.put("tokens", tokens);
@@ -219,10 +228,21 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     }
                 }
             }
-            String suffix = format.equals(dev.moeforge.dsl.ir.WeightFormat.BF16) ? "decode" : "decode-" + format.text();
+            String suffix = (format.equals(dev.moeforge.dsl.ir.WeightFormat.BF16) ? "decode" : "decode-" + format.text())
+                    + (projectionKernels == GpuDecoder.ProjectionKernels.BY_BATCH ? "" : "-projections-" + projections);
             System.out.println("wrote " + BenchReports.write(out, ctx, suffix, doc));
         }
         return 0;
+    }
+
+    static GpuDecoder.ProjectionKernels parseProjections(String kind) {
+        return switch (kind) {
+            case "by-batch" -> GpuDecoder.ProjectionKernels.BY_BATCH;
+            case "gemv" -> GpuDecoder.ProjectionKernels.GEMV;
+            case "mma" -> GpuDecoder.ProjectionKernels.MMA;
+            case "tiles" -> GpuDecoder.ProjectionKernels.TILES;
+            default -> throw new IllegalArgumentException("--projections " + kind + ": by-batch, gemv, mma or tiles");
+        };
     }
 
     /**

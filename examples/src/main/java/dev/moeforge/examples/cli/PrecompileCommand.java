@@ -4,7 +4,11 @@ import dev.moeforge.codegen.cuda.CudaEmitter;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.runtime.cache.KernelCache;
+import dev.moeforge.examples.bench.BenchKernels;
+import dev.moeforge.examples.decoder.GpuDecoder;
 import dev.moeforge.runtime.compile.CudaSource;
+import dev.moeforge.runtime.kernel.ModuleResource;
+import dev.moeforge.runtime.moe.DispatchedLayer;
 import java.io.PrintWriter;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -35,6 +39,13 @@ public final class PrecompileCommand implements Callable<Integer> {
     @Option(names = "--catalogue", description = "Also compile the built-in catalogue.")
     boolean catalogue;
 
+    @Option(names = "--modules", description = "Also compile the hand-written modules the commands load: the decoder's "
+            + "kernels, the benchmarks' helpers and the dispatch kernel.")
+    boolean modules;
+
+    /** The hand-written CUDA modules the CLI's commands load through the cache. */
+    static final List<ModuleResource> MODULES = List.of(GpuDecoder.MODULE, BenchKernels.MODULE, DispatchedLayer.MODULE);
+
     @Option(names = "--target", split = ",", defaultValue = "sm_90a",
             description = "Targets, comma-separated (default: ${DEFAULT-VALUE}); allowed: sm_90a, sm_100a, sm_120a.")
     List<String> targets;
@@ -59,8 +70,8 @@ public final class PrecompileCommand implements Callable<Integer> {
         if (catalogue) {
             specs.addAll(Catalogue.specs());
         }
-        if (specs.isEmpty()) {
-            throw new IllegalArgumentException("nothing to compile: give .moe files or --catalogue");
+        if (specs.isEmpty() && !modules) {
+            throw new IllegalArgumentException("nothing to compile: give .moe files, --catalogue or --modules");
         }
         Set<KernelSpec> work = new LinkedHashSet<>();  // a spec listed twice is compiled once
         for (KernelSpec spec : specs) {
@@ -79,6 +90,18 @@ public final class PrecompileCommand implements Callable<Integer> {
             }
             return spills;
         });
+        if (modules) {
+            for (ModuleResource module : MODULES) {
+                for (Target t : chosen) {
+                    CudaSource source = module.source();
+                    cache.getOrCompile(source, t);
+                    if (copy != null) {
+                        copy.copyEntryFrom(cache, source, t);
+                    }
+                }
+            }
+            stdout.println("compiled " + MODULES.stream().map(ModuleResource::fileName).toList() + " for " + targets);
+        }
         long spills = spilled.stream().filter(b -> b).count();
         stdout.println("precompiled " + work.size() + (work.size() == 1 ? " kernel" : " kernels") + " into "
                 + cache.directory() + (copy != null ? " and copied them into " + copy.directory() : "") + " (" + cache.misses()

@@ -17,6 +17,7 @@ import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.schedule.Candidates;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.LinearGemv;
+import dev.moeforge.dsl.schedule.LinearMma;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.RouterGemv;
 import dev.moeforge.dsl.schedule.Schedule;
@@ -29,6 +30,7 @@ import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
+import dev.moeforge.runtime.kernel.ModuleResource;
 import dev.moeforge.runtime.moe.DeviceWeights;
 import dev.moeforge.runtime.moe.ExpertHalf;
 import dev.moeforge.runtime.moe.ExpertLayer;
@@ -53,6 +55,8 @@ import java.util.function.IntConsumer;
  * that, one token per replay of the same layers, without the pick.
  */
 public final class GpuDecoder implements TokenModel, AutoCloseable {
+    /** The decoder's own kernels (embedding, norms, RoPE, attention, residual adds, the pick). */
+    public static final ModuleResource MODULE = new ModuleResource(GpuDecoder.class, "moeforge_decoder.cu");
     /** The row kernels' block (rms_norm, the adds with norms, q/k norm and RoPE), as moeforge_decoder.cu's kRowThreads. */
     private static final int ROW_THREADS = 512;
     /** The most values of a row those kernels take: kRowThreads x kPerThread. */
@@ -178,9 +182,15 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         record Random(long seed, Optional<WeightFormat> experts) implements Weights {}
     }
 
-    /** The decoder of a model whose weights come from {@code source}. */
+    /** The decoder of a model whose weights come from {@code source}, its projections' kernels chosen by the batch. */
     public GpuDecoder(ModelConfig config, Weights source, KernelRuntime runtime, CudaStream stream, int batch, int context,
                       int maxSteps, IntConsumer progress) {
+        this(config, source, runtime, stream, batch, context, maxSteps, progress, ProjectionKernels.BY_BATCH);
+    }
+
+    /** The same with the decode step's projections on the kernels {@code projections} names (to compare them). */
+    public GpuDecoder(ModelConfig config, Weights source, KernelRuntime runtime, CudaStream stream, int batch, int context,
+                      int maxSteps, IntConsumer progress, ProjectionKernels projections) {
         if (batch < 1 || context < 2 || maxSteps < 1) {
             throw new IllegalArgumentException("batch, context and steps must be positive (context at least 2), got " + batch
                     + ", " + context + ", " + maxSteps);
@@ -198,7 +208,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         int qkvDim = qDim + 2 * kvDim;
 
         boolean bias = c.attentionBias();
-        module = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu");
+        module = runtime.loadResource(MODULE);
         embedTokens = module.function("embed_tokens");
         rmsNorm = module.function("rms_norm");
         addF32Norm = module.function("add_f32_rms_norm");
@@ -301,7 +311,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             progress.accept(l);
         }
         // the DSL kernels, once the experts' format is known
-        Kernels k = Kernels.of(c, block, target, batch);
+        Kernels k = Kernels.of(c, block, target, batch, projections);
         kernels = k;
         promptChunk = Math.min(context, PROMPT_CHUNK);
         qkvProj = projection(k.qkv());
@@ -927,6 +937,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                           KernelSpec denseGateUp, KernelSpec denseDown, PromptKernels prompt) {
 
         public static Kernels of(ModelConfig c, MoeBlock block, Target target, int batch) {
+            return of(c, block, target, batch, ProjectionKernels.BY_BATCH);
+        }
+
+        public static Kernels of(ModelConfig c, MoeBlock block, Target target, int batch, ProjectionKernels projections) {
             int h = c.hidden();
             int qDim = c.heads() * c.headDim();
             int qkvDim = qDim + 2 * c.kvHeads() * c.headDim();
@@ -949,9 +963,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 denseGateUp = expertSpec("dense_gate_up", denseGateUpProblem(c), Epilogues.siluGatedStore(DType.BF16), target);
                 denseDown = expertSpec("dense_down", denseDownProblem(c), Epilogues.combinedStore(DType.BF16), target);
             }
-            return new Kernels(decodeProjection("qkv_proj", h, qkvDim, c.attentionBias(), target, batch),
-                    decodeProjection("o_proj", qDim, h, c.attentionBias(), target, batch),
-                    linear("lm_head", h, c.vocab(), false, target, batch),
+            return new Kernels(decodeProjection("qkv_proj", h, qkvDim, c.attentionBias(), target, batch, projections),
+                    decodeProjection("o_proj", qDim, h, c.attentionBias(), target, batch, projections),
+                    linear("lm_head", h, c.vocab(), false, target, batch,
+                            projections == ProjectionKernels.TILES ? ProjectionKernels.BY_BATCH : projections),
                     router, gateUp, down, denseGateUp, denseDown, PromptKernels.of(c, block, router, target).orElse(null));
         }
 
@@ -1127,50 +1142,92 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             case RouterGemv _, dev.moeforge.dsl.schedule.RouterCluster _, dev.moeforge.dsl.schedule.OutputTensorCore _ -> 1;
             case dev.moeforge.dsl.schedule.SplitDown _,
                  ExpertCentric _,
-                 dev.moeforge.dsl.schedule.RouterTiled _, LinearGemv _ -> 0;
+                 dev.moeforge.dsl.schedule.RouterTiled _, LinearGemv _, LinearMma _ -> 0;
         };
     }
 
-    /** From this batch a decode step's q/k/v and o projections run on the tensor cores ({@link #decodeProjection}). */
-    static final int PROJECTION_TILES_FROM = 16;
+    /**
+     * The kernels of a decode step's q/k/v and o projections and its LM head: chosen by the batch
+     * ({@link #decodeProjection}), or one kind for every batch, so that `bench decode --projections`
+     * can compare them (the LM head has no tiles: there it takes the batch's choice).
+     */
+    public enum ProjectionKernels {
+        /** One warp per output row ({@code linear_gemv}) for one sequence, the tensor cores ({@code linear_mma}) up to {@link #PROJECTION_TILES_FROM}, expert tiles from there. */
+        BY_BATCH,
+        /** {@code linear_gemv}: one warp per output row, tokens in groups of up to {@link #LINEAR_TOKENS_PER_CTA}. */
+        GEMV,
+        /** {@code linear_mma}: weight rows by tokens on {@code mma.sync}, tokens in tiles of up to 32. */
+        MMA,
+        /** One expert's {@code expert_centric} down half at top-1 (the projections; the LM head as {@link #BY_BATCH}). */
+        TILES
+    }
+
+    /** From this batch a decode step's q/k/v and o projections run on expert tiles ({@link #decodeProjection}). */
+    static final int PROJECTION_TILES_FROM = 65;
 
     /**
-     * A decode step's projection: for a batch from {@link #PROJECTION_TILES_FROM}, one expert's
-     * {@code expert_centric} down half at top-1 with tiles of the batch's rows (up to 64) by 16
-     * outputs (32 from 17 rows) and 128-wide slices (many blocks, each with its slices in flight, so the weights
-     * stream at the read bandwidth once for the whole batch), where it lowers; else {@link #linear}
-     * (a group of 8 tokens re-reads its activations from L1 for every weight load).
+     * A decode step's projection: one expert's {@code expert_centric} down half at top-1 with tiles
+     * of the batch's rows (up to 64) by 16 outputs (32 from 17 rows) and 128-wide slices, where
+     * {@code projections} asks for tiles, or by batch from {@link #PROJECTION_TILES_FROM}, and it
+     * lowers; else {@link #linear}.
      */
-    static KernelSpec decodeProjection(String name, int inputs, int outputs, boolean bias, Target target, int batch) {
-        if (batch >= PROJECTION_TILES_FROM) {
+    static KernelSpec decodeProjection(String name, int inputs, int outputs, boolean bias, Target target, int batch,
+                                       ProjectionKernels projections) {
+        boolean tiles = switch (projections) {
+            case BY_BATCH -> batch >= PROJECTION_TILES_FROM;
+            case TILES -> true;
+            case GEMV, MMA -> false;
+        };
+        if (tiles) {
             int blockM = Math.min(64, 16 * Math.ceilDiv(batch, 16));
             int blockN = blockM == 16 ? 16 : 32;  // of the two measured, the faster at each block_m
             ExpertCentric tile = new ExpertCentric(blockM, blockN, 128, blockM / 16, blockN / 16, 4, 1);
-            KernelSpec tiles = new KernelSpec(name, projection(inputs, outputs, bias), tile, Epilogues.combinedStore(DType.BF16), target);
-            if (Validator.errors(tiles).isEmpty()) {
-                return tiles;
+            KernelSpec spec = new KernelSpec(name, projection(inputs, outputs, bias), tile, Epilogues.combinedStore(DType.BF16), target);
+            if (Validator.errors(spec).isEmpty()) {
+                return spec;
             }
         }
-        return linear(name, inputs, outputs, bias, target, batch);
+        return linear(name, inputs, outputs, bias, target, batch, projections == ProjectionKernels.TILES ? ProjectionKernels.BY_BATCH
+                : projections);
     }
 
-    /** The most tokens a projection's block multiplies each weight load by (their rows come from L1 each time). */
+    /** The most tokens a {@code linear_gemv} block multiplies each weight load by (their rows come from L1 each time). */
     static final int LINEAR_TOKENS_PER_CTA = 8;
+    /** The most tokens a {@code linear_mma} block takes: four tiles of 8. */
+    static final int MMA_TOKENS_PER_CTA = 32;
 
     /**
-     * A linear projection's kernel: one warp per output row, 8 outputs per block, the widest loads
+     * A linear projection's kernel (FP32 out). For one sequence, or where {@code projections} asks
+     * for it: {@code linear_gemv}, one warp per output row, 8 outputs per block, the widest loads
      * the row allows, the batch's tokens in groups of up to {@link #LINEAR_TOKENS_PER_CTA} (the
-     * weights are read once per group), and as many loads in flight as cover the row in one step, so
-     * that a row's weights are in flight before the kernel waits for its input: up to 16 for one
+     * weights are read once per group), and as many loads in flight as cover the row in one step,
+     * so that a row's weights are in flight before the kernel waits for its input: up to 16 for one
      * token, 8 for a group (16 loads beside 8 sums take 163 registers on sm_90a, one block per SM).
+     * Else, where the rows are whole 16-byte loads: {@code linear_mma}, 16 rows by the batch in
+     * tiles of 8 tokens (up to {@link #MMA_TOKENS_PER_CTA} a block), 8 warps over the inputs, 4 steps
+     * of loads in flight.
      */
-    static KernelSpec linear(String name, int inputs, int outputs, boolean bias, Target target, int batch) {
+    static KernelSpec linear(String name, int inputs, int outputs, boolean bias, Target target, int batch,
+                             ProjectionKernels projections) {
+        Problem.Linear problem = new Problem.Linear(inputs, outputs, WeightFormat.BF16, DType.BF16, bias);
+        Store epilogue = Epilogues.store(Epilogues.acc(), DType.FP32);
+        boolean mma = switch (projections) {
+            case BY_BATCH, TILES -> batch > 1;
+            case MMA -> true;
+            case GEMV -> false;
+        };
+        if (mma) {
+            int tokens = Math.min(MMA_TOKENS_PER_CTA, 8 * Math.ceilDiv(batch, 8));
+            KernelSpec spec = new KernelSpec(name, problem, new LinearMma(8, 4, 16, tokens), epilogue, target);
+            if (Validator.errors(spec).isEmpty()) {
+                return spec;
+            }
+        }
         int loadBytes = loadBytes(inputs);
         int tokens = Math.min(batch, LINEAR_TOKENS_PER_CTA);
         int unroll = Math.min(tokens == 1 ? 16 : 8, Math.ceilDiv(inputs / (loadBytes / 2), 32));
-        return Validator.check(new KernelSpec(name, new Problem.Linear(inputs, outputs, WeightFormat.BF16, DType.BF16, bias),
-                new LinearGemv(8, loadBytes, unroll, Math.min(8, outputs), tokens),
-                Epilogues.store(Epilogues.acc(), DType.FP32), target)).spec();
+        return Validator.check(new KernelSpec(name, problem, new LinearGemv(8, loadBytes, unroll, Math.min(8, outputs), tokens),
+                epilogue, target)).spec();
     }
 
     /** 16-byte loads where a row is a whole number of them, else 8, else 4. */

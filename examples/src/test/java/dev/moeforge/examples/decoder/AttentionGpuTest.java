@@ -51,7 +51,7 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
             attendRow(q, t, true, k, v, 0, firstPosition + t, headDim, heads, kvHeads, window, sinks ? sink : null, want);
         }
 
-        CudaFunction attention = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu").function("attention_prefill_" + headDim);
+        CudaFunction attention = runtime.loadResource(GpuDecoder.MODULE).function("attention_prefill_" + headDim);
         int shared = GpuDecoder.promptAttentionBytes(headDim);
         if (shared > 48 * 1024) {
             attention.setMaxDynamicSharedBytes(shared);
@@ -106,7 +106,7 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
         for (int b = 0; b < batch; b++) {
             attendRow(q, b, false, k, v, b * context, positions[b], headDim, heads, kvHeads, window, sinks ? sink : null, want);
         }
-        CudaFunction attention = runtime.loadResource(GpuDecoder.class, "moeforge_decoder.cu").function("attention_decode_" + headDim);
+        CudaFunction attention = runtime.loadResource(GpuDecoder.MODULE).function("attention_decode_" + headDim);
         try (DeviceBuffer dq = DeviceBuffer.allocate(DType.FP32, q.length);
              DeviceBuffer dk = DeviceBuffer.allocate(DType.BF16, k.length);
              DeviceBuffer dv = DeviceBuffer.allocate(DType.BF16, v.length);

@@ -1,5 +1,9 @@
 package dev.moeforge.examples.decoder;
 
+import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.BY_BATCH;
+import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.GEMV;
+import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.MMA;
+import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.TILES;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
@@ -12,6 +16,8 @@ import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.schedule.ExpertCentric;
+import dev.moeforge.dsl.schedule.LinearGemv;
+import dev.moeforge.dsl.schedule.LinearMma;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.provider.EnumSource;
@@ -20,9 +26,14 @@ import org.junit.jupiter.params.ParameterizedTest;
 /** Which expert kernels the decoder of the built-in geometry takes by batch (no GPU). */
 class GpuDecoderKernelsTest {
     static GpuDecoder.Kernels kernels(int batch) {
+        return kernelsWith(batch, BY_BATCH);
+    }
+
+    static GpuDecoder.Kernels kernelsWith(int batch, GpuDecoder.ProjectionKernels projections) {
         ModelPreset p = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
         ModelConfig c = ModelConfig.parse(RandomModel.config(p, SafetensorsDType.BF16, new ObjectMapper()));
-        return GpuDecoder.Kernels.of(c, MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false), Target.SM_90A, batch);
+        return GpuDecoder.Kernels.of(c, MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false), Target.SM_90A, batch,
+                projections);
     }
 
     @Test
@@ -54,8 +65,8 @@ class GpuDecoderKernelsTest {
     /** From a batch of 16 the decode projections are one expert's tensor-core tiles over the batch's rows; below, linear kernels. */
     @Test
     void decodeProjectionsOnTilesFromALargeBatch() {
-        assertInstanceOf(dev.moeforge.dsl.schedule.LinearGemv.class, kernels(GpuDecoder.PROJECTION_TILES_FROM - 1).qkv().schedule());
-        for (int batch : new int[] {GpuDecoder.PROJECTION_TILES_FROM, 32, 64, 128}) {
+        assertInstanceOf(LinearMma.class, kernels(GpuDecoder.PROJECTION_TILES_FROM - 1).qkv().schedule());
+        for (int batch : new int[] {GpuDecoder.PROJECTION_TILES_FROM, 128}) {
             GpuDecoder.Kernels k = kernels(batch);
             ExpertCentric tile = assertInstanceOf(ExpertCentric.class, k.o().schedule());
             assertEquals(Math.min(64, 16 * Math.ceilDiv(batch, 16)), tile.blockM());
@@ -64,18 +75,29 @@ class GpuDecoderKernelsTest {
         }
     }
 
-    /** Projections take the batch in groups of up to 8 tokens, and one row's loads in one step (8 loads with a group). */
+    /**
+     * One sequence's projections and LM head: one warp per row, a row's loads in one step; from two
+     * sequences the tensor cores, the batch in tiles of 8 up to 32 a block; where the choice is forced,
+     * that kind at every batch (the LM head keeps the batch's choice under tiles).
+     */
     @Test
-    void projectionsGroupTheBatch() {
-        var one = (dev.moeforge.dsl.schedule.LinearGemv) GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 1).schedule();
+    void projectionKernelsFollowTheBatch() {
+        var one = assertInstanceOf(LinearGemv.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 1, BY_BATCH).schedule());
         assertEquals(1, one.tokensPerCta());
         assertEquals(16, one.kUnroll());
-        var eight = (dev.moeforge.dsl.schedule.LinearGemv) GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 32).schedule();
-        assertEquals(8, eight.tokensPerCta());
-        assertEquals(8, eight.kUnroll());
-        var three = (dev.moeforge.dsl.schedule.LinearGemv) GpuDecoder.linear("qkv_proj", 2048, 5120, false, Target.SM_90A, 3).schedule();
-        assertEquals(3, three.tokensPerCta());
-        assertEquals(8, three.kUnroll());
+        var three = assertInstanceOf(LinearMma.class, GpuDecoder.linear("qkv_proj", 2048, 5120, false, Target.SM_90A, 3, BY_BATCH).schedule());
+        assertEquals(8, three.tokensPerCta());
+        var many = assertInstanceOf(LinearMma.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 48, BY_BATCH).schedule());
+        assertEquals(32, many.tokensPerCta());
+        var gemv = assertInstanceOf(LinearGemv.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 32, GEMV).schedule());
+        assertEquals(8, gemv.tokensPerCta());
+        assertEquals(8, gemv.kUnroll());
+        assertInstanceOf(LinearMma.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 1, MMA).schedule());
+        // rows that are not whole 16-byte loads stay on linear_gemv
+        assertInstanceOf(LinearGemv.class, GpuDecoder.linear("odd", 2052, 64, false, Target.SM_90A, 8, MMA).schedule());
+        assertInstanceOf(ExpertCentric.class, kernelsWith(8, TILES).qkv().schedule());
+        assertInstanceOf(LinearMma.class, kernelsWith(8, TILES).head().schedule());
+        assertInstanceOf(LinearGemv.class, kernelsWith(8, GEMV).head().schedule());
     }
 
     /**

@@ -78,19 +78,16 @@ public final class KernelRuntime implements AutoCloseable {
      * through the kernel cache and loaded; the runtime closes the module.
      */
     /** As {@link #loadSource(String, String)}, the source being {@code owner}'s classpath resource {@code fileName} beside it. */
-    public CudaModule loadResource(Class<?> owner, String fileName) {
-        try (java.io.InputStream in = owner.getResourceAsStream(fileName)) {
-            if (in == null) {
-                throw new IllegalStateException(fileName + " is missing from the jar of " + owner.getName());
-            }
-            return loadSource(fileName, new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8));
-        } catch (java.io.IOException e) {
-            throw new java.io.UncheckedIOException(e);
-        }
+    public CudaModule loadResource(ModuleResource module) {
+        return load(module.source());
     }
 
     public CudaModule loadSource(String fileName, String code) {
-        CompileResult compiled = cache.getOrCompile(CudaSource.of(fileName, code), target);
+        return load(CudaSource.of(fileName, code));
+    }
+
+    private CudaModule load(CudaSource source) {
+        CompileResult compiled = cache.getOrCompile(source, target);
         context.makeCurrent();
         CudaModule module = CudaModule.load(compiled.cubin());
         synchronized (modules) {

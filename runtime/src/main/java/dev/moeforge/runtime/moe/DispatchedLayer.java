@@ -13,6 +13,7 @@ import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.dispatch.DispatchTable;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
+import dev.moeforge.runtime.kernel.ModuleResource;
 import dev.moeforge.runtime.kernel.RoutingAlign;
 import java.util.ArrayList;
 import java.util.List;
@@ -27,7 +28,8 @@ import java.util.function.Function;
  * {@link #capture} records one for a token count.
  */
 public final class DispatchedLayer implements AutoCloseable {
-    private static final String SOURCE = "moeforge_dispatch.cu";
+    /** The dispatch kernel's module. */
+    public static final ModuleResource MODULE = new ModuleResource(DispatchTable.class, "moeforge_dispatch.cu");
 
     private final KernelRuntime runtime;
     private final DispatchTable table;
@@ -67,7 +69,7 @@ public final class DispatchedLayer implements AutoCloseable {
             requireShape(k);
             down.add(ExpertHalf.sharing(k, LaunchOrder.AFTER_PREVIOUS, Math.min(capacity, k.maxTokens()), plan));
         }
-        this.dispatch = runtime.loadResource(DispatchTable.class, SOURCE).function("moe_dispatch");
+        this.dispatch = runtime.loadResource(MODULE).function("moe_dispatch");
         double[] packed = table.packed();
         int[] words = new int[2 * packed.length];
         for (int i = 0; i < packed.length; i++) {

@@ -270,7 +270,7 @@ class FormatGpuTest extends GpuSession {
             case SplitDown sd -> "split_w" + sd.warpsPerCta() + "u" + sd.kUnroll() + "s" + sd.warpsPerTile()
                     + (sd.orderLoads() ? "o" : "");
             case ExpertCentric ec -> Candidates.name(ec);
-            case RouterGemv _, RouterCluster _, RouterTiled _, LinearGemv _ ->
+            case RouterGemv _, RouterCluster _, RouterTiled _, LinearGemv _, dev.moeforge.dsl.schedule.LinearMma _ ->
                     throw new IllegalArgumentException("not an expert schedule");
         };
     }

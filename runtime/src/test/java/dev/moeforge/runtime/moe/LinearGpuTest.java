@@ -16,6 +16,8 @@ import dev.moeforge.dsl.reference.LinearReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.schedule.LinearGemv;
+import dev.moeforge.dsl.schedule.LinearMma;
+import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.RequiresGpu;
@@ -34,7 +36,8 @@ import org.junit.jupiter.params.provider.MethodSource;
  * shapes (q, k/v and o projections, gpt-oss's biased ones, an LM head of Qwen3's vocabulary), a
  * ragged one, bf16 and fp32 outputs, epilogues beyond the plain store, and schedules with one warp
  * per output, several outputs per warp, outputs split over warps, and token groups of 2 to 16 (full
- * and with a shorter last group).
+ * and with a shorter last group); and on the tensor cores (linear_mma) with 1 to 4 row tiles, token
+ * tiles of 8 to 32 (full and short) and 1 to 16 warps over the inputs, ragged rows and outputs included.
  */
 @RequiresGpu
 class LinearGpuTest extends GpuSession {
@@ -49,7 +52,7 @@ class LinearGpuTest extends GpuSession {
     }
 
     static final List<Case> CASES = List.of(
-            new Case("qwen3_q_2048x4096", 2048, 4096, false, Epilogues.store(Acc.MAIN, DType.BF16), new int[] {1, 3, 17, 32}),
+            new Case("qwen3_q_2048x4096", 2048, 4096, false, Epilogues.store(Acc.MAIN, DType.BF16), new int[] {1, 3, 17, 32, 64}),
             new Case("qwen3_kv_2048x512", 2048, 512, false, Epilogues.store(Acc.MAIN, DType.BF16), new int[] {1, 8, 9}),
             new Case("qwen3_o_4096x2048_fp32", 4096, 2048, false, Epilogues.store(Acc.MAIN, DType.FP32), new int[] {1, 5}),
             new Case("gpt_oss_q_bias_2880x4096", 2880, 4096, true, Epilogues.store(Acc.MAIN, DType.BF16), new int[] {1, 4}),
@@ -57,7 +60,7 @@ class LinearGpuTest extends GpuSession {
             new Case("ragged_200x77_bias_sigmoid", 200, 77, true, new Store(new Sigmoid(new Scale(Acc.MAIN, 0.5)), DType.FP32),
                     new int[] {1, 9}));
 
-    static final List<LinearGemv> SCHEDULES = List.of(
+    static final List<Schedule<Problem.Linear>> SCHEDULES = List.of(
             new LinearGemv(8, 16, 8, 8, 1),
             new LinearGemv(4, 16, 4, 16, 1),
             // 16 warps on 4 outputs: each row split over 4 warps
@@ -68,7 +71,14 @@ class LinearGpuTest extends GpuSession {
             new LinearGemv(8, 16, 16, 8, 4),
             // a group with split rows, and groups of 16 with a ragged tail
             new LinearGemv(16, 8, 4, 4, 2),
-            new LinearGemv(4, 16, 4, 4, 16));
+            new LinearGemv(4, 16, 4, 4, 16),
+            // tensor cores: the decoder's batches of 8 and 32, 16-token tiles, one warp on four row tiles,
+            // and more warps than a ragged row has steps
+            new LinearMma(8, 4, 16, 8),
+            new LinearMma(8, 2, 32, 32),
+            new LinearMma(4, 8, 16, 16),
+            new LinearMma(1, 2, 64, 8),
+            new LinearMma(16, 1, 16, 24));
 
     static KernelSpec spec(Case c, int schedule) {
         return Validator.check(new KernelSpec("lin_" + c.name() + "_s" + schedule,
