@@ -46,7 +46,7 @@ public record LinearMma(int warpsPerCta, int kUnroll, int outputsPerCta, int tok
     /** Row tiles times steps in flight: each takes 8 registers per thread. */
     public static final int MAX_ROW_TILE_STEPS = 8;
     /** The most bytes of a weight matrix the first blocks prefetch into L2 (none beyond: it would not stay there). */
-    public static final long L2_PREFETCH_MAX_BYTES = 24L << 20;
+    public static final long L2_PREFETCH_MAX_BYTES = 0;
     /** Static shared memory a block may hold for its warps' sums. */
     static final int MAX_PARTS_BYTES = 48 << 10;
 
