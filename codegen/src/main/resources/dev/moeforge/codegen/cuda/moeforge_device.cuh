@@ -1665,32 +1665,13 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
   }
 }
 
-// A weight matrix of `bytes` (a multiple of 16, 16-byte aligned) into L2 by the copy engine, shared
-// out among the grid's first kL2PrefetchBlocks blocks (the first to be resident), before the
-// kernel waits for the previous one: its weights then stream while that kernel still runs, and the
-// blocks that start later find them in L2. Each lane of warp 0 asks for pieces of at most 64 KiB.
-constexpr int kL2PrefetchBlocks = 128;
-__device__ __forceinline__ void prefetch_matrix_to_l2(const void* base, size_t bytes) {
-  const int blocks = min_int(kL2PrefetchBlocks, static_cast<int>(gridDim.x));
-  if (static_cast<int>(blockIdx.x) >= blocks || threadIdx.x >= 32) return;
-  const size_t chunks = bytes / 16;
-  const size_t begin = chunks * blockIdx.x / blocks, end = chunks * (blockIdx.x + 1) / blocks;
-  constexpr size_t kPiece = (64 << 10) / 16;
-  for (size_t c = begin + threadIdx.x * kPiece; c < end; c += 32 * kPiece) {
-    const uint32_t piece = static_cast<uint32_t>(min(kPiece, end - c) * 16);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(base) + c * 16), "r"(piece)
-                 : "memory");
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Linear projection (schedule linear_gemv): block b computes outputs [slice * N, slice * N + N)
 // of token group b % groups (slice b / groups, so a slice's groups run side by side and share its
 // weights in L2), one warp (or SPLIT warps) per output row. A warp streams its row once and
 // multiplies each weight load by the T tokens of its group; lane t adds the bias to token t's sum,
 // applies the epilogue and stores. The kernel waits for the previous one only after its first weight loads
-// are in flight (and a matrix that fits L2 is on its way there): the weights are constants of the
-// step, the activations are its input.
+// are in flight: the weights are constants of the step, the activations are its input.
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ void store_output(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_output(float* p, float v) { *p = v; }
@@ -1752,7 +1733,6 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
   const int tokens = min_int(T, num_tokens - token0);
   const char* x_rows = reinterpret_cast<const char*>(x + static_cast<size_t>(token0) * K);
   const char* codes = static_cast<const char*>(w.codes);
-  if constexpr (Config::kPrefetchL2) prefetch_matrix_to_l2(codes, static_cast<size_t>(N) * K * 2);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   float acc[T];
@@ -1829,7 +1809,6 @@ __device__ __forceinline__ void linear_mma(const __nv_bfloat16* __restrict__ x, 
   const int tokens = min_int(T, num_tokens - token0);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const char* codes = static_cast<const char*>(w.codes);
-  if constexpr (Config::kPrefetchL2) prefetch_matrix_to_l2(codes, static_cast<size_t>(N) * K * 2);
   // rows g and g + 8 of each row tile, the last row standing in for those past N (loaded, never stored)
   const char* rows[R][2];
 #pragma unroll

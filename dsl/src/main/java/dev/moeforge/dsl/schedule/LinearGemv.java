@@ -88,14 +88,12 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
                 ConfigConstant.integer("kUnroll", kUnroll),
                 ConfigConstant.integer("kOutputsPerCta", outputsPerCta),
                 ConfigConstant.integer("kWarpsPerOutput", split),
-                ConfigConstant.integer("kTokensPerCta", tokensPerCta),
-                ConfigConstant.bool("kPrefetchL2", LinearMma.prefetchesToL2(l)));
+                ConfigConstant.integer("kTokensPerCta", tokensPerCta));
         List<String> notes = List.of(
                 "linear: " + blocksPerToken(l) + " blocks per group of " + tokensPerCta + (tokensPerCta == 1 ? " token, " : " tokens, ")
                         + (split == 1 ? "one warp per output" : "each output split over " + split + " warps (parts added in warp order)")
                         + "; lane t adds the bias to token t's sum, applies the epilogue and stores.",
-                "Each lane loads " + loadBytes + " bytes, " + kUnroll + " loads in flight per row, the first before the wait for the previous kernel"
-                        + (LinearMma.prefetchesToL2(l) ? "; the first blocks prefetch the whole matrix into L2 before it." : "."));
+                "Each lane loads " + loadBytes + " bytes, " + kUnroll + " loads in flight per row, the first before the wait for the previous kernel.");
         // A minimum of one block per SM (always true) only steers ptxas: without it, token groups left
         // a few bytes of spills at 80 registers.
         return new ScheduleModel("expert.cu.ftl", "linear_gemv", config, notes, 1, 1, Optional.empty(), DeviceLibrary.CORE, true);

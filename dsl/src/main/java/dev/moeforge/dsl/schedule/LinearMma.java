@@ -19,8 +19,7 @@ import java.util.Optional;
  * block's warps split the inputs (warp w takes steps w, w + warps, ...), {@code kUnroll} steps of
  * weight loads in flight per lane, and their sums meet in shared memory, added in warp order. The
  * weights are read once per token group (the groups of a slice are neighbours in the grid and share
- * it in L2); a matrix small enough for L2 is also prefetched there whole, before the wait for the
- * previous kernel, by the first blocks. Lowers {@code linear}.
+ * it in L2). Lowers {@code linear}.
  *
  * @param warpsPerCta   warps per thread block, each on its share of the inputs
  * @param kUnroll       32-input steps of weight loads each lane has in flight
@@ -45,8 +44,6 @@ public record LinearMma(int warpsPerCta, int kUnroll, int outputsPerCta, int tok
     public static final int STEP_INPUTS = 32;
     /** Row tiles times steps in flight: each takes 8 registers per thread. */
     public static final int MAX_ROW_TILE_STEPS = 8;
-    /** The most bytes of a weight matrix the first blocks prefetch into L2 (none beyond: it would not stay there). */
-    public static final long L2_PREFETCH_MAX_BYTES = 0;
     /** Static shared memory a block may hold for its warps' sums. */
     static final int MAX_PARTS_BYTES = 48 << 10;
 
@@ -113,26 +110,20 @@ public record LinearMma(int warpsPerCta, int kUnroll, int outputsPerCta, int tok
         return (int) Math.min(Integer.MAX_VALUE, (long) (Integer.MAX_VALUE / blocksPerToken(problem)) * tokensPerCta);
     }
 
-    /** Whether the first blocks prefetch the whole matrix into L2 before the wait: only one that fits it comfortably. */
-    public static boolean prefetchesToL2(Problem.Linear l) {
-        return 2L * l.inputs() * l.outputs() <= L2_PREFETCH_MAX_BYTES;
-    }
-
     @Override
     public ScheduleModel model(Problem.Linear l, Store epilogue) {
         List<ConfigConstant> config = List.of(
                 ConfigConstant.integer("kWarpsPerCta", warpsPerCta),
                 ConfigConstant.integer("kUnroll", kUnroll),
                 ConfigConstant.integer("kOutputsPerCta", outputsPerCta),
-                ConfigConstant.integer("kTokensPerCta", tokensPerCta),
-                ConfigConstant.bool("kPrefetchL2", prefetchesToL2(l)));
+                ConfigConstant.integer("kTokensPerCta", tokensPerCta));
         List<String> notes = List.of(
                 "linear on mma.sync m16n8k16: " + blocksPerToken(l) + " blocks per group of " + tokensPerCta + " tokens, "
                         + rowTiles() + (rowTiles() == 1 ? " tile" : " tiles") + " of 16 rows by " + tokensPerCta / TOKEN_TILE
                         + (tokensPerCta == TOKEN_TILE ? " tile" : " tiles") + " of 8 tokens; " + warpsPerCta
                         + (warpsPerCta == 1 ? " warp" : " warps, each on every " + warpsPerCta + "th step of 32 inputs, their sums added in warp order") + ".",
                 "Each lane has " + kUnroll + (kUnroll == 1 ? " step" : " steps") + " of weight loads (16 bytes per row tile and row) in flight, "
-                        + "the first before the wait for the previous kernel" + (prefetchesToL2(l) ? "; the first blocks prefetch the whole matrix into L2 before it." : "."));
+                        + "the first before the wait for the previous kernel.");
         return new ScheduleModel("expert.cu.ftl", "linear_mma", config, notes, 1, 1, Optional.empty(), DeviceLibrary.CORE, true);
     }
 
