@@ -123,8 +123,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final DeviceBuffer qkv;        // [B][qkvDim] the projection's output: fp32, or bf16 from tiles
     private final DeviceBuffer q;          // [B][qDim] fp32, roped
     private final DeviceBuffer attnOut;    // [B][qDim] bf16
-    private final int attentionSplits;
-    private final DeviceBuffer attnParts;  // [B][heads][attentionSplits][head_dim + 2] fp32
+    private final DecodeAttention decodeAttention;
+    private final DeviceBuffer attnParts;  // [B][heads][slices][head_dim + 2] fp32
     private final DeviceBuffer attnTickets; // [B][heads] int32, zero between layers
     private final DeviceBuffer projected;  // [B][H] the projection's output: fp32, or bf16 from tiles
     private final DeviceBuffer topkIds;
@@ -219,7 +219,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             throw new IllegalArgumentException("head_dim " + c.headDim() + ": the decoder's attention on the GPU takes "
                     + new java.util.TreeSet<>(DECODE_HEAD_DIMS));
         }
-        attention = module.function("attention_decode_" + c.headDim());
+        decodeAttention = DecodeAttention.of(c, context, batch);
+        attention = module.function(decodeAttention.kernel());
+        if (decodeAttention.sharedBytes() > 48 * 1024) {
+            attention.setMaxDynamicSharedBytes(decodeAttention.sharedBytes());
+        }
         if (h > MAX_ROW || qkvDim > MAX_ROW) {
             throw new IllegalArgumentException("hidden_size " + h + " and the fused q/k/v row of " + qkvDim
                     + " values: the decoder's row kernels take at most " + MAX_ROW);
@@ -329,8 +333,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         qkv = buffer(qkvProj.output(), (long) batch * qkvDim);
         q = buffer(DType.FP32, (long) batch * qDim);
         attnOut = buffer(DType.BF16, (long) batch * qDim);
-        attentionSplits = attentionSplits(context, batch, c.heads());
-        attnParts = buffer(DType.FP32, (long) batch * c.heads() * attentionSplits * (c.headDim() + 2));
+        attnParts = buffer(DType.FP32, (long) batch * c.heads() * decodeAttention.slices() * (c.headDim() + 2));
         attnTickets = buffer(DType.INT32, (long) batch * c.heads());
         attnTickets.fillWords32(0);
         projected = buffer(oProj.output(), (long) batch * h);
@@ -587,6 +590,45 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      */
     static int promptAttentionBytes(int headDim) {
         return 2 * 2 * 64 * (headDim + 8) * 2;
+    }
+
+    /** The most q heads of a kv group {@code attention_decode_group_<head_dim>} takes: the rows of one mma tile. */
+    static final int GROUP_ATTENTION_ROWS = 16;
+    /** Blocks a step's attention by kv group should launch at least: about one per SM of an H100. */
+    static final int GROUP_ATTENTION_BLOCKS = 128;
+
+    /**
+     * A decode step's attention kernel and its grid: by kv group on the tensor cores
+     * ({@code attention_decode_group_<head_dim>}: grid (kv_heads, slices, batch), each kv row read
+     * once for the group's heads) where a group has 2 to {@link #GROUP_ATTENTION_ROWS} heads and the
+     * head size is one the prompt's tiles take; else by head ({@code attention_decode_<head_dim>}:
+     * grid (heads, slices, batch)).
+     *
+     * @param kernel      the kernel's name in moeforge_decoder.cu
+     * @param blocks      the grid's x: kv heads or heads
+     * @param slices      the grid's y: slices of each sequence's positions, merged by the block that finishes last
+     * @param sharedBytes the launch's dynamic shared memory
+     */
+    record DecodeAttention(String kernel, int blocks, int slices, int sharedBytes) {
+        static DecodeAttention of(ModelConfig c, int context, int batch) {
+            int group = c.heads() / c.kvHeads();
+            if (group >= 2 && group <= GROUP_ATTENTION_ROWS && PROMPT_HEAD_DIMS.contains(c.headDim())) {
+                int fill = Math.ceilDiv(GROUP_ATTENTION_BLOCKS, batch * c.kvHeads());
+                int slices = Math.clamp(Math.max(Math.ceilDiv(context, 64), fill), 1, 64);
+                return new DecodeAttention("attention_decode_group_" + c.headDim(), c.kvHeads(), slices,
+                        groupAttentionBytes(c.headDim()));
+            }
+            return new DecodeAttention("attention_decode_" + c.headDim(), c.heads(), attentionSplits(context, batch, c.heads()), 0);
+        }
+    }
+
+    /**
+     * Dynamic shared memory of {@code attention_decode_group_<head_dim>} (moeforge_decoder.cu's
+     * GroupTile): the prompt's staged tiles, or where more, each warp's [16][head_dim + 2] sums and
+     * the merge's max and scale per (row, slice).
+     */
+    static int groupAttentionBytes(int headDim) {
+        return Math.max(promptAttentionBytes(headDim), 4 * GROUP_ATTENTION_ROWS * (headDim + 2) * 4 + 2 * GROUP_ATTENTION_ROWS * 64 * 4);
     }
 
     /** Whether a prompt of two tokens or more runs in chunks on the tensor cores (else one token per replay). */
@@ -861,7 +903,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
         if (attention) {
             enqueueQkNormRope(qkNormRope, l, w, batch, qkv, positions, q, 0);
-            this.attention.launch(ORDER, c.heads(), attentionSplits, batch, 128, 1, 1, 0, stream, q, kCache.get(l), vCache.get(l),
+            this.attention.launch(ORDER, decodeAttention.blocks(), decodeAttention.slices(), batch, 128, 1, 1,
+                    decodeAttention.sharedBytes(), stream, q, kCache.get(l), vCache.get(l),
                     positions, ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
                     c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
         }

@@ -650,6 +650,289 @@ MOEFORGE_ATTENTION_PREFILL(32)
 MOEFORGE_ATTENTION_PREFILL(64)
 MOEFORGE_ATTENTION_PREFILL(128)
 
+// A decode step's attention with the q heads of a kv group as the rows of the tensor cores' tiles
+// (GQA groups of 2 to 16 heads, head_dim up to 128): block (kv head, slice, token) stages its slice
+// of the token's k and v rows kGroupKeys at a time by cp.async, two tiles deep, and scores every
+// head of the group against each row it loads (mma.sync m16n8k16, the group's q rows padded to 16),
+// so a kv row is read once for the group, not once per head. Each warp takes 16 keys of a tile with
+// an online softmax of its own; the warps meet in shared memory; with one slice the block writes
+// the output, else its part (max and sum in the log2 domain, the [head_dim] sums per head) and the
+// block that finishes the (token, kv head)'s last slice (a ticket, left at zero) merges the parts
+// with each head's sink. Grid: (kv_heads, slices, tokens); block: 32 * kGroupWarps threads;
+// dynamic shared memory: GroupTile<HD>::kBytes.
+constexpr int kGroupWarps = 4;
+constexpr int kGroupKeys = 16 * kGroupWarps;
+constexpr int kGroupRows = 16;  // an mma tile's rows: the most heads a group may have
+
+template <int HD>
+struct GroupTile {
+  static_assert(kGroupKeys == kPrefillKeys, "the staged tiles are the prompt's");
+  static constexpr int kStaged = PrefillTile<HD>::kBytes;
+  // after the keys: each warp's max and sum per row and [row][HD] sums, then the parts' max and sum per (row, slice)
+  static constexpr int kWarpsBytes = kGroupWarps * kGroupRows * (HD + 2) * 4;
+  static constexpr int kSlicesBytes = 2 * kGroupRows * 64 * 4;
+  static constexpr int kBytes = kStaged > kWarpsBytes + kSlicesBytes ? kStaged : kWarpsBytes + kSlicesBytes;
+};
+
+template <int HD>
+__device__ __forceinline__ void attention_decode_group(
+    const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+    const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
+    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
+  using Tile = PrefillTile<HD>;
+  constexpr int kChunks = HD / 16;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(16) unsigned char group_smem[];
+  __nv_bfloat16* tiles = reinterpret_cast<__nv_bfloat16*>(group_smem);  // [stage][k | v][key][kStride]
+  __shared__ int finishing;
+  const int kvh = blockIdx.x, split = blockIdx.y, splits = gridDim.y, b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int group = heads / kv_heads;
+  const int head0 = kvh * group;
+  const int pos = positions[b];
+  const int first = window > 0 ? max(0, pos - window + 1) : 0;
+  const int span = (pos - first + splits) / splits;  // ceil((pos - first + 1) / splits)
+  const int begin = first + split * span, end = min(pos, begin + span - 1);  // empty where begin > end
+  const size_t kn = static_cast<size_t>(kv_heads) * HD;
+  const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * kn + static_cast<size_t>(kvh) * HD;
+  const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * kn + static_cast<size_t>(kvh) * HD;
+  const float scale_log2 = scale * kLog2e;
+
+  // the group's q rows g and g + 8 as A fragments (bf16), zero past the group
+  uint32_t qa[kChunks][4];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int col = c * 16 + half * 8 + 2 * t;
+      float2 a = make_float2(0.0f, 0.0f), c1 = make_float2(0.0f, 0.0f);
+      if (g < group) a = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(b) * heads + head0 + g) * HD + col);
+      if (g + 8 < group) c1 = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(b) * heads + head0 + g + 8) * HD + col);
+      qa[c][2 * half] = bf16x2_bits(a.x, a.y);
+      qa[c][2 * half + 1] = bf16x2_bits(c1.x, c1.y);
+    }
+  }
+  auto stage = [&](int tile, int slot) {
+    const int k0 = begin + tile * kGroupKeys;
+    __nv_bfloat16* ks = tiles + (2 * slot) * Tile::kElements;
+    __nv_bfloat16* vs = ks + Tile::kElements;
+    for (int i = threadIdx.x; i < kGroupKeys * (HD / 8); i += 32 * kGroupWarps) {
+      const int r = i / (HD / 8), piece = (i % (HD / 8)) * 8;
+      const int key = k0 + r;
+      const bool valid = key <= end;
+      const size_t at = valid ? static_cast<size_t>(key) * kn + piece : 0;
+      cp_async_16_or_zero(ks + r * Tile::kStride + piece, kb + at, valid);
+      cp_async_16_or_zero(vs + r * Tile::kStride + piece, vb + at, valid);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+
+  float o[2 * kChunks][4];
+#pragma unroll
+  for (int n = 0; n < 2 * kChunks; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int tiles_in_slice = end >= begin ? (end - begin) / kGroupKeys + 1 : 0;
+  if (tiles_in_slice > 0) stage(0, 0);
+  for (int tile = 0; tile < tiles_in_slice; ++tile) {
+    const int slot = tile & 1;
+    if (tile + 1 < tiles_in_slice) {
+      stage(tile + 1, slot ^ 1);
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    }
+    __syncthreads();
+    const __nv_bfloat16* ks = tiles + (2 * slot) * Tile::kElements + (16 * warp) * Tile::kStride;
+    const __nv_bfloat16* vs = ks + Tile::kElements;
+    const int k0 = begin + tile * kGroupKeys + 16 * warp;  // this warp's 16 keys
+    float s[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const __nv_bfloat16* kr = ks + (8 * j + g) * Tile::kStride + c * 16 + 2 * t;
+        mma_bf16_16816(s[j], qa[c], *reinterpret_cast<const uint32_t*>(kr), *reinterpret_cast<const uint32_t*>(kr + 8));
+      }
+    }
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + 8 * j + 2 * t + (e & 1);
+        s[j][e] = key <= end ? s[j][e] * scale_log2 : -INFINITY;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
+      }
+    }
+    float base[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullMask, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullMask, tile_max[r], 2));
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      base[r] = m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: every p is 0, not NaN
+      const float correction = exp2f(m[r] - base[r]);
+      l[r] *= correction;
+#pragma unroll
+      for (int n = 0; n < 2 * kChunks; ++n) {
+        o[n][2 * r] *= correction;
+        o[n][2 * r + 1] *= correction;
+      }
+      m[r] = m_new;
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = exp2f(s[j][e] - base[e >> 1]);
+        sum[e >> 1] += s[j][e];
+      }
+    }
+    l[0] += sum[0];
+    l[1] += sum[1];
+    // p . v over the warp's 16 keys: the scores' accumulator layout is the A fragment's; v by ldmatrix.trans
+    const uint32_t pa[4] = {bf16x2_bits(s[0][0], s[0][1]), bf16x2_bits(s[0][2], s[0][3]), bf16x2_bits(s[1][0], s[1][1]),
+                            bf16x2_bits(s[1][2], s[1][3])};
+    const int matrix = lane >> 3;
+    const __nv_bfloat16* row = vs + ((matrix & 1) * 8 + (lane & 7)) * Tile::kStride + (matrix >> 1) * 8;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row + c * 16));
+      uint32_t bv[4];
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(bv[0]), "=r"(bv[1]), "=r"(bv[2]), "=r"(bv[3])
+                   : "r"(at));
+      mma_bf16_16816(o[2 * c], pa, bv[0], bv[1]);
+      mma_bf16_16816(o[2 * c + 1], pa, bv[2], bv[3]);
+    }
+    __syncthreads();  // this slot is staged again two tiles on
+  }
+
+  // the warps meet: each row's max, sum and [HD] sums per warp, in the staged tiles' place
+  float* warp_max = reinterpret_cast<float*>(group_smem);        // [warp][row]
+  float* warp_sum = warp_max + kGroupWarps * kGroupRows;         // [warp][row]
+  float* warp_acc = warp_sum + kGroupWarps * kGroupRows;         // [warp][row][HD]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(kFullMask, l[r], 1);
+    l[r] += __shfl_xor_sync(kFullMask, l[r], 2);
+    const int row = g + 8 * r;
+    if (t == 0) {
+      warp_max[warp * kGroupRows + row] = m[r];
+      warp_sum[warp * kGroupRows + row] = l[r];
+    }
+#pragma unroll
+    for (int n = 0; n < 2 * kChunks; ++n) {
+      float* dst = warp_acc + (warp * kGroupRows + row) * HD + 8 * n + 2 * t;
+      dst[0] = o[n][2 * r];
+      dst[1] = o[n][2 * r + 1];
+    }
+  }
+  __syncthreads();
+  const size_t head_row0 = static_cast<size_t>(b) * heads + head0;
+  // this block's (max, sum, sums) per row of the group, in the log2 domain
+  auto block_row = [&](int row, float& top, float& total) {
+    top = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kGroupWarps; ++w) top = fmaxf(top, warp_max[w * kGroupRows + row]);
+    total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kGroupWarps; ++w) total += warp_sum[w * kGroupRows + row] * (top == -INFINITY ? 0.0f : exp2f(warp_max[w * kGroupRows + row] - top));
+  };
+  auto block_acc = [&](int row, int d, float top) {
+    float numerator = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kGroupWarps; ++w) {
+      const float mw = warp_max[w * kGroupRows + row];
+      numerator += warp_acc[(w * kGroupRows + row) * HD + d] * (top == -INFINITY ? 0.0f : exp2f(mw - top));
+    }
+    return numerator;
+  };
+  if (splits == 1) {
+    for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+      const int row = i / HD, d = i - row * HD;
+      float top, total;
+      block_row(row, top, total);
+      float keep = 1.0f;
+      if (sinks != nullptr) {
+        const float sink = sinks[head0 + row] * kLog2e;
+        const float with_sink = fmaxf(top, sink);
+        keep = top == -INFINITY ? 0.0f : exp2f(top - with_sink);
+        total = total * keep + exp2f(sink - with_sink);
+      }
+      out[(head_row0 + row) * HD + d] = __float2bfloat16_rn(block_acc(row, d, top) * keep / total);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int row = i / HD, d = i - row * HD;
+    float top, total;
+    block_row(row, top, total);
+    float* mine = parts + ((head_row0 + row) * splits + split) * (HD + 2);
+    if (d == 0) {
+      mine[0] = top;
+      mine[1] = total;
+    }
+    mine[2 + d] = block_acc(row, d, top);
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) finishing = atomicAdd(tickets + static_cast<size_t>(b) * kv_heads + kvh, 1) == splits - 1;
+  __syncthreads();
+  if (!finishing) return;
+  __threadfence();
+  // the merge: every slice's max and sum per row first (one load each, all in flight), then the sums
+  float* slice_max = warp_acc + kGroupWarps * kGroupRows * HD;  // [row][64]
+  float* slice_scale = slice_max + kGroupRows * 64;              // [row][64]: 2^(max - top), then / denominator
+  for (int i = threadIdx.x; i < group * splits; i += blockDim.x) {
+    const int row = i / splits, sl = i - row * splits;
+    const float* part = parts + ((head_row0 + row) * splits + sl) * (HD + 2);
+    slice_max[row * 64 + sl] = __ldcg(part);
+    slice_scale[row * 64 + sl] = __ldcg(part + 1);
+  }
+  __syncthreads();
+  if (threadIdx.x < group) {
+    const int row = threadIdx.x;
+    float top = sinks != nullptr ? sinks[head0 + row] * kLog2e : -INFINITY;
+    for (int sl = 0; sl < splits; ++sl) top = fmaxf(top, slice_max[row * 64 + sl]);
+    float denominator = sinks != nullptr ? exp2f(sinks[head0 + row] * kLog2e - top) : 0.0f;
+    for (int sl = 0; sl < splits; ++sl) {
+      const float mx = slice_max[row * 64 + sl];
+      const float f = mx == -INFINITY ? 0.0f : exp2f(mx - top);
+      denominator += slice_scale[row * 64 + sl] * f;
+      slice_scale[row * 64 + sl] = f;
+    }
+    for (int sl = 0; sl < splits; ++sl) slice_scale[row * 64 + sl] /= denominator;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int row = i / HD, d = i - row * HD;
+    const float* part = parts + (head_row0 + row) * splits * (HD + 2) + 2 + d;
+    float numerator = 0.0f;
+#pragma unroll 8
+    for (int sl = 0; sl < splits; ++sl) numerator += __ldcg(part + sl * (HD + 2)) * slice_scale[row * 64 + sl];
+    out[(head_row0 + row) * HD + d] = __float2bfloat16_rn(numerator);
+  }
+  if (threadIdx.x == 0) tickets[static_cast<size_t>(b) * kv_heads + kvh] = 0;  // for the next layer and step
+}
+
+#define MOEFORGE_ATTENTION_DECODE_GROUP(HD)                                                                              \
+  extern "C" __global__ void __launch_bounds__(32 * kGroupWarps) attention_decode_group_##HD(                           \
+      const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
+      const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts,                    \
+      int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window,     \
+      float scale) {                                                                                                    \
+    begin_after_previous_kernel();                                                                                      \
+    attention_decode_group<HD>(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context,    \
+                               window, scale);                                                                          \
+  }
+MOEFORGE_ATTENTION_DECODE_GROUP(16)
+MOEFORGE_ATTENTION_DECODE_GROUP(32)
+MOEFORGE_ATTENTION_DECODE_GROUP(64)
+MOEFORGE_ATTENTION_DECODE_GROUP(128)
+
 // out[b][:] = in[row][:] for each of gridDim.x rows b: the prompt's last normed row for every sequence's LM head.
 extern "C" __global__ void repeat_row_bf16(const __nv_bfloat16* __restrict__ in, int row, __nv_bfloat16* __restrict__ out, int n) {
   begin_after_previous_kernel();

@@ -15,9 +15,10 @@ import org.junit.jupiter.params.provider.CsvSource;
 /**
  * The decoder's attention kernels against attention in FP64 on fresh random q, k and v: the
  * prompt's on the tensor cores ({@code attention_prefill_<head_dim>}: causal over a chunk's rows)
- * and the decode steps' ({@code attention_decode_<head_dim>}: one row per sequence, its positions
- * cut into slices that the last block to finish merges). Every head size each is built for, GQA
- * groups of 1 to 8, windows and sinks.
+ * and the decode steps' ({@code attention_decode_<head_dim>} by head, {@code
+ * attention_decode_group_<head_dim>} by kv group on the tensor cores: one row per sequence, its
+ * positions cut into slices that the last block to finish merges). Every head size each is built
+ * for, GQA groups of 1 to 16, windows and sinks.
  */
 @RequiresGpu
 class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
@@ -93,6 +94,33 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
         "256, 4, 2, 2, 90, 3, 7, true",
     })
     void decodeStep(int headDim, int heads, int kvHeads, int batch, int context, int slices, int window, boolean sinks) {
+        checkDecode("attention_decode_" + headDim, heads, 0, false, headDim, heads, kvHeads, batch, context, slices, window, sinks);
+    }
+
+    /**
+     * The same by kv group on the tensor cores: groups of 2 to 16 heads (16 fills the tile, 3 pads
+     * it), one slice, several with partial and empty 64-key tiles, a slice of five tiles (the
+     * two-stage pipeline), a window and sinks; q is rounded to bf16 as the kernel's tiles take it.
+     */
+    @ParameterizedTest
+    @CsvSource({
+        // head_dim, heads, kv_heads, batch, context, slices, window, sinks
+        "16, 4, 2, 3, 40, 1, 0, false",
+        "32, 8, 2, 2, 70, 5, 0, true",
+        "64, 64, 8, 2, 300, 16, 128, true",
+        "128, 32, 4, 1, 600, 16, 0, false",
+        "128, 32, 2, 4, 130, 64, 0, false",
+        "128, 12, 4, 2, 200, 3, 0, true",
+        "64, 16, 8, 1, 1000, 64, 0, false",
+        "128, 32, 4, 3, 520, 2, 0, false",
+    })
+    void decodeStepByKvGroup(int headDim, int heads, int kvHeads, int batch, int context, int slices, int window, boolean sinks) {
+        checkDecode("attention_decode_group_" + headDim, kvHeads, GpuDecoder.groupAttentionBytes(headDim), true, headDim, heads, kvHeads,
+                batch, context, slices, window, sinks);
+    }
+
+    private void checkDecode(String kernel, int blocks, int shared, boolean roundQ, int headDim, int heads, int kvHeads, int batch,
+                             int context, int slices, int window, boolean sinks) {
         SplittableRandom random = new SplittableRandom(headDim * 7_000_003L + context * 31L + slices);
         int kn = kvHeads * headDim;
         float[] q = gaussian(random, batch * heads * headDim);
@@ -104,9 +132,12 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
         double scale = 1 / Math.sqrt(headDim);
         double[] want = new double[batch * heads * headDim];
         for (int b = 0; b < batch; b++) {
-            attendRow(q, b, false, k, v, b * context, positions[b], headDim, heads, kvHeads, window, sinks ? sink : null, want);
+            attendRow(q, b, roundQ, k, v, b * context, positions[b], headDim, heads, kvHeads, window, sinks ? sink : null, want);
         }
-        CudaFunction attention = runtime.loadResource(GpuDecoder.MODULE).function("attention_decode_" + headDim);
+        CudaFunction attention = runtime.loadResource(GpuDecoder.MODULE).function(kernel);
+        if (shared > 48 * 1024) {
+            attention.setMaxDynamicSharedBytes(shared);
+        }
         try (DeviceBuffer dq = DeviceBuffer.allocate(DType.FP32, q.length);
              DeviceBuffer dk = DeviceBuffer.allocate(DType.BF16, k.length);
              DeviceBuffer dv = DeviceBuffer.allocate(DType.BF16, v.length);
@@ -123,13 +154,13 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
             tickets.fillWords32(0);
             for (int run = 0; run < 2; run++) {  // the second run finds the tickets the first left at zero
                 out.fillBytes16(Bf16.NAN);
-                attention.launch(heads, slices, batch, 128, 1, 1, 0, stream, dq, dk, dv, dpos, sinks ? ds : (Object) 0L, parts, tickets, out,
+                attention.launch(blocks, slices, batch, 128, 1, 1, shared, stream, dq, dk, dv, dpos, sinks ? ds : (Object) 0L, parts, tickets, out,
                         heads, kvHeads, context, window, (float) scale);
                 stream.synchronize();
                 short[] got = new short[want.length];
                 out.copyTo(got);
                 ErrorStats e = ErrorStats.of(want, got);
-                assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, "head_dim " + headDim + ", " + slices + " slices, run "
+                assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, kernel + ", " + heads + " heads, " + slices + " slices, run "
                         + run + ": " + e);
             }
         }

@@ -49,16 +49,16 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     }
 
     /**
-     * Attention in one slice per (token, head): a batch of 128 (512 heads' worth of blocks without
-     * cutting any) walks all of a head's positions in one block; the other tests run the tiny
-     * models' 64 slices, most of them empty.
+     * Attention in one slice per (token, kv group): a batch of 128 (enough blocks without cutting
+     * any) walks all of a sequence's positions in one block; the other tests run the tiny models' 64
+     * slices, most of them empty.
      */
     @Test
     void attentionInOneSliceForALargeBatch() {
         ModelConfig c = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
         int context = PROMPT_LENGTH + STEPS + 1;
-        assertEquals(1, GpuDecoder.attentionSplits(context, 128, c.heads()));
-        assertEquals(64, GpuDecoder.attentionSplits(context, 1, c.heads()));
+        assertEquals(1, GpuDecoder.DecodeAttention.of(c, context, 128).slices());
+        assertEquals(64, GpuDecoder.DecodeAttention.of(c, context, 1).slices());
         compare(Architecture.QWEN3_MOE, Optional.empty(), context, 128);
     }
 

@@ -49,6 +49,31 @@ class GpuDecoderKernelsTest {
         }
     }
 
+    /**
+     * A decode step's attention by kv group on the tensor cores where a group has 2 to 16 heads of a
+     * size the tiles take (the built-in model: 8 heads of 128; slices for about 128 blocks, one per
+     * 64 positions kept, at most 64); by head for OLMoE's groups of one and for head_dim 256.
+     */
+    @Test
+    void decodeAttentionByKvGroupWhereTheGroupFitsATile() {
+        ModelPreset p = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
+        ModelConfig qwen = ModelConfig.parse(RandomModel.config(p, SafetensorsDType.BF16, new ObjectMapper()));
+        GpuDecoder.DecodeAttention one = GpuDecoder.DecodeAttention.of(qwen, 512, 1);
+        assertEquals("attention_decode_group_128", one.kernel());
+        assertEquals(4, one.blocks());
+        assertEquals(32, one.slices());
+        assertEquals(GpuDecoder.groupAttentionBytes(128), one.sharedBytes());
+        assertEquals(8, GpuDecoder.DecodeAttention.of(qwen, 512, 32).slices());
+        assertEquals(64, GpuDecoder.DecodeAttention.of(qwen, 4096, 1).slices());
+        ModelPreset o = ModelPreset.of(Architecture.OLMOE, "olmoe-1b-7b");
+        ModelConfig olmoe = ModelConfig.parse(RandomModel.config(o, SafetensorsDType.BF16, new ObjectMapper()));
+        GpuDecoder.DecodeAttention byHead = GpuDecoder.DecodeAttention.of(olmoe, 512, 1);
+        assertEquals("attention_decode_128", byHead.kernel());
+        assertEquals(16, byHead.blocks());
+        assertEquals(GpuDecoder.attentionSplits(512, 1, 16), byHead.slices());
+        assertEquals(0, byHead.sharedBytes());
+    }
+
     /** Attention slices: one per 64 positions kept, at least enough for 512 blocks over the batch's heads, at most 64. */
     @Test
     void attentionSlicesFollowTheContextAndTheBatch() {
