@@ -89,6 +89,12 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + "-projections-KIND to the file's name.")
     String projections;
 
+    @Option(names = "--attention", defaultValue = "by-batch", paramLabel = "KIND",
+            description = "The decode step's attention kernel: by-batch (the decoder's choice), or by-head or by-group (by kv "
+                    + "group on the tensor cores where the model's groups fit its tiles) at every batch to compare them. Any but "
+                    + "by-batch adds -attention-KIND to the file's name.")
+    String attention;
+
     @Option(names = "--out", defaultValue = "bench/results", paramLabel = "DIR", description = "Where the JSON goes (default ${DEFAULT-VALUE}).")
     Path out;
 
@@ -107,7 +113,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
         if (tokens < 2) {
             throw new IllegalArgumentException("--tokens must be at least 2 (one prefill pick, then decode steps), got " + tokens);
         }
-        GpuDecoder.ProjectionKernels projectionKernels = parseProjections(projections);
+        GpuDecoder.KernelChoice choice = new GpuDecoder.KernelChoice(parseProjections(projections), parseAttention(attention));
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
         dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat("--experts-format", expertsFormat);
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
@@ -139,7 +145,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     "sequences", "experts/layer");
             for (int batch : batches) {
                 try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, java.util.Optional.of(format)), runtime, stream, batch,
-                        prompt.length + tokens, tokens, l -> { }, projectionKernels)) {
+                        prompt.length + tokens, tokens, l -> { }, choice)) {
                     d.sampling(temperature, SAMPLING_SEED);
                     d.generate(prompt, Math.min(tokens, 8), p -> true);  // warm-up: graphs captured, caches warm
                     d.reset();
@@ -191,6 +197,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     "topk", c.topk(), "expert_intermediate", c.expertIntermediate(), "vocab", c.vocab(), "weights", "bf16, random",
                     "experts_format", format.text()));
             doc.put("projections", projections);
+            doc.put("attention", attention);
             doc.put("prompt_tokens", prompt.length);
             doc.put("context", prompt.length + tokens);
             doc.put("tokens", tokens);
@@ -229,7 +236,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
                 }
             }
             String suffix = (format.equals(dev.moeforge.dsl.ir.WeightFormat.BF16) ? "decode" : "decode-" + format.text())
-                    + (projectionKernels == GpuDecoder.ProjectionKernels.BY_BATCH ? "" : "-projections-" + projections);
+                    + (choice.projections() == GpuDecoder.ProjectionKernels.BY_BATCH ? "" : "-projections-" + projections)
+                    + (choice.attention() == GpuDecoder.AttentionKernels.BY_BATCH ? "" : "-attention-" + attention);
             System.out.println("wrote " + BenchReports.write(out, ctx, suffix, doc));
         }
         return 0;
@@ -242,6 +250,15 @@ final class BenchDecodeCommand implements Callable<Integer> {
             case "mma" -> GpuDecoder.ProjectionKernels.MMA;
             case "tiles" -> GpuDecoder.ProjectionKernels.TILES;
             default -> throw new IllegalArgumentException("--projections " + kind + ": by-batch, gemv, mma or tiles");
+        };
+    }
+
+    static GpuDecoder.AttentionKernels parseAttention(String kind) {
+        return switch (kind) {
+            case "by-batch" -> GpuDecoder.AttentionKernels.BY_BATCH;
+            case "by-head" -> GpuDecoder.AttentionKernels.BY_HEAD;
+            case "by-group" -> GpuDecoder.AttentionKernels.BY_GROUP;
+            default -> throw new IllegalArgumentException("--attention " + kind + ": by-batch, by-head or by-group");
         };
     }
 

@@ -185,12 +185,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** The decoder of a model whose weights come from {@code source}, its projections' kernels chosen by the batch. */
     public GpuDecoder(ModelConfig config, Weights source, KernelRuntime runtime, CudaStream stream, int batch, int context,
                       int maxSteps, IntConsumer progress) {
-        this(config, source, runtime, stream, batch, context, maxSteps, progress, ProjectionKernels.BY_BATCH);
+        this(config, source, runtime, stream, batch, context, maxSteps, progress, KernelChoice.BY_BATCH);
     }
 
-    /** The same with the decode step's projections on the kernels {@code projections} names (to compare them). */
+    /** The same with the decode step's projections and attention on the kernels {@code choice} names (to compare them). */
     public GpuDecoder(ModelConfig config, Weights source, KernelRuntime runtime, CudaStream stream, int batch, int context,
-                      int maxSteps, IntConsumer progress, ProjectionKernels projections) {
+                      int maxSteps, IntConsumer progress, KernelChoice choice) {
         if (batch < 1 || context < 2 || maxSteps < 1) {
             throw new IllegalArgumentException("batch, context and steps must be positive (context at least 2), got " + batch
                     + ", " + context + ", " + maxSteps);
@@ -219,7 +219,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             throw new IllegalArgumentException("head_dim " + c.headDim() + ": the decoder's attention on the GPU takes "
                     + new java.util.TreeSet<>(DECODE_HEAD_DIMS));
         }
-        decodeAttention = DecodeAttention.of(c, context, batch);
+        decodeAttention = DecodeAttention.of(c, context, batch, choice.attention());
         attention = module.function(decodeAttention.kernel());
         if (decodeAttention.sharedBytes() > 48 * 1024) {
             attention.setMaxDynamicSharedBytes(decodeAttention.sharedBytes());
@@ -315,7 +315,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             progress.accept(l);
         }
         // the DSL kernels, once the experts' format is known
-        Kernels k = Kernels.of(c, block, target, batch, projections);
+        Kernels k = Kernels.of(c, block, target, batch, choice.projections());
         kernels = k;
         promptChunk = Math.min(context, PROMPT_CHUNK);
         qkvProj = projection(k.qkv());
@@ -594,8 +594,30 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** The most q heads of a kv group {@code attention_decode_group_<head_dim>} takes: the rows of one mma tile. */
     static final int GROUP_ATTENTION_ROWS = 16;
-    /** Blocks a step's attention by kv group should launch at least: about one per SM of an H100. */
-    static final int GROUP_ATTENTION_BLOCKS = 128;
+    /**
+     * Blocks a step's attention by kv group aims for: about four per SM of an H100 (three fit by
+     * their shared memory). Slices are cut only that far, and not below 64 positions (one staged
+     * tile), nor beyond {@link #GROUP_ATTENTION_SLICES}: each slice's part is one more for the merge.
+     */
+    static final int GROUP_ATTENTION_BLOCKS = 512;
+    /** The most slices of a sequence's positions attention by kv group cuts. */
+    static final int GROUP_ATTENTION_SLICES = 32;
+
+    /** Which kernel runs a decode step's attention: the decoder's choice, or one kind wherever it applies (to compare them). */
+    public enum AttentionKernels {
+        /** By kv group where {@link DecodeAttention#byGroup} allows it, else by head. */
+        BY_BATCH,
+        /** {@code attention_decode_<head_dim>}: one head per block. */
+        BY_HEAD,
+        /** {@code attention_decode_group_<head_dim>} where it applies (as {@link #BY_BATCH}). */
+        BY_GROUP
+    }
+
+    /** The decode step's kernel choices that `bench decode` can force: the projections' and attention's. */
+    public record KernelChoice(ProjectionKernels projections, AttentionKernels attention) {
+        /** The decoder's own choices. */
+        public static final KernelChoice BY_BATCH = new KernelChoice(ProjectionKernels.BY_BATCH, AttentionKernels.BY_BATCH);
+    }
 
     /**
      * A decode step's attention kernel and its grid: by kv group on the tensor cores
@@ -611,14 +633,27 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      */
     record DecodeAttention(String kernel, int blocks, int slices, int sharedBytes) {
         static DecodeAttention of(ModelConfig c, int context, int batch) {
-            int group = c.heads() / c.kvHeads();
-            if (group >= 2 && group <= GROUP_ATTENTION_ROWS && PROMPT_HEAD_DIMS.contains(c.headDim())) {
+            return of(c, context, batch, AttentionKernels.BY_BATCH);
+        }
+
+        static DecodeAttention of(ModelConfig c, int context, int batch, AttentionKernels choice) {
+            boolean group = switch (choice) {
+                case BY_BATCH, BY_GROUP -> byGroup(c);
+                case BY_HEAD -> false;
+            };
+            if (group) {
                 int fill = Math.ceilDiv(GROUP_ATTENTION_BLOCKS, batch * c.kvHeads());
-                int slices = Math.clamp(Math.max(Math.ceilDiv(context, 64), fill), 1, 64);
+                int slices = Math.clamp(fill, 1, Math.clamp(Math.ceilDiv(context, 64), 1, GROUP_ATTENTION_SLICES));
                 return new DecodeAttention("attention_decode_group_" + c.headDim(), c.kvHeads(), slices,
                         groupAttentionBytes(c.headDim()));
             }
             return new DecodeAttention("attention_decode_" + c.headDim(), c.heads(), attentionSplits(context, batch, c.heads()), 0);
+        }
+
+        /** Whether a model's kv groups fit the tensor cores' tiles: 2 to {@link #GROUP_ATTENTION_ROWS} heads of a size the tiles take. */
+        static boolean byGroup(ModelConfig c) {
+            int group = c.heads() / c.kvHeads();
+            return group >= 2 && group <= GROUP_ATTENTION_ROWS && PROMPT_HEAD_DIMS.contains(c.headDim());
         }
     }
 

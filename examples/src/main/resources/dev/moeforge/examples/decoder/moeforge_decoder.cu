@@ -907,13 +907,28 @@ __device__ __forceinline__ void attention_decode_group(
     for (int sl = 0; sl < splits; ++sl) slice_scale[row * 64 + sl] /= denominator;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-    const int row = i / HD, d = i - row * HD;
-    const float* part = parts + (head_row0 + row) * splits * (HD + 2) + 2 + d;
-    float numerator = 0.0f;
-#pragma unroll 8
-    for (int sl = 0; sl < splits; ++sl) numerator += __ldcg(part + sl * (HD + 2)) * slice_scale[row * 64 + sl];
-    out[(head_row0 + row) * HD + d] = __float2bfloat16_rn(numerator);
+  // each thread's outputs side by side, so one slice's loads for all of them are in flight together
+  constexpr int kItems = kGroupRows * HD / (32 * kGroupWarps);
+  float numerator[kItems];
+  const float* part[kItems];
+  int scale_at[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = threadIdx.x + j * 32 * kGroupWarps;
+    const int row = min(i / HD, group - 1), d = i % HD;  // rows past the group: the last row's, not stored
+    part[j] = parts + (head_row0 + row) * splits * (HD + 2) + 2 + d;
+    scale_at[j] = row * 64;
+    numerator[j] = 0.0f;
+  }
+#pragma unroll 2
+  for (int sl = 0; sl < splits; ++sl) {
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) numerator[j] += __ldcg(part[j] + sl * (HD + 2)) * slice_scale[scale_at[j] + sl];
+  }
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = threadIdx.x + j * 32 * kGroupWarps;
+    if (i < group * HD) out[head_row0 * HD + i] = __float2bfloat16_rn(numerator[j]);
   }
   if (threadIdx.x == 0) tickets[static_cast<size_t>(b) * kv_heads + kvh] = 0;  // for the next layer and step
 }

@@ -51,8 +51,9 @@ class GpuDecoderKernelsTest {
 
     /**
      * A decode step's attention by kv group on the tensor cores where a group has 2 to 16 heads of a
-     * size the tiles take (the built-in model: 8 heads of 128; slices for about 128 blocks, one per
-     * 64 positions kept, at most 64); by head for OLMoE's groups of one and for head_dim 256.
+     * size the tiles take (the built-in model: 8 heads of 128; slices for about 512 blocks, but none
+     * shorter than 64 positions kept and at most 32); by head for OLMoE's groups of one, for head_dim
+     * 256 and where the choice says so.
      */
     @Test
     void decodeAttentionByKvGroupWhereTheGroupFitsATile() {
@@ -61,10 +62,14 @@ class GpuDecoderKernelsTest {
         GpuDecoder.DecodeAttention one = GpuDecoder.DecodeAttention.of(qwen, 512, 1);
         assertEquals("attention_decode_group_128", one.kernel());
         assertEquals(4, one.blocks());
-        assertEquals(32, one.slices());
+        assertEquals(8, one.slices());
         assertEquals(GpuDecoder.groupAttentionBytes(128), one.sharedBytes());
-        assertEquals(8, GpuDecoder.DecodeAttention.of(qwen, 512, 32).slices());
-        assertEquals(64, GpuDecoder.DecodeAttention.of(qwen, 4096, 1).slices());
+        assertEquals(4, GpuDecoder.DecodeAttention.of(qwen, 512, 32).slices());
+        assertEquals(1, GpuDecoder.DecodeAttention.of(qwen, 512, 128).slices());
+        assertEquals(32, GpuDecoder.DecodeAttention.of(qwen, 4096, 1).slices());
+        assertEquals(2, GpuDecoder.DecodeAttention.of(qwen, 100, 1).slices());
+        assertEquals("attention_decode_128",
+                GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_HEAD).kernel());
         ModelPreset o = ModelPreset.of(Architecture.OLMOE, "olmoe-1b-7b");
         ModelConfig olmoe = ModelConfig.parse(RandomModel.config(o, SafetensorsDType.BF16, new ObjectMapper()));
         GpuDecoder.DecodeAttention byHead = GpuDecoder.DecodeAttention.of(olmoe, 512, 1);
