@@ -24,7 +24,7 @@ import java.util.Optional;
  * @param warpsPerCta   warps per thread block, each on its share of the inputs
  * @param kUnroll       32-input steps of weight loads each lane has in flight
  * @param outputsPerCta outputs per block: 16, 32, 48 or 64 (tiles of 16 rows)
- * @param tokensPerCta  tokens per block: 8, 16, 24 or 32 (tiles of 8)
+ * @param tokensPerCta  tokens per block: 8 to 64 (tiles of 8)
  */
 public record LinearMma(int warpsPerCta, int kUnroll, int outputsPerCta, int tokensPerCta) implements Schedule<Problem.Linear> {
 
@@ -42,6 +42,10 @@ public record LinearMma(int warpsPerCta, int kUnroll, int outputsPerCta, int tok
     public static final int TOKEN_TILE = 8;
     /** Inputs of one step: two MMAs of k = 16, each lane loading 8 inputs of each of its two rows. */
     public static final int STEP_INPUTS = 32;
+    /** Token tiles a block may take. */
+    public static final int MAX_TOKEN_TILES = 8;
+    /** Row tiles times token tiles: each takes 4 registers of sums per thread. */
+    public static final int MAX_ACCUMULATOR_TILES = 16;
     /** Row tiles times steps in flight: each takes 8 registers per thread. */
     public static final int MAX_ROW_TILE_STEPS = 8;
     /** Static shared memory a block may hold for its warps' sums. */
@@ -49,7 +53,7 @@ public record LinearMma(int warpsPerCta, int kUnroll, int outputsPerCta, int tok
 
     private static List<LinearMma> space(Problem.Linear problem, Target target) {
         return ScheduleRules.grid(KIND, List.of(ScheduleRules.powersOfTwo(1, 16), ScheduleRules.powersOfTwo(1, 8),
-                List.of(16, 32, 64), List.of(8, 16, 32)));
+                List.of(16, 32, 64), List.of(8, 16, 32, 64)));
     }
 
     @Override
@@ -63,8 +67,14 @@ public record LinearMma(int warpsPerCta, int kUnroll, int outputsPerCta, int tok
         if (outputsPerCta % ROW_TILE != 0 || outputsPerCta < ROW_TILE || outputsPerCta > 4 * ROW_TILE) {
             errors.add(new SpecError("schedule.outputs_per_cta", Integer.toString(outputsPerCta), "16, 32, 48 or 64 (tiles of 16 rows)"));
         }
-        if (tokensPerCta % TOKEN_TILE != 0 || tokensPerCta < TOKEN_TILE || tokensPerCta > 4 * TOKEN_TILE) {
-            errors.add(new SpecError("schedule.tokens_per_cta", Integer.toString(tokensPerCta), "8, 16, 24 or 32 (tiles of 8 tokens)"));
+        if (tokensPerCta % TOKEN_TILE != 0 || tokensPerCta < TOKEN_TILE || tokensPerCta > MAX_TOKEN_TILES * TOKEN_TILE) {
+            errors.add(new SpecError("schedule.tokens_per_cta", Integer.toString(tokensPerCta),
+                    "a multiple of 8 from 8 to " + MAX_TOKEN_TILES * TOKEN_TILE + " (tiles of 8 tokens)"));
+        }
+        if (outputsPerCta % ROW_TILE == 0 && tokensPerCta % TOKEN_TILE == 0 && rowTiles() * (tokensPerCta / TOKEN_TILE) > MAX_ACCUMULATOR_TILES) {
+            errors.add(new SpecError("schedule.tokens_per_cta", Integer.toString(tokensPerCta), "at most "
+                    + MAX_ACCUMULATOR_TILES / Math.max(1, rowTiles()) * TOKEN_TILE + " with " + outputsPerCta
+                    + " outputs per block (row tiles x token tiles at most " + MAX_ACCUMULATOR_TILES + ": each holds 4 FP32 sums per thread)"));
         }
         if (outputsPerCta % ROW_TILE == 0 && kUnroll >= 1 && rowTiles() * kUnroll > MAX_ROW_TILE_STEPS) {
             errors.add(new SpecError("schedule.k_unroll", Integer.toString(kUnroll), "at most " + MAX_ROW_TILE_STEPS / Math.max(1, rowTiles())

@@ -603,9 +603,21 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** The most slices of a sequence's positions attention by kv group cuts. */
     static final int GROUP_ATTENTION_SLICES = 32;
 
+    /**
+     * From this batch, or from a cache of {@link #GROUP_ATTENTION_FROM_CONTEXT} positions, a decode
+     * step's attention runs by kv group where the model allows it: below both, the kernel by head
+     * made the whole step faster on the H100 although attention alone was slower (bench/NOTES.md).
+     */
+    static final int GROUP_ATTENTION_FROM_BATCH = 16;
+    /** See {@link #GROUP_ATTENTION_FROM_BATCH}. */
+    static final int GROUP_ATTENTION_FROM_CONTEXT = 2048;
+
     /** Which kernel runs a decode step's attention: the decoder's choice, or one kind wherever it applies (to compare them). */
     public enum AttentionKernels {
-        /** By kv group where {@link DecodeAttention#byGroup} allows it, else by head. */
+        /**
+         * By kv group where {@link DecodeAttention#byGroup} allows it and the batch or the cache is
+         * large enough ({@link #GROUP_ATTENTION_FROM_BATCH}), else by head.
+         */
         BY_BATCH,
         /** {@code attention_decode_<head_dim>}: one head per block. */
         BY_HEAD,
@@ -638,7 +650,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
         static DecodeAttention of(ModelConfig c, int context, int batch, AttentionKernels choice) {
             boolean group = switch (choice) {
-                case BY_BATCH, BY_GROUP -> byGroup(c);
+                case BY_BATCH -> byGroup(c) && (batch >= GROUP_ATTENTION_FROM_BATCH || context >= GROUP_ATTENTION_FROM_CONTEXT);
+                case BY_GROUP -> byGroup(c);
                 case BY_HEAD -> false;
             };
             if (group) {
@@ -1271,8 +1284,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** The most tokens a {@code linear_gemv} block multiplies each weight load by (their rows come from L1 each time). */
     static final int LINEAR_TOKENS_PER_CTA = 8;
-    /** The most tokens a {@code linear_mma} block takes: four tiles of 8. */
-    static final int MMA_TOKENS_PER_CTA = 32;
+    /** The most tokens a {@code linear_mma} block takes: eight tiles of 8. */
+    static final int MMA_TOKENS_PER_CTA = 64;
 
     /**
      * A linear projection's kernel (FP32 out). For one sequence, or where {@code projections} asks
@@ -1281,9 +1294,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * weights are read once per group), and as many loads in flight as cover the row in one step,
      * so that a row's weights are in flight before the kernel waits for its input: up to 16 for one
      * token, 8 for a group (16 loads beside 8 sums take 163 registers on sm_90a, one block per SM).
-     * Else, where the rows are whole 16-byte loads: {@code linear_mma}, 16 rows by the batch in
-     * tiles of 8 tokens (up to {@link #MMA_TOKENS_PER_CTA} a block), 8 warps over the inputs, 4 steps
-     * of loads in flight.
+     * Else, where the rows are whole 16-byte loads: {@code linear_mma}, the batch in tiles of 8
+     * tokens (up to {@link #MMA_TOKENS_PER_CTA} a block) by 16 rows (32 from 16 tokens), 8 warps over
+     * the inputs (4 from 40 tokens), 4 steps of loads in flight.
      */
     static KernelSpec linear(String name, int inputs, int outputs, boolean bias, Target target, int batch,
                              ProjectionKernels projections) {
@@ -1296,7 +1309,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         };
         if (mma) {
             int tokens = Math.min(MMA_TOKENS_PER_CTA, 8 * Math.ceilDiv(batch, 8));
-            KernelSpec spec = new KernelSpec(name, problem, new LinearMma(8, 4, 16, tokens), epilogue, target);
+            // two row tiles from 16 tokens halve the activations each block reads; 4 warps from 40 keep the sums in 32 KB
+            LinearMma shape = tokens <= 8 ? new LinearMma(8, 4, 16, tokens)
+                    : tokens <= 32 ? new LinearMma(8, 4, 32, tokens) : new LinearMma(4, 4, 32, tokens);
+            KernelSpec spec = new KernelSpec(name, problem, shape, epilogue, target);
             if (Validator.errors(spec).isEmpty()) {
                 return spec;
             }

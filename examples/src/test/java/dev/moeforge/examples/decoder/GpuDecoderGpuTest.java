@@ -49,15 +49,16 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     }
 
     /**
-     * A batch of 128: attention in one slice per (token, kv group), 256 blocks; the long prompt's
-     * steps below run two slices, merged by the block that finishes last.
+     * A batch of 128: the projections on one expert's tensor-core tiles, attention by kv group in
+     * one slice per (token, kv group), 256 blocks (several slices, merged by the block that finishes
+     * last, are AttentionGpuTest's).
      */
     @Test
     void attentionInOneSliceForALargeBatch() {
         ModelConfig c = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
         int context = PROMPT_LENGTH + STEPS + 1;
         assertEquals(1, GpuDecoder.DecodeAttention.of(c, context, 128).slices());
-        assertEquals(2, GpuDecoder.DecodeAttention.of(c, LONG_PROMPT + STEPS + 1, 1).slices());
+        assertEquals(2, GpuDecoder.DecodeAttention.of(c, LONG_PROMPT + STEPS + 1, 1, GpuDecoder.AttentionKernels.BY_GROUP).slices());
         compare(Architecture.QWEN3_MOE, Optional.empty(), context, 128);
     }
 
@@ -75,13 +76,14 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     private static final int LONG_PROMPT = 70;
 
     /**
-     * A batch of 16: the decode steps' q/k/v and o projections run as one expert's tensor-core tiles
-     * (bf16 out; gpt-oss's with their biases), every sequence decoding the same tokens.
+     * A batch of 16: the decode steps' q/k/v, o and LM head projections on the tensor cores
+     * ({@code linear_mma}; gpt-oss's with their biases) and, where the model's kv groups fit the
+     * tiles, attention by kv group, every sequence decoding the same tokens.
      */
     @ParameterizedTest
     @EnumSource(Architecture.class)
-    void projectionTilesForABatch(Architecture arch) {
-        compare(arch, Optional.empty(), PROMPT_LENGTH + STEPS + 1, GpuDecoder.PROJECTION_TILES_FROM);
+    void aBatchOnTheTensorCores(Architecture arch) {
+        compare(arch, Optional.empty(), PROMPT_LENGTH + STEPS + 1, GpuDecoder.GROUP_ATTENTION_FROM_BATCH);
     }
 
     private static void compare(Architecture arch, Optional<WeightFormat> format) {

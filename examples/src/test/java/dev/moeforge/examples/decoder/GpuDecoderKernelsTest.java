@@ -52,22 +52,26 @@ class GpuDecoderKernelsTest {
     /**
      * A decode step's attention by kv group on the tensor cores where a group has 2 to 16 heads of a
      * size the tiles take (the built-in model: 8 heads of 128; slices for about 512 blocks, but none
-     * shorter than 64 positions kept and at most 32); by head for OLMoE's groups of one, for head_dim
-     * 256 and where the choice says so.
+     * shorter than 64 positions kept and at most 32) and the batch or the cache is large; by head
+     * below that, for OLMoE's groups of one, for head_dim 256 and where the choice says so.
      */
     @Test
     void decodeAttentionByKvGroupWhereTheGroupFitsATile() {
         ModelPreset p = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
         ModelConfig qwen = ModelConfig.parse(RandomModel.config(p, SafetensorsDType.BF16, new ObjectMapper()));
-        GpuDecoder.DecodeAttention one = GpuDecoder.DecodeAttention.of(qwen, 512, 1);
+        GpuDecoder.DecodeAttention one = GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_GROUP);
         assertEquals("attention_decode_group_128", one.kernel());
         assertEquals(4, one.blocks());
         assertEquals(8, one.slices());
         assertEquals(GpuDecoder.groupAttentionBytes(128), one.sharedBytes());
         assertEquals(4, GpuDecoder.DecodeAttention.of(qwen, 512, 32).slices());
+        // by the batch: by head for a few sequences over a short cache, by group from 16 sequences or 2,048 positions
+        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8).kernel());
+        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 16).kernel());
+        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 1).kernel());
         assertEquals(1, GpuDecoder.DecodeAttention.of(qwen, 512, 128).slices());
         assertEquals(32, GpuDecoder.DecodeAttention.of(qwen, 4096, 1).slices());
-        assertEquals(2, GpuDecoder.DecodeAttention.of(qwen, 100, 1).slices());
+        assertEquals(2, GpuDecoder.DecodeAttention.of(qwen, 100, 1, GpuDecoder.AttentionKernels.BY_GROUP).slices());
         assertEquals("attention_decode_128",
                 GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_HEAD).kernel());
         ModelPreset o = ModelPreset.of(Architecture.OLMOE, "olmoe-1b-7b");
@@ -107,7 +111,7 @@ class GpuDecoderKernelsTest {
 
     /**
      * One sequence's projections and LM head: one warp per row, a row's loads in one step; from two
-     * sequences the tensor cores, the batch in tiles of 8 up to 32 a block; where the choice is forced,
+     * sequences the tensor cores, the batch in tiles of 8 up to 64 a block; where the choice is forced,
      * that kind at every batch (the LM head keeps the batch's choice under tiles).
      */
     @Test
@@ -118,7 +122,10 @@ class GpuDecoderKernelsTest {
         var three = assertInstanceOf(LinearMma.class, GpuDecoder.linear("qkv_proj", 2048, 5120, false, Target.SM_90A, 3, BY_BATCH).schedule());
         assertEquals(8, three.tokensPerCta());
         var many = assertInstanceOf(LinearMma.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 48, BY_BATCH).schedule());
-        assertEquals(32, many.tokensPerCta());
+        assertEquals(48, many.tokensPerCta());
+        assertEquals(32, many.outputsPerCta());
+        var most = assertInstanceOf(LinearMma.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 200, MMA).schedule());
+        assertEquals(64, most.tokensPerCta());
         var gemv = assertInstanceOf(LinearGemv.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 32, GEMV).schedule());
         assertEquals(8, gemv.tokensPerCta());
         assertEquals(8, gemv.kUnroll());
