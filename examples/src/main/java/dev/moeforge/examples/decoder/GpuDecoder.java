@@ -1295,8 +1295,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * so that a row's weights are in flight before the kernel waits for its input: up to 16 for one
      * token, 8 for a group (16 loads beside 8 sums take 163 registers on sm_90a, one block per SM).
      * Else, where the rows are whole 16-byte loads: {@code linear_mma}, the batch in tiles of 8
-     * tokens (up to {@link #MMA_TOKENS_PER_CTA} a block) by 16 rows (32 from 16 tokens), 8 warps over
-     * the inputs (4 from 40 tokens), 4 steps of loads in flight.
+     * tokens (up to {@link #MMA_TOKENS_PER_CTA} a block) by 16 rows, 8 warps over the inputs, 4
+     * steps of loads in flight.
      */
     static KernelSpec linear(String name, int inputs, int outputs, boolean bias, Target target, int batch,
                              ProjectionKernels projections) {
@@ -1309,10 +1309,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         };
         if (mma) {
             int tokens = Math.min(MMA_TOKENS_PER_CTA, 8 * Math.ceilDiv(batch, 8));
-            // two row tiles from 16 tokens halve the activations each block reads; 4 warps from 40 keep the sums in 32 KB
-            LinearMma shape = tokens <= 8 ? new LinearMma(8, 4, 16, tokens)
-                    : tokens <= 32 ? new LinearMma(8, 4, 32, tokens) : new LinearMma(4, 4, 32, tokens);
-            KernelSpec spec = new KernelSpec(name, problem, shape, epilogue, target);
+            // one row tile: two (half the activations read per block, half the blocks) made the projections slower
+            KernelSpec spec = new KernelSpec(name, problem, new LinearMma(8, 4, 16, tokens), epilogue, target);
             if (Validator.errors(spec).isEmpty()) {
                 return spec;
             }

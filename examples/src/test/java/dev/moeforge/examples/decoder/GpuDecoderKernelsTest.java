@@ -123,7 +123,7 @@ class GpuDecoderKernelsTest {
         assertEquals(8, three.tokensPerCta());
         var many = assertInstanceOf(LinearMma.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 48, BY_BATCH).schedule());
         assertEquals(48, many.tokensPerCta());
-        assertEquals(32, many.outputsPerCta());
+        assertEquals(16, many.outputsPerCta());
         var most = assertInstanceOf(LinearMma.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 200, MMA).schedule());
         assertEquals(64, most.tokensPerCta());
         var gemv = assertInstanceOf(LinearGemv.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 32, GEMV).schedule());

@@ -79,9 +79,10 @@ class LinearGpuTest extends GpuSession {
             new LinearMma(4, 8, 16, 16),
             new LinearMma(1, 2, 64, 8),
             new LinearMma(16, 1, 16, 24),
-            // the decoder's shapes from 16 and from 40 tokens
+            // two row tiles by two token tiles, four by eight, and the decoder's shape at its largest
             new LinearMma(8, 4, 32, 16),
-            new LinearMma(4, 4, 32, 64));
+            new LinearMma(4, 4, 32, 64),
+            new LinearMma(8, 4, 16, 64));
 
     static KernelSpec spec(Case c, int schedule) {
         return Validator.check(new KernelSpec("lin_" + c.name() + "_s" + schedule,
