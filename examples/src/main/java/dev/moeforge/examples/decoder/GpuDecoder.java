@@ -1221,35 +1221,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             }
         }
         int tile = batch <= 2 ? 1 : batch <= 16 ? 8 : 32;
-        Optional<KernelSpec> nearest = same.stream().filter(k -> tokenTile(k) > 0)
+        return same.stream().filter(k -> tokenTile(k) > 0)
                 .min(java.util.Comparator.comparingInt(k -> Math.abs(Integer.numberOfTrailingZeros(tokenTile(k))
                         - Integer.numberOfTrailingZeros(tile))));
-        if (tile > 1 && nearest.map(k -> tokenTile(k) == 1).orElse(false)) {
-            // a format the catalogue tunes for one token only (the 4-bit tensor-core decode) would read each
-            // (token, expert) pair's weights apart: the bf16 twin's token tile reads each expert once per tile
-            Optional<KernelSpec> twin = bf16TwinTile(wanted, tile);
-            if (twin.isPresent()) {
-                return twin;
-            }
-        }
-        return nearest;
-    }
-
-    /** The wanted expert half on the schedule of the catalogue's bf16 kernel of the same shape with {@code tile} tokens a block, where it validates. */
-    private static Optional<KernelSpec> bf16TwinTile(KernelSpec wanted, int tile) {
-        Problem bf16 = switch (wanted.problem()) {
-            case Problem.ExpertGateUp g -> new Problem.ExpertGateUp(g.shape(), WeightFormat.BF16, g.activations(), g.layout(), g.bias());
-            case Problem.ExpertDown d -> new Problem.ExpertDown(d.shape(), WeightFormat.BF16, d.activations(), d.bias());
-            case Problem.ExpertMlp _, Problem.Router _, Problem.Linear _ -> null;
-        };
-        if (bf16 == null) {
-            return Optional.empty();
-        }
-        return Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
-                .filter(k -> k.problem().equals(bf16) && k.epilogue().equals(wanted.epilogue()) && k.target() == wanted.target()
-                        && k.schedule() instanceof OutputCentric oc && oc.tokensPerCta() == tile)
-                .map(k -> wanted.withSchedule(k.schedule()))
-                .filter(k -> Validator.errors(k).isEmpty()).findFirst();
     }
 
     /** Tokens per block of a decode kernel: an output-centric tile, 1 for the decode routers and the 4-bit tensor-core decode; 0 for any other kind. */

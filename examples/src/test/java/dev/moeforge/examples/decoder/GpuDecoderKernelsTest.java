@@ -50,32 +50,6 @@ class GpuDecoderKernelsTest {
     }
 
     /**
-     * NVFP4 experts: the catalogue's 4-bit tensor-core decode (one token a block) for one or two
-     * sequences; from three the bf16 twin's token tiles on the 4-bit weights (each expert read once
-     * per tile, not once per token), as the bundle's kernel file holds them.
-     */
-    @Test
-    void fourBitExpertsTakeTheBf16TwinsTilesForABatch() throws Exception {
-        ModelPreset p = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
-        ModelConfig c = ModelConfig.parse(RandomModel.config(p, SafetensorsDType.BF16, new ObjectMapper()));
-        MoeBlock nvfp4 = MoeBlock.of(c, WeightFormat.NVFP4, GateUpLayout.STACKED, false);
-        GpuDecoder.Kernels one = GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, 1);
-        assertInstanceOf(dev.moeforge.dsl.schedule.OutputTensorCore.class, one.gateUp().schedule());
-        for (int batch : new int[] {8, 16}) {
-            GpuDecoder.Kernels k = GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, batch);
-            assertEquals(8, assertInstanceOf(OutputCentric.class, k.gateUp().schedule()).tokensPerCta());
-            assertEquals(kernels(8).down().schedule(), k.down().schedule());
-            assertEquals(WeightFormat.NVFP4, ((dev.moeforge.dsl.ir.Problem.ExpertDown) k.down().problem()).weights());
-        }
-        assertEquals(32, assertInstanceOf(OutputCentric.class, GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, 32).down().schedule())
-                .tokensPerCta());
-        for (int batch : new int[] {1, 8, 16}) {
-            GpuDecoder.Kernels k = GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, batch);
-            assertFileHolds("builtin-nvfp4.moe", new GpuDecoder.Kernels(null, null, null, null, k.gateUp(), k.down(), null, null, null));
-        }
-    }
-
-    /**
      * A decode step's attention by kv group on the tensor cores where a group has 2 to 16 heads of a
      * size the tiles take (the built-in model: 8 heads of 128; slices for about 512 blocks, but none
      * shorter than 64 positions kept and at most 32) and the batch or the cache is large; by head
