@@ -27,7 +27,7 @@ import java.util.Optional;
  * @param outputsPerCta outputs of one token group per thread block
  * @param tokensPerCta  tokens per thread block, each with its own sums (up to 16)
  */
-public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int outputsPerCta, int tokensPerCta) implements Schedule<Problem.Linear> {
+public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int outputsPerCta, int tokensPerCta) implements LinearSchedule {
 
     public static final ScheduleKind<LinearGemv, Problem.Linear> KIND = new ScheduleKind<>("linear_gemv", LinearGemv.class,
             Problem.Linear.class, LinearGemv::space);
@@ -54,29 +54,6 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
         range(errors, "schedule.k_unroll", kUnroll, 1, 16);
         range(errors, "schedule.outputs_per_cta", outputsPerCta, 1, Math.max(1, Math.min(l.outputs(), 1024)));
         range(errors, "schedule.tokens_per_cta", tokensPerCta, 1, MAX_TOKENS_PER_CTA);
-    }
-
-    /** Thread blocks per token group: the slices of the outputs. */
-    public int blocksPerToken(Problem.Linear problem) {
-        return Math.ceilDiv(problem.outputs(), outputsPerCta);
-    }
-
-    @Override
-    public long sharedBytes(Problem.Linear problem) {
-        return 0;
-    }
-
-    /** One block per (slice of outputs, token group), the groups of a slice consecutive along x. */
-    @Override
-    public LaunchGeometry geometry(Problem.Linear problem, int tokens) {
-        return new LaunchGeometry(blocksPerToken(problem) * Math.ceilDiv(tokens, tokensPerCta), 1,
-                ScheduleRules.threads(warpsPerCta), 0);
-    }
-
-    /** As many as keep the grid within CUDA's limit on gridDim.x. */
-    @Override
-    public int maxTokens(Problem.Linear problem) {
-        return (int) Math.min(Integer.MAX_VALUE, (long) (Integer.MAX_VALUE / blocksPerToken(problem)) * tokensPerCta);
     }
 
     @Override

@@ -26,7 +26,7 @@ import java.util.Optional;
  * @param outputsPerCta outputs per block: 16, 32, 48 or 64 (tiles of 16 rows)
  * @param tokensPerCta  tokens per block: 8 to 64 (tiles of 8)
  */
-public record LinearMma(int warpsPerCta, int kUnroll, int outputsPerCta, int tokensPerCta) implements Schedule<Problem.Linear> {
+public record LinearMma(int warpsPerCta, int kUnroll, int outputsPerCta, int tokensPerCta) implements LinearSchedule {
 
     public static final ScheduleKind<LinearMma, Problem.Linear> KIND = new ScheduleKind<>("linear_mma", LinearMma.class,
             Problem.Linear.class, LinearMma::space);
@@ -95,29 +95,6 @@ public record LinearMma(int warpsPerCta, int kUnroll, int outputsPerCta, int tok
 
     private long partsBytes() {
         return 4L * warpsPerCta * outputsPerCta * tokensPerCta;
-    }
-
-    /** Thread blocks per token group: the slices of the outputs. */
-    public int blocksPerToken(Problem.Linear problem) {
-        return Math.ceilDiv(problem.outputs(), outputsPerCta);
-    }
-
-    @Override
-    public long sharedBytes(Problem.Linear problem) {
-        return 0;
-    }
-
-    /** One block per (slice of outputs, token group), the groups of a slice consecutive along x. */
-    @Override
-    public LaunchGeometry geometry(Problem.Linear problem, int tokens) {
-        return new LaunchGeometry(blocksPerToken(problem) * Math.ceilDiv(tokens, tokensPerCta), 1,
-                ScheduleRules.threads(warpsPerCta), 0);
-    }
-
-    /** As many as keep the grid within CUDA's limit on gridDim.x. */
-    @Override
-    public int maxTokens(Problem.Linear problem) {
-        return (int) Math.min(Integer.MAX_VALUE, (long) (Integer.MAX_VALUE / blocksPerToken(problem)) * tokensPerCta);
     }
 
     @Override

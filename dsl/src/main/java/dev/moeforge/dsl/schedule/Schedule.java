@@ -19,7 +19,7 @@ import java.util.Optional;
  * @param <P> the problems this kind lowers
  */
 public sealed interface Schedule<P extends Problem>
-        permits OutputCentric, OutputTensorCore, SplitDown, ExpertCentric, RouterGemv, RouterCluster, RouterTiled, LinearGemv, LinearMma {
+        permits OutputCentric, OutputTensorCore, SplitDown, ExpertCentric, RouterGemv, RouterCluster, RouterTiled, LinearSchedule {
 
     /** Every kind, in the order the textual form lists them and enumeration visits them. */
     static List<ScheduleKind<?, ?>> kinds() {

@@ -113,7 +113,9 @@ final class BenchDecodeCommand implements Callable<Integer> {
         if (tokens < 2) {
             throw new IllegalArgumentException("--tokens must be at least 2 (one prefill pick, then decode steps), got " + tokens);
         }
-        GpuDecoder.KernelChoice choice = new GpuDecoder.KernelChoice(parseProjections(projections), parseAttention(attention));
+        GpuDecoder.KernelChoice choice = new GpuDecoder.KernelChoice(
+                kebab(GpuDecoder.ProjectionKernels.class, "--projections", projections),
+                kebab(GpuDecoder.AttentionKernels.class, "--attention", attention));
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
         dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat("--experts-format", expertsFormat);
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
@@ -243,23 +245,15 @@ final class BenchDecodeCommand implements Callable<Integer> {
         return 0;
     }
 
-    static GpuDecoder.ProjectionKernels parseProjections(String kind) {
-        return switch (kind) {
-            case "by-batch" -> GpuDecoder.ProjectionKernels.BY_BATCH;
-            case "gemv" -> GpuDecoder.ProjectionKernels.GEMV;
-            case "mma" -> GpuDecoder.ProjectionKernels.MMA;
-            case "tiles" -> GpuDecoder.ProjectionKernels.TILES;
-            default -> throw new IllegalArgumentException("--projections " + kind + ": by-batch, gemv, mma or tiles");
-        };
-    }
-
-    static GpuDecoder.AttentionKernels parseAttention(String kind) {
-        return switch (kind) {
-            case "by-batch" -> GpuDecoder.AttentionKernels.BY_BATCH;
-            case "by-head" -> GpuDecoder.AttentionKernels.BY_HEAD;
-            case "by-group" -> GpuDecoder.AttentionKernels.BY_GROUP;
-            default -> throw new IllegalArgumentException("--attention " + kind + ": by-batch, by-head or by-group");
-        };
+    /** The constant of {@code type} an option names in lower case with hyphens ({@code by-batch} for BY_BATCH). */
+    static <E extends Enum<E>> E kebab(Class<E> type, String option, String value) {
+        for (E e : type.getEnumConstants()) {
+            if (e.name().toLowerCase(Locale.ROOT).replace('_', '-').equals(value)) {
+                return e;
+            }
+        }
+        throw new IllegalArgumentException(option + " " + value + ": one of " + Arrays.stream(type.getEnumConstants())
+                .map(e -> e.name().toLowerCase(Locale.ROOT).replace('_', '-')).toList());
     }
 
     /**

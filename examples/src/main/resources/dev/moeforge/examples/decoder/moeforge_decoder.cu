@@ -474,6 +474,105 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Two rows of q (r0 and r1; null: zeros) as mma.sync's A fragments in bf16, one per 16 dimensions:
+// lane (g, t) holds dimensions 2t, 2t + 1, 2t + 8 and 2t + 9 of each 16 of rows g (r0) and g + 8 (r1).
+template <int HD>
+__device__ __forceinline__ void q_fragments(const float* r0, const float* r1, int t, uint32_t (&qa)[HD / 16][4]) {
+#pragma unroll
+  for (int c = 0; c < HD / 16; ++c) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int col = c * 16 + half * 8 + 2 * t;
+      const float2 a = r0 != nullptr ? *reinterpret_cast<const float2*>(r0 + col) : make_float2(0.0f, 0.0f);
+      const float2 b = r1 != nullptr ? *reinterpret_cast<const float2*>(r1 + col) : make_float2(0.0f, 0.0f);
+      qa[c][2 * half] = bf16x2_bits(a.x, a.y);
+      qa[c][2 * half + 1] = bf16x2_bits(b.x, b.y);
+    }
+  }
+}
+
+// Stages keys [first, first + kPrefillKeys) of k and v (row `key` at k_rows + key * stride; keys from
+// `end` on zero-filled) into stage `slot` of `tiles`, by the block's `threads` threads, as one cp.async group.
+template <int HD>
+__device__ __forceinline__ void stage_kv(__nv_bfloat16* tiles, int slot, const __nv_bfloat16* k_rows, const __nv_bfloat16* v_rows,
+                                         size_t stride, int first, int end, int threads) {
+  using Tile = PrefillTile<HD>;
+  __nv_bfloat16* ks = tiles + (2 * slot) * Tile::kElements;
+  __nv_bfloat16* vs = ks + Tile::kElements;
+  for (int i = threadIdx.x; i < kPrefillKeys * (HD / 8); i += threads) {
+    const int r = i / (HD / 8), piece = (i % (HD / 8)) * 8;
+    const int key = first + r;
+    const bool valid = key < end;
+    const size_t at = valid ? static_cast<size_t>(key) * stride + piece : 0;
+    cp_async_16_or_zero(ks + r * Tile::kStride + piece, k_rows + at, valid);
+    cp_async_16_or_zero(vs + r * Tile::kStride + piece, v_rows + at, valid);
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// One tile's scores (J tiles of 8 keys for rows g and g + 8) into probabilities against the running
+// max m, with the running sums l and the output sums o moved to the new max. scaled(j, e, score)
+// gives each score in the log2 domain, -inf where masked. Each lane's sums are its own columns';
+// the row max is the quad's.
+template <int J, int N, class Scaled>
+__device__ __forceinline__ void online_softmax(float (&s)[J][4], float (&m)[2], float (&l)[2], float (&o)[N][4], Scaled scaled) {
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[j][e] = scaled(j, e, s[j][e]);
+      tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
+    }
+  }
+  float base[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullMask, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullMask, tile_max[r], 2));
+    const float m_new = fmaxf(m[r], tile_max[r]);
+    base[r] = m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: every p is 0, not NaN
+    const float correction = exp2f(m[r] - base[r]);
+    l[r] *= correction;
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      o[n][2 * r] *= correction;
+      o[n][2 * r + 1] *= correction;
+    }
+    m[r] = m_new;
+  }
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[j][e] = exp2f(s[j][e] - base[e >> 1]);
+      sum[e >> 1] += s[j][e];
+    }
+  }
+  l[0] += sum[0];
+  l[1] += sum[1];
+}
+
+// o += p . v for 16 keys: p is two 8-key tiles of probabilities in the scores' accumulator layout
+// (which is mma.sync's A fragment), v the keys' 16 staged rows from `v_rows` (taken by ldmatrix.trans).
+template <int HD>
+__device__ __forceinline__ void accumulate_pv(float (&o)[HD / 8][4], const float (&p0)[4], const float (&p1)[4],
+                                              const __nv_bfloat16* v_rows, int lane) {
+  const uint32_t pa[4] = {bf16x2_bits(p0[0], p0[1]), bf16x2_bits(p0[2], p0[3]), bf16x2_bits(p1[0], p1[1]), bf16x2_bits(p1[2], p1[3])};
+  const int matrix = lane >> 3;
+  const __nv_bfloat16* row = v_rows + ((matrix & 1) * 8 + (lane & 7)) * PrefillTile<HD>::kStride + (matrix >> 1) * 8;
+#pragma unroll
+  for (int c = 0; c < HD / 16; ++c) {
+    const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row + c * 16));
+    uint32_t b[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(at));
+    mma_bf16_16816(o[2 * c], pa, b[0], b[1]);
+    mma_bf16_16816(o[2 * c + 1], pa, b[2], b[3]);
+  }
+}
+
 template <int HD>
 __device__ __forceinline__ void attention_prefill_heads(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
@@ -493,36 +592,16 @@ __device__ __forceinline__ void attention_prefill_heads(
   // this warp's 16 rows of q as A fragments (bf16), one per k16 step
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
   uint32_t qa[kChunks][4];
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int col = c * 16 + half * 8 + 2 * t;
-      float2 a = make_float2(0.0f, 0.0f), b = make_float2(0.0f, 0.0f);
-      if (row0 < rows) a = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(row0) * heads + h) * HD + col);
-      if (row1 < rows) b = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(row1) * heads + h) * HD + col);
-      qa[c][2 * half] = bf16x2_bits(a.x, a.y);
-      qa[c][2 * half + 1] = bf16x2_bits(b.x, b.y);
-    }
-  }
+  q_fragments<HD>(row0 < rows ? q + (static_cast<size_t>(row0) * heads + h) * HD : nullptr,
+                  row1 < rows ? q + (static_cast<size_t>(row1) * heads + h) * HD : nullptr, t, qa);
 
   const int last_row = min(rows, q0 + kPrefillRows) - 1;
   const int key_end = first_pos + last_row + 1;  // keys [0, key_end) exist for this tile
   const int lowest = window > 0 ? max(0, first_pos + q0 - window + 1) : 0;
   const int first_tile = lowest / kPrefillKeys, last_tile = (key_end - 1) / kPrefillKeys;
   auto stage = [&](int tile, int slot) {
-    const int k0 = tile * kPrefillKeys;
-    __nv_bfloat16* ks = tiles + (2 * slot) * Tile::kElements;
-    __nv_bfloat16* vs = ks + Tile::kElements;
-    for (int i = threadIdx.x; i < kPrefillKeys * (HD / 8); i += 32 * kPrefillWarps) {
-      const int r = i / (HD / 8), piece = (i % (HD / 8)) * 8;
-      const int key = k0 + r;
-      const bool valid = key < key_end;
-      const size_t at = valid ? static_cast<size_t>(key) * kn + static_cast<size_t>(kvh) * HD + piece : 0;
-      cp_async_16_or_zero(ks + r * Tile::kStride + piece, k_cache + at, valid);
-      cp_async_16_or_zero(vs + r * Tile::kStride + piece, v_cache + at, valid);
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    stage_kv<HD>(tiles, slot, k_cache + static_cast<size_t>(kvh) * HD, v_cache + static_cast<size_t>(kvh) * HD, kn,
+                 tile * kPrefillKeys, key_end, 32 * kPrefillWarps);
   };
 
   float o[2 * kChunks][4];
@@ -557,61 +636,13 @@ __device__ __forceinline__ void attention_prefill_heads(
       }
     }
     // the causal and window mask, in the log2 domain of the scaled scores
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    online_softmax(s, m, l, o, [&](int j, int e, float score) {
+      const int key = k0 + 8 * j + 2 * t + (e & 1), r = e >> 1;
+      const bool seen = key <= pos[r] && (window == 0 || key > pos[r] - window);
+      return seen ? score * scale_log2 : -INFINITY;
+    });
 #pragma unroll
-    for (int j = 0; j < kPrefillKeys / 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + 8 * j + 2 * t + (e & 1), r = e >> 1;
-        const bool seen = key <= pos[r] && (window == 0 || key > pos[r] - window);
-        s[j][e] = seen ? s[j][e] * scale_log2 : -INFINITY;
-        tile_max[r] = fmaxf(tile_max[r], s[j][e]);
-      }
-    }
-    float base[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullMask, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullMask, tile_max[r], 2));
-      const float m_new = fmaxf(m[r], tile_max[r]);
-      base[r] = m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: every p is 0, not NaN
-      const float correction = exp2f(m[r] - base[r]);
-      l[r] *= correction;
-#pragma unroll
-      for (int n = 0; n < 2 * kChunks; ++n) {
-        o[n][2 * r] *= correction;
-        o[n][2 * r + 1] *= correction;
-      }
-      m[r] = m_new;
-    }
-#pragma unroll
-    for (int j = 0; j < kPrefillKeys / 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = exp2f(s[j][e] - base[e >> 1]);
-        sum[e >> 1] += s[j][e];
-      }
-    }
-    l[0] += sum[0];
-    l[1] += sum[1];
-    // p . v: the scores' accumulator layout is the A fragment's, 16 keys at a time; v by ldmatrix.trans
-#pragma unroll
-    for (int kk = 0; kk < kPrefillKeys / 16; ++kk) {
-      const uint32_t pa[4] = {bf16x2_bits(s[2 * kk][0], s[2 * kk][1]), bf16x2_bits(s[2 * kk][2], s[2 * kk][3]),
-                              bf16x2_bits(s[2 * kk + 1][0], s[2 * kk + 1][1]), bf16x2_bits(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const int matrix = lane >> 3;
-      const __nv_bfloat16* row = vs + (16 * kk + (matrix & 1) * 8 + (lane & 7)) * Tile::kStride + (matrix >> 1) * 8;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row + c * 16));
-        uint32_t b[4];
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                     : "r"(at));
-        mma_bf16_16816(o[2 * c], pa, b[0], b[1]);
-        mma_bf16_16816(o[2 * c + 1], pa, b[2], b[3]);
-      }
-    }
+    for (int kk = 0; kk < kPrefillKeys / 16; ++kk) accumulate_pv<HD>(o, s[2 * kk], s[2 * kk + 1], vs + 16 * kk * Tile::kStride, lane);
     __syncthreads();  // this slot is staged again two tiles on
   }
 
@@ -638,7 +669,7 @@ __device__ __forceinline__ void attention_prefill_heads(
 }
 
 #define MOEFORGE_ATTENTION_PREFILL(HD)                                                                                   \
-  extern "C" __global__ void __launch_bounds__(32 * kPrefillWarps) attention_prefill_##HD(                              \
+  extern "C" __global__ void __launch_bounds__(32 * kPrefillWarps, 1) attention_prefill_##HD(                              \
       const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
       const float* __restrict__ sinks, __nv_bfloat16* __restrict__ out, int rows, int first_pos, int heads,             \
       int kv_heads, int window, float scale) {                                                                          \
@@ -663,6 +694,13 @@ MOEFORGE_ATTENTION_PREFILL(128)
 constexpr int kGroupWarps = 4;
 constexpr int kGroupKeys = 16 * kGroupWarps;
 constexpr int kGroupRows = 16;  // an mma tile's rows: the most heads a group may have
+// Blocks per SM the register budget is cut for: three fit an SM's shared memory on sm_90 and sm_100;
+// sm_120's holds one (and its ptxas spilled under the tighter cap).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+constexpr int kGroupBlocksPerSm = 1;
+#else
+constexpr int kGroupBlocksPerSm = 3;
+#endif
 
 template <int HD>
 struct GroupTile {
@@ -700,32 +738,9 @@ __device__ __forceinline__ void attention_decode_group(
 
   // the group's q rows g and g + 8 as A fragments (bf16), zero past the group
   uint32_t qa[kChunks][4];
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int col = c * 16 + half * 8 + 2 * t;
-      float2 a = make_float2(0.0f, 0.0f), c1 = make_float2(0.0f, 0.0f);
-      if (g < group) a = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(b) * heads + head0 + g) * HD + col);
-      if (g + 8 < group) c1 = *reinterpret_cast<const float2*>(q + (static_cast<size_t>(b) * heads + head0 + g + 8) * HD + col);
-      qa[c][2 * half] = bf16x2_bits(a.x, a.y);
-      qa[c][2 * half + 1] = bf16x2_bits(c1.x, c1.y);
-    }
-  }
-  auto stage = [&](int tile, int slot) {
-    const int k0 = begin + tile * kGroupKeys;
-    __nv_bfloat16* ks = tiles + (2 * slot) * Tile::kElements;
-    __nv_bfloat16* vs = ks + Tile::kElements;
-    for (int i = threadIdx.x; i < kGroupKeys * (HD / 8); i += 32 * kGroupWarps) {
-      const int r = i / (HD / 8), piece = (i % (HD / 8)) * 8;
-      const int key = k0 + r;
-      const bool valid = key <= end;
-      const size_t at = valid ? static_cast<size_t>(key) * kn + piece : 0;
-      cp_async_16_or_zero(ks + r * Tile::kStride + piece, kb + at, valid);
-      cp_async_16_or_zero(vs + r * Tile::kStride + piece, vb + at, valid);
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  };
+  const float* qb = q + (static_cast<size_t>(b) * heads + head0) * HD;
+  q_fragments<HD>(g < group ? qb + g * HD : nullptr, g + 8 < group ? qb + (g + 8) * HD : nullptr, t, qa);
+  auto stage = [&](int tile, int slot) { stage_kv<HD>(tiles, slot, kb, vb, kn, begin + tile * kGroupKeys, end + 1, 32 * kGroupWarps); };
 
   float o[2 * kChunks][4];
 #pragma unroll
@@ -756,57 +771,10 @@ __device__ __forceinline__ void attention_decode_group(
         mma_bf16_16816(s[j], qa[c], *reinterpret_cast<const uint32_t*>(kr), *reinterpret_cast<const uint32_t*>(kr + 8));
       }
     }
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + 8 * j + 2 * t + (e & 1);
-        s[j][e] = key <= end ? s[j][e] * scale_log2 : -INFINITY;
-        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[j][e]);
-      }
-    }
-    float base[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullMask, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullMask, tile_max[r], 2));
-      const float m_new = fmaxf(m[r], tile_max[r]);
-      base[r] = m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: every p is 0, not NaN
-      const float correction = exp2f(m[r] - base[r]);
-      l[r] *= correction;
-#pragma unroll
-      for (int n = 0; n < 2 * kChunks; ++n) {
-        o[n][2 * r] *= correction;
-        o[n][2 * r + 1] *= correction;
-      }
-      m[r] = m_new;
-    }
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = exp2f(s[j][e] - base[e >> 1]);
-        sum[e >> 1] += s[j][e];
-      }
-    }
-    l[0] += sum[0];
-    l[1] += sum[1];
-    // p . v over the warp's 16 keys: the scores' accumulator layout is the A fragment's; v by ldmatrix.trans
-    const uint32_t pa[4] = {bf16x2_bits(s[0][0], s[0][1]), bf16x2_bits(s[0][2], s[0][3]), bf16x2_bits(s[1][0], s[1][1]),
-                            bf16x2_bits(s[1][2], s[1][3])};
-    const int matrix = lane >> 3;
-    const __nv_bfloat16* row = vs + ((matrix & 1) * 8 + (lane & 7)) * Tile::kStride + (matrix >> 1) * 8;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(row + c * 16));
-      uint32_t bv[4];
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(bv[0]), "=r"(bv[1]), "=r"(bv[2]), "=r"(bv[3])
-                   : "r"(at));
-      mma_bf16_16816(o[2 * c], pa, bv[0], bv[1]);
-      mma_bf16_16816(o[2 * c + 1], pa, bv[2], bv[3]);
-    }
+    online_softmax(s, m, l, o, [&](int j, int e, float score) {
+      return k0 + 8 * j + 2 * t + (e & 1) <= end ? score * scale_log2 : -INFINITY;
+    });
+    accumulate_pv<HD>(o, s[0], s[1], vs, lane);  // the warp's 16 keys
     __syncthreads();  // this slot is staged again two tiles on
   }
 
@@ -934,7 +902,7 @@ __device__ __forceinline__ void attention_decode_group(
 }
 
 #define MOEFORGE_ATTENTION_DECODE_GROUP(HD)                                                                              \
-  extern "C" __global__ void __launch_bounds__(32 * kGroupWarps) attention_decode_group_##HD(                           \
+  extern "C" __global__ void __launch_bounds__(32 * kGroupWarps, kGroupBlocksPerSm) attention_decode_group_##HD(                           \
       const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
       const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts,                    \
       int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window,     \
