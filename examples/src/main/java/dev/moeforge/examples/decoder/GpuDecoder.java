@@ -603,20 +603,23 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** The most slices of a sequence's positions attention by kv group cuts. */
     static final int GROUP_ATTENTION_SLICES = 32;
 
-    /**
-     * From this batch, or from a cache of {@link #GROUP_ATTENTION_FROM_CONTEXT} positions, a decode
-     * step's attention runs by kv group where the model allows it: below both, the kernel by head
-     * made the whole step faster on the H100 although attention alone was slower (bench/NOTES.md).
-     */
+    /** From this batch a decode step's attention runs by kv group where the model allows it ({@link #groupAttentionPays}). */
     static final int GROUP_ATTENTION_FROM_BATCH = 16;
-    /** See {@link #GROUP_ATTENTION_FROM_BATCH}. */
-    static final int GROUP_ATTENTION_FROM_CONTEXT = 2048;
+
+    /**
+     * Whether attention by kv group made the whole decode step faster than by head on the H100: from
+     * 16 sequences, from 8 over a cache of 2,048 positions, from one over 4,096. Below, the kernel by
+     * head won the step although attention alone was slower (bench/NOTES.md).
+     */
+    static boolean groupAttentionPays(int batch, int context) {
+        return batch >= GROUP_ATTENTION_FROM_BATCH || (batch >= 8 && context >= 2048) || context >= 4096;
+    }
 
     /** Which kernel runs a decode step's attention: the decoder's choice, or one kind wherever it applies (to compare them). */
     public enum AttentionKernels {
         /**
          * By kv group where {@link DecodeAttention#byGroup} allows it and the batch or the cache is
-         * large enough ({@link #GROUP_ATTENTION_FROM_BATCH}), else by head.
+         * large enough ({@link #groupAttentionPays}), else by head.
          */
         BY_BATCH,
         /** {@code attention_decode_<head_dim>}: one head per block. */
@@ -650,7 +653,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
         static DecodeAttention of(ModelConfig c, int context, int batch, AttentionKernels choice) {
             boolean group = switch (choice) {
-                case BY_BATCH -> byGroup(c) && (batch >= GROUP_ATTENTION_FROM_BATCH || context >= GROUP_ATTENTION_FROM_CONTEXT);
+                case BY_BATCH -> byGroup(c) && groupAttentionPays(batch, context);
                 case BY_GROUP -> byGroup(c);
                 case BY_HEAD -> false;
             };

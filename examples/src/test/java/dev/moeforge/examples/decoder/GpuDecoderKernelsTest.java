@@ -65,10 +65,13 @@ class GpuDecoderKernelsTest {
         assertEquals(8, one.slices());
         assertEquals(GpuDecoder.groupAttentionBytes(128), one.sharedBytes());
         assertEquals(4, GpuDecoder.DecodeAttention.of(qwen, 512, 32).slices());
-        // by the batch: by head for a few sequences over a short cache, by group from 16 sequences or 2,048 positions
+        // by the batch: by head for a few sequences over a short cache; by group from 16 sequences, from 8 over
+        // 2,048 positions, from one over 4,096
         assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8).kernel());
+        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 4).kernel());
         assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 16).kernel());
-        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 1).kernel());
+        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 8).kernel());
+        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 4096, 1).kernel());
         assertEquals(1, GpuDecoder.DecodeAttention.of(qwen, 512, 128).slices());
         assertEquals(32, GpuDecoder.DecodeAttention.of(qwen, 4096, 1).slices());
         assertEquals(2, GpuDecoder.DecodeAttention.of(qwen, 100, 1, GpuDecoder.AttentionKernels.BY_GROUP).slices());
