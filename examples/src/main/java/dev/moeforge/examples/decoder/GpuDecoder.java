@@ -596,8 +596,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     static final int GROUP_ATTENTION_ROWS = 16;
     /**
      * Blocks a step's attention by kv group aims for: about four per SM of an H100 (three fit by
-     * their shared memory). Slices are cut only that far, and not below 64 positions (one staged
-     * tile), nor beyond {@link #GROUP_ATTENTION_SLICES}: each slice's part is one more for the merge.
+     * their shared memory). Slices are cut only that far, no more than one per 64 positions of the
+     * cache's capacity (one staged tile; while the cache fills, slices hold fewer, some none), and
+     * at most {@link #GROUP_ATTENTION_SLICES}: each slice's part is one more for the merge (the
+     * kernel's scratch holds 64).
      */
     static final int GROUP_ATTENTION_BLOCKS = 512;
     /** The most slices of a sequence's positions attention by kv group cuts. */
@@ -1250,7 +1252,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         BY_BATCH,
         /** {@code linear_gemv}: one warp per output row, tokens in groups of up to {@link #LINEAR_TOKENS_PER_CTA}. */
         GEMV,
-        /** {@code linear_mma}: weight rows by tokens on {@code mma.sync}, tokens in tiles of up to 32. */
+        /** {@code linear_mma}: weight rows by tokens on {@code mma.sync}, up to {@link #MMA_TOKENS_PER_CTA} tokens a block. */
         MMA,
         /** One expert's {@code expert_centric} down half at top-1 (the projections; the LM head as {@link #BY_BATCH}). */
         TILES

@@ -689,11 +689,13 @@ MOEFORGE_ATTENTION_PREFILL(128)
 // an online softmax of its own; the warps meet in shared memory; with one slice the block writes
 // the output, else its part (max and sum in the log2 domain, the [head_dim] sums per head) and the
 // block that finishes the (token, kv head)'s last slice (a ticket, left at zero) merges the parts
-// with each head's sink. Grid: (kv_heads, slices, tokens); block: 32 * kGroupWarps threads;
-// dynamic shared memory: GroupTile<HD>::kBytes.
+// with each head's sink. Grid: (kv_heads, slices, tokens), at most kGroupMaxSlices slices and
+// groups of at most kGroupRows heads (the merge's scratch is sized for them); block:
+// 32 * kGroupWarps threads; dynamic shared memory: GroupTile<HD>::kBytes.
 constexpr int kGroupWarps = 4;
 constexpr int kGroupKeys = 16 * kGroupWarps;
 constexpr int kGroupRows = 16;  // an mma tile's rows: the most heads a group may have
+constexpr int kGroupMaxSlices = 64;
 // Blocks per SM the register budget is cut for: three fit an SM's shared memory on sm_90 and sm_100;
 // sm_120's holds one (and its ptxas spilled under the tighter cap).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
@@ -706,9 +708,10 @@ template <int HD>
 struct GroupTile {
   static_assert(kGroupKeys == kPrefillKeys, "the staged tiles are the prompt's");
   static constexpr int kStaged = PrefillTile<HD>::kBytes;
-  // after the keys: each warp's max and sum per row and [row][HD] sums, then the parts' max and sum per (row, slice)
+  // once the keys are done, in the staged tiles' place: each warp's max and sum per row and [row][HD]
+  // sums, then the slices' max and scale per (row, slice)
   static constexpr int kWarpsBytes = kGroupWarps * kGroupRows * (HD + 2) * 4;
-  static constexpr int kSlicesBytes = 2 * kGroupRows * 64 * 4;
+  static constexpr int kSlicesBytes = 2 * kGroupRows * kGroupMaxSlices * 4;
   static constexpr int kBytes = kStaged > kWarpsBytes + kSlicesBytes ? kStaged : kWarpsBytes + kSlicesBytes;
 };
 
@@ -852,27 +855,27 @@ __device__ __forceinline__ void attention_decode_group(
   if (!finishing) return;
   __threadfence();
   // the merge: every slice's max and sum per row first (one load each, all in flight), then the sums
-  float* slice_max = warp_acc + kGroupWarps * kGroupRows * HD;  // [row][64]
-  float* slice_scale = slice_max + kGroupRows * 64;              // [row][64]: 2^(max - top), then / denominator
+  float* slice_max = warp_acc + kGroupWarps * kGroupRows * HD;  // [row][slice]
+  float* slice_scale = slice_max + kGroupRows * kGroupMaxSlices;  // [row][slice]: 2^(max - top), then / denominator
   for (int i = threadIdx.x; i < group * splits; i += blockDim.x) {
     const int row = i / splits, sl = i - row * splits;
     const float* part = parts + ((head_row0 + row) * splits + sl) * (HD + 2);
-    slice_max[row * 64 + sl] = __ldcg(part);
-    slice_scale[row * 64 + sl] = __ldcg(part + 1);
+    slice_max[row * kGroupMaxSlices + sl] = __ldcg(part);
+    slice_scale[row * kGroupMaxSlices + sl] = __ldcg(part + 1);
   }
   __syncthreads();
   if (threadIdx.x < group) {
     const int row = threadIdx.x;
     float top = sinks != nullptr ? sinks[head0 + row] * kLog2e : -INFINITY;
-    for (int sl = 0; sl < splits; ++sl) top = fmaxf(top, slice_max[row * 64 + sl]);
+    for (int sl = 0; sl < splits; ++sl) top = fmaxf(top, slice_max[row * kGroupMaxSlices + sl]);
     float denominator = sinks != nullptr ? exp2f(sinks[head0 + row] * kLog2e - top) : 0.0f;
     for (int sl = 0; sl < splits; ++sl) {
-      const float mx = slice_max[row * 64 + sl];
+      const float mx = slice_max[row * kGroupMaxSlices + sl];
       const float f = mx == -INFINITY ? 0.0f : exp2f(mx - top);
-      denominator += slice_scale[row * 64 + sl] * f;
-      slice_scale[row * 64 + sl] = f;
+      denominator += slice_scale[row * kGroupMaxSlices + sl] * f;
+      slice_scale[row * kGroupMaxSlices + sl] = f;
     }
-    for (int sl = 0; sl < splits; ++sl) slice_scale[row * 64 + sl] /= denominator;
+    for (int sl = 0; sl < splits; ++sl) slice_scale[row * kGroupMaxSlices + sl] /= denominator;
   }
   __syncthreads();
   // each thread's outputs side by side, so one slice's loads for all of them are in flight together
@@ -885,7 +888,7 @@ __device__ __forceinline__ void attention_decode_group(
     const int i = threadIdx.x + j * 32 * kGroupWarps;
     const int row = min(i / HD, group - 1), d = i % HD;  // rows past the group: the last row's, not stored
     part[j] = parts + (head_row0 + row) * splits * (HD + 2) + 2 + d;
-    scale_at[j] = row * 64;
+    scale_at[j] = row * kGroupMaxSlices;
     numerator[j] = 0.0f;
   }
 #pragma unroll 2
