@@ -32,7 +32,7 @@ class PrecompileCommandTest {
 
     @Test
     void refusesNothingToCompileAMissingFileABadTargetAndAFileForDir() throws Exception {
-        assertTrue(refusal().getMessage().contains("nothing to compile: give .moe files or --catalogue"));
+        assertTrue(refusal().getMessage().contains("nothing to compile: give .moe files, --catalogue or --modules"));
         assertTrue(refusal(tmp.resolve("none.moe").toString()).getMessage().endsWith("none.moe: no such spec file"));
         assertTrue(refusal("--catalogue", "--target", "sm_99").getMessage()
                 .contains("--target sm_99: unknown target; allowed: sm_90a, sm_100a, sm_120a"));
