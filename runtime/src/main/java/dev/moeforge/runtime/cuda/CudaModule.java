@@ -31,11 +31,6 @@ public final class CudaModule extends NativeResource {
         checkOpen();
         CUfunction function = new CUfunction();
         Driver.check("cuModuleGetFunction(" + name + ")", () -> cuModuleGetFunction(function, module, name));
-        String carveout = System.getenv("MOEFORGE_PROBE_CARVEOUT");  // probe: every kernel asks for the same L1/shared split
-        if (carveout != null) {
-            Driver.check("cuFuncSetAttribute(" + name + ", carveout)", () -> jcuda.driver.JCudaDriver.cuFuncSetAttribute(function,
-                    jcuda.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, Integer.parseInt(carveout)));
-        }
         return new CudaFunction(this, name, function);
     }
 
