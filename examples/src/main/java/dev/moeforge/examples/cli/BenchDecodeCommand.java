@@ -247,13 +247,10 @@ final class BenchDecodeCommand implements Callable<Integer> {
 
     /** The constant of {@code type} an option names in lower case with hyphens ({@code by-batch} for BY_BATCH). */
     static <E extends Enum<E>> E kebab(Class<E> type, String option, String value) {
-        for (E e : type.getEnumConstants()) {
-            if (e.name().toLowerCase(Locale.ROOT).replace('_', '-').equals(value)) {
-                return e;
-            }
-        }
-        throw new IllegalArgumentException(option + " " + value + ": one of " + Arrays.stream(type.getEnumConstants())
-                .map(e -> e.name().toLowerCase(Locale.ROOT).replace('_', '-')).toList());
+        java.util.function.Function<E, String> name = e -> e.name().toLowerCase(Locale.ROOT).replace('_', '-');
+        return Arrays.stream(type.getEnumConstants()).filter(e -> name.apply(e).equals(value)).findFirst()
+                .orElseThrow(() -> new IllegalArgumentException(option + " " + value + ": one of "
+                        + Arrays.stream(type.getEnumConstants()).map(name).toList()));
     }
 
     /**

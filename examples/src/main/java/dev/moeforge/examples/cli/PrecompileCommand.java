@@ -3,9 +3,9 @@ package dev.moeforge.examples.cli;
 import dev.moeforge.codegen.cuda.CudaEmitter;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Target;
-import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.examples.bench.BenchKernels;
 import dev.moeforge.examples.decoder.GpuDecoder;
+import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.compile.CudaSource;
 import dev.moeforge.runtime.kernel.ModuleResource;
 import dev.moeforge.runtime.moe.DispatchedLayer;
@@ -90,11 +90,14 @@ public final class PrecompileCommand implements Callable<Integer> {
             }
             return spills;
         });
+        long spills = spilled.stream().filter(b -> b).count();
         if (modules) {
             for (ModuleResource module : MODULES) {
                 for (Target t : chosen) {
                     CudaSource source = module.source();
-                    cache.getOrCompile(source, t);
+                    if (cache.getOrCompile(source, t).report().anySpills()) {
+                        spills++;
+                    }
                     if (copy != null) {
                         copy.copyEntryFrom(cache, source, t);
                     }
@@ -102,7 +105,6 @@ public final class PrecompileCommand implements Callable<Integer> {
             }
             stdout.println("compiled " + MODULES.stream().map(ModuleResource::fileName).toList() + " for " + targets);
         }
-        long spills = spilled.stream().filter(b -> b).count();
         stdout.println("precompiled " + work.size() + (work.size() == 1 ? " kernel" : " kernels") + " into "
                 + cache.directory() + (copy != null ? " and copied them into " + copy.directory() : "") + " (" + cache.misses()
                 + " compiled now, the rest already cached" + (spills > 0 ? "; " + spills + " spill registers" : "") + ")");

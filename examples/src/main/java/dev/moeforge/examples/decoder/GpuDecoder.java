@@ -599,11 +599,13 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * their shared memory). Slices are cut only that far, no more than one per 64 positions of the
      * cache's capacity (one staged tile; while the cache fills, slices hold fewer, some none), and
      * at most {@link #GROUP_ATTENTION_SLICES}: each slice's part is one more for the merge (the
-     * kernel's scratch holds 64).
+     * kernel's scratch holds {@link #GROUP_ATTENTION_MERGE_SLICES}).
      */
     static final int GROUP_ATTENTION_BLOCKS = 512;
     /** The most slices of a sequence's positions attention by kv group cuts. */
     static final int GROUP_ATTENTION_SLICES = 32;
+    /** The slices the kernel's merge scratch is sized for (moeforge_decoder.cu's kGroupMaxSlices). */
+    static final int GROUP_ATTENTION_MERGE_SLICES = 64;
 
     /** From this batch a decode step's attention runs by kv group where the model allows it ({@link #groupAttentionPays}). */
     static final int GROUP_ATTENTION_FROM_BATCH = 16;
@@ -681,7 +683,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * the merge's max and scale per (row, slice).
      */
     static int groupAttentionBytes(int headDim) {
-        return Math.max(promptAttentionBytes(headDim), 4 * GROUP_ATTENTION_ROWS * (headDim + 2) * 4 + 2 * GROUP_ATTENTION_ROWS * 64 * 4);
+        return Math.max(promptAttentionBytes(headDim),
+                4 * GROUP_ATTENTION_ROWS * (headDim + 2) * 4 + 2 * GROUP_ATTENTION_ROWS * GROUP_ATTENTION_MERGE_SLICES * 4);
     }
 
     /** Whether a prompt of two tokens or more runs in chunks on the tensor cores (else one token per replay). */
@@ -1061,8 +1064,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             }
             return new Kernels(decodeProjection("qkv_proj", h, qkvDim, c.attentionBias(), target, batch, projections),
                     decodeProjection("o_proj", qDim, h, c.attentionBias(), target, batch, projections),
-                    linear("lm_head", h, c.vocab(), false, target, batch,
-                            projections == ProjectionKernels.TILES ? ProjectionKernels.BY_BATCH : projections),
+                    linear("lm_head", h, c.vocab(), false, target, batch, projections),
                     router, gateUp, down, denseGateUp, denseDown, PromptKernels.of(c, block, router, target).orElse(null));
         }
 
@@ -1283,8 +1285,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 return spec;
             }
         }
-        return linear(name, inputs, outputs, bias, target, batch, projections == ProjectionKernels.TILES ? ProjectionKernels.BY_BATCH
-                : projections);
+        return linear(name, inputs, outputs, bias, target, batch, projections);
     }
 
     /** The most tokens a {@code linear_gemv} block multiplies each weight load by (their rows come from L1 each time). */
@@ -1293,8 +1294,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     static final int MMA_TOKENS_PER_CTA = 64;
 
     /**
-     * A linear projection's kernel (FP32 out). For one sequence, or where {@code projections} asks
-     * for it: {@code linear_gemv}, one warp per output row, 8 outputs per block, the widest loads
+     * A linear projection's kernel (FP32 out); {@code TILES} chooses here as {@code BY_BATCH} (a
+     * linear kernel has no tiles). For one sequence, or where {@code projections} asks for it: {@code linear_gemv}, one warp per output row, 8 outputs per block, the widest loads
      * the row allows, the batch's tokens in groups of up to {@link #LINEAR_TOKENS_PER_CTA} (the
      * weights are read once per group), and as many loads in flight as cover the row in one step,
      * so that a row's weights are in flight before the kernel waits for its input: up to 16 for one

@@ -73,15 +73,15 @@ public final class KernelRuntime implements AutoCloseable {
         return context;
     }
 
-    /**
-     * A hand-written CUDA source (not generated from a spec), compiled for this runtime's target
-     * through the kernel cache and loaded; the runtime closes the module.
-     */
-    /** As {@link #loadSource(String, String)}, the source being {@code owner}'s classpath resource {@code fileName} beside it. */
+    /** As {@link #loadSource(String, String)}, the source being the hand-written module shipped beside its owner class. */
     public CudaModule loadResource(ModuleResource module) {
         return load(module.source());
     }
 
+    /**
+     * A hand-written CUDA source (not generated from a spec), compiled for this runtime's target
+     * through the kernel cache and loaded; the runtime closes the module.
+     */
     public CudaModule loadSource(String fileName, String code) {
         return load(CudaSource.of(fileName, code));
     }
