@@ -145,6 +145,10 @@ struct ExpertTileShape {
   static constexpr int WM = Config::kWarpsM, WN = Config::kWarpsN, S = Config::kStages, GM = Config::kGroupM;
   static constexpr bool kWgmma = Config::kWgmma;
   static constexpr bool kTma = Config::kTma;  // weight tiles by the copy engine
+  // producer warps after the MMA warps fill the stages (activation rows by cp.async, weight tiles by
+  // the copy engine) and stage barriers replace the block barrier of each slice
+  static constexpr int kProducerThreads = 32 * Config::kProducerWarps;
+  static constexpr bool kProducer = kProducerThreads > 0;
   // W8A8: E4M3 weights in 128 x 128 blocks times activations quantised per row in groups of 128; a
   // slice is one block, whose sums are scaled before they join the accumulators
   static constexpr bool kFp8 = Config::Format::kElement == Element::kE4M3;
@@ -156,7 +160,9 @@ struct ExpertTileShape {
   // weight rows per tile: gate_up stages the gate and up rows of its BN neurons interleaved (gate of
   // neuron i at 2i, up at 2i + 1), so each accumulator pair of an mma is one neuron's (gate, up)
   static constexpr int kRows = GATE_UP ? 2 * BN : BN;
-  static constexpr int kThreads = 32 * WM * WN;
+  static constexpr int kMmaThreads = 32 * WM * WN;  // the warps that own the tile's sums
+  static constexpr int kThreads = kMmaThreads + kProducerThreads;
+  static constexpr int kCopyThreads = kProducer ? kProducerThreads : kThreads;  // the threads that issue the cp.async copies
   static constexpr int TM = BM / WM, TN = kRows / WN;  // one warp's part of the tile
   static constexpr int FM = TM / 16, FN = TN / 8;      // its m16 and n8 fragments
   static constexpr int kRowBytes = BK * kElementBytes;  // a staged row of a slice
@@ -169,7 +175,9 @@ struct ExpertTileShape {
   static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
   static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
   static constexpr int kPipeBytes = S * kStageBytes;
-  static constexpr int kBarrierBytes = kTma ? 8 * S : 0;  // one mbarrier per stage: its weight tile has landed
+  // one mbarrier per stage (its weight tile has landed; with the producer: its slice has landed), and
+  // with the producer one more per stage (every MMA warp is done with it)
+  static constexpr int kBarrierBytes = kTma ? 8 * S * (kProducer ? 2 : 1) : 0;
   // wgmma reads and the copy engine writes the stages in the 128-byte swizzle, whose pattern needs
   // 1024-byte aligned stages: the pipeline starts at the first such address past the table and barriers
   static constexpr int kAlignSlack = kWgmma || kTma ? 1024 : 0;
@@ -189,6 +197,7 @@ struct ExpertTileShape {
   static_assert(!kFp8 || TN % 128 == 0 || 128 % TN == 0, "fp8: a warp's columns cover whole scale blocks or lie in one");
   static_assert(!kWgmma || (kRowBytes == 128 && (WN == 1 || WN == 2) && TM == 16 && WM % 4 == 0 && TN % 64 == 0 && TN <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row or half of them, at least three stages");
+  static_assert(!kProducer || (kWgmma && kTma), "the producer feeds wgmma tiles whose weights come by the copy engine");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
   static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
 
@@ -246,8 +255,8 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
 template <class T, GateUpLayout L>
 struct ExpertTileCopies {
   static constexpr int P = T::P;
-  static_assert(T::kThreads % P == 0, "each thread keeps one piece column");
-  static constexpr int kStep = T::kThreads / P;  // rows between a thread's consecutive pieces
+  static_assert(T::kCopyThreads % P == 0, "each thread keeps one piece column");
+  static constexpr int kStep = T::kCopyThreads / P;  // rows between a thread's consecutive pieces
   static_assert(kStep % 2 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows");
   static constexpr int kPieceElements = 16 / T::kElementBytes;
   static constexpr int kACopies = ceil_div(T::BM, kStep);
@@ -265,10 +274,11 @@ struct ExpertTileCopies {
   int a_present, w_present = 0, w_live = 0;  // pieces within the tile; weight pieces of real outputs
   int row, column;                           // the first tile row and the column (elements) of this thread
 
+  // copier: this thread's place among the T::kCopyThreads threads that issue copies
   __device__ __forceinline__ ExpertTileCopies(const AElement* __restrict__ a, const void* __restrict__ w, const int* table,
-                                              int e, int n0) {
-    row = threadIdx.x / P;
-    column = threadIdx.x % P * kPieceElements;
+                                              int e, int n0, int copier) {
+    row = copier / P;
+    column = copier % P * kPieceElements;
     a_live = 0;
     pairs = table;
 #pragma unroll
@@ -497,7 +507,7 @@ template <class T, GateUpLayout L, class A>
 __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a, const WeightArgs& w,
                                                  uint32_t bars, const int* table, int e, int n0, uint32_t base) {
   constexpr int P = T::P, S = T::S;
-  const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0);
+  const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0, threadIdx.x);
   const ExpertTileWeights<T> weights(w.map, bars, n0, e);
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -639,7 +649,7 @@ template <class T, GateUpLayout L, class A>
 __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a, const WeightArgs& w,
                                                        uint32_t bars, const int* table, int e, int n0, uint32_t base) {
   constexpr int S = T::S, D = S - 2;
-  const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0);
+  const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0, threadIdx.x);
   const ExpertTileWeights<T> weights(w.map, bars, n0, e);
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int group = threadIdx.x >> 7, warp = threadIdx.x >> 5;
@@ -689,12 +699,97 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
   __syncthreads();  // the pipeline's shared memory becomes the output staging
 }
 
+// A stage barrier's arrival when this thread's cp.async copies so far have landed (the barrier's
+// expected count includes it: no increment).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// expert_tile_sums_wgmma with producer warps: the threads past the MMA warps fill the stages,
+// the activation rows by cp.async (each thread's copies counted on the stage's `full` barrier) and
+// the weight tile by the copy engine (its bytes on the same barrier), and refill a stage once every
+// MMA warp has marked it `empty`. The MMA warpgroups wait only for the slice they multiply, so no
+// block barrier ties them to each other or to the copies; each keeps one MMA group in flight and
+// frees slice kt - 1's stage when it has waited for that group (fp8: each slice's group at once,
+// its sums scaled into acc, its stage freed).
+template <class T, GateUpLayout L, class A>
+__device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a,
+                                                          const WeightArgs& w, uint32_t bars, const int* table, int e, int n0,
+                                                          uint32_t base) {
+  constexpr int S = T::S;
+  constexpr uint32_t kMmaWarps = T::kMmaThreads / 32;
+  const uint32_t full = bars, empty = bars + 8 * S;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      mbarrier_init(full + 8 * s, T::kProducerThreads + 1);  // every copier's cp.async, and the weight tile's bytes
+      mbarrier_init(empty + 8 * s, kMmaWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();  // the barriers are set up
+  if (threadIdx.x >= T::kMmaThreads) {
+    const int copier = threadIdx.x - T::kMmaThreads;
+    const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0, copier);
+#pragma unroll 1
+    for (int kt = 0; kt < T::kKTiles; ++kt) {
+      const int s = kt % S;
+      if (kt >= S) mbarrier_wait(empty + 8 * s, (kt / S - 1) & 1);
+      const uint32_t stage = base + s * T::kStageBytes;
+      copies.issue(stage, kt * T::BK);
+      if (copier == 0) {
+        mbarrier_expect_bytes(full + 8 * s, T::kRows * T::kRowBytes);
+        tensor_copy_4d(stage + T::BM * T::kRowBytes, w.map, full + 8 * s, kt * T::BK, 0, n0, e);
+      }
+      cp_async_arrive(full + 8 * s);
+    }
+    cp_async_wait<0>();
+  } else {
+    const int group = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint32_t a_rows = group % (T::BM / 64) * 64 * 128, w_rows = (T::BM + group / (T::BM / 64) * T::TN) * 128;
+    const TileScales<T, L> scales(a, w, table, e, n0, warp % T::WM * T::TM, warp / T::WM * T::TN);
+    float part[T::FM][T::FN][4];
+    zero_tile_sums<T>(acc);
+    zero_tile_sums<T>(part);
+#pragma unroll 1
+    for (int kt = 0; kt < T::kKTiles; ++kt) {
+      const auto slice_scales = scales.load(kt);
+      const int s = kt % S;
+      mbarrier_wait(full + 8 * s, (kt / S) & 1);
+      fence_shared_for_async();  // the producer's cp.async rows, seen through the barrier, before wgmma reads them
+      const uint32_t stage = base + s * T::kStageBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {
+        wgmma_m64<T::TN, T::kFp8>(T::kFp8 ? &part[0][0][0] : &acc[0][0][0], wgmma_descriptor(stage + a_rows + kk * 32),
+                                  wgmma_descriptor(stage + w_rows + kk * 32));
+      }
+      wgmma_commit();
+      if constexpr (T::kFp8) {
+        wgmma_wait<0>();
+        if (lane == 0) mbarrier_arrive(empty + 8 * s);
+        ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
+      } else {
+        wgmma_wait<1>();
+        if (kt > 0 && lane == 0) mbarrier_arrive(empty + 8 * ((kt - 1) % S));
+      }
+    }
+    wgmma_wait<0>();
+  }
+  __syncthreads();  // the pipeline's shared memory becomes the output staging
+}
+
 // The tile's sums by the schedule's MMA and pipeline.
 template <class T, GateUpLayout L, class A>
 __device__ __forceinline__ void expert_tile_run(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a, const WeightArgs& w,
                                                 const int* table, int e, int n0, unsigned char* smem, uint32_t base) {
   const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
-  if constexpr (T::kWgmma) {
+  if constexpr (T::kProducer) {
+    expert_tile_sums_producer<T, L>(acc, a, w, bars, table, e, n0, base);
+  } else if constexpr (T::kWgmma) {
     expert_tile_sums_wgmma<T, L>(acc, a, w, bars, table, e, n0, base);
   } else {
     expert_tile_sums<T, L>(acc, a, w, bars, table, e, n0, base);
@@ -739,20 +834,22 @@ __device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, co
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(pipe);
+  if (threadIdx.x < T::kMmaThreads) {  // the MMA warps' sums (not the producer's)
 #pragma unroll
-  for (int j = 0; j < T::FN; ++j) {
-    const int local = (col0 + 8 * j + 2 * t) >> 1;  // the neuron of this thread's (gate, up) pair
-    const int neuron = n0 + local;
-    const bool real = neuron < I;
-    const float gate_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, gate_row_of<L>(neuron, I)) : 0.0f;
-    const float up_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, up_row_of<L>(neuron, I)) : 0.0f;
+    for (int j = 0; j < T::FN; ++j) {
+      const int local = (col0 + 8 * j + 2 * t) >> 1;  // the neuron of this thread's (gate, up) pair
+      const int neuron = n0 + local;
+      const bool real = neuron < I;
+      const float gate_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, gate_row_of<L>(neuron, I)) : 0.0f;
+      const float up_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, up_row_of<L>(neuron, I)) : 0.0f;
 #pragma unroll
-    for (int i = 0; i < T::FM; ++i)
+      for (int i = 0; i < T::FM; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float v = epi(add_bias<BIAS>(acc[i][j][2 * h], gate_bias), add_bias<BIAS>(acc[i][j][2 * h + 1], up_bias));
-        out[(row0 + 16 * i + g + 8 * h) * T::kOutStride + local] = __float2bfloat16_rn(v);
-      }
+        for (int h = 0; h < 2; ++h) {
+          const float v = epi(add_bias<BIAS>(acc[i][j][2 * h], gate_bias), add_bias<BIAS>(acc[i][j][2 * h + 1], up_bias));
+          out[(row0 + 16 * i + g + 8 * h) * T::kOutStride + local] = __float2bfloat16_rn(v);
+        }
+    }
   }
   __syncthreads();
   if constexpr (T::kFp8) {  // a warp per (row, group of 128 neurons), quantised into the pair's row
@@ -851,23 +948,25 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
   float* out = reinterpret_cast<float*>(pipe);
+  if (threadIdx.x < T::kMmaThreads) {  // the MMA warps' sums (not the producer's)
 #pragma unroll
-  for (int i = 0; i < T::FM; ++i)
+    for (int i = 0; i < T::FM; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + 16 * i + g + 8 * h;
-      const int pair = table[r];
-      const float weight = routed && pair >= 0 ? __ldg(topk_weights + pair) : 0.0f;
+      for (int h = 0; h < 2; ++h) {
+        const int r = row0 + 16 * i + g + 8 * h;
+        const int pair = table[r];
+        const float weight = routed && pair >= 0 ? __ldg(topk_weights + pair) : 0.0f;
 #pragma unroll
-      for (int j = 0; j < T::FN; ++j) {
-        const int col = col0 + 8 * j + 2 * t;
-        const bool real = routed && n0 + col < H;
-        const float b0 = real ? load_bias<BIAS, H>(w_down, e, n0 + col) : 0.0f;
-        const float b1 = real ? load_bias<BIAS, H>(w_down, e, n0 + col + 1) : 0.0f;
-        *reinterpret_cast<float2*>(out + r * T::kOutStride + col) =
-            make_float2(weight * add_bias<BIAS>(acc[i][j][2 * h], b0), weight * add_bias<BIAS>(acc[i][j][2 * h + 1], b1));
+        for (int j = 0; j < T::FN; ++j) {
+          const int col = col0 + 8 * j + 2 * t;
+          const bool real = routed && n0 + col < H;
+          const float b0 = real ? load_bias<BIAS, H>(w_down, e, n0 + col) : 0.0f;
+          const float b1 = real ? load_bias<BIAS, H>(w_down, e, n0 + col + 1) : 0.0f;
+          *reinterpret_cast<float2*>(out + r * T::kOutStride + col) =
+              make_float2(weight * add_bias<BIAS>(acc[i][j][2 * h], b0), weight * add_bias<BIAS>(acc[i][j][2 * h + 1], b1));
+        }
       }
-    }
+  }
   __syncthreads();
   constexpr int kPieces = BN / 4;
   for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {

@@ -50,9 +50,12 @@ import java.util.Optional;
  *                {@code cp.async.bulk.tensor} per slice from one thread, completion on an mbarrier) instead of
  *                every thread's 16-byte cp.async; the gathered activation rows stay on cp.async. block_k 64
  *                (the 128-byte swizzle the copy engine writes is the stages' own)
+ * @param producer with wgmma and tma: a producer warp of its own (beyond the MMA warps) fills the stages, the activation rows by cp.async and the weight tile by the copy engine,
+ *                and each stage's barriers (landed, freed) replace the block barrier of every slice, so the
+ *                MMA warpgroups wait only for the slice they multiply and never for each other
  */
 public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                            boolean atomicCombine, boolean tma)
+                            boolean atomicCombine, boolean tma, boolean producer)
         implements Schedule<Problem.ExpertProblem> {
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
@@ -78,28 +81,50 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /** On mma.sync, with the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false, false);
     }
 
     /** With the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false, false);
+    }
+
+    /** Without producer warps. */
+    public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
+                         boolean atomicCombine, boolean tma) {
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, false);
     }
 
     /** This schedule with another GROUP_M, everything else the same. */
     public ExpertCentric withGroupM(int groupM) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
     /** This schedule with down's atomic combine (or the ordered one), everything else the same. */
     public ExpertCentric withAtomicCombine(boolean atomicCombine) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
     /** This schedule with its weight tiles by the tensor memory accelerator (or not), everything else the same. */
     public ExpertCentric withTma(boolean tma) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
+
+    /** This schedule with a producer warp filling the stages (or not), everything else the same. */
+    public ExpertCentric withProducer(boolean producer) {
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
+    }
+
+    /** Warps of a block: the MMA warps, and the producer's. */
+    public int warps() {
+        return warpsM * warpsN + (producer ? PRODUCER_WARPS : 0);
+    }
+
+    /**
+     * The producer's warps: one issues a slice's copies in a fraction of the slice's MMA time, and
+     * leaves the MMA warps the registers a block of 16 of them needs (a warpgroup would cap them at 96).
+     */
+    public static final int PRODUCER_WARPS = 1;
 
     @Override
     public ScheduleKind<ExpertCentric, Problem.ExpertProblem> kind() {
@@ -109,16 +134,18 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     /**
      * mma.sync: tiles of 16-128 pairs and 16-256 outputs, slices of 32-128, warp grids of up to 8
      * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages;
-     * each with weights by cp.async or by the tensor memory accelerator. With FP8 weights only the
-     * tiles of 128-byte slices, as W8A8 tiles of 128 codes by the tensor memory accelerator.
+     * each with weights by cp.async or by the tensor memory accelerator, and the wgmma tiles whose
+     * weights come by the tensor memory accelerator also with a producer warp. With FP8 weights
+     * only the tiles of 128-byte slices, as W8A8 tiles of 128 codes by the tensor memory accelerator.
      */
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> copies = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
                 List.of(16, 32, 64, 128, 256), List.of(32, 64, 128), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
-                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false))));
+                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false), List.of(false))));
         if (target == Target.SM_90A) {
             copies.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
-                    List.of(1, 2), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false))));
+                    List.of(1, 2), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false),
+                    List.of(false))));
         }
         List<ExpertCentric> all = new ArrayList<>(fp8(problem) ? List.of() : copies);
         for (ExpertCentric s : copies) {
@@ -127,6 +154,13 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                         s.wgmma, s.atomicCombine, true));
             }
         }
+        List<ExpertCentric> fed = new ArrayList<>();
+        for (ExpertCentric s : all) {
+            if (s.wgmma() && s.tma()) {
+                fed.add(s.withProducer(true));
+            }
+        }
+        all.addAll(fed);
         return all;
     }
 
@@ -179,13 +213,17 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (wgmma) {
             checkWgmma(p, target, errors);
         }
+        if (producer && !(wgmma && tma)) {
+            errors.add(new SpecError("schedule.producer", "true", "false, or wgmma = true and tma = true: the producer warp "
+                    + "feeds warpgroup MMA tiles whose weight tiles come by the tensor memory accelerator"));
+        }
         checkSwizzledSlices(p, errors);
         if (atomicCombine && p instanceof Problem.ExpertGateUp) {
             errors.add(new SpecError("schedule.atomic_combine", "true", "false for expert_gate_up: only down combines a token's slots"));
         }
-        if (warpsM >= 1 && warpsN >= 1 && (long) warpsM * warpsN > ScheduleRules.maxWarps(target)) {
-            errors.add(new SpecError("schedule", warpsM + " x " + warpsN + " warps", "at most " + ScheduleRules.maxWarps(target)
-                    + " warps per thread block on " + target.text()));
+        if (warpsM >= 1 && warpsN >= 1 && (long) warpsM * warpsN + (producer ? PRODUCER_WARPS : 0) > ScheduleRules.maxWarps(target)) {
+            errors.add(new SpecError("schedule", warpsM + " x " + warpsN + " warps" + (producer ? " and the producer's "
+                    + PRODUCER_WARPS : ""), "at most " + ScheduleRules.maxWarps(target) + " warps per thread block on " + target.text()));
             tileOk = false;
         }
         if (!tileOk || warpsM < 1 || warpsN < 1) {
@@ -328,7 +366,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      * pipeline, whose bytes the output staging reuses after the last slice.
      *
      * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32)
-     * @param barrierBytes  with tma, one 8-byte mbarrier per stage (its weight tile has landed), after the table
+     * @param barrierBytes  with tma, one 8-byte mbarrier per stage (its weight tile has landed), after the table;
+     *                      with the producer two (the slice has landed; every MMA warp is done with it)
      * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK elements each (bf16 or FP8)
      * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
      * @param sharedBytes   table + barriers + max(stages x stage, staging), and with wgmma or tma 1024 bytes
@@ -343,7 +382,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 case Problem.ExpertGateUp _ -> s.blockM() * (s.blockN() + 8) * 2;
                 case Problem.ExpertDown _ -> s.blockM() * (s.blockN() + 4) * 4;
             };
-            int barriers = s.tma() ? 8 * s.stages() : 0;
+            int barriers = s.tma() ? 8 * s.stages() * (s.producer() ? 2 : 1) : 0;
             // the swizzled stages wgmma reads and the copy engine writes start on a 1024-byte boundary
             int slack = s.wgmma() || s.tma() ? 1024 : 0;
             return new Layout(table, barriers, stage, staging, table + barriers + slack + Math.max((long) s.stages() * stage, staging));
@@ -384,7 +423,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     @Override
     public LaunchGeometry geometry(Problem.ExpertProblem problem, int tokens) {
         long blocks = maxMTiles(problem, tokens) * Math.ceilDiv(outputs(problem), blockN);
-        return new LaunchGeometry(Math.toIntExact(blocks), 1, ScheduleRules.threads(warpsM * warpsN),
+        return new LaunchGeometry(Math.toIntExact(blocks), 1, ScheduleRules.threads(warps()),
                 Math.toIntExact(sharedBytes(problem)));
     }
 
@@ -510,7 +549,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
         own.add("K slices of " + blockK + " through a " + stages + "-stage pipeline (" + layout.stageBytes() + " bytes a stage; "
                 + (tma ? "weight tiles by the tensor memory accelerator, activation rows by cp.async" : "cp.async")
-                + "); m tiles in groups of " + groupM + ".");
+                + (producer ? "; a producer warp fills the stages, each stage's barriers say when it has landed and when"
+                + " every MMA warp is done with it" : "") + "); m tiles in groups of " + groupM + ".");
         own.add("The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
         String unit = switch (problem) {
             case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN
@@ -535,7 +575,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.integer("kGroupM", groupM),
                 ConfigConstant.bool("kWgmma", wgmma),
                 ConfigConstant.bool("kAtomicCombine", atomicCombine),
-                ConfigConstant.bool("kTma", tma)),
+                ConfigConstant.bool("kTma", tma),
+                ConfigConstant.integer("kProducerWarps", producer ? PRODUCER_WARPS : 0)),
                 notes, 1, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 

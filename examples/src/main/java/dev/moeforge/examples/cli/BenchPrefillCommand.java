@@ -127,7 +127,13 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             withTma("wg_m64_n2_s5_tma", new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true),
                     new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true)),
             withTma("wg_m128_n2_tma", new ExpertCentric(128, 128, 64, 8, 2, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true)));
+                    new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true)),
+            // a producer warp fills the stages; stage barriers instead of a block barrier per slice
+            withProducer("wg_m64_ws", new ExpertCentric(64, 64, 64, 4, 1, 5, 8, true), new ExpertCentric(64, 128, 64, 4, 1, 5, 8, true)),
+            withProducer("wg_m64_n2_ws", new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true),
+                    new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true)),
+            withProducer("wg_m64_n2_s4_ws", new ExpertCentric(64, 128, 64, 4, 2, 4, 8, true),
+                    new ExpertCentric(64, 256, 64, 4, 2, 4, 8, true)));
 
     /**
      * W8A8 tile pairs for FP8 block weights: 128-code slices (one scale block each) by the copy engine;
@@ -142,10 +148,16 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             withTma("fp8_wg_m64_n2", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
                     new ExpertCentric(64, 256, 128, 4, 2, 4, 8, true)),
             withTma("fp8_wg_m64_d128", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
-                    new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true)));
+                    new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true)),
+            withProducer("fp8_wg_m64_ws", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
+                    new ExpertCentric(64, 128, 128, 4, 1, 4, 8, true)));
 
     private static TilePair withTma(String name, ExpertCentric gateUp, ExpertCentric down) {
         return new TilePair(name, gateUp.withTma(true), down.withTma(true));
+    }
+
+    private static TilePair withProducer(String name, ExpertCentric gateUp, ExpertCentric down) {
+        return new TilePair(name, gateUp.withTma(true).withProducer(true), down.withTma(true).withProducer(true));
     }
 
     /** The geometry timed, and its gate/up layout. */

@@ -84,7 +84,10 @@ class ExpertCentricFp8GpuTest extends GpuSession {
             // tiles of 256 outputs, for geometries whose outputs end inside a tile (ptxas spills 8-16 bytes of
             // this gate_up on some geometries: slower, the same sums)
             new ExpertCentric[] {new ExpertCentric(16, 256, 128, 1, 8, 2, 1).withTma(true),
-                    new ExpertCentric(16, 256, 128, 1, 4, 3, 1).withTma(true)});
+                    new ExpertCentric(16, 256, 128, 1, 4, 3, 1).withTma(true)},
+            // wgmma tiles with a producer warp filling the stages
+            new ExpertCentric[] {new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
+                    new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true).withTma(true).withProducer(true)});
 
     record Case(Geometry geometry, int schedule, int tokens, boolean outsideIds) {
         @Override

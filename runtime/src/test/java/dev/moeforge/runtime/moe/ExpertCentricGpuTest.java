@@ -73,7 +73,12 @@ class ExpertCentricGpuTest extends GpuSession {
             new ExpertCentric[] {new ExpertCentric(16, 64, 64, 1, 4, 4, 1).withTma(true),
                     new ExpertCentric(16, 128, 64, 1, 4, 4, 1).withTma(true)},
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 2, 4, 8, true).withTma(true),
-                    new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true).withTma(true)});
+                    new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true).withTma(true)},
+            // a producer warp filling the stages: two warpgroups side by side, and one with the narrowest slabs
+            new ExpertCentric[] {new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true).withTma(true).withProducer(true),
+                    new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true).withTma(true).withProducer(true)},
+            new ExpertCentric[] {new ExpertCentric(64, 32, 64, 4, 1, 3, 1, true).withTma(true).withProducer(true),
+                    new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).withTma(true).withProducer(true)});
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -143,6 +148,11 @@ class ExpertCentricGpuTest extends GpuSession {
         cases.add(new Case(QWEN3_30B, 13, 32, RoutingKind.UNIFORM));
         cases.add(new Case(QWEN3_30B, 13, 256, RoutingKind.UNIFORM));
         cases.add(new Case(QWEN3_30B, 14, 4096, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 15, 1024, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 15, 4096, RoutingKind.UNIFORM));
+        cases.add(new Case(GPT_OSS, 15, 96, RoutingKind.UNIFORM));
+        cases.add(new Case(SMALL, 15, 16384, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 16, 256, RoutingKind.UNIFORM));
         return cases;
     }
 
