@@ -10,7 +10,7 @@
 // gate_up: a tile of pairs (token, slot) routed to one expert x 128 neurons, gate and up rows staged side by side; gate and up rows stacked ([gate; up]).
 // Weights bf16: plain bf16 rows, no scales.
 // A block: 64 routed pairs of one expert x 256 weight rows, 2 warpgroup(s) of 64 x 128, one wgmma m64n128k16 per k16 step from the swizzled stages (bf16 in, FP32 accumulate).
-// K slices of 64 through a 5-stage pipeline (40960 bytes a stage; weight tiles by the tensor memory accelerator, activation rows by cp.async; a producer warp fills the stages, each stage's barriers say when it has landed and when every MMA warp is done with it); m tiles in groups of 8.
+// K slices of 64 through a 5-stage pipeline (40960 bytes a stage; weight tiles by the tensor memory accelerator, activation rows by cp.async; a producer warpgroup fills the stages, each stage's barriers say when it has landed and when every MMA warp is done with it); m tiles in groups of 8.
 // The grid covers the worst-case routing; blocks past the routing's last tile exit at once.
 // Assumes: a token's expert ids are distinct; ids outside [0, E) contribute nothing.
 // Dynamic shared memory: 206416 bytes.
@@ -37,8 +37,8 @@ struct Config {
   static constexpr bool kWgmma = true;
   static constexpr bool kAtomicCombine = false;
   static constexpr bool kTma = true;
-  static constexpr int kProducerWarps = 1;
-  static constexpr int kThreadsPerCta = 288;
+  static constexpr int kProducerWarps = 4;
+  static constexpr int kThreadsPerCta = 384;
   static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kSharedBytes = 206416;
 };

@@ -708,7 +708,7 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
-// expert_tile_sums_wgmma with producer warps: the threads past the MMA warps fill the stages,
+// expert_tile_sums_wgmma with a producer warpgroup: the threads past the MMA warps fill the stages,
 // the activation rows by cp.async (each thread's copies counted on the stage's `full` barrier) and
 // the weight tile by the copy engine (its bytes on the same barrier), and refill a stage once every
 // MMA warp has marked it `empty`. The MMA warpgroups wait only for the slice they multiply, so no

@@ -50,7 +50,7 @@ import java.util.Optional;
  *                {@code cp.async.bulk.tensor} per slice from one thread, completion on an mbarrier) instead of
  *                every thread's 16-byte cp.async; the gathered activation rows stay on cp.async. block_k 64
  *                (the 128-byte swizzle the copy engine writes is the stages' own)
- * @param producer with wgmma and tma: a producer warp of its own (beyond the MMA warps) fills the stages, the activation rows by cp.async and the weight tile by the copy engine,
+ * @param producer with wgmma and tma: a producer warpgroup of its own (beyond the MMA warps) fills the stages, the activation rows by cp.async and the weight tile by the copy engine,
  *                and each stage's barriers (landed, freed) replace the block barrier of every slice, so the
  *                MMA warpgroups wait only for the slice they multiply and never for each other
  */
@@ -110,7 +110,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
-    /** This schedule with a producer warp filling the stages (or not), everything else the same. */
+    /** This schedule with a producer warpgroup filling the stages (or not), everything else the same. */
     public ExpertCentric withProducer(boolean producer) {
         return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
@@ -121,10 +121,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     }
 
     /**
-     * The producer's warps: one issues a slice's copies in a fraction of the slice's MMA time, and
-     * leaves the MMA warps the registers a block of 16 of them needs (a warpgroup would cap them at 96).
+     * The producer's warps: a warpgroup, so that a slice's copies (16 bytes each) are issued in a
+     * fraction of the slice's MMA time (one warp issuing them all was slower than no producer).
      */
-    public static final int PRODUCER_WARPS = 1;
+    public static final int PRODUCER_WARPS = 4;
 
     @Override
     public ScheduleKind<ExpertCentric, Problem.ExpertProblem> kind() {
@@ -135,7 +135,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      * mma.sync: tiles of 16-128 pairs and 16-256 outputs, slices of 32-128, warp grids of up to 8
      * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages;
      * each with weights by cp.async or by the tensor memory accelerator, and the wgmma tiles whose
-     * weights come by the tensor memory accelerator also with a producer warp. With FP8 weights
+     * weights come by the tensor memory accelerator also with a producer warpgroup. With FP8 weights
      * only the tiles of 128-byte slices, as W8A8 tiles of 128 codes by the tensor memory accelerator.
      */
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
@@ -214,7 +214,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             checkWgmma(p, target, errors);
         }
         if (producer && !(wgmma && tma)) {
-            errors.add(new SpecError("schedule.producer", "true", "false, or wgmma = true and tma = true: the producer warp "
+            errors.add(new SpecError("schedule.producer", "true", "false, or wgmma = true and tma = true: the producer warpgroup "
                     + "feeds warpgroup MMA tiles whose weight tiles come by the tensor memory accelerator"));
         }
         checkSwizzledSlices(p, errors);
@@ -549,7 +549,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
         own.add("K slices of " + blockK + " through a " + stages + "-stage pipeline (" + layout.stageBytes() + " bytes a stage; "
                 + (tma ? "weight tiles by the tensor memory accelerator, activation rows by cp.async" : "cp.async")
-                + (producer ? "; a producer warp fills the stages, each stage's barriers say when it has landed and when"
+                + (producer ? "; a producer warpgroup fills the stages, each stage's barriers say when it has landed and when"
                 + " every MMA warp is done with it" : "") + "); m tiles in groups of " + groupM + ".");
         own.add("The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
         String unit = switch (problem) {

@@ -128,12 +128,14 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                     new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true)),
             withTma("wg_m128_n2_tma", new ExpertCentric(128, 128, 64, 8, 2, 4, 8, true),
                     new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true)),
-            // a producer warp fills the stages; stage barriers instead of a block barrier per slice
+            // a producer warpgroup fills the stages; stage barriers instead of a block barrier per slice
             withProducer("wg_m64_ws", new ExpertCentric(64, 64, 64, 4, 1, 5, 8, true), new ExpertCentric(64, 128, 64, 4, 1, 5, 8, true)),
             withProducer("wg_m64_n2_ws", new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true),
                     new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true)),
             withProducer("wg_m64_n2_s4_ws", new ExpertCentric(64, 128, 64, 4, 2, 4, 8, true),
-                    new ExpertCentric(64, 256, 64, 4, 2, 4, 8, true)));
+                    new ExpertCentric(64, 256, 64, 4, 2, 4, 8, true)),
+            withProducer("wg_m128_ws", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)));
 
     /**
      * W8A8 tile pairs for FP8 block weights: 128-code slices (one scale block each) by the copy engine;

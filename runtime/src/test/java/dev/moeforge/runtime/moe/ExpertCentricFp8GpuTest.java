@@ -85,7 +85,7 @@ class ExpertCentricFp8GpuTest extends GpuSession {
             // this gate_up on some geometries: slower, the same sums)
             new ExpertCentric[] {new ExpertCentric(16, 256, 128, 1, 8, 2, 1).withTma(true),
                     new ExpertCentric(16, 256, 128, 1, 4, 3, 1).withTma(true)},
-            // wgmma tiles with a producer warp filling the stages
+            // wgmma tiles with a producer warpgroup filling the stages
             new ExpertCentric[] {new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
                     new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true).withTma(true).withProducer(true)});
 

@@ -74,7 +74,7 @@ class ExpertCentricGpuTest extends GpuSession {
                     new ExpertCentric(16, 128, 64, 1, 4, 4, 1).withTma(true)},
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 2, 4, 8, true).withTma(true),
                     new ExpertCentric(128, 256, 64, 8, 2, 4, 8, true).withTma(true)},
-            // a producer warp filling the stages: two warpgroups side by side, and one with the narrowest slabs
+            // a producer warpgroup filling the stages: two warpgroups side by side, and one with the narrowest slabs
             new ExpertCentric[] {new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true).withTma(true).withProducer(true),
                     new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true).withTma(true).withProducer(true)},
             new ExpertCentric[] {new ExpertCentric(64, 32, 64, 4, 1, 3, 1, true).withTma(true).withProducer(true),
