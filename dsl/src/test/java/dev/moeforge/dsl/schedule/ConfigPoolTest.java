@@ -49,8 +49,9 @@ class ConfigPoolTest {
             assertEquals(24, pool.stream().filter(s -> s instanceof OutputCentric).count(), p.kindName());
             assertTrue(pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.wgmma()), p.kindName());
             assertTrue(pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.tma()), p.kindName());
+            assertTrue(pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.producer()), p.kindName());
             total += pool.size();
         }
-        assertEquals(176, total);
+        assertEquals(194, total);
     }
 }
