@@ -639,6 +639,27 @@ __device__ __forceinline__ void wgmma_m64(float* d, uint64_t a, uint64_t b) {
 #undef MF_WGMMA_D32
 #undef MF_WGMMA_D8
 
+// A warpgroup's rows in a stage (byte offsets): its 64 pairs and its weight rows. multiply issues one
+// slice's MMAs from `stage` as one committed group, into acc (bf16) or into part, to be scaled (fp8).
+template <class T>
+struct WarpgroupRows {
+  uint32_t a, w;  // byte offsets in a stage
+  __device__ __forceinline__ WarpgroupRows() {
+    const int group = threadIdx.x >> 7;
+    a = group % (T::BM / 64) * 64 * 128;
+    w = (T::BM + group / (T::BM / 64) * T::TN) * 128;
+  }
+  __device__ __forceinline__ void multiply(float (&acc)[T::FM][T::FN][4], float (&part)[T::FM][T::FN][4], uint32_t stage) const {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {
+      wgmma_m64<T::TN, T::kFp8>(T::kFp8 ? &part[0][0][0] : &acc[0][0][0], wgmma_descriptor(stage + a + kk * 32),
+                                wgmma_descriptor(stage + w + kk * 32));
+    }
+    wgmma_commit();
+  }
+};
+
 // expert_tile_sums on wgmma: warpgroup g multiplies pair rows [64 m, 64 m + 64) by weight rows
 // [TN n, TN n + TN) of the tile (m = g % (BM / 64), n = g / (BM / 64): warps_n = 1 gives each
 // warpgroup every weight row), one instruction per k step. The pipeline keeps S - 2 slices loading and one
@@ -652,8 +673,8 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
   const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0, threadIdx.x);
   const ExpertTileWeights<T> weights(w.map, bars, n0, e);
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
-  const int group = threadIdx.x >> 7, warp = threadIdx.x >> 5;
-  const uint32_t a_rows = group % (T::BM / 64) * 64 * 128, w_rows = (T::BM + group / (T::BM / 64) * T::TN) * 128;
+  const int warp = threadIdx.x >> 5;
+  const WarpgroupRows<T> rows;
   const TileScales<T, L> scales(a, w, table, e, n0, warp % T::WM * T::TM, warp / T::WM * T::TN);
   float part[T::FM][T::FN][4];
   zero_tile_sums<T>(acc);
@@ -673,14 +694,7 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
     __syncthreads();  // slice kt is in for every thread; every warpgroup is done with slice kt - 2
     fence_shared_for_async();
     if constexpr (T::kTma) weights.wait(kt);
-    const uint32_t stage = base + kt % S * T::kStageBytes;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {
-      wgmma_m64<T::TN, T::kFp8>(T::kFp8 ? &part[0][0][0] : &acc[0][0][0], wgmma_descriptor(stage + a_rows + kk * 32),
-                                wgmma_descriptor(stage + w_rows + kk * 32));
-    }
-    wgmma_commit();
+    rows.multiply(acc, part, base + kt % S * T::kStageBytes);
     if constexpr (T::kFp8) {
       wgmma_wait<0>();
       ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
@@ -748,8 +762,8 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
     }
     cp_async_wait<0>();
   } else {
-    const int group = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const uint32_t a_rows = group % (T::BM / 64) * 64 * 128, w_rows = (T::BM + group / (T::BM / 64) * T::TN) * 128;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const WarpgroupRows<T> rows;
     const TileScales<T, L> scales(a, w, table, e, n0, warp % T::WM * T::TM, warp / T::WM * T::TN);
     float part[T::FM][T::FN][4];
     zero_tile_sums<T>(acc);
@@ -760,14 +774,7 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
       const int s = kt % S;
       mbarrier_wait(full + 8 * s, (kt / S) & 1);
       fence_shared_for_async();  // the producer's cp.async rows, seen through the barrier, before wgmma reads them
-      const uint32_t stage = base + s * T::kStageBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {
-        wgmma_m64<T::TN, T::kFp8>(T::kFp8 ? &part[0][0][0] : &acc[0][0][0], wgmma_descriptor(stage + a_rows + kk * 32),
-                                  wgmma_descriptor(stage + w_rows + kk * 32));
-      }
-      wgmma_commit();
+      rows.multiply(acc, part, base + s * T::kStageBytes);
       if constexpr (T::kFp8) {
         wgmma_wait<0>();
         if (lane == 0) mbarrier_arrive(empty + 8 * s);
