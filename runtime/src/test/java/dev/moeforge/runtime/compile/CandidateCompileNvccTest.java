@@ -15,6 +15,7 @@ import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.schedule.Candidates;
+import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.LinearGemv;
 import dev.moeforge.dsl.schedule.RouterGemv;
@@ -54,6 +55,9 @@ class CandidateCompileNvccTest {
                     Schedule<?> s = candidates.get(random.nextInt(candidates.size()));
                     sample.add(base.withSchedule(s).withName("c_" + base.name() + "_" + Candidates.name(s)));
                 }
+                // a producer tile always: its extra warps and second barrier per stage are layout facts of their own
+                candidates.stream().filter(s -> s instanceof ExpertCentric e && e.producer()).findFirst()
+                        .ifPresent(s -> sample.add(base.withSchedule(s).withName("c_" + base.name() + "_" + Candidates.name(s))));
             }
         }
         if (NvccCompiler.locate().isEmpty()) {
