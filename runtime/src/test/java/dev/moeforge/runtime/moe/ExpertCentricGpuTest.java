@@ -78,7 +78,10 @@ class ExpertCentricGpuTest extends GpuSession {
             new ExpertCentric[] {new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true).withTma(true).withProducer(true),
                     new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true).withTma(true).withProducer(true)},
             new ExpertCentric[] {new ExpertCentric(64, 32, 64, 4, 1, 3, 1, true).withTma(true).withProducer(true),
-                    new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).withTma(true).withProducer(true)});
+                    new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).withTma(true).withProducer(true)},
+            // the prefill pair with a producer: two 64-pair slabs, each warpgroup every weight row
+            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true),
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true)});
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -153,6 +156,9 @@ class ExpertCentricGpuTest extends GpuSession {
         cases.add(new Case(GPT_OSS, 15, 96, RoutingKind.UNIFORM));
         cases.add(new Case(SMALL, 15, 16384, RoutingKind.UNIFORM));
         cases.add(new Case(QWEN3_30B, 16, 256, RoutingKind.UNIFORM));
+        cases.add(new Case(QWEN3_30B, 17, 4096, RoutingKind.UNIFORM));
+        cases.add(new Case(GPT_OSS, 17, 96, RoutingKind.UNIFORM));
+        cases.add(new Case(SMALL, 17, 16384, RoutingKind.UNIFORM));
         return cases;
     }
 
