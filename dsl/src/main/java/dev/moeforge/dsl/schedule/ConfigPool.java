@@ -34,8 +34,11 @@ public final class ConfigPool {
     private static final List<Tile> WGMMA_TILES = List.of(new Tile(64, 128, 64, 4, 1), new Tile(64, 256, 64, 4, 1),
             new Tile(128, 128, 64, 8, 1), new Tile(128, 256, 64, 8, 1), new Tile(64, 256, 64, 4, 2), new Tile(128, 256, 64, 8, 2));
 
-    /** MMA warps beside which a producer warpgroup leaves every thread more than 96 registers. */
-    private static final int MAX_FED_MMA_WARPS = 8;
+    /**
+     * The most MMA warps a pool tile takes beside a producer warpgroup: with 16 (20 warps in all) a
+     * thread gets 96 registers, and those tiles spill.
+     */
+    private static final int MAX_FED_MMA_WARPS = 12;
 
     private ConfigPool() {}
 

@@ -50,9 +50,10 @@ import java.util.Optional;
  *                {@code cp.async.bulk.tensor} per slice from one thread, completion on an mbarrier) instead of
  *                every thread's 16-byte cp.async; the gathered activation rows stay on cp.async. block_k 64
  *                (the 128-byte swizzle the copy engine writes is the stages' own)
- * @param producer with wgmma and tma: a producer warpgroup of its own (beyond the MMA warps) fills the stages, the activation rows by cp.async and the weight tile by the copy engine,
- *                and each stage's barriers (landed, freed) replace the block barrier of every slice, so the
- *                MMA warpgroups wait only for the slice they multiply and never for each other
+ * @param producer with wgmma and tma: a producer warpgroup of its own (beyond the MMA warps) fills the
+ *                stages, the activation rows by cp.async and the weight tile by the copy engine, and each
+ *                stage's barriers (landed, freed) replace the block barrier of every slice, so the MMA
+ *                warpgroups wait only for the slice they multiply and never for each other
  */
 public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
                             boolean atomicCombine, boolean tma, boolean producer)
@@ -221,6 +222,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (atomicCombine && p instanceof Problem.ExpertGateUp) {
             errors.add(new SpecError("schedule.atomic_combine", "true", "false for expert_gate_up: only down combines a token's slots"));
         }
+        // in long: warps_m and warps_n may be anything a spec says, and their product must not wrap
         if (warpsM >= 1 && warpsN >= 1 && (long) warpsM * warpsN + (producer ? PRODUCER_WARPS : 0) > ScheduleRules.maxWarps(target)) {
             errors.add(new SpecError("schedule", warpsM + " x " + warpsN + " warps" + (producer ? " and the producer's "
                     + PRODUCER_WARPS : ""), "at most " + ScheduleRules.maxWarps(target) + " warps per thread block on " + target.text()));

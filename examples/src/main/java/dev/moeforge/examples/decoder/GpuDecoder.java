@@ -651,10 +651,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * @param sharedBytes the launch's dynamic shared memory
      */
     record DecodeAttention(String kernel, int blocks, int slices, int sharedBytes) {
-        static DecodeAttention of(ModelConfig c, int context, int batch) {
-            return of(c, context, batch, AttentionKernels.BY_BATCH);
-        }
-
         static DecodeAttention of(ModelConfig c, int context, int batch, AttentionKernels choice) {
             boolean group = switch (choice) {
                 case BY_BATCH -> byGroup(c) && groupAttentionPays(batch, context);

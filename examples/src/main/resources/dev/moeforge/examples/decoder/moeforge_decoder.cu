@@ -422,16 +422,19 @@ __device__ __forceinline__ void attention_decode_head(
   if (threadIdx.x == 0) tickets[head_row] = 0;  // for the next layer and step
 }
 
-#define MOEFORGE_ATTENTION_DECODE(HD)                                                                                    \
-  extern "C" __global__ void __launch_bounds__(32 * kAttnWarps) attention_decode_##HD(                                  \
+// A decode attention entry point. Every kind takes the same arguments, so the decoder launches the
+// one it chose with one argument list.
+#define MOEFORGE_DECODE_ATTENTION_ENTRY(NAME, BODY, BOUNDS)                                                             \
+  extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                                            \
       const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
       const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts,                    \
       int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window,     \
       float scale) {                                                                                                    \
     begin_after_previous_kernel();                                                                                      \
-    attention_decode_head<HD>(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context,     \
-                              window, scale);                                                                           \
+    BODY(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context, window, scale);          \
   }
+#define MOEFORGE_ATTENTION_DECODE(HD) \
+  MOEFORGE_DECODE_ATTENTION_ENTRY(attention_decode_##HD, attention_decode_head<HD>, (32 * kAttnWarps))
 MOEFORGE_ATTENTION_DECODE(16)
 MOEFORGE_ATTENTION_DECODE(32)
 MOEFORGE_ATTENTION_DECODE(64)
@@ -904,16 +907,9 @@ __device__ __forceinline__ void attention_decode_group(
   if (threadIdx.x == 0) tickets[static_cast<size_t>(b) * kv_heads + kvh] = 0;  // for the next layer and step
 }
 
-#define MOEFORGE_ATTENTION_DECODE_GROUP(HD)                                                                              \
-  extern "C" __global__ void __launch_bounds__(32 * kGroupWarps, kGroupBlocksPerSm) attention_decode_group_##HD(                           \
-      const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
-      const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts,                    \
-      int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window,     \
-      float scale) {                                                                                                    \
-    begin_after_previous_kernel();                                                                                      \
-    attention_decode_group<HD>(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context,    \
-                               window, scale);                                                                          \
-  }
+#define MOEFORGE_ATTENTION_DECODE_GROUP(HD)                                                                \
+  MOEFORGE_DECODE_ATTENTION_ENTRY(attention_decode_group_##HD, attention_decode_group<HD>,                 \
+                                  (32 * kGroupWarps, kGroupBlocksPerSm))
 MOEFORGE_ATTENTION_DECODE_GROUP(16)
 MOEFORGE_ATTENTION_DECODE_GROUP(32)
 MOEFORGE_ATTENTION_DECODE_GROUP(64)

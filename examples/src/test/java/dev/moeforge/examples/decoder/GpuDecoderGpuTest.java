@@ -57,7 +57,7 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     void attentionInOneSliceForALargeBatch() {
         ModelConfig c = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
         int context = PROMPT_LENGTH + STEPS + 1;
-        assertEquals(1, GpuDecoder.DecodeAttention.of(c, context, 128).slices());
+        assertEquals(1, GpuDecoder.DecodeAttention.of(c, context, 128, GpuDecoder.AttentionKernels.BY_BATCH).slices());
         assertEquals(2, GpuDecoder.DecodeAttention.of(c, LONG_PROMPT + STEPS + 1, 1, GpuDecoder.AttentionKernels.BY_GROUP).slices());
         compare(Architecture.QWEN3_MOE, Optional.empty(), context, 128);
     }

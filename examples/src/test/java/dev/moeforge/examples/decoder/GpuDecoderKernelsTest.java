@@ -64,22 +64,22 @@ class GpuDecoderKernelsTest {
         assertEquals(4, one.blocks());
         assertEquals(8, one.slices());
         assertEquals(GpuDecoder.groupAttentionBytes(128), one.sharedBytes());
-        assertEquals(4, GpuDecoder.DecodeAttention.of(qwen, 512, 32).slices());
+        assertEquals(4, GpuDecoder.DecodeAttention.of(qwen, 512, 32, GpuDecoder.AttentionKernels.BY_BATCH).slices());
         // by the batch: by head for a few sequences over a short cache; by group from 16 sequences, from 8 over
         // 2,048 positions, from one over 4,096
-        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8).kernel());
-        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 4).kernel());
-        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 16).kernel());
-        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 8).kernel());
-        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 4096, 1).kernel());
-        assertEquals(1, GpuDecoder.DecodeAttention.of(qwen, 512, 128).slices());
-        assertEquals(32, GpuDecoder.DecodeAttention.of(qwen, 4096, 1).slices());
+        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 4, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 16, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 4096, 1, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        assertEquals(1, GpuDecoder.DecodeAttention.of(qwen, 512, 128, GpuDecoder.AttentionKernels.BY_BATCH).slices());
+        assertEquals(32, GpuDecoder.DecodeAttention.of(qwen, 4096, 1, GpuDecoder.AttentionKernels.BY_BATCH).slices());
         assertEquals(2, GpuDecoder.DecodeAttention.of(qwen, 100, 1, GpuDecoder.AttentionKernels.BY_GROUP).slices());
         assertEquals("attention_decode_128",
                 GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_HEAD).kernel());
         ModelPreset o = ModelPreset.of(Architecture.OLMOE, "olmoe-1b-7b");
         ModelConfig olmoe = ModelConfig.parse(RandomModel.config(o, SafetensorsDType.BF16, new ObjectMapper()));
-        GpuDecoder.DecodeAttention byHead = GpuDecoder.DecodeAttention.of(olmoe, 512, 1);
+        GpuDecoder.DecodeAttention byHead = GpuDecoder.DecodeAttention.of(olmoe, 512, 1, GpuDecoder.AttentionKernels.BY_BATCH);
         assertEquals("attention_decode_128", byHead.kernel());
         assertEquals(16, byHead.blocks());
         assertEquals(GpuDecoder.attentionSplits(512, 1, 16), byHead.slices());
