@@ -124,9 +124,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final DeviceBuffer q;          // [B][qDim] fp32, roped
     private final DeviceBuffer attnOut;    // [B][qDim] bf16
     private final DecodeAttention decodeAttention;
-    /** The most of the o projection's matrix attention brings into L2 for it: half the L2, the rest for what the step reads meanwhile. */
-    private final long l2AheadBytes;
-    private static final boolean PROBE_NO_AHEAD = "0".equals(System.getenv("MOEFORGE_PROBE_L2_AHEAD"));
     private final DeviceBuffer attnParts;  // [B][heads][slices][head_dim + 2] fp32
     private final DeviceBuffer attnTickets; // [B][heads] int32, zero between layers
     private final DeviceBuffer projected;  // [B][H] the projection's output: fp32, or bf16 from tiles
@@ -222,11 +219,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             throw new IllegalArgumentException("head_dim " + c.headDim() + ": the decoder's attention on the GPU takes "
                     + new java.util.TreeSet<>(DECODE_HEAD_DIMS));
         }
-        DecodeAttention chosen = DecodeAttention.of(c, context, batch, choice.attention());
-        // the kind that norms q and k itself reads the linear projections' FP32 row, not the expert tiles' bf16
-        decodeAttention = chosen.fromQkvRow() && choice.projections() == ProjectionKernels.TILES
-                ? DecodeAttention.of(c, context, batch, AttentionKernels.BY_HEAD) : chosen;
-        l2AheadBytes = runtime.context().l2Bytes() / 2;
+        decodeAttention = DecodeAttention.of(c, context, batch, choice.attention());
         attention = module.function(decodeAttention.kernel());
         if (decodeAttention.sharedBytes() > 48 * 1024) {
             attention.setMaxDynamicSharedBytes(decodeAttention.sharedBytes());
@@ -328,9 +321,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         qkvProj = projection(k.qkv());
         oProj = projection(k.o());
         qkNormRope = qkNormKernel(qkvProj.output());
-        if (decodeAttention.fromQkvRow() && qkvProj.output() != DType.FP32) {
-            throw new IllegalStateException(decodeAttention.kernel() + " reads an FP32 q/k/v row; the projection writes " + qkvProj.output());
-        }
         head = runtime.load(k.head());
         router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
         experts = k.gateUp() == null ? null : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
@@ -617,9 +607,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** The slices the kernel's merge scratch is sized for (moeforge_decoder.cu's kGroupMaxSlices). */
     static final int GROUP_ATTENTION_MERGE_SLICES = 64;
 
-    /** Up to this batch a decode step's attention by head norms and ropes q and k itself ({@link DecodeAttention#normsQkItself}). */
-    static final int QK_NORM_INSIDE_UP_TO_BATCH = 1;
-
     /** From this batch a decode step's attention runs by kv group where the model allows it ({@link #groupAttentionPays}). */
     static final int GROUP_ATTENTION_FROM_BATCH = 16;
 
@@ -636,11 +623,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     public enum AttentionKernels {
         /**
          * By kv group where {@link DecodeAttention#byGroup} allows it and the batch or the cache is
-         * large enough ({@link #groupAttentionPays}), else by head, with the q/k norm inside for one
-         * sequence ({@link DecodeAttention#normsQkItself}).
+         * large enough ({@link #groupAttentionPays}), else by head.
          */
         BY_BATCH,
-        /** {@code attention_decode_<head_dim>}: one head per block, after the q/k norm's own kernel. */
+        /** {@code attention_decode_<head_dim>}: one head per block. */
         BY_HEAD,
         /** {@code attention_decode_group_<head_dim>} where it applies (as {@link #BY_BATCH}). */
         BY_GROUP
@@ -657,16 +643,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * ({@code attention_decode_group_<head_dim>}: grid (kv_heads, slices, batch), each kv row read
      * once for the group's heads) where a group has 2 to {@link #GROUP_ATTENTION_ROWS} heads and the
      * head size is one the prompt's tiles take; else by head ({@code attention_decode_<head_dim>}:
-     * grid (heads, slices, batch)), or by head from the projection's row
-     * ({@code attention_decode_qkv_<head_dim>}, {@link #normsQkItself}).
+     * grid (heads, slices, batch)).
      *
      * @param kernel      the kernel's name in moeforge_decoder.cu
      * @param blocks      the grid's x: kv heads or heads
      * @param slices      the grid's y: slices of each sequence's positions, merged by the block that finishes last
      * @param sharedBytes the launch's dynamic shared memory
-     * @param fromQkvRow  whether the kernel norms and ropes q and k from the fused row itself (no q/k norm kernel before it)
      */
-    record DecodeAttention(String kernel, int blocks, int slices, int sharedBytes, boolean fromQkvRow) {
+    record DecodeAttention(String kernel, int blocks, int slices, int sharedBytes) {
         static DecodeAttention of(ModelConfig c, int context, int batch, AttentionKernels choice) {
             boolean group = switch (choice) {
                 case BY_BATCH -> byGroup(c) && groupAttentionPays(batch, context);
@@ -677,24 +661,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 int fill = Math.ceilDiv(GROUP_ATTENTION_BLOCKS, batch * c.kvHeads());
                 int slices = Math.clamp(fill, 1, Math.clamp(Math.ceilDiv(context, 64), 1, GROUP_ATTENTION_SLICES));
                 return new DecodeAttention("attention_decode_group_" + c.headDim(), c.kvHeads(), slices,
-                        groupAttentionBytes(c.headDim()), false);
+                        groupAttentionBytes(c.headDim()));
             }
-            int slices = attentionSplits(context, batch, c.heads());
-            if (choice == AttentionKernels.BY_BATCH && normsQkItself(c, batch)) {
-                return new DecodeAttention("attention_decode_qkv_" + c.headDim(), c.heads(), slices, 0, true);
-            }
-            return new DecodeAttention("attention_decode_" + c.headDim(), c.heads(), slices, 0, false);
-        }
-
-        /**
-         * Whether attention by head takes the q/k norm, RoPE and the cache write into itself
-         * ({@code attention_decode_qkv_<head_dim>}, one launch fewer a layer): up to
-         * {@link #QK_NORM_INSIDE_UP_TO_BATCH} sequences, where the norm is per head or none (OLMoE's spans
-         * every head, so it keeps its kernel). Each block norms its own q head, so with more sequences
-         * the repeated norms cost more than the launch.
-         */
-        static boolean normsQkItself(ModelConfig c, int batch) {
-            return batch <= QK_NORM_INSIDE_UP_TO_BATCH && c.arch() != Architecture.OLMOE;
+            return new DecodeAttention("attention_decode_" + c.headDim(), c.heads(), attentionSplits(context, batch, c.heads()), 0);
         }
 
         /** Whether a model's kv groups fit the tensor cores' tiles: 2 to {@link #GROUP_ATTENTION_ROWS} heads of a size the tiles take. */
@@ -985,23 +954,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             enqueueProjection(qkvProj, normed, w.qkv(), qkv);
         }
         if (attention) {
-            // the o projection's matrix (or as much of it as L2 keeps), brought into L2 while attention waits on latency
-            DeviceBuffer oMatrix = w.o().buffers().getFirst();
-            long ahead = PROBE_NO_AHEAD ? 0 : Math.min(oMatrix.bytes(), l2AheadBytes) / 16 * 16;
-            Object aheadFrom = ahead > 0 ? oMatrix : (Object) 0L;
-            int window = c.slidingLayers().get(l) ? c.slidingWindow() : 0;
-            float scale = (float) (1 / Math.sqrt(c.headDim()));
-            if (decodeAttention.fromQkvRow()) {
-                this.attention.launch(ORDER, decodeAttention.blocks(), decodeAttention.slices(), batch, 128, 1, 1, 0, stream, qkv,
-                        ptr(w.qNorm()), ptr(w.kNorm()), c.arch() == Architecture.QWEN3_MOE ? 1 : 0, (float) c.rmsEps(), invFreq,
-                        c.rope().attentionScaling(), kCache.get(l), vCache.get(l), positions, ptr(w.sinks()), attnParts, attnTickets,
-                        attnOut, c.heads(), c.kvHeads(), context, window, scale, aheadFrom, ahead);
-            } else {
-                enqueueQkNormRope(qkNormRope, l, w, batch, qkv, positions, q, 0);
-                this.attention.launch(ORDER, decodeAttention.blocks(), decodeAttention.slices(), batch, 128, 1, 1,
-                        decodeAttention.sharedBytes(), stream, q, kCache.get(l), vCache.get(l), positions, ptr(w.sinks()), attnParts,
-                        attnTickets, attnOut, c.heads(), c.kvHeads(), context, window, scale, aheadFrom, ahead);
-            }
+            enqueueQkNormRope(qkNormRope, l, w, batch, qkv, positions, q, 0);
+            this.attention.launch(ORDER, decodeAttention.blocks(), decodeAttention.slices(), batch, 128, 1, 1,
+                    decodeAttention.sharedBytes(), stream, q, kCache.get(l), vCache.get(l),
+                    positions, ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
+                    c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
         }
         if (projections) {
             enqueueProjection(oProj, attnOut, w.o(), projected);

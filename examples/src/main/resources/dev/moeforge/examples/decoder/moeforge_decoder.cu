@@ -38,24 +38,6 @@ __device__ __forceinline__ void begin_after_previous_kernel() {
   wait_for_previous_kernel();
 }
 
-// [ahead, ahead + bytes) (16-byte aligned, a multiple of 16) into L2 by the copy engine, shared out
-// among the grid's blocks: weights a later kernel of the step reads, asked for by a kernel that
-// itself reads little, so DRAM works while the step waits on latency. Warp 0 of each block asks
-// for pieces of at most 64 KiB; none where ahead is null.
-__device__ __forceinline__ void prefetch_to_l2(const void* ahead, long long bytes) {
-  if (ahead == nullptr || threadIdx.x >= 32) return;
-  const long long blocks = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z;
-  const long long block = blockIdx.x + static_cast<long long>(gridDim.x) * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
-  const long long chunks = bytes / 16;
-  const long long begin = chunks * block / blocks, end = chunks * (block + 1) / blocks;
-  constexpr long long kPiece = (64 << 10) / 16;
-  for (long long c = begin + threadIdx.x * kPiece; c < end; c += 32 * kPiece) {
-    const uint32_t piece = static_cast<uint32_t>(min(kPiece, end - c) * 16);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(ahead) + c * 16), "r"(piece)
-                 : "memory");
-  }
-}
-
 }  // namespace
 
 // x[b][:] = table[ids[b]][:] in FP32. Grid: tokens; block: any.
@@ -316,84 +298,16 @@ __device__ __forceinline__ float bf16_high(uint32_t w) { return __uint_as_float(
 // The factor that moves a sum kept against max m to max top (0 for an empty one, whose m is -inf).
 __device__ __forceinline__ float rescale(float m, float top) { return m == -INFINITY ? 0.0f : __expf(m - top); }
 
-// Where attention_decode_qkv_<head_dim> takes its q and the token's own k and v: the projection's
-// fused FP32 row [(heads + 2 kv_heads) * head_dim] of each token, through the per-head RMSNorm
-// (norm_mode 1, Qwen3; 0 none) and RoPE, as qk_norm_rope_cache_heads computes them.
-struct FusedQkv {
-  const float* qkv;
-  const float* q_norm;
-  const float* k_norm;
-  int norm_mode;
-  float eps;
-  const float* inv_freq;
-  float rope_scaling;
-};
-
-// One head [HD] of src, RMS-normed with `weight` where given, then roped at pos, into dst (shared
-// memory), by the whole block.
 template <int HD>
-__device__ __forceinline__ void norm_rope_head(const float* __restrict__ src, float* dst, const float* __restrict__ weight,
-                                               float eps, const float* __restrict__ inv_freq, int pos, float scaling,
-                                               float* scratch) {
-  constexpr int kPer = (HD + 32 * kAttnWarps - 1) / (32 * kAttnWarps);
-  constexpr int kHalf = HD / 2;
-  float v[kPer];
-  float ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int d = threadIdx.x + j * 32 * kAttnWarps;
-    v[j] = d < HD ? src[d] : 0.0f;
-    ss += v[j] * v[j];
-  }
-  if (weight != nullptr) {
-    const float r = rsqrtf(block_sum(ss, scratch) / HD + eps);
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int d = threadIdx.x + j * 32 * kAttnWarps;
-      if (d < HD) v[j] = weight[d] * (v[j] * r);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int d = threadIdx.x + j * 32 * kAttnWarps;
-    if (d < HD) dst[d] = v[j];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int d = threadIdx.x + j * 32 * kAttnWarps;
-    if (d < HD) {
-      float c, s;
-      rope_cos_sin(inv_freq, d < kHalf ? d : d - kHalf, pos, scaling, c, s);
-      v[j] = d < kHalf ? dst[d] * c - dst[d + kHalf] * s : dst[d] * c + dst[d - kHalf] * s;
-    }
-  }
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int d = threadIdx.x + j * 32 * kAttnWarps;
-    if (d < HD) dst[d] = v[j];
-  }
-  __syncthreads();
-}
-
-// With kFused the block takes q from the fused row (FusedQkv) instead of q, and the block whose
-// slice holds the token's own position makes that position's k and v itself, attends to them from
-// shared memory and, for the kv group's first head, writes them to the cache: the q/k norm kernel's
-// work, one launch fewer a layer.
-template <int HD, bool kFused>
 __device__ __forceinline__ void attention_decode_head(
-    const float* __restrict__ q, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
+    const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
     const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
-    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale, const void* l2_ahead,
-    long long l2_ahead_bytes, FusedQkv fused) {
+    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
   static_assert(HD % 16 == 0 && HD <= 256, "head_dim: 16, 32, 64, 128 or 256");
   constexpr int D = HD / 8;  // dimensions per lane
   __shared__ float part_max[kAttnGroups], part_sum[kAttnGroups];
   __shared__ float part_acc[kAttnWarps][HD];
   __shared__ int finishing;
-  __shared__ float head_q[kFused ? HD : 1], head_k[kFused ? HD : 1], scratch[32];
-  __shared__ __align__(16) __nv_bfloat16 own_k[kFused ? HD : 8], own_v[kFused ? HD : 8];
   const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, b = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = threadIdx.x >> 3, sub = threadIdx.x & 7;
   const int kvh = h / (heads / kv_heads);
@@ -417,33 +331,10 @@ __device__ __forceinline__ void attention_decode_head(
       }
     }
   }
-  prefetch_to_l2(l2_ahead, l2_ahead_bytes);
   wait_for_previous_kernel();
-  const bool holds_pos = begin <= pos && pos <= end;  // the same for the whole block
-  if constexpr (kFused) {
-    const float* row = fused.qkv + static_cast<size_t>(b) * (heads + 2 * kv_heads) * HD;
-    norm_rope_head<HD>(row + h * HD, head_q, fused.norm_mode == 1 ? fused.q_norm : nullptr, fused.eps, fused.inv_freq, pos,
-                       fused.rope_scaling, scratch);
-    if (holds_pos) {
-      norm_rope_head<HD>(row + (heads + kvh) * HD, head_k, fused.norm_mode == 1 ? fused.k_norm : nullptr, fused.eps,
-                         fused.inv_freq, pos, fused.rope_scaling, scratch);
-      for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-        own_k[d] = __float2bfloat16_rn(head_k[d]);
-        own_v[d] = __float2bfloat16_rn(row[(heads + kv_heads + kvh) * HD + d]);
-      }
-      __syncthreads();
-      if (h % (heads / kv_heads) == 0) {
-        const size_t at = (static_cast<size_t>(b) * context + pos) * stride + kvh * HD;
-        for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-          k_cache[at + d] = own_k[d];
-          v_cache[at + d] = own_v[d];
-        }
-      }
-    }
-  }
   float qv[D], acc[D];
   {
-    const float* qh = kFused ? head_q + sub * D : q + (static_cast<size_t>(b) * heads + h) * HD + sub * D;
+    const float* qh = q + (static_cast<size_t>(b) * heads + h) * HD + sub * D;
 #pragma unroll
     for (int i = 0; i < D; ++i) {
       qv[i] = qh[i] * scale;
@@ -457,13 +348,7 @@ __device__ __forceinline__ void attention_decode_head(
 #pragma unroll
     for (int u = 0; u < kAttnInFlight; ++u) {
       const int t = min(t0 + u * kAttnGroups, end);  // past the slice: a position in it, loaded and dropped
-      if (kFused && t == pos) {  // the token's own k and v, made by this block (the cache's row may not be written yet)
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) {
-          kw[u][i] = reinterpret_cast<const uint32_t*>(own_k + sub * D)[i];
-          vw[u][i] = reinterpret_cast<const uint32_t*>(own_v + sub * D)[i];
-        }
-      } else if (base != begin || t >= pos) {  // the first round's earlier positions are in flight already
+      if (base != begin || t >= pos) {  // the first round's earlier positions are in flight already
         load_bf16_words<D>(kb + t * stride, kw[u]);
         load_bf16_words<D>(vb + t * stride, vw[u]);
       }
@@ -555,43 +440,19 @@ __device__ __forceinline__ void attention_decode_head(
 }
 
 // A decode attention entry point. Every kind takes the same arguments, so the decoder launches the
-// one it chose with one argument list; each waits for the previous kernel itself, after it has
-// asked for what does not depend on it (l2_ahead: bytes a later kernel of the step reads, or null).
+// one it chose with one argument list; each waits for the previous kernel itself, after asking for
+// what does not depend on it.
 #define MOEFORGE_DECODE_ATTENTION_ENTRY(NAME, BODY, BOUNDS)                                                             \
   extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                                            \
-      const float* __restrict__ q, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,             \
+      const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
       const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts,                    \
       int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window,     \
-      float scale, const void* l2_ahead, long long l2_ahead_bytes) {                                                    \
+      float scale) {                                                                                                    \
     let_next_kernel_launch();                                                                                           \
-    BODY(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context, window, scale, l2_ahead,  \
-         l2_ahead_bytes);                                                                                               \
+    BODY(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context, window, scale);          \
   }
-// A register budget ptxas keeps to for the fused kind, two blocks at head_dim 256 (with none it
-// spilled 8 bytes at head_dim 16 on sm_90a; with four, 88-124 bytes at 256).
-constexpr int kAttnMinBlocks = 4;
-template <int HD>
-__device__ __forceinline__ void attention_decode_by_head(
-    const float* __restrict__ q, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache,
-    const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
-    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale, const void* l2_ahead,
-    long long l2_ahead_bytes) {
-  attention_decode_head<HD, false>(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context, window,
-                                   scale, l2_ahead, l2_ahead_bytes, FusedQkv{});
-}
-#define MOEFORGE_ATTENTION_DECODE(HD)                                                                                    \
-  MOEFORGE_DECODE_ATTENTION_ENTRY(attention_decode_##HD, attention_decode_by_head<HD>, (32 * kAttnWarps))               \
-  extern "C" __global__ void __launch_bounds__(32 * kAttnWarps, HD > 128 ? 2 : kAttnMinBlocks) attention_decode_qkv_##HD(              \
-      const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,  \
-      float eps, const float* __restrict__ inv_freq, float rope_scaling, __nv_bfloat16* __restrict__ k_cache,            \
-      __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ positions, const float* __restrict__ sinks,           \
-      float* __restrict__ parts, int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads,    \
-      int context, int window, float scale, const void* l2_ahead, long long l2_ahead_bytes) {                           \
-    let_next_kernel_launch();                                                                                           \
-    attention_decode_head<HD, true>(nullptr, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads,  \
-                                    context, window, scale, l2_ahead, l2_ahead_bytes,                                   \
-                                    FusedQkv{qkv, q_norm, k_norm, norm_mode, eps, inv_freq, rope_scaling});             \
-  }
+#define MOEFORGE_ATTENTION_DECODE(HD) \
+  MOEFORGE_DECODE_ATTENTION_ENTRY(attention_decode_##HD, attention_decode_head<HD>, (32 * kAttnWarps))
 MOEFORGE_ATTENTION_DECODE(16)
 MOEFORGE_ATTENTION_DECODE(32)
 MOEFORGE_ATTENTION_DECODE(64)
@@ -879,9 +740,7 @@ template <int HD>
 __device__ __forceinline__ void attention_decode_group(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
     const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
-    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale, const void* l2_ahead,
-    long long l2_ahead_bytes) {
-  prefetch_to_l2(l2_ahead, l2_ahead_bytes);
+    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
   wait_for_previous_kernel();
   using Tile = PrefillTile<HD>;
   constexpr int kChunks = HD / 16;

@@ -15,8 +15,8 @@ import org.junit.jupiter.params.provider.CsvSource;
 /**
  * The decoder's attention kernels against attention in FP64 on fresh random q, k and v: the
  * prompt's on the tensor cores ({@code attention_prefill_<head_dim>}: causal over a chunk's rows)
- * and the decode steps' ({@code attention_decode_<head_dim>} by head, {@code attention_decode_qkv_<head_dim>}
- * by head from the projection's row, {@code attention_decode_group_<head_dim>} by kv group on the tensor cores: one row per sequence, its
+ * and the decode steps' ({@code attention_decode_<head_dim>} by head, {@code
+ * attention_decode_group_<head_dim>} by kv group on the tensor cores: one row per sequence, its
  * positions cut into slices that the last block to finish merges). Every head size each is built
  * for, GQA groups of 1 to 16, windows and sinks.
  */
@@ -119,146 +119,6 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
                 batch, context, slices, window, sinks);
     }
 
-    /**
-     * By head from the projection's fused q/k/v row ({@code attention_decode_qkv_<head_dim>}): each
-     * block norms (per head, or none) and ropes its q head, and the blocks whose slice holds a
-     * sequence's own position do the same for its k; they must attend to the token's own k and v
-     * without reading them from the cache (those rows start as NaN) and leave them there.
-     */
-    @ParameterizedTest
-    @CsvSource({
-        // head_dim, heads, kv_heads, batch, context, slices, window, sinks, norm per head (1) or none (0), YaRN's scaling
-        "16, 4, 2, 3, 40, 1, 0, false, 1, 1.0",
-        "32, 4, 4, 2, 70, 5, 0, true, 0, 1.0",
-        "64, 64, 8, 2, 300, 16, 128, true, 0, 1.3466",
-        "128, 32, 4, 1, 600, 16, 0, false, 1, 1.0",
-        "128, 32, 4, 1, 37, 16, 0, false, 1, 1.0",
-        "128, 8, 1, 4, 130, 64, 0, false, 1, 1.0",
-        "256, 4, 2, 2, 90, 3, 7, true, 1, 1.0",
-    })
-    void decodeStepFromQkvRow(int headDim, int heads, int kvHeads, int batch, int context, int slices, int window, boolean sinks,
-                              int normMode, float ropeScaling) {
-        SplittableRandom random = new SplittableRandom(headDim * 9_000_011L + context * 37L + slices + normMode);
-        int kn = kvHeads * headDim;
-        int rowWidth = (heads + 2 * kvHeads) * headDim;
-        float[] qkv = gaussian(random, batch * rowWidth);
-        short[] k = bf16(gaussian(random, batch * context * kn));
-        short[] v = bf16(gaussian(random, batch * context * kn));
-        float[] sink = gaussian(random, heads);
-        float[] qNorm = gaussian(random, headDim);
-        float[] kNorm = gaussian(random, headDim);
-        float[] invFreq = new float[headDim / 2];
-        for (int i = 0; i < invFreq.length; i++) {
-            invFreq[i] = (float) Math.pow(10000, -2.0 * i / headDim);
-        }
-        float eps = 1e-6f;
-        int[] positions = random.ints(batch, 0, context).toArray();
-        positions[0] = context - 1;
-        float[] q = new float[batch * heads * headDim];
-        short[] kWant = k.clone();
-        short[] vWant = v.clone();
-        for (int b = 0; b < batch; b++) {
-            int pos = positions[b];
-            for (int h = 0; h < heads; h++) {
-                float[] roped = normRope(qkv, b * rowWidth + h * headDim, headDim, normMode == 1 ? qNorm : null, eps, invFreq, pos,
-                        ropeScaling);
-                System.arraycopy(roped, 0, q, (b * heads + h) * headDim, headDim);
-            }
-            for (int g = 0; g < kvHeads; g++) {
-                float[] roped = normRope(qkv, b * rowWidth + (heads + g) * headDim, headDim, normMode == 1 ? kNorm : null, eps, invFreq,
-                        pos, ropeScaling);
-                for (int d = 0; d < headDim; d++) {
-                    int at = (b * context + pos) * kn + g * headDim + d;
-                    kWant[at] = Bf16.fromFloat(roped[d]);
-                    vWant[at] = Bf16.fromFloat(qkv[b * rowWidth + (heads + kvHeads + g) * headDim + d]);
-                    k[at] = Bf16.NAN;
-                    v[at] = Bf16.NAN;
-                }
-            }
-        }
-        double[] want = new double[batch * heads * headDim];
-        for (int b = 0; b < batch; b++) {
-            attendRow(q, b, false, kWant, vWant, b * context, positions[b], headDim, heads, kvHeads, window, sinks ? sink : null, want);
-        }
-        CudaFunction attention = runtime.loadResource(GpuDecoder.MODULE).function("attention_decode_qkv_" + headDim);
-        try (DeviceBuffer dqkv = DeviceBuffer.allocate(DType.FP32, qkv.length);
-             DeviceBuffer dk = DeviceBuffer.allocate(DType.BF16, k.length);
-             DeviceBuffer dv = DeviceBuffer.allocate(DType.BF16, v.length);
-             DeviceBuffer dpos = DeviceBuffer.allocate(DType.INT32, batch);
-             DeviceBuffer ds = DeviceBuffer.allocate(DType.FP32, heads);
-             DeviceBuffer dqn = DeviceBuffer.allocate(DType.FP32, headDim);
-             DeviceBuffer dkn = DeviceBuffer.allocate(DType.FP32, headDim);
-             DeviceBuffer dinv = DeviceBuffer.allocate(DType.FP32, invFreq.length);
-             DeviceBuffer parts = DeviceBuffer.allocate(DType.FP32, (long) batch * heads * slices * (headDim + 2));
-             DeviceBuffer tickets = DeviceBuffer.allocate(DType.INT32, (long) batch * heads);
-             DeviceBuffer out = DeviceBuffer.allocate(DType.BF16, want.length)) {
-            dqkv.copyFrom(qkv);
-            dk.copyFrom(k);
-            dv.copyFrom(v);
-            dpos.copyFrom(positions);
-            ds.copyFrom(sink);
-            dqn.copyFrom(qNorm);
-            dkn.copyFrom(kNorm);
-            dinv.copyFrom(invFreq);
-            tickets.fillWords32(0);
-            // the second run finds the tickets the first left at zero and the token's rows written, and asks for the qkv row in L2 ahead
-            for (int run = 0; run < 2; run++) {
-                out.fillBytes16(Bf16.NAN);
-                attention.launch(heads, slices, batch, 128, 1, 1, 0, stream, dqkv, dqn, dkn, normMode, eps, dinv, ropeScaling, dk, dv, dpos,
-                        sinks ? ds : (Object) 0L, parts, tickets, out, heads, kvHeads, context, window, (float) (1 / Math.sqrt(headDim)),
-                        run == 1 ? dqkv : (Object) 0L, run == 1 ? dqkv.bytes() / 16 * 16 : 0L);
-                stream.synchronize();
-                short[] got = new short[want.length];
-                out.copyTo(got);
-                ErrorStats e = ErrorStats.of(want, got);
-                assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, "attention_decode_qkv_" + headDim + ", " + slices
-                        + " slices, run " + run + ": " + e);
-                short[] kGot = new short[k.length];
-                short[] vGot = new short[v.length];
-                dk.copyTo(kGot);
-                dv.copyTo(vGot);
-                ErrorStats ke = ErrorStats.of(widen(kWant), kGot);
-                assertTrue(ke.nonFinite() == 0 && ke.relativeL2() < 1e-2, "the cache's k after the step, run " + run + ": " + ke);
-                assertTrue(java.util.Arrays.equals(vWant, vGot), "the cache's v after the step, run " + run);
-            }
-        }
-    }
-
-    /** A head of the fused row, RMS-normed with {@code weight} where given, then roped at pos (NeoX pairs i, i + d/2) times {@code scaling}. */
-    private static float[] normRope(float[] row, int from, int headDim, float[] weight, float eps, float[] invFreq, int pos,
-                                    float scaling) {
-        double[] x = new double[headDim];
-        double ss = 0;
-        for (int d = 0; d < headDim; d++) {
-            x[d] = row[from + d];
-            ss += x[d] * x[d];
-        }
-        if (weight != null) {
-            double r = 1 / Math.sqrt(ss / headDim + eps);
-            for (int d = 0; d < headDim; d++) {
-                x[d] = weight[d] * x[d] * r;
-            }
-        }
-        int half = headDim / 2;
-        float[] out = new float[headDim];
-        for (int i = 0; i < half; i++) {
-            double angle = invFreq[i] * (float) pos;  // in FP32, as the model computes it
-            double c = Math.cos(angle) * scaling;
-            double s = Math.sin(angle) * scaling;
-            out[i] = (float) (x[i] * c - x[i + half] * s);
-            out[i + half] = (float) (x[i + half] * c + x[i] * s);
-        }
-        return out;
-    }
-
-    private static double[] widen(short[] bits) {
-        double[] out = new double[bits.length];
-        for (int i = 0; i < out.length; i++) {
-            out[i] = Bf16.toFloat(bits[i]);
-        }
-        return out;
-    }
-
     private void checkDecode(String kernel, int blocks, int shared, boolean roundQ, int headDim, int heads, int kvHeads, int batch,
                              int context, int slices, int window, boolean sinks) {
         SplittableRandom random = new SplittableRandom(headDim * 7_000_003L + context * 31L + slices);
@@ -292,11 +152,10 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
             dpos.copyFrom(positions);
             ds.copyFrom(sink);
             tickets.fillWords32(0);
-            // the second run finds the tickets the first left at zero, and asks for the k cache in L2 ahead
-            for (int run = 0; run < 2; run++) {
+            for (int run = 0; run < 2; run++) {  // the second run finds the tickets the first left at zero
                 out.fillBytes16(Bf16.NAN);
                 attention.launch(blocks, slices, batch, 128, 1, 1, shared, stream, dq, dk, dv, dpos, sinks ? ds : (Object) 0L, parts, tickets, out,
-                        heads, kvHeads, context, window, (float) scale, run == 1 ? dk : (Object) 0L, run == 1 ? dk.bytes() / 16 * 16 : 0L);
+                        heads, kvHeads, context, window, (float) scale);
                 stream.synchronize();
                 short[] got = new short[want.length];
                 out.copyTo(got);

@@ -5,7 +5,6 @@ import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.GEMV;
 import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.MMA;
 import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.TILES;
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
@@ -78,17 +77,10 @@ class GpuDecoderKernelsTest {
         assertEquals(2, GpuDecoder.DecodeAttention.of(qwen, 100, 1, GpuDecoder.AttentionKernels.BY_GROUP).slices());
         assertEquals("attention_decode_128",
                 GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_HEAD).kernel());
-        // one sequence by head: the q/k norm inside attention, except where forced by head
-        GpuDecoder.DecodeAttention fused = GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_BATCH);
-        assertEquals("attention_decode_qkv_128", fused.kernel());
-        assertTrue(fused.fromQkvRow());
-        assertFalse(GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_HEAD).fromQkvRow());
-        assertFalse(GpuDecoder.DecodeAttention.of(qwen, 512, 2, GpuDecoder.AttentionKernels.BY_BATCH).fromQkvRow());
         ModelPreset o = ModelPreset.of(Architecture.OLMOE, "olmoe-1b-7b");
         ModelConfig olmoe = ModelConfig.parse(RandomModel.config(o, SafetensorsDType.BF16, new ObjectMapper()));
         GpuDecoder.DecodeAttention byHead = GpuDecoder.DecodeAttention.of(olmoe, 512, 1, GpuDecoder.AttentionKernels.BY_BATCH);
-        assertEquals("attention_decode_128", byHead.kernel());  // OLMoE's norm spans every head: its own kernel
-        assertFalse(byHead.fromQkvRow());
+        assertEquals("attention_decode_128", byHead.kernel());
         assertEquals(16, byHead.blocks());
         assertEquals(GpuDecoder.attentionSplits(512, 1, 16), byHead.slices());
         assertEquals(0, byHead.sharedBytes());
