@@ -271,24 +271,29 @@ constexpr int kAttnWarps = 4;
 constexpr int kAttnGroups = kAttnWarps * 4;  // groups of 8 lanes
 constexpr int kAttnInFlight = 2;              // positions per group whose loads are issued together
 
-// n bf16 from 2n-byte aligned memory as n/2 32-bit words, in 16-byte loads where n allows.
-template <int N>
+// n bf16 from 2n-byte aligned memory as n/2 32-bit words, in 16-byte loads where n allows. kFresh:
+// through L2 only (ld.global.cg), for what the previous kernel may have written while this one was
+// already running: a read-only load may be served from before the wait, or merged with one issued there.
+template <int N, bool kFresh = false>
 __device__ __forceinline__ void load_bf16_words(const __nv_bfloat16* p, uint32_t (&w)[N / 2]) {
   if constexpr (N >= 8) {
 #pragma unroll
     for (int c = 0; c < N / 8; ++c) {
-      const uint4 u = *reinterpret_cast<const uint4*>(p + 8 * c);
+      const uint4* at = reinterpret_cast<const uint4*>(p + 8 * c);
+      const uint4 u = kFresh ? __ldcg(at) : *at;
       w[4 * c] = u.x;
       w[4 * c + 1] = u.y;
       w[4 * c + 2] = u.z;
       w[4 * c + 3] = u.w;
     }
   } else if constexpr (N == 4) {
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    const uint2* at = reinterpret_cast<const uint2*>(p);
+    const uint2 u = kFresh ? __ldcg(at) : *at;
     w[0] = u.x;
     w[1] = u.y;
   } else {
-    w[0] = *reinterpret_cast<const uint32_t*>(p);
+    const unsigned int* at = reinterpret_cast<const unsigned int*>(p);
+    w[0] = kFresh ? __ldcg(at) : *at;
   }
 }
 
@@ -349,8 +354,8 @@ __device__ __forceinline__ void attention_decode_head(
     for (int u = 0; u < kAttnInFlight; ++u) {
       const int t = min(t0 + u * kAttnGroups, end);  // past the slice: a position in it, loaded and dropped
       if (base != begin || t >= pos) {  // the first round's earlier positions are in flight already
-        load_bf16_words<D>(kb + t * stride, kw[u]);
-        load_bf16_words<D>(vb + t * stride, vw[u]);
+        load_bf16_words<D, true>(kb + t * stride, kw[u]);
+        load_bf16_words<D, true>(vb + t * stride, vw[u]);
       }
     }
 #pragma unroll
