@@ -31,9 +31,11 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // Programmatic dependent launch (sm_90+; under a plain launch both return at once): the next kernel
 // of the step starts launching now and parks in its own wait, so launches overlap the work instead
 // of following it; this kernel waits until the previous one has finished and its writes are visible.
+__device__ __forceinline__ void let_next_kernel_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void begin_after_previous_kernel() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  let_next_kernel_launch();
+  wait_for_previous_kernel();
 }
 
 }  // namespace
@@ -269,24 +271,30 @@ constexpr int kAttnWarps = 4;
 constexpr int kAttnGroups = kAttnWarps * 4;  // groups of 8 lanes
 constexpr int kAttnInFlight = 2;              // positions per group whose loads are issued together
 
-// n bf16 from 2n-byte aligned memory as n/2 32-bit words, in 16-byte loads where n allows.
-template <int N>
+// n bf16 from 2n-byte aligned memory as n/2 32-bit words, in 16-byte loads where n allows. kFresh:
+// through L2 (ld.global.cg), for what the previous kernel writes: ptxas treats a read-only load of a
+// const __restrict__ pointer as invariant and may move it above griddepcontrol.wait once the kernel
+// does work before its wait (seen on sm_90a: q's loads ahead of the wait, the first decode step wrong).
+template <int N, bool kFresh = false>
 __device__ __forceinline__ void load_bf16_words(const __nv_bfloat16* p, uint32_t (&w)[N / 2]) {
   if constexpr (N >= 8) {
 #pragma unroll
     for (int c = 0; c < N / 8; ++c) {
-      const uint4 u = *reinterpret_cast<const uint4*>(p + 8 * c);
+      const uint4* at = reinterpret_cast<const uint4*>(p + 8 * c);
+      const uint4 u = kFresh ? __ldcg(at) : *at;
       w[4 * c] = u.x;
       w[4 * c + 1] = u.y;
       w[4 * c + 2] = u.z;
       w[4 * c + 3] = u.w;
     }
   } else if constexpr (N == 4) {
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    const uint2* at = reinterpret_cast<const uint2*>(p);
+    const uint2 u = kFresh ? __ldcg(at) : *at;
     w[0] = u.x;
     w[1] = u.y;
   } else {
-    w[0] = *reinterpret_cast<const uint32_t*>(p);
+    const unsigned int* at = reinterpret_cast<const unsigned int*>(p);
+    w[0] = kFresh ? __ldcg(at) : *at;
   }
 }
 
@@ -309,32 +317,47 @@ __device__ __forceinline__ void attention_decode_head(
   const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, b = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = threadIdx.x >> 3, sub = threadIdx.x & 7;
   const int kvh = h / (heads / kv_heads);
-  const int pos = positions[b];
+  const int pos = positions[b];  // advanced by the previous step's pick, which ended before this step began
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int span = (pos - first + splits) / splits;  // ceil((pos - first + 1) / splits)
   const int begin = first + split * span, end = min(pos, begin + span - 1);
+  const size_t stride = static_cast<size_t>(kv_heads) * HD;
+  const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
+  const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
+  // The slice's first rows are asked for before the wait: earlier steps wrote every position before
+  // the token's own, so only the token's row (the previous kernel writes it) waits.
+  uint32_t kw[kAttnInFlight][D / 2], vw[kAttnInFlight][D / 2];
+  if (begin <= end) {
+#pragma unroll
+    for (int u = 0; u < kAttnInFlight; ++u) {
+      const int t = min(begin + group + u * kAttnGroups, end);
+      if (t < pos) {
+        load_bf16_words<D>(kb + t * stride, kw[u]);
+        load_bf16_words<D>(vb + t * stride, vw[u]);
+      }
+    }
+  }
+  wait_for_previous_kernel();
   float qv[D], acc[D];
   {
     const float* qh = q + (static_cast<size_t>(b) * heads + h) * HD + sub * D;
 #pragma unroll
     for (int i = 0; i < D; ++i) {
-      qv[i] = qh[i] * scale;
+      qv[i] = __ldcg(qh + i) * scale;  // the previous kernel's output: a read-only load could be hoisted above the wait
       acc[i] = 0.0f;
     }
   }
   float m = -INFINITY, l = 0.0f;
-  const size_t stride = static_cast<size_t>(kv_heads) * HD;
-  const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
-  const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
   // the same trip count for every group (their shuffles need the whole warp); positions past the slice are dropped
   for (int base = begin; base <= end; base += kAttnGroups * kAttnInFlight) {
     const int t0 = base + group;
-    uint32_t kw[kAttnInFlight][D / 2], vw[kAttnInFlight][D / 2];
 #pragma unroll
     for (int u = 0; u < kAttnInFlight; ++u) {
       const int t = min(t0 + u * kAttnGroups, end);  // past the slice: a position in it, loaded and dropped
-      load_bf16_words<D>(kb + t * stride, kw[u]);
-      load_bf16_words<D>(vb + t * stride, vw[u]);
+      if (base != begin || t >= pos) {  // the first round's earlier positions are in flight already
+        load_bf16_words<D, true>(kb + t * stride, kw[u]);
+        load_bf16_words<D, true>(vb + t * stride, vw[u]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < kAttnInFlight; ++u) {
@@ -423,14 +446,15 @@ __device__ __forceinline__ void attention_decode_head(
 }
 
 // A decode attention entry point. Every kind takes the same arguments, so the decoder launches the
-// one it chose with one argument list.
+// one it chose with one argument list; each waits for the previous kernel itself, after asking for
+// what does not depend on it.
 #define MOEFORGE_DECODE_ATTENTION_ENTRY(NAME, BODY, BOUNDS)                                                             \
   extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                                            \
       const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
       const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts,                    \
       int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window,     \
       float scale) {                                                                                                    \
-    begin_after_previous_kernel();                                                                                      \
+    let_next_kernel_launch();                                                                                           \
     BODY(q, k_cache, v_cache, positions, sinks, parts, tickets, out, heads, kv_heads, context, window, scale);          \
   }
 #define MOEFORGE_ATTENTION_DECODE(HD) \
@@ -723,6 +747,7 @@ __device__ __forceinline__ void attention_decode_group(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
     const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
     __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
+  wait_for_previous_kernel();
   using Tile = PrefillTile<HD>;
   constexpr int kChunks = HD / 16;
   constexpr float kLog2e = 1.4426950408889634f;
