@@ -272,16 +272,17 @@ constexpr int kAttnGroups = kAttnWarps * 4;  // groups of 8 lanes
 constexpr int kAttnInFlight = 2;              // positions per group whose loads are issued together
 
 // n bf16 from 2n-byte aligned memory as n/2 32-bit words, in 16-byte loads where n allows. kFresh:
-// through L2 (ld.global.cg), for what the previous kernel writes: ptxas treats a read-only load of a
+// a plain load (ld.global.ca), for what the previous kernel writes: ptxas treats a read-only load of a
 // const __restrict__ pointer as invariant and may move it above griddepcontrol.wait once the kernel
-// does work before its wait (seen on sm_90a: q's loads ahead of the wait, the first decode step wrong).
+// does work before its wait (seen on sm_90a: q's loads ahead of the wait, the first decode step wrong);
+// ld.global.cg keeps the order too but its strong loads cost attention 15% at one sequence.
 template <int N, bool kFresh = false>
 __device__ __forceinline__ void load_bf16_words(const __nv_bfloat16* p, uint32_t (&w)[N / 2]) {
   if constexpr (N >= 8) {
 #pragma unroll
     for (int c = 0; c < N / 8; ++c) {
       const uint4* at = reinterpret_cast<const uint4*>(p + 8 * c);
-      const uint4 u = kFresh ? __ldcg(at) : *at;
+      const uint4 u = kFresh ? __ldca(at) : *at;
       w[4 * c] = u.x;
       w[4 * c + 1] = u.y;
       w[4 * c + 2] = u.z;
@@ -289,12 +290,12 @@ __device__ __forceinline__ void load_bf16_words(const __nv_bfloat16* p, uint32_t
     }
   } else if constexpr (N == 4) {
     const uint2* at = reinterpret_cast<const uint2*>(p);
-    const uint2 u = kFresh ? __ldcg(at) : *at;
+    const uint2 u = kFresh ? __ldca(at) : *at;
     w[0] = u.x;
     w[1] = u.y;
   } else {
     const unsigned int* at = reinterpret_cast<const unsigned int*>(p);
-    w[0] = kFresh ? __ldcg(at) : *at;
+    w[0] = kFresh ? __ldca(at) : *at;
   }
 }
 
@@ -343,7 +344,7 @@ __device__ __forceinline__ void attention_decode_head(
     const float* qh = q + (static_cast<size_t>(b) * heads + h) * HD + sub * D;
 #pragma unroll
     for (int i = 0; i < D; ++i) {
-      qv[i] = __ldcg(qh + i) * scale;  // the previous kernel's output: a read-only load could be hoisted above the wait
+      qv[i] = __ldca(qh + i) * scale;  // the previous kernel's output: a read-only load could be hoisted above the wait
       acc[i] = 0.0f;
     }
   }
