@@ -80,23 +80,36 @@ __device__ __forceinline__ Lane<BYTES> load_weights(const void* p) {
   return v;
 }
 
-template <int BYTES>
+// Activations (the previous kernel's output) through L1. kAfterLateWait: the kernel did work before
+// its griddepcontrol.wait (weights asked for first), so the loads are plain (ld.global.ca): ptxas treats
+// a read-only load (__ldg) as invariant and moved some above the wait, reading the input before the
+// previous kernel had written it (seen in router_cluster on sm_90a).
+template <class T, bool kAfterLateWait>
+__device__ __forceinline__ T load_activation_word(const T* p) {
+  if constexpr (kAfterLateWait) {
+    return __ldca(p);
+  } else {
+    return __ldg(p);
+  }
+}
+
+template <int BYTES, bool kAfterLateWait = false>
 __device__ __forceinline__ Lane<BYTES> load_activations(const void* p) {
   Lane<BYTES> v;
   if constexpr (BYTES > 16) {
 #pragma unroll
     for (int i = 0; i < BYTES / 16; ++i) {
-      const uint4 q = __ldg(reinterpret_cast<const uint4*>(p) + i);
+      const uint4 q = load_activation_word<uint4, kAfterLateWait>(reinterpret_cast<const uint4*>(p) + i);
       v.w[4 * i] = q.x; v.w[4 * i + 1] = q.y; v.w[4 * i + 2] = q.z; v.w[4 * i + 3] = q.w;
     }
   } else if constexpr (BYTES == 16) {
-    const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
+    const uint4 q = load_activation_word<uint4, kAfterLateWait>(reinterpret_cast<const uint4*>(p));
     v.w[0] = q.x; v.w[1] = q.y; v.w[2] = q.z; v.w[3] = q.w;
   } else if constexpr (BYTES == 8) {
-    const uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
+    const uint2 q = load_activation_word<uint2, kAfterLateWait>(reinterpret_cast<const uint2*>(p));
     v.w[0] = q.x; v.w[1] = q.y;
   } else {
-    v.w[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
+    v.w[0] = load_activation_word<unsigned int, kAfterLateWait>(reinterpret_cast<const unsigned int*>(p));
   }
   return v;
 }
@@ -1617,7 +1630,7 @@ __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restri
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = c0 + i * 32 + lane;
-      av[i] = c < end ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
+      av[i] = c < end ? load_activations<LB, kWaitAfterWeights>(x_row + c * LB) : zero_lane<LB>();
     }
 #pragma unroll
     for (int i = 0; i < U; ++i) acc = dot_bf16<LB>(wv[i], av[i], acc);
@@ -1704,7 +1717,7 @@ __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x
 #pragma unroll
         for (int i = 0; i < U; ++i) {
           const int c = c0 + i * 32 + lane;
-          av[i] = c < end ? load_activations<LB>(x_row + c * LB) : zero_lane<LB>();
+          av[i] = c < end ? load_activations<LB, true>(x_row + c * LB) : zero_lane<LB>();
         }
 #pragma unroll
         for (int i = 0; i < U; ++i) acc[t] = dot_bf16<LB>(wv[i], av[i], acc[t]);
@@ -1852,7 +1865,7 @@ __device__ __forceinline__ void linear_mma(const __nv_bfloat16* __restrict__ x, 
       const bool in = k < K;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const Lane<16> xv = in && token_in[j] ? load_activations<16>(x_rows[j] + k) : zero_lane<16>();
+        const Lane<16> xv = in && token_in[j] ? load_activations<16, true>(x_rows[j] + k) : zero_lane<16>();
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const uint32_t a0[4] = {wv[u][r][0].w[0], wv[u][r][1].w[0], wv[u][r][0].w[1], wv[u][r][1].w[1]};

@@ -90,8 +90,11 @@ class LinearGpuTest extends GpuSession {
                 c.epilogue(), runtime.target())).spec();
     }
 
+    private static LateWriter lateWriter;
+
     @BeforeAll
     static void compileSuite() throws Exception {
+        lateWriter = new LateWriter(runtime);
         compileAll(cases().map(a -> spec((Case) a.get()[0], (Integer) a.get()[1])).distinct().toList());
     }
 
@@ -147,6 +150,21 @@ class LinearGpuTest extends GpuSession {
             }
             bounds.check(e, () -> spec.name() + " M=" + tokens + " seed=" + seed + " first outputs "
                     + Arrays.toString(Arrays.copyOf(ref, Math.min(4, ref.length))));
+
+            // in a chain, overlapping a kernel that writes x late: the same bytes (no input read before the wait)
+            byte[] alone = new byte[(int) y.bytes()];
+            y.copyTo(alone);
+            try (DeviceBuffer fresh = uploadBf16(x)) {
+                dx.copyFrom(RandomInputs.bf16Normal(seed + 3, x.length, 1.0));
+                y.fillBytes16((short) 0x7FC0);
+                lateWriter.enqueue(stream, fresh, dx);
+                kernel.launch(stream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, args);
+                stream.synchronize();
+            }
+            byte[] chained = new byte[alone.length];
+            y.copyTo(chained);
+            org.junit.jupiter.api.Assertions.assertArrayEquals(alone, chained, spec.name() + " M=" + tokens
+                    + ": after a late writer of x the output differs");
         }
     }
 }

@@ -30,6 +30,7 @@ import dev.moeforge.dsl.schedule.RouterGemv;
 import dev.moeforge.dsl.schedule.RouterTiled;
 import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.runtime.cuda.CudaGraph;
+import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.util.ArrayList;
@@ -152,8 +153,11 @@ class RouterGpuTest extends GpuSession {
      * accumulators for 512 experts, for one. Each schedule must still meet at least four cases.
      */
     /** Every case's kernel compiled (through the cache) in parallel before the tests load them one by one. */
+    private static LateWriter lateWriter;
+
     @BeforeAll
     static void compileSuite() throws Exception {
+        lateWriter = new LateWriter(runtime);
         compileAll(cases().map(a -> spec((Case) a.get()[0], (Integer) a.get()[1])).distinct().toList());
     }
 
@@ -315,6 +319,20 @@ class RouterGpuTest extends GpuSession {
             int[] gotIds = new int[(int) idsOut.elements()];
             idsOut.copyTo(gotIds);
             compare(spec, ref, rows, k, c.experts(), gotWeights, gotIds, store.dtype(), where);
+
+            // in a chain, overlapping a kernel that writes x late: the same bytes (no input read before the wait)
+            try (DeviceBuffer fresh = DeviceBuffer.allocate(DType.BF16, x.length)) {
+                fresh.copyFrom(x);
+                dx.copyFrom(RandomInputs.bf16Normal(x.length * 31L + tokens, x.length, 1.0));
+                poison(weightsOut, idsOut);
+                lateWriter.enqueue(stream, fresh, dx);
+                router.enqueue(stream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, dx, dw, deviceRows, outputs);
+                stream.synchronize();
+            }
+            assertArrayEquals(gotWeights, readWeights(weightsOut, store.dtype()), "after a late writer of x: " + where);
+            int[] chained = new int[gotIds.length];
+            idsOut.copyTo(chained);
+            assertArrayEquals(gotIds, chained, "ids after a late writer of x: " + where);
 
             // graph replay: the same bytes, and every ticket back at zero
             poison(weightsOut, idsOut);

@@ -1,0 +1,33 @@
+package dev.moeforge.runtime.moe;
+
+import dev.moeforge.runtime.cuda.CudaFunction;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import dev.moeforge.runtime.kernel.ModuleResource;
+
+/**
+ * Writes a kernel's input late in a chain ({@code late_copy} in late_writer.cu): the next kernel,
+ * launched overlapping this one, starts while its input still holds the old bytes, so a kernel that
+ * reads its input before its wait for the previous kernel gives a different answer than alone.
+ */
+final class LateWriter {
+    /** Long enough for the next kernel's blocks to be resident and past their first loads before the copy. */
+    static final long DELAY_NS = 20_000;
+
+    private final CudaFunction copy;
+
+    LateWriter(KernelRuntime runtime) {
+        copy = runtime.loadResource(new ModuleResource(LateWriter.class, "late_writer.cu")).function("late_copy");
+    }
+
+    /** Enqueues the copy of {@code src} into {@code dst} (same size, whole 32-bit words), {@link #DELAY_NS} after it starts. */
+    void enqueue(CudaStream stream, DeviceBuffer src, DeviceBuffer dst) {
+        if (src.bytes() != dst.bytes() || src.bytes() % 4 != 0) {
+            throw new IllegalArgumentException("late copy of " + src + " into " + dst + ": same size in whole words");
+        }
+        long words = src.bytes() / 4;
+        int blocks = (int) Math.clamp(Math.ceilDiv(words, 256L), 1, 1024);
+        copy.launch(blocks, 1, 1, 256, 1, 1, 0, stream, src, dst, words, DELAY_NS);
+    }
+}
