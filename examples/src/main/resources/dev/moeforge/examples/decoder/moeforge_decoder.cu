@@ -275,7 +275,7 @@ constexpr int kAttnInFlight = 2;              // positions per group whose loads
 // a plain load (ld.global.ca), for what the previous kernel writes: ptxas treats a read-only load of a
 // const __restrict__ pointer as invariant and may move it above griddepcontrol.wait once the kernel
 // does work before its wait (seen on sm_90a: q's loads ahead of the wait, the first decode step wrong);
-// ld.global.cg keeps the order too but its strong loads cost attention 15% at one sequence.
+// ld.global.cg keeps the order too, but its strong loads made attention slower (bench/NOTES.md).
 template <int N, bool kFresh = false>
 __device__ __forceinline__ void load_bf16_words(const __nv_bfloat16* p, uint32_t (&w)[N / 2]) {
   if constexpr (N >= 8) {

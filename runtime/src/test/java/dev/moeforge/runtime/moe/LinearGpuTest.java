@@ -1,5 +1,7 @@
 package dev.moeforge.runtime.moe;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+
 import dev.moeforge.dsl.build.Epilogues;
 import dev.moeforge.dsl.check.SpecException;
 import dev.moeforge.dsl.check.Validator;
@@ -163,7 +165,7 @@ class LinearGpuTest extends GpuSession {
             }
             byte[] chained = new byte[alone.length];
             y.copyTo(chained);
-            org.junit.jupiter.api.Assertions.assertArrayEquals(alone, chained, spec.name() + " M=" + tokens
+            assertArrayEquals(alone, chained, spec.name() + " M=" + tokens
                     + ": after a late writer of x the output differs");
         }
     }
