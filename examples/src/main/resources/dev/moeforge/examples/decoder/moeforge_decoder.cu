@@ -318,7 +318,7 @@ __device__ __forceinline__ void attention_decode_head(
   const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, b = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = threadIdx.x >> 3, sub = threadIdx.x & 7;
   const int kvh = h / (heads / kv_heads);
-  const int pos = positions[b];  // advanced by the previous step's pick, which ended before this step began
+  const int pos = positions[b];  // written before this step's launch (the last step's pick, or the host)
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int span = (pos - first + splits) / splits;  // ceil((pos - first + 1) / splits)
   const int begin = first + split * span, end = min(pos, begin + span - 1);
@@ -447,8 +447,8 @@ __device__ __forceinline__ void attention_decode_head(
 }
 
 // A decode attention entry point. Every kind takes the same arguments, so the decoder launches the
-// one it chose with one argument list; each waits for the previous kernel itself, after asking for
-// what does not depend on it.
+// one it chose with one argument list; each waits for the previous kernel itself (by head after
+// asking for its first cache rows, which do not depend on that kernel).
 #define MOEFORGE_DECODE_ATTENTION_ENTRY(NAME, BODY, BOUNDS)                                                             \
   extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                                            \
       const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \
