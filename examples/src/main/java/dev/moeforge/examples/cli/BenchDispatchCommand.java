@@ -34,7 +34,7 @@ import picocli.CommandLine.Parameters;
 
 /**
  * {@code moeforge bench dispatch DIR}: the expert layer with routing-aware dispatch decided on the
- * GPU (the plan, the dispatch kernel and a graph switch per half; {@link DispatchedLayer}) against
+ * GPU (the plan choosing the pair and one graph switch, per layer or per step; {@link DispatchedLayer}) against
  * the static pair an autotuner picks per batch (the best measured at the batch's most balanced
  * profiled point), at each profiled batch and a skewed routing; and the dispatch's own cost
  * (the dispatched layer against a plain layer of the pair it chose).
@@ -85,8 +85,9 @@ public final class BenchDispatchCommand implements Callable<Integer> {
              HalfProfiler bench = new HalfProfiler(kernels, stream, shape, layers, maxBatch, seed)) {
             System.out.printf(Locale.ROOT, "dispatch of %s on %s: %d gate_up and %d down candidates, %d layers rotated%n",
                     profile.get("model").asText(), ctx.deviceName(), table.gateUp().size(), table.down().size(), layers);
-            System.out.printf(Locale.ROOT, "%-6s %-6s %12s %12s %10s %12s %10s %8s %8s %8s  %s%n", "M", "beta", "dispatched", "static",
-                    "speedup", "chosen plain", "overhead", "serial", "decision", "plan", "chosen / static");
+            System.out.printf(Locale.ROOT, "%-6s %-6s %12s %10s %12s %10s %12s %10s %8s %8s %8s %8s  %s%n", "M", "beta", "dispatched",
+                    "per step", "static", "speedup", "chosen plain", "overhead", "serial", "decision", "+choice", "plan",
+                    "chosen / static");
             for (int m : batches) {
                 PoolFit.Point balanced = fit.profiled().stream().filter(p -> p.batch() == m)
                         .max(java.util.Comparator.comparingDouble(PoolFit.Point::balancedness)).orElseThrow();
@@ -101,6 +102,16 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         Timing withDispatch = bench.timeLayers(stream, l -> dispatched.record(stream, bodies, m, bench.x(),
                                 bench.gateUpWeights(l), bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()),
                                 options.warmup, options.reps);
+                        List<DispatchedLayer.LayerIo> all = new ArrayList<>();
+                        for (int l = 0; l < layers; l++) {
+                            all.add(new DispatchedLayer.LayerIo(bench.x(), bench.gateUpWeights(l), bench.downWeights(l), bench.ids(),
+                                    bench.weights(), bench.inter(), bench.y()));
+                        }
+                        Timing perStep = bench.timeLayers(stream, l -> {
+                            if (l == 0) {
+                                dispatched.record(stream, bodies, m, all, DispatchedLayer.Scope.STEP);
+                            }
+                        }, options.warmup, options.reps);
                         int[] chosen = dispatched.lastChoice();
                         String chosenUp = table.gateUp().get(chosen[0]).name();
                         String chosenDown = table.down().get(chosen[1]).name();
@@ -118,35 +129,38 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                             chosenSerial = bench.timeLayers(stream, l -> serial.enqueue(stream, m, bench.x(), bench.gateUpWeights(l),
                                     bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()), options.warmup, options.reps);
                         }
-                        // the decision in parts: the plan (-1), with the dispatch kernel (0), and one (1) or both (2) switches
-                        double[] parts = new double[4];
-                        for (int switches = -1; switches <= 2; switches++) {
-                            int n = switches;
-                            parts[n + 1] = bench.timeLayers(stream, l -> dispatched.recordDecision(stream, bodies, m, bench.ids(), n),
-                                    options.warmup, options.reps).medianMicros();
-                        }
+                        // the decision in parts: the plan alone, the plan with the choice in it, and with the switch (bodies empty)
+                        double plan = bench.timeLayers(stream, l -> dispatched.recordPlan(stream, m, bench.ids()), options.warmup,
+                                options.reps).medianMicros();
+                        double planAndChoice = bench.timeLayers(stream, l -> dispatched.recordDecision(stream, bodies, m, bench.ids(),
+                                false), options.warmup, options.reps).medianMicros();
+                        double decision = bench.timeLayers(stream, l -> dispatched.recordDecision(stream, bodies, m, bench.ids(), true),
+                                options.warmup, options.reps).medianMicros();
                         double beta = routing.balancedness(shape.experts());
                         Map<String, Object> row = new LinkedHashMap<>();
                         row.put("batch", m);
                         row.put("balancedness", beta);
                         row.put("dispatched_us", withDispatch.medianMicros());
+                        row.put("dispatched_per_step_us", perStep.medianMicros());
                         row.put("static_us", staticPair.medianMicros());
                         row.put("speedup_over_static", staticPair.medianMicros() / withDispatch.medianMicros());
+                        row.put("speedup_over_static_per_step", staticPair.medianMicros() / perStep.medianMicros());
                         row.put("chosen", chosenUp + " + " + chosenDown);
                         row.put("chosen_plain_us", chosenPlain.medianMicros());
                         row.put("dispatch_overhead_us", withDispatch.medianMicros() - chosenPlain.medianMicros());
+                        row.put("dispatch_overhead_per_step_us", perStep.medianMicros() - chosenPlain.medianMicros());
                         row.put("chosen_serial_us", chosenSerial.medianMicros());
-                        row.put("plan_us", parts[0]);
-                        row.put("plan_and_dispatch_kernel_us", parts[1]);
-                        row.put("plan_kernel_and_one_switch_us", parts[2]);
-                        row.put("decision_us", parts[3]);
+                        row.put("plan_us", plan);
+                        row.put("plan_with_choice_us", planAndChoice);
+                        row.put("decision_us", decision);
                         row.put("static", staticUp + " + " + staticDown);
                         rows.add(row);
-                        System.out.printf(Locale.ROOT, "%-6d %-6.2f %12.1f %12.1f %9.3fx %12.1f %10.1f %8.1f %8.1f %8.1f  %s / %s%n", m, beta,
-                                withDispatch.medianMicros(), staticPair.medianMicros(), staticPair.medianMicros() / withDispatch.medianMicros(),
-                                chosenPlain.medianMicros(), withDispatch.medianMicros() - chosenPlain.medianMicros(),
-                                chosenSerial.medianMicros(), parts[3], parts[0],
-                                shortName(chosenUp) + " + " + shortName(chosenDown), shortName(staticUp) + " + " + shortName(staticDown));
+                        System.out.printf(Locale.ROOT, "%-6d %-6.2f %12.1f %10.1f %12.1f %9.3fx %12.1f %10.1f %8.1f %8.1f %8.1f %8.1f  %s / %s%n",
+                                m, beta, withDispatch.medianMicros(), perStep.medianMicros(), staticPair.medianMicros(),
+                                staticPair.medianMicros() / withDispatch.medianMicros(), chosenPlain.medianMicros(),
+                                withDispatch.medianMicros() - chosenPlain.medianMicros(), chosenSerial.medianMicros(), decision,
+                                planAndChoice, plan, shortName(chosenUp) + " + " + shortName(chosenDown),
+                                shortName(staticUp) + " + " + shortName(staticDown));
                     }
                 }
             }
@@ -154,12 +168,13 @@ public final class BenchDispatchCommand implements Callable<Integer> {
             doc.put("model", profile.get("model").asText());
             doc.put("pool", dir.toString());
             doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "seed", seed, "timing",
-                    "CUDA events around each replay of one graph running all layers (each: plan, dispatch kernel, a switch per half)"
-                            + "; per layer = replay / layers; median", "static", "the best measured pair at the batch's most balanced "
-                            + "profiled point", "overhead", "dispatched minus a plain graph of the pair the dispatch chose (its kernels "
-                            + "launched as programmatic dependents); serial: that pair launched without; decision: the plan, the "
-                            + "dispatch kernel and both switches with empty bodies; plan: the plan alone; and the plan with the kernel "
-                            + "and no switch or one"));
+                    "CUDA events around each replay of one graph running all layers; per layer = replay / layers; median",
+                    "dispatched", "each layer: the plan's two launches, the second choosing the pair, and one switch over the "
+                            + "(gate_up, down) pairs", "per step", "the first layer's plan chooses once; one switch whose body runs "
+                            + "every layer (its plan, gate_up, down) with that pair", "static", "the best measured pair at the "
+                            + "batch's most balanced profiled point", "overhead", "dispatched minus a plain graph of the pair the dispatch "
+                            + "chose (its kernels launched as programmatic dependents); serial: that pair launched without; decision: "
+                            + "the plan with the choice and the switch, bodies empty; +choice: without the switch; plan: the plan alone"));
             doc.put("candidates", Map.of("gate_up", table.gateUp().stream().map(DispatchTable.Row::name).toList(),
                     "down", table.down().stream().map(DispatchTable.Row::name).toList()));
             doc.put("results", rows);

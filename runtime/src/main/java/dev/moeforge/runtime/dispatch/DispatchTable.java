@@ -19,7 +19,7 @@ import java.util.Map;
 public final class DispatchTable {
     /** The most candidates per half (the kernel's table holds 64 rows in all). */
     public static final int MAX_PER_HALF = 32;
-    /** The most experts a table takes: one per thread of the dispatch kernel's block. */
+    /** The most experts a table takes: the dispatch kernel keeps the histogram in shared memory. */
     public static final int MAX_EXPERTS = 1024;
     /** The most distinct histogram features (tile heights, token tiles) the kernel sums. */
     public static final int MAX_FEATURES = 8;
@@ -167,14 +167,57 @@ public final class DispatchTable {
         return best;
     }
 
+    /** The (gate_up, down) pairs the layer's switch chooses among: every combination of the halves' rows. */
+    public int pairs() {
+        return gateUp.size() * down.size();
+    }
+
+    /** The switch's value for gate_up row {@code up} and down row {@code down}, as the kernel sets it. */
+    public int pairIndex(int up, int down) {
+        return up * this.down.size() + down;
+    }
+
+    /**
+     * What the kernel reads for the token-tile features at {@code tokens} tokens: for feature f (numbered
+     * as in {@link #packed()}) and n routed pairs on an expert, at {@code [f * (tokens + 1) + min(n, tokens)]},
+     * the chance that the expert is in a tile of the feature's tokens ({@link OutputCentric#inTile}); zero
+     * for the other features. Tabulated per token count so that the kernel does no divisions.
+     */
+    public double[] inTileTable(int tokens) {
+        if (tokens < 1) {
+            throw new IllegalArgumentException("tokens = " + tokens + ": at least 1");
+        }
+        List<String> features = features();
+        double[] out = new double[Math.max(1, features.size()) * (tokens + 1)];
+        for (Row r : all()) {
+            if (r.kind() == Kind.TOKEN_TILES) {
+                int f = features.indexOf(r.feature());
+                int per = Math.min(r.param(), tokens);
+                for (int n = 0; n <= tokens; n++) {
+                    out[f * (tokens + 1) + n] = OutputCentric.inTile(tokens, n, per);
+                }
+            }
+        }
+        return out;
+    }
+
+    private List<Row> all() {
+        List<Row> all = new ArrayList<>(gateUp);
+        all.addAll(down);
+        return all;
+    }
+
+    private List<String> features() {
+        return all().stream().map(Row::feature).filter(java.util.Objects::nonNull).distinct().toList();
+    }
+
     /** Doubles per row the kernel reads. */
     static final int ROW_DOUBLES = 10;
 
     /** The kernel's rows, gate_up's then down's, with their features numbered in order of first use. */
     public double[] packed() {
-        List<Row> all = new ArrayList<>(gateUp);
-        all.addAll(down);
-        List<String> features = all.stream().map(Row::feature).filter(java.util.Objects::nonNull).distinct().toList();
+        List<Row> all = all();
+        List<String> features = features();
         double[] out = new double[ROW_DOUBLES * all.size()];
         for (int i = 0; i < all.size(); i++) {
             Row r = all.get(i);

@@ -39,18 +39,32 @@ public final class RoutingAlign {
 
     /** Enqueues the two launches that write {@code plan} from {@code topkIds} ([tokens][k]). */
     public void enqueue(CudaStream stream, LaunchOrder order, int tokens, DeviceBuffer topkIds, PlanBuffers plan) {
+        Segments s = enqueueCount(stream, order, tokens, topkIds, plan);
+        scatter.launch(order, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds, plan.segmentCounts(), plan.sortedSlots(),
+                plan.expertOffsets(), s.pairs(), s.segment(), s.segments());
+    }
+
+    /**
+     * The first of the two launches alone, for a caller whose own second launch places the pairs
+     * (one warp a block, {@link Segments#segments()} blocks, as the align's scatter does).
+     */
+    public Segments enqueueCount(CudaStream stream, LaunchOrder order, int tokens, DeviceBuffer topkIds, PlanBuffers plan) {
         if (tokens < 1 || tokens > plan.capacity()) {
             throw new IllegalArgumentException("tokens = " + tokens + ": the routing plan holds 1.." + plan.capacity());
         }
         if (topkIds.dtype() != DType.INT32 || topkIds.elements() < (long) tokens * topk) {
             throw new IllegalArgumentException("topk_ids must be int32 [" + tokens + "][" + topk + "], got " + topkIds);
         }
-        int pairs = tokens * topk;
-        int segment = RoutingPlan.segmentLength(pairs);
-        int segments = RoutingPlan.segments(pairs);
-        count.launch(order, segments, 1, 1, 32, 1, 1, 0, stream, topkIds, plan.segmentCounts(), pairs, segment);
-        scatter.launch(order, segments, 1, 1, 32, 1, 1, 0, stream, topkIds, plan.segmentCounts(), plan.sortedSlots(),
-                plan.expertOffsets(), pairs, segment, segments);
+        Segments s = Segments.of(tokens * topk);
+        count.launch(order, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds, plan.segmentCounts(), s.pairs(), s.segment());
+        return s;
+    }
+
+    /** How the align splits {@code pairs} routed pairs: {@code segments} blocks of {@code segment} pairs. */
+    public record Segments(int pairs, int segment, int segments) {
+        static Segments of(int pairs) {
+            return new Segments(pairs, RoutingPlan.segmentLength(pairs), RoutingPlan.segments(pairs));
+        }
     }
 
     /**

@@ -1,5 +1,6 @@
 package dev.moeforge.runtime.moe;
 
+import dev.moeforge.codegen.cuda.DeviceHeader;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.Problem;
@@ -16,20 +17,40 @@ import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.kernel.ModuleResource;
 import dev.moeforge.runtime.kernel.RoutingAlign;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 import java.util.function.Function;
 
 /**
  * The expert layer with routing-aware dispatch decided on the GPU: the routing plan is built from
- * {@code topk_ids}, the dispatch kernel prices every candidate of each half on the plan's expert
- * histogram with its fitted cost model ({@link DispatchTable}) and sets a graph switch per half,
- * and the switch runs the chosen candidate. Nothing is read back to the host, so a graph of this
- * layer replays with a new routing each time and chooses again each time. It runs only as a graph:
- * {@link #capture} records one for a token count.
+ * {@code topk_ids}, and the plan's second launch also prices every candidate of each half on the
+ * plan's expert histogram with its fitted cost model ({@link DispatchTable}) and sets one graph
+ * switch to the cheapest (gate_up, down) pair, whose body runs the pair. Nothing is read back to the
+ * host, so a graph of this layer replays with a new routing each time and chooses again each time.
+ * It runs only as a graph: {@link #capture} records one for a token count.
+ *
+ * <p>{@link Scope#LAYER} decides for every layer on its own histogram; {@link Scope#STEP} decides once,
+ * on the first layer's, and the switch's body runs every layer of the graph with that pair: one
+ * switch a step instead of one a layer.
  */
 public final class DispatchedLayer implements AutoCloseable {
     /** The dispatch kernel's module. */
-    public static final ModuleResource MODULE = new ModuleResource(DispatchTable.class, "moeforge_dispatch.cu");
+    public static final ModuleResource MODULE = new ModuleResource(DispatchTable.class, "moeforge_dispatch.cu",
+            Optional.of(DeviceHeader.EXPERT_CENTRIC));
+
+    /** Where a decision holds. */
+    public enum Scope {
+        /** Each layer decides on its own histogram (a switch per layer). */
+        LAYER,
+        /** The first layer decides for every layer of the graph (one switch). */
+        STEP
+    }
+
+    /** One layer's buffers. */
+    public record LayerIo(DeviceBuffer x, DeviceWeights wGateUp, DeviceWeights wDown, DeviceBuffer topkIds,
+                          DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {}
 
     private final KernelRuntime runtime;
     private final DispatchTable table;
@@ -39,8 +60,9 @@ public final class DispatchedLayer implements AutoCloseable {
     private final RoutingAlign.PlanBuffers plan;
     private final List<ExpertHalf> gateUp = new ArrayList<>();
     private final List<ExpertHalf> down = new ArrayList<>();
-    private final CudaFunction dispatch;
+    private final CudaFunction scatterAndChoose;
     private final DeviceBuffer rows;
+    private final Map<Integer, DeviceBuffer> inTile = new HashMap<>();
     private final DeviceBuffer chosen;
 
     /**
@@ -63,24 +85,30 @@ public final class DispatchedLayer implements AutoCloseable {
         this.plan = align.allocate(capacity);
         for (KernelHandle k : ups) {
             requireShape(k);
+            // first in its switch body: nothing before it there to overlap
             gateUp.add(ExpertHalf.sharing(k, LaunchOrder.AFTER_PREVIOUS, Math.min(capacity, k.maxTokens()), plan));
         }
         for (KernelHandle k : downs) {
             requireShape(k);
-            down.add(ExpertHalf.sharing(k, LaunchOrder.AFTER_PREVIOUS, Math.min(capacity, k.maxTokens()), plan));
+            down.add(ExpertHalf.sharing(k, LaunchOrder.OVERLAPPING_PREVIOUS, Math.min(capacity, k.maxTokens()), plan));
         }
-        this.dispatch = runtime.loadResource(MODULE).function("moe_dispatch");
+        this.scatterAndChoose = runtime.loadResource(MODULE).function("moe_align_scatter_dispatch");
         double[] packed = table.packed();
-        int[] words = new int[2 * packed.length];
-        for (int i = 0; i < packed.length; i++) {
-            long bits = Double.doubleToRawLongBits(packed[i]);
-            words[2 * i] = (int) bits;  // little-endian doubles
-            words[2 * i + 1] = (int) (bits >>> 32);
-        }
-        this.rows = DeviceBuffer.allocate(DType.INT32, words.length);
-        rows.copyFrom(words);
+        this.rows = DeviceBuffer.allocate(DType.INT32, 2L * packed.length);
+        rows.copyFrom(words(packed));
         this.chosen = DeviceBuffer.allocate(DType.INT32, 2);
         chosen.fillWords32(-1);
+    }
+
+    /** Doubles as the int32 words of their little-endian bits. */
+    private static int[] words(double[] values) {
+        int[] words = new int[2 * values.length];
+        for (int i = 0; i < values.length; i++) {
+            long bits = Double.doubleToRawLongBits(values[i]);
+            words[2 * i] = (int) bits;
+            words[2 * i + 1] = (int) (bits >>> 32);
+        }
+        return words;
     }
 
     private void requireShape(KernelHandle k) {
@@ -94,62 +122,105 @@ public final class DispatchedLayer implements AutoCloseable {
     }
 
     /**
-     * Records the layer for {@code tokens} tokens as one graph: the routing plan, the dispatch, and
-     * a switch per half whose bodies are the candidates. Replays read whatever routing {@code topkIds}
-     * and {@code topkWeights} hold at the time. {@code bodyStream} records the switches' bodies.
+     * Records the layer for {@code tokens} tokens as one graph: the routing plan with the decision in
+     * it, and a switch whose bodies are the candidate pairs. Replays read whatever routing
+     * {@code topkIds} and {@code topkWeights} hold at the time. {@code bodyStream} records the bodies.
      */
     public CudaGraph capture(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer x, DeviceWeights wGateUp,
                              DeviceWeights wDown, DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
         return CudaGraph.capture(stream, () -> record(stream, bodyStream, tokens, x, wGateUp, wDown, topkIds, topkWeights, inter, y));
     }
 
-    /**
-     * As {@link #capture}, into the graph {@code stream} is capturing now (several layers in one graph:
-     * each records its own switches; they share this layer's plan, which each rebuilds in turn).
-     */
+    /** As {@link #capture}, into the graph {@code stream} is capturing now. */
     public void record(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer x, DeviceWeights wGateUp,
                        DeviceWeights wDown, DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
-        if (tokens < 1 || tokens > capacity) {
-            throw new IllegalArgumentException("tokens = " + tokens + ": this layer was built for 1.." + capacity);
-        }
-        CudaContext context = runtime.context();
-        align.enqueue(stream, LaunchOrder.AFTER_PREVIOUS, tokens, topkIds, plan);
-        GraphSwitch upSwitch = GraphSwitch.create(stream, context, gateUp.size());
-        GraphSwitch downSwitch = GraphSwitch.create(stream, context, down.size());
-        dispatch.launch(1, 1, 1, 1024, 1, 1, 0, stream, plan.expertOffsets(), table.experts(), rows, table.gateUp().size(),
-                table.down().size(), tokens, context.smCount(), upSwitch.handle(), downSwitch.handle(), chosen);
-        upSwitch.insert(stream, context, bodyStream, gateUp.stream().<Runnable>map(h -> () -> {
-            requireRuns(h, tokens);
-            h.launchGateUp(bodyStream, tokens, x, wGateUp, topkIds, inter);
-        }).toList());
-        downSwitch.insert(stream, context, bodyStream, down.stream().<Runnable>map(h -> () -> {
-            requireRuns(h, tokens);
-            h.launchDown(bodyStream, tokens, inter, wDown, topkIds, topkWeights, y);
-        }).toList());
+        record(stream, bodyStream, tokens, List.of(new LayerIo(x, wGateUp, wDown, topkIds, topkWeights, inter, y)), Scope.LAYER);
     }
 
     /**
-     * Parts of the decision, into the graph {@code stream} is capturing, to see what each costs:
-     * the plan; with {@code switches} 0 or more also the dispatch kernel, and that many of the two
-     * switches, with empty bodies (a switch left out is not set by the kernel).
+     * Records {@code layers} in turn into the graph {@code stream} is capturing, deciding as
+     * {@code scope} says. The layers share this layer's routing plan, which each rebuilds in turn.
      */
-    public void recordDecision(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer topkIds, int switches) {
+    public void record(CudaStream stream, CudaStream bodyStream, int tokens, List<LayerIo> layers, Scope scope) {
+        if (tokens < 1 || tokens > capacity) {
+            throw new IllegalArgumentException("tokens = " + tokens + ": this layer was built for 1.." + capacity);
+        }
+        if (layers.isEmpty()) {
+            throw new IllegalArgumentException("no layers to record");
+        }
+        gateUp.forEach(h -> requireRuns(h, tokens));
+        down.forEach(h -> requireRuns(h, tokens));
         CudaContext context = runtime.context();
-        align.enqueue(stream, LaunchOrder.AFTER_PREVIOUS, tokens, topkIds, plan);
-        if (switches < 0) {
+        switch (scope) {
+            case LAYER -> {
+                for (LayerIo io : layers) {
+                    GraphSwitch pairs = GraphSwitch.create(stream, context, table.pairs());
+                    enqueuePlanAndChoice(stream, tokens, io.topkIds(), pairs.handle());
+                    pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, tokens, List.of(io), false));
+                }
+            }
+            case STEP -> {
+                GraphSwitch pairs = GraphSwitch.create(stream, context, table.pairs());
+                enqueuePlanAndChoice(stream, tokens, layers.getFirst().topkIds(), pairs.handle());
+                pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, tokens, layers, true));
+            }
+        }
+    }
+
+    /** Body {@code table.pairIndex(u, d)} runs gate_up u and down d on every layer (after the first, on its own plan). */
+    private List<Runnable> pairBodies(CudaStream bodyStream, int tokens, List<LayerIo> layers, boolean planAfterFirst) {
+        List<Runnable> bodies = new ArrayList<>();
+        for (ExpertHalf up : gateUp) {
+            for (ExpertHalf dn : down) {
+                bodies.add(() -> {
+                    for (int l = 0; l < layers.size(); l++) {
+                        LayerIo io = layers.get(l);
+                        if (planAfterFirst && l > 0) {
+                            align.enqueue(bodyStream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, io.topkIds(), plan);
+                        }
+                        up.launchGateUp(bodyStream, tokens, io.x(), io.wGateUp(), io.topkIds(), io.inter());
+                        dn.launchDown(bodyStream, tokens, io.inter(), io.wDown(), io.topkIds(), io.topkWeights(), io.y());
+                    }
+                });
+            }
+        }
+        return bodies;
+    }
+
+    /** The plan's two launches, the second also choosing the pair; a zero handle sets no switch. */
+    private void enqueuePlanAndChoice(CudaStream stream, int tokens, DeviceBuffer topkIds, long pairSwitch) {
+        // after a switch node (no kernel to overlap) or whatever the caller enqueued before
+        RoutingAlign.Segments s = align.enqueueCount(stream, LaunchOrder.AFTER_PREVIOUS, tokens, topkIds, plan);
+        DeviceBuffer tile = inTile.computeIfAbsent(tokens, t -> {
+            double[] values = table.inTileTable(t);
+            DeviceBuffer b = DeviceBuffer.allocate(DType.INT32, 2L * values.length);
+            b.copyFrom(words(values));
+            return b;
+        });
+        scatterAndChoose.launch(LaunchOrder.OVERLAPPING_PREVIOUS, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds,
+                plan.segmentCounts(), plan.sortedSlots(), plan.expertOffsets(), s.pairs(), table.experts(), s.segment(),
+                s.segments(), rows, table.gateUp().size(), table.down().size(), tile, tokens, runtime.context().smCount(),
+                pairSwitch, chosen);
+    }
+
+    /**
+     * Parts of the decision, into the graph {@code stream} is capturing, to see what each costs: the
+     * plan's two launches with the decision in the second ({@code withSwitch} false: no switch is set),
+     * or also the switch, its bodies empty.
+     */
+    public void recordDecision(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer topkIds, boolean withSwitch) {
+        if (!withSwitch) {
+            enqueuePlanAndChoice(stream, tokens, topkIds, 0L);
             return;
         }
-        GraphSwitch upSwitch = switches >= 1 ? GraphSwitch.create(stream, context, gateUp.size()) : null;
-        GraphSwitch downSwitch = switches >= 2 ? GraphSwitch.create(stream, context, down.size()) : null;
-        this.dispatch.launch(1, 1, 1, 1024, 1, 1, 0, stream, plan.expertOffsets(), table.experts(), rows, table.gateUp().size(),
-                table.down().size(), tokens, context.smCount(), upSwitch == null ? 0L : upSwitch.handle(),
-                downSwitch == null ? 0L : downSwitch.handle(), chosen);
-        if (upSwitch != null) {
-            upSwitch.insert(stream, context, bodyStream, java.util.Collections.nCopies(gateUp.size(), () -> { }));
-        }
-        if (downSwitch != null) {
-            downSwitch.insert(stream, context, bodyStream, java.util.Collections.nCopies(down.size(), () -> { }));
-        }
+        GraphSwitch pairs = GraphSwitch.create(stream, runtime.context(), table.pairs());
+        enqueuePlanAndChoice(stream, tokens, topkIds, pairs.handle());
+        pairs.insert(stream, runtime.context(), bodyStream, java.util.Collections.nCopies(table.pairs(), () -> { }));
+    }
+
+    /** The plan's two launches alone, as a layer of one fixed pair runs them. */
+    public void recordPlan(CudaStream stream, int tokens, DeviceBuffer topkIds) {
+        align.enqueue(stream, LaunchOrder.AFTER_PREVIOUS, tokens, topkIds, plan);
     }
 
     private static void requireRuns(ExpertHalf h, int tokens) {
@@ -172,6 +243,7 @@ public final class DispatchedLayer implements AutoCloseable {
         down.forEach(ExpertHalf::close);
         plan.close();
         rows.close();
+        inTile.values().forEach(DeviceBuffer::close);
         chosen.close();
     }
 }

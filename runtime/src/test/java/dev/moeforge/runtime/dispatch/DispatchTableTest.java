@@ -89,4 +89,57 @@ class DispatchTableTest {
         var tensorCore = new OutputTensorCore(4, 1, 1, 0);
         assertThrows(IllegalArgumentException.class, () -> DispatchTable.row("t", GATE_UP, tensorCore, new WaveCostModel(1, 0, 0, 0, 0, 2)));
     }
+
+    /**
+     * What the kernel reads, priced the kernel's way (features from the packed rows, token tiles from
+     * the in-tile table, no divisions), gives the host twin's costs, and the pair's switch value
+     * numbers gate_up's row major.
+     */
+    @Test
+    void thePackedRowsAndTheInTileTablePriceWhatTheRowsPrice() {
+        List<DispatchTable.Row> up = new ArrayList<>();
+        List<DispatchTable.Row> down = new ArrayList<>();
+        for (Problem.ExpertProblem problem : List.<Problem.ExpertProblem>of(GATE_UP, DOWN)) {
+            List<Schedule<Problem.ExpertProblem>> pool = ConfigPool.of(problem, Target.SM_90A);
+            List<DispatchTable.Row> half = problem == GATE_UP ? up : down;
+            java.util.Set<String> features = new java.util.HashSet<>();
+            for (int i = 0; i < pool.size() && half.size() < 12; i++) {
+                DispatchTable.Row row = DispatchTable.row("c" + i, problem, pool.get(i), new WaveCostModel(3 + i, 1.5, 0.01, 0.2, 0, 4));
+                if (row.kind() == DispatchTable.Kind.PER_PAIR || features.size() < 4 || features.contains(row.kind() + "/" + row.param())) {
+                    features.add(row.kind() + "/" + row.param());
+                    half.add(row);
+                }
+            }
+        }
+        DispatchTable table = new DispatchTable(SHAPE.experts(), up, down);
+        assertTrue(up.stream().anyMatch(r -> r.kind() == DispatchTable.Kind.TOKEN_TILES), "the case needs token tiles");
+        double[] packed = table.packed();
+        for (int tokens : new int[] {1, 9, 200}) {
+            double[] inTile = table.inTileTable(tokens);
+            int[] load = load(RandomInputs.uniformRouting(tokens, tokens, SHAPE.experts(), SHAPE.topk()));
+            List<DispatchTable.Row> rows = new ArrayList<>(up);
+            rows.addAll(down);
+            for (int r = 0; r < rows.size(); r++) {
+                int at = r * 10;
+                int kind = (int) packed[at];
+                int param = (int) packed[at + 1];
+                int feature = (int) packed[at + 3];
+                double sum = 0;
+                long pairs = 0;
+                for (int n : load) {
+                    pairs += n;
+                    sum += kind == 0 ? Math.ceilDiv(n, param) : kind == 2 ? inTile[feature * (tokens + 1) + Math.min(n, tokens)] : 0;
+                }
+                double g = kind == 1 ? packed[at + 2] * pairs
+                        : kind == 0 ? packed[at + 2] * sum
+                        : Math.max(1.0, Math.floor(packed[at + 2] * Math.ceilDiv(tokens, param) * sum + 0.5));
+                double cost = packed[at + 4] + packed[at + 5] * Math.ceil(g / 132) + packed[at + 6] * g + packed[at + 7] * Math.sqrt(g)
+                        + packed[at + 8] * pairs;
+                assertEquals(rows.get(r).cost(load, tokens, 132), cost, 1e-9 * cost, rows.get(r) + " at M=" + tokens);
+            }
+        }
+        assertEquals(up.size() * down.size(), table.pairs());
+        assertEquals(2 * down.size() + 3, table.pairIndex(2, 3));
+        assertThrows(IllegalArgumentException.class, () -> table.inTileTable(0));
+    }
 }

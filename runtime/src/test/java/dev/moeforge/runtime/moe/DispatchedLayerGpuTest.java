@@ -175,6 +175,53 @@ class DispatchedLayerGpuTest extends GpuSession {
         }
     }
 
+    /**
+     * One switch a step: the first layer's histogram decides for both layers of the graph, each layer
+     * still runs on its own plan, and a second layer whose routing alone would pick other tiles
+     * runs the first layer's pair and matches the reference.
+     */
+    @Test
+    void aStepDecidesOnTheFirstLayerAndRunsEveryLayerWithThatPair() throws Exception {
+        long seed = System.nanoTime();
+        LayerWeights w = layerWeights(SHAPE, seed);
+        int tokens = 64;
+        short[] x0 = RandomInputs.bf16Normal(seed, tokens * SHAPE.hidden(), 1.0);
+        short[] x1 = RandomInputs.bf16Normal(seed + 1, tokens * SHAPE.hidden(), 1.0);
+        Routing uniform = RandomInputs.uniformRouting(seed + 2, tokens, SHAPE.experts(), SHAPE.topk());
+        Routing piled = piled(tokens, seed + 3);
+        ExpertLayerSpecs ref = specs(CANDIDATES.get(2));
+        WeightRows gu = WeightRows.bf16(w.gateUp(), SHAPE.experts(), 2 * SHAPE.intermediate(), SHAPE.hidden());
+        WeightRows dn = WeightRows.bf16(w.down(), SHAPE.experts(), SHAPE.hidden(), SHAPE.intermediate());
+        for (Routing[] order : new Routing[][] {{uniform, piled}, {piled, uniform}}) {
+            ExpertReference.LayerResult r0 = ExpertReference.layer(ref.gateUp(), ref.down(), x0, gu, dn, order[0]);
+            ExpertReference.LayerResult r1 = ExpertReference.layer(ref.gateUp(), ref.down(), x1, gu, dn, order[1]);
+            try (DispatchedLayer layer = layer(tokens); CudaStream bodies = CudaStream.create();
+                 LayerBuffers b0 = LayerBuffers.of(x0, order[0], r0);
+                 LayerBuffers b1 = LayerBuffers.of(x1, order[1], r1)) {
+                List<DispatchedLayer.LayerIo> io = List.of(
+                        new DispatchedLayer.LayerIo(b0.x(), DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
+                                b0.ids(), b0.weights(), b0.inter(), b0.y()),
+                        new DispatchedLayer.LayerIo(b1.x(), DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
+                                b1.ids(), b1.weights(), b1.inter(), b1.y()));
+                try (CudaGraph graph = CudaGraph.capture(stream, () -> layer.record(stream, bodies, tokens, io,
+                        DispatchedLayer.Scope.STEP))) {
+                    b0.poison();
+                    b1.poison();
+                    graph.launch(stream);
+                    stream.synchronize();
+                }
+                int[] chosen = layer.lastChoice();
+                String where = (order[0] == uniform ? "uniform then piled" : "piled then uniform") + ", seed=" + seed;
+                assertArrayEquals(layer.table().choose(load(order[0]), tokens, context.smCount()), chosen,
+                        () -> "a step decides on its first layer's histogram: " + where);
+                assertNotEquals(layer.table().choose(load(order[1]), tokens, context.smCount())[0], chosen[0],
+                        () -> "the second layer's routing alone picks the same gate_up, so the case shows nothing: " + where);
+                BF16_OUTPUT.check(ErrorStats.of(r0.y().exact(), download(b0.y())), () -> "y of the first layer, " + where);
+                BF16_OUTPUT.check(ErrorStats.of(r1.y().exact(), download(b1.y())), () -> "y of the second layer, " + where);
+            }
+        }
+    }
+
     static DeviceBuffer upload(short[] x) {
         return uploadBf16(x);
     }
