@@ -99,6 +99,7 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(seed + m, m, shape.experts(), shape.topk());
                         Routing routing = RandomInputs.skewedRouting(seed + m, m, shape.experts(), shape.topk(), range.clamp(level));
                         bench.route(routing);
+                        dispatched.prepare(m);
                         Timing withDispatch = bench.timeLayers(stream, l -> dispatched.record(stream, bodies, m, bench.x(),
                                 bench.gateUpWeights(l), bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()),
                                 options.warmup, options.reps);

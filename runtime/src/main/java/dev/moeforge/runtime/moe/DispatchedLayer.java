@@ -128,18 +128,35 @@ public final class DispatchedLayer implements AutoCloseable {
      */
     public CudaGraph capture(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer x, DeviceWeights wGateUp,
                              DeviceWeights wDown, DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
+        prepare(tokens);
         return CudaGraph.capture(stream, () -> record(stream, bodyStream, tokens, x, wGateUp, wDown, topkIds, topkWeights, inter, y));
     }
 
-    /** As {@link #capture}, into the graph {@code stream} is capturing now. */
+    /**
+     * Uploads what the choice reads at {@code tokens} tokens (the in-tile table): once per token
+     * count, before a graph of it is captured, as nothing may be allocated during a capture.
+     */
+    public void prepare(int tokens) {
+        if (tokens < 1 || tokens > capacity) {
+            throw new IllegalArgumentException("tokens = " + tokens + ": this layer was built for 1.." + capacity);
+        }
+        inTile.computeIfAbsent(tokens, t -> {
+            double[] values = table.inTileTable(t);
+            DeviceBuffer b = DeviceBuffer.allocate(DType.INT32, 2L * values.length);
+            b.copyFrom(words(values));
+            return b;
+        });
+    }
+
+    /** As {@link #capture}, into the graph {@code stream} is capturing now ({@link #prepare} first). */
     public void record(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer x, DeviceWeights wGateUp,
                        DeviceWeights wDown, DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
         record(stream, bodyStream, tokens, List.of(new LayerIo(x, wGateUp, wDown, topkIds, topkWeights, inter, y)), Scope.LAYER);
     }
 
     /**
-     * Records {@code layers} in turn into the graph {@code stream} is capturing, deciding as
-     * {@code scope} says. The layers share this layer's routing plan, which each rebuilds in turn.
+     * Records {@code layers} in turn into the graph {@code stream} is capturing ({@link #prepare} first),
+     * deciding as {@code scope} says. The layers share this layer's routing plan, which each rebuilds in turn.
      */
     public void record(CudaStream stream, CudaStream bodyStream, int tokens, List<LayerIo> layers, Scope scope) {
         if (tokens < 1 || tokens > capacity) {
@@ -191,12 +208,10 @@ public final class DispatchedLayer implements AutoCloseable {
     private void enqueuePlanAndChoice(CudaStream stream, int tokens, DeviceBuffer topkIds, long pairSwitch) {
         // after a switch node (no kernel to overlap) or whatever the caller enqueued before
         RoutingAlign.Segments s = align.enqueueCount(stream, LaunchOrder.AFTER_PREVIOUS, tokens, topkIds, plan);
-        DeviceBuffer tile = inTile.computeIfAbsent(tokens, t -> {
-            double[] values = table.inTileTable(t);
-            DeviceBuffer b = DeviceBuffer.allocate(DType.INT32, 2L * values.length);
-            b.copyFrom(words(values));
-            return b;
-        });
+        DeviceBuffer tile = inTile.get(tokens);
+        if (tile == null) {
+            throw new IllegalStateException("call prepare(" + tokens + ") before capturing a graph of " + tokens + " tokens");
+        }
         scatterAndChoose.launch(LaunchOrder.OVERLAPPING_PREVIOUS, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds,
                 plan.segmentCounts(), plan.sortedSlots(), plan.expertOffsets(), s.pairs(), table.experts(), s.segment(),
                 s.segments(), rows, table.gateUp().size(), table.down().size(), tile, tokens, runtime.context().smCount(),

@@ -203,6 +203,7 @@ class DispatchedLayerGpuTest extends GpuSession {
                                 b0.ids(), b0.weights(), b0.inter(), b0.y()),
                         new DispatchedLayer.LayerIo(b1.x(), DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
                                 b1.ids(), b1.weights(), b1.inter(), b1.y()));
+                layer.prepare(tokens);
                 try (CudaGraph graph = CudaGraph.capture(stream, () -> layer.record(stream, bodies, tokens, io,
                         DispatchedLayer.Scope.STEP))) {
                     b0.poison();
