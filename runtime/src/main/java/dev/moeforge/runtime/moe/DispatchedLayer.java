@@ -40,6 +40,9 @@ public final class DispatchedLayer implements AutoCloseable {
     public static final ModuleResource MODULE = new ModuleResource(DispatchTable.class, "moeforge_dispatch.cu",
             Optional.of(DeviceHeader.EXPERT_CENTRIC));
 
+    /** The second launch's block: the scatter's warp and the kernel's 8 choosing warps ({@code kChoiceWarps}). */
+    private static final int CHOICE_BLOCK_THREADS = 32 * (1 + 8);
+
     /** Where a decision holds. */
     public enum Scope {
         /** Each layer decides on its own histogram (a switch per layer). */
@@ -212,7 +215,7 @@ public final class DispatchedLayer implements AutoCloseable {
         if (tile == null) {
             throw new IllegalStateException("call prepare(" + tokens + ") before capturing a graph of " + tokens + " tokens");
         }
-        scatterAndChoose.launch(LaunchOrder.OVERLAPPING_PREVIOUS, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds,
+        scatterAndChoose.launch(LaunchOrder.OVERLAPPING_PREVIOUS, s.segments(), 1, 1, CHOICE_BLOCK_THREADS, 1, 1, 0, stream, topkIds,
                 plan.segmentCounts(), plan.sortedSlots(), plan.expertOffsets(), s.pairs(), table.experts(), s.segment(),
                 s.segments(), rows, table.gateUp().size(), table.down().size(), tile, tokens, runtime.context().smCount(),
                 pairSwitch, chosen);

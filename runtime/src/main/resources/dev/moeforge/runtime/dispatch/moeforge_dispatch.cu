@@ -1,9 +1,10 @@
 // moeforge_dispatch.cu: routing-aware dispatch on the device, folded into the routing plan's second
-// launch. Every block places its segment's pairs as the align's scatter does; block 0, which holds
-// the whole expert histogram once it has written expert_offsets, then prices every candidate of the
-// layer's two halves with its fitted wave cost model and sets the layer's graph switch to the
-// cheapest (gate_up, down) pair, so the choice never leaves the GPU and costs no launch of its own.
-// DispatchTable (Java) writes the rows and the in-tile table and computes the same choice on the host.
+// launch. In every block warp 0 places its segment's pairs as the align's scatter does; in block 0
+// the other warps meanwhile read the whole expert histogram from the count launch's segment counts,
+// price every candidate of the layer's two halves with its fitted wave cost model and set the
+// layer's graph switch to the cheapest (gate_up, down) pair. So the choice never leaves the GPU,
+// costs no launch of its own, and runs beside the scatter rather than after it. DispatchTable (Java)
+// writes the rows and the in-tile table and computes the same choice on the host.
 #include "moeforge_expert_centric.cuh"
 
 namespace {
@@ -11,6 +12,9 @@ namespace {
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxRows = 64;
 constexpr int kMaxFeatures = 8;
+constexpr int kChoiceWarps = 8;
+constexpr int kChoiceThreads = 32 * kChoiceWarps;
+constexpr int kExpertsPerThread = kMaxExperts / kChoiceThreads;
 
 // One candidate, as DispatchTable.Row lays it out (10 doubles).
 struct Row {
@@ -22,50 +26,85 @@ struct Row {
   double unused;
 };
 
+// The choosing warps of block 0 meet here; warp 0 (the scatter) does not.
+__device__ __forceinline__ void choice_barrier() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kChoiceThreads) : "memory");
+}
+
 __device__ __forceinline__ double warp_sum_double(double v) {
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(mf::kFullMask, v, d);
   return v;
 }
 
-// Block 0's one warp, after the scatter: `load[e]` holds expert e's pairs. The histogram's features
-// the rows read: for each distinct (kind, param) of kinds 0 and 2, the sum over experts of
-// ceil(n_e / param), or of the chance that expert e is in a tile of `param` tokens, which the host
-// tabulated for this token count (in_tile[f][min(n_e, tokens)]).
-__device__ __forceinline__ void choose_pair(const int* load, int experts, const Row* __restrict__ rows, int gate_up_rows,
-                                            int down_rows, const double* __restrict__ in_tile, int tokens, int sms,
+// kChoiceThreads threads (t = 0 ..): expert e's pairs are the sum of its bucket over the segments.
+// The histogram's features the rows read: for each distinct (kind, param) of kinds 0 and 2, the sum
+// over experts of ceil(n_e / param), or of the chance that expert e is in a tile of `param` tokens,
+// which the host tabulated for this token count (in_tile[f][min(n_e, tokens)]).
+__device__ __forceinline__ void choose_pair(int t, const int* __restrict__ segment_counts, int segments, int experts,
+                                            const Row* __restrict__ rows, int gate_up_rows, int down_rows,
+                                            const double* __restrict__ in_tile, int tokens, int sms,
                                             cudaGraphConditionalHandle pair_switch, int* __restrict__ chosen) {
   __shared__ int feature_kind[kMaxFeatures], feature_param[kMaxFeatures];
+  __shared__ double warp_sums[kChoiceWarps][kMaxFeatures + 1];
   __shared__ double cost[kMaxRows];
-  const int lane = threadIdx.x, n = gate_up_rows + down_rows;
-  if (lane < kMaxFeatures) feature_kind[lane] = -1;
-  __syncwarp();
-  for (int r = lane; r < n; r += 32) {  // rows of one feature write the same values
+  const int lane = t & 31, warp = t >> 5, n = gate_up_rows + down_rows, buckets = experts + 1;
+  if (t < kMaxFeatures) {
+    feature_kind[t] = -1;
+    feature_param[t] = 1;
+  }
+  // each thread's experts' pairs, loads first so they are in flight together
+  int load[kExpertsPerThread];
+#pragma unroll
+  for (int i = 0; i < kExpertsPerThread; ++i) load[i] = 0;
+  for (int s = 0; s < segments; ++s) {
+#pragma unroll
+    for (int i = 0; i < kExpertsPerThread; ++i) {
+      const int e = t + i * kChoiceThreads;
+      if (e < experts) load[i] += segment_counts[static_cast<size_t>(s) * buckets + e];
+    }
+  }
+  choice_barrier();
+  for (int r = t; r < n; r += kChoiceThreads) {  // rows of one feature write the same values
     const int f = static_cast<int>(rows[r].feature);
     if (f >= 0) {
       feature_kind[f] = static_cast<int>(rows[r].kind);
       feature_param[f] = static_cast<int>(rows[r].param);
     }
   }
-  __syncwarp();
-  double sums[kMaxFeatures];
-  int pairs = 0;
+  choice_barrier();
+  double sums[kMaxFeatures + 1];  // the features, then the pairs
 #pragma unroll
-  for (int j = 0; j < kMaxFeatures; ++j) sums[j] = 0;
-  for (int e = lane; e < experts; e += 32) {
-    const int m = load[e];
-    pairs += m;
+  for (int j = 0; j <= kMaxFeatures; ++j) sums[j] = 0;
+#pragma unroll
+  for (int i = 0; i < kExpertsPerThread; ++i) {
+    const int e = t + i * kChoiceThreads, m = load[i];
+    double in[kMaxFeatures];  // an expert's table entries, asked for together
 #pragma unroll
     for (int j = 0; j < kMaxFeatures; ++j) {
-      const int kind = feature_kind[j], param = feature_param[j];
-      if (kind == 0) sums[j] += (m + param - 1) / param;
-      if (kind == 2) sums[j] += in_tile[j * (tokens + 1) + min(m, tokens)];
+      in[j] = e < experts && feature_kind[j] == 2 ? in_tile[j * (tokens + 1) + min(m, tokens)] : 0.0;
+    }
+    sums[kMaxFeatures] += m;
+#pragma unroll
+    for (int j = 0; j < kMaxFeatures; ++j) {
+      const int param = feature_param[j];
+      sums[j] += feature_kind[j] == 0 ? static_cast<double>((m + param - 1) / param) : in[j];
     }
   }
 #pragma unroll
-  for (int j = 0; j < kMaxFeatures; ++j) sums[j] = warp_sum_double(sums[j]);
-  const double p = warp_sum_double(static_cast<double>(pairs));
-  for (int r = lane; r < n; r += 32) {
+  for (int j = 0; j <= kMaxFeatures; ++j) {
+    const double v = warp_sum_double(sums[j]);
+    if (lane == 0) warp_sums[warp][j] = v;
+  }
+  choice_barrier();
+#pragma unroll
+  for (int j = 0; j <= kMaxFeatures; ++j) {
+    sums[j] = 0;
+#pragma unroll
+    for (int w = 0; w < kChoiceWarps; ++w) sums[j] += warp_sums[w][j];
+  }
+  const double p = sums[kMaxFeatures];
+  for (int r = t; r < n; r += kChoiceThreads) {
     const Row row = rows[r];
     const int kind = static_cast<int>(row.kind), param = static_cast<int>(row.param);
     double s = 0;
@@ -76,8 +115,8 @@ __device__ __forceinline__ void choose_pair(const int* load, int experts, const 
                                : fmax(1.0, floor(row.groups * ((tokens + param - 1) / param) * s + 0.5));
     cost[r] = row.a + row.b * ceil(g / sms) + row.c * g + row.d * sqrt(g) + row.e * p;
   }
-  __syncwarp();
-  if (lane == 0) {
+  choice_barrier();
+  if (t == 0) {
     int up = 0, down = gate_up_rows;
     for (int r = 1; r < gate_up_rows; ++r) up = cost[r] < cost[up] ? r : up;
     for (int r = gate_up_rows + 1; r < n; ++r) down = cost[r] < cost[down] ? r : down;
@@ -90,9 +129,10 @@ __device__ __forceinline__ void choose_pair(const int* load, int experts, const 
 
 }  // namespace
 
-// The align's second launch with the decision in it: grid = the plan's segments, one warp a block,
-// after the align's count launch. chosen[0..1]: the pair's rows (gate_up's, down's), for checks.
-extern "C" __global__ void __launch_bounds__(32) moe_align_scatter_dispatch(
+// The align's second launch with the decision in it: grid = the plan's segments, 32 * (1 + kChoiceWarps)
+// threads, after the align's count launch. Warp 0 scatters; block 0's other warps choose, the other
+// blocks' leave. chosen[0..1]: the pair's rows (gate_up's, down's), for checks.
+extern "C" __global__ void __launch_bounds__(32 * (1 + kChoiceWarps), 1) moe_align_scatter_dispatch(
     const int* __restrict__ topk_ids,
     const int* __restrict__ segment_counts,
     int* __restrict__ sorted_slots,
@@ -112,8 +152,10 @@ extern "C" __global__ void __launch_bounds__(32) moe_align_scatter_dispatch(
 ) {
   __shared__ int places[2 * (kMaxExperts + 1)];
   mf::begin_after_previous_kernel();
-  mf::routing_align_scatter(topk_ids, segment_counts, sorted_slots, expert_offsets, pairs, experts, segment, segments, places);
-  // the scatter leaves each bucket's total pairs after its E + 1 places
-  __syncwarp();
-  if (blockIdx.x == 0) choose_pair(places + experts + 1, experts, rows, gate_up_rows, down_rows, in_tile, tokens, sms, pair_switch, chosen);
+  if (threadIdx.x < 32) {
+    mf::routing_align_scatter(topk_ids, segment_counts, sorted_slots, expert_offsets, pairs, experts, segment, segments, places);
+  } else if (blockIdx.x == 0) {
+    choose_pair(threadIdx.x - 32, segment_counts, segments, experts, rows, gate_up_rows, down_rows, in_tile, tokens, sms,
+                pair_switch, chosen);
+  }
 }
