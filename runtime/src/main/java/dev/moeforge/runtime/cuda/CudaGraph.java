@@ -4,6 +4,7 @@ import static jcuda.driver.JCudaDriver.cuGraphDestroy;
 import static jcuda.driver.JCudaDriver.cuGraphExecDestroy;
 import static jcuda.driver.JCudaDriver.cuGraphInstantiate;
 import static jcuda.driver.JCudaDriver.cuGraphLaunch;
+import static jcuda.driver.JCudaDriver.cuGraphUpload;
 import static jcuda.driver.JCudaDriver.cuStreamBeginCapture;
 import static jcuda.driver.JCudaDriver.cuStreamEndCapture;
 
@@ -61,7 +62,15 @@ public final class CudaGraph extends NativeResource {
             }
             throw e;
         }
-        return new CudaGraph(graph, exec);
+        CudaGraph captured = new CudaGraph(graph, exec);
+        try {
+            // uploaded now: a graph whose kernels update its nodes on the device must be before its first launch
+            Driver.check("cuGraphUpload", () -> cuGraphUpload(exec, handle));
+        } catch (CudaException e) {
+            captured.close();
+            throw e;
+        }
+        return captured;
     }
 
     /** Queues one replay of the graph on {@code stream}. */

@@ -4,6 +4,7 @@ import dev.moeforge.codegen.cuda.DeviceHeader;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.runtime.cuda.CaptureEdits;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaFunction;
 import dev.moeforge.runtime.cuda.CudaGraph;
@@ -21,6 +22,8 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 import java.util.function.Function;
 
 /**
@@ -51,6 +54,17 @@ public final class DispatchedLayer implements AutoCloseable {
         STEP
     }
 
+    /** How a layer's graph runs the chosen pair. */
+    public enum Mechanism {
+        /** A conditional switch node whose bodies are the pairs. */
+        SWITCH,
+        /**
+         * Every candidate's kernel node side by side between two joins, device-updatable; the choice
+         * enables the pair's two and disables the rest (a disabled node runs as a no-op).
+         */
+        ENABLED_NODES
+    }
+
     /** One layer's buffers. */
     public record LayerIo(DeviceBuffer x, DeviceWeights wGateUp, DeviceWeights wDown, DeviceBuffer topkIds,
                           DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {}
@@ -63,6 +77,9 @@ public final class DispatchedLayer implements AutoCloseable {
     private final RoutingAlign.PlanBuffers plan;
     private final List<ExpertHalf> gateUp = new ArrayList<>();
     private final List<ExpertHalf> down = new ArrayList<>();
+    private final List<ExpertHalf> downAfterJoin = new ArrayList<>();
+    private final List<DeviceBuffer> candidateNodes = new ArrayList<>();
+    private final ExecutorService outsideCapture;
     private final CudaFunction scatterAndChoose;
     private final DeviceBuffer rows;
     private final Map<Integer, DeviceBuffer> inTile = new HashMap<>();
@@ -94,7 +111,14 @@ public final class DispatchedLayer implements AutoCloseable {
         for (KernelHandle k : downs) {
             requireShape(k);
             down.add(ExpertHalf.sharing(k, LaunchOrder.OVERLAPPING_PREVIOUS, Math.min(capacity, k.maxTokens()), plan));
+            downAfterJoin.add(ExpertHalf.sharing(k, LaunchOrder.AFTER_PREVIOUS, Math.min(capacity, k.maxTokens()), plan));
         }
+        // the capture is thread-local: buffers for a graph being captured are allocated and filled from this thread
+        this.outsideCapture = Executors.newSingleThreadExecutor(r -> {
+            Thread t = new Thread(r, "dispatch-buffers");
+            t.setDaemon(true);
+            return t;
+        });
         this.scatterAndChoose = runtime.loadResource(MODULE).function("moe_align_scatter_dispatch");
         double[] packed = table.packed();
         this.rows = DeviceBuffer.allocate(DType.INT32, 2L * packed.length);
@@ -162,6 +186,26 @@ public final class DispatchedLayer implements AutoCloseable {
      * deciding as {@code scope} says. The layers share this layer's routing plan, which each rebuilds in turn.
      */
     public void record(CudaStream stream, CudaStream bodyStream, int tokens, List<LayerIo> layers, Scope scope) {
+        record(stream, bodyStream, tokens, layers, scope, Mechanism.SWITCH);
+    }
+
+    /**
+     * As above, running the chosen pair by {@code mechanism}; {@link Mechanism#ENABLED_NODES} decides
+     * per layer only (its graph is instantiated once: {@link CudaGraph#capture} does).
+     */
+    public void record(CudaStream stream, CudaStream bodyStream, int tokens, List<LayerIo> layers, Scope scope, Mechanism mechanism) {
+        if (mechanism == Mechanism.ENABLED_NODES) {
+            if (scope != Scope.LAYER) {
+                throw new IllegalArgumentException("enabled nodes decide per layer; a step's one decision takes the switch");
+            }
+            if (tokens < 1 || tokens > capacity) {
+                throw new IllegalArgumentException("tokens = " + tokens + ": this layer was built for 1.." + capacity);
+            }
+            gateUp.forEach(h -> requireRuns(h, tokens));
+            down.forEach(h -> requireRuns(h, tokens));
+            layers.forEach(io -> recordEnabledNodes(stream, tokens, io));
+            return;
+        }
         if (tokens < 1 || tokens > capacity) {
             throw new IllegalArgumentException("tokens = " + tokens + ": this layer was built for 1.." + capacity);
         }
@@ -175,15 +219,78 @@ public final class DispatchedLayer implements AutoCloseable {
             case LAYER -> {
                 for (LayerIo io : layers) {
                     GraphSwitch pairs = GraphSwitch.create(stream, context, table.pairs());
-                    enqueuePlanAndChoice(stream, tokens, io.topkIds(), pairs.handle());
+                    enqueuePlanAndChoice(stream, tokens, io.topkIds(), pairs.handle(), null);
                     pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, tokens, List.of(io), false));
                 }
             }
             case STEP -> {
                 GraphSwitch pairs = GraphSwitch.create(stream, context, table.pairs());
-                enqueuePlanAndChoice(stream, tokens, layers.getFirst().topkIds(), pairs.handle());
+                enqueuePlanAndChoice(stream, tokens, layers.getFirst().topkIds(), pairs.handle(), null);
                 pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, tokens, layers, true));
             }
+        }
+    }
+
+    /**
+     * The plan choosing, then every gate_up candidate after it side by side, a join, every down
+     * candidate side by side, a join; the choice enables one of each. The nodes' device handles go
+     * to the choice through a buffer filled once they exist (from outside the capture).
+     */
+    private void recordEnabledNodes(CudaStream stream, int tokens, LayerIo io) {
+        int n = gateUp.size() + down.size();
+        DeviceBuffer handles = outside(() -> DeviceBuffer.allocate(DType.INT32, 2L * n));
+        candidateNodes.add(handles);
+        enqueuePlanAndChoice(stream, tokens, io.topkIds(), 0L, handles);
+        long[] handleValues = new long[n];
+        long[] afterPlan = CaptureEdits.dependencies(stream);
+        long[] ups = new long[gateUp.size()];
+        for (int i = 0; i < ups.length; i++) {
+            CaptureEdits.setDependencies(stream, afterPlan);
+            gateUp.get(i).launchGateUp(stream, tokens, io.x(), io.wGateUp(), io.topkIds(), io.inter());
+            ups[i] = onlyNode(stream, gateUp.get(i));
+            handleValues[i] = CaptureEdits.deviceUpdatable(ups[i]);
+        }
+        CaptureEdits.join(stream, ups);
+        long[] afterUp = CaptureEdits.dependencies(stream);
+        long[] downs = new long[down.size()];
+        for (int i = 0; i < downs.length; i++) {
+            CaptureEdits.setDependencies(stream, afterUp);
+            downAfterJoin.get(i).launchDown(stream, tokens, io.inter(), io.wDown(), io.topkIds(), io.topkWeights(), io.y());
+            downs[i] = onlyNode(stream, downAfterJoin.get(i));
+            handleValues[gateUp.size() + i] = CaptureEdits.deviceUpdatable(downs[i]);
+        }
+        CaptureEdits.join(stream, downs);
+        int[] words = new int[2 * n];
+        for (int i = 0; i < n; i++) {
+            words[2 * i] = (int) handleValues[i];
+            words[2 * i + 1] = (int) (handleValues[i] >>> 32);
+        }
+        outside(() -> {
+            handles.copyFrom(words);
+            return null;
+        });
+    }
+
+    private static long onlyNode(CudaStream stream, ExpertHalf half) {
+        long[] nodes = CaptureEdits.dependencies(stream);
+        if (nodes.length != 1) {
+            throw new IllegalArgumentException("candidate " + half.kernel().spec().name() + " is " + nodes.length
+                    + " graph nodes; enabled-node dispatch takes candidates of one kernel each");
+        }
+        return nodes[0];
+    }
+
+    private <T> T outside(java.util.concurrent.Callable<T> work) {
+        try {
+            return outsideCapture.submit(() -> {
+                runtime.context().makeCurrent();
+                return work.call();
+            }).get();
+        } catch (java.util.concurrent.ExecutionException e) {
+            throw e.getCause() instanceof RuntimeException r ? r : new IllegalStateException(e.getCause());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted while preparing a dispatch buffer", e);
         }
     }
 
@@ -208,7 +315,7 @@ public final class DispatchedLayer implements AutoCloseable {
     }
 
     /** The plan's two launches, the second also choosing the pair; a zero handle sets no switch. */
-    private void enqueuePlanAndChoice(CudaStream stream, int tokens, DeviceBuffer topkIds, long pairSwitch) {
+    private void enqueuePlanAndChoice(CudaStream stream, int tokens, DeviceBuffer topkIds, long pairSwitch, DeviceBuffer nodes) {
         // after a switch node (no kernel to overlap) or whatever the caller enqueued before
         RoutingAlign.Segments s = align.enqueueCount(stream, LaunchOrder.AFTER_PREVIOUS, tokens, topkIds, plan);
         DeviceBuffer tile = inTile.get(tokens);
@@ -218,7 +325,7 @@ public final class DispatchedLayer implements AutoCloseable {
         scatterAndChoose.launch(LaunchOrder.OVERLAPPING_PREVIOUS, s.segments(), 1, 1, CHOICE_BLOCK_THREADS, 1, 1, 0, stream, topkIds,
                 plan.segmentCounts(), plan.sortedSlots(), plan.expertOffsets(), s.pairs(), table.experts(), s.segment(),
                 s.segments(), rows, table.gateUp().size(), table.down().size(), tile, tokens, runtime.context().smCount(),
-                pairSwitch, chosen);
+                pairSwitch, nodes == null ? (Object) 0L : nodes, chosen);  // a null pointer: no nodes to set
     }
 
     /**
@@ -228,11 +335,11 @@ public final class DispatchedLayer implements AutoCloseable {
      */
     public void recordDecision(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer topkIds, boolean withSwitch) {
         if (!withSwitch) {
-            enqueuePlanAndChoice(stream, tokens, topkIds, 0L);
+            enqueuePlanAndChoice(stream, tokens, topkIds, 0L, null);
             return;
         }
         GraphSwitch pairs = GraphSwitch.create(stream, runtime.context(), table.pairs());
-        enqueuePlanAndChoice(stream, tokens, topkIds, pairs.handle());
+        enqueuePlanAndChoice(stream, tokens, topkIds, pairs.handle(), null);
         pairs.insert(stream, runtime.context(), bodyStream, java.util.Collections.nCopies(table.pairs(), () -> { }));
     }
 
@@ -259,6 +366,9 @@ public final class DispatchedLayer implements AutoCloseable {
     public void close() {
         gateUp.forEach(ExpertHalf::close);
         down.forEach(ExpertHalf::close);
+        downAfterJoin.forEach(ExpertHalf::close);
+        candidateNodes.forEach(DeviceBuffer::close);
+        outsideCapture.shutdown();
         plan.close();
         rows.close();
         inTile.values().forEach(DeviceBuffer::close);

@@ -29,6 +29,8 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 
 /**
  * Routing-aware dispatch decided on the GPU: one graph per token count, replayed on new routings,
@@ -152,8 +154,9 @@ class DispatchedLayerGpuTest extends GpuSession {
         assertEquals(3, picks.stream().distinct().count(), "one token per warp, 16- and 64-pair tiles each win somewhere: " + picks);
     }
 
-    @Test
-    void oneGraphChoosesAgainForEachRouting() throws Exception {
+    @ParameterizedTest
+    @EnumSource(DispatchedLayer.Mechanism.class)
+    void oneGraphChoosesAgainForEachRouting(DispatchedLayer.Mechanism mechanism) throws Exception {
         long seed = System.nanoTime();
         LayerWeights w = layerWeights(SHAPE, seed);
         int tokens = 64;
@@ -165,11 +168,11 @@ class DispatchedLayerGpuTest extends GpuSession {
                      DeviceBuffer.allocate(DType.FP32, tokens * SHAPE.topk()),
                      DeviceBuffer.allocate(DType.BF16, (long) tokens * SHAPE.topk() * SHAPE.intermediate()),
                      DeviceBuffer.allocate(DType.BF16, (long) tokens * SHAPE.hidden()));
-             CudaGraph graph = layer.capture(stream, bodies, tokens, b.x(), DeviceWeights.bf16(w.deviceGateUp()),
-                     DeviceWeights.bf16(w.deviceDown()), b.ids(), b.weights(), b.inter(), b.y())) {
-            int[] spread = runAndCheck("uniform, seed=" + seed, layer, graph, b, uniform, x, w);
-            int[] pile = runAndCheck("piled onto 4 experts, seed=" + seed, layer, graph, b, piled, x, w);
-            int[] again = runAndCheck("uniform again, seed=" + seed, layer, graph, b, uniform, x, w);
+             CudaGraph graph = capture(layer, bodies, tokens, mechanism, new DispatchedLayer.LayerIo(b.x(),
+                     DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()), b.ids(), b.weights(), b.inter(), b.y()))) {
+            int[] spread = runAndCheck(mechanism + ", uniform, seed=" + seed, layer, graph, b, uniform, x, w);
+            int[] pile = runAndCheck(mechanism + ", piled onto 4 experts, seed=" + seed, layer, graph, b, piled, x, w);
+            int[] again = runAndCheck(mechanism + ", uniform again, seed=" + seed, layer, graph, b, uniform, x, w);
             assertNotEquals(spread[0], pile[0], "the same graph chose the same gate_up for a spread and a piled routing");
             assertArrayEquals(spread, again);
         }
@@ -221,6 +224,12 @@ class DispatchedLayerGpuTest extends GpuSession {
                 BF16_OUTPUT.check(ErrorStats.of(r1.y().exact(), download(b1.y())), () -> "y of the second layer, " + where);
             }
         }
+    }
+
+    static CudaGraph capture(DispatchedLayer layer, CudaStream bodies, int tokens, DispatchedLayer.Mechanism mechanism,
+                             DispatchedLayer.LayerIo io) {
+        layer.prepare(tokens);
+        return CudaGraph.capture(stream, () -> layer.record(stream, bodies, tokens, List.of(io), DispatchedLayer.Scope.LAYER, mechanism));
     }
 
     static DeviceBuffer upload(short[] x) {
