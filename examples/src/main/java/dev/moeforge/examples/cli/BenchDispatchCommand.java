@@ -153,6 +153,8 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         row.put("speedup_over_static", staticPair.medianMicros() / withDispatch.medianMicros());
                         row.put("speedup_over_static_per_step", staticPair.medianMicros() / perStep.medianMicros());
                         row.put("chosen", chosenUp + " + " + chosenDown);
+                        row.put("candidates_at_batch", Map.of("gate_up", dispatched.candidatesAt(m).gateUp().size(), "down",
+                                dispatched.candidatesAt(m).down().size()));
                         row.put("chosen_plain_us", chosenPlain.medianMicros());
                         row.put("dispatch_overhead_us", withDispatch.medianMicros() - chosenPlain.medianMicros());
                         row.put("dispatch_overhead_per_step_us", perStep.medianMicros() - chosenPlain.medianMicros());
@@ -168,6 +170,8 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                                 withDispatch.medianMicros() - chosenPlain.medianMicros(), chosenSerial.medianMicros(), decision,
                                 planAndChoice, plan, shortName(chosenUp) + " + " + shortName(chosenDown),
                                 shortName(staticUp) + " + " + shortName(staticDown));
+                        System.out.printf(Locale.ROOT, "       candidates at %d tokens: %d gate_up, %d down%n", m,
+                                dispatched.candidatesAt(m).gateUp().size(), dispatched.candidatesAt(m).down().size());
                     }
                 }
             }

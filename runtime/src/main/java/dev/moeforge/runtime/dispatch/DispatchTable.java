@@ -62,9 +62,9 @@ public final class DispatchTable {
             return model.predict(blocks(load, tokens), pairs(load), sms);
         }
 
-        /** What the kernel reads: kind, param, groups, the feature's number (-1: none), the five coefficients, padding. */
-        double[] packed(int feature) {
-            return new double[] {kind.ordinal(), param, groups, feature, model.a(), model.b(), model.c(), model.d(), model.e(), 0};
+        /** What the kernel reads: kind, param, groups, the feature's number (-1: none), the five coefficients, the origin. */
+        double[] packed(int feature, int origin) {
+            return new double[] {kind.ordinal(), param, groups, feature, model.a(), model.b(), model.c(), model.d(), model.e(), origin};
         }
 
         /** The histogram feature this row's grid reads, or null (one block per pair reads the pairs alone). */
@@ -76,8 +76,19 @@ public final class DispatchTable {
     private final int experts;
     private final List<Row> gateUp;
     private final List<Row> down;
+    /** Each row's number in the table this one was narrowed from ({@link #narrowedTo}); its own number otherwise. */
+    private final int[] gateUpOrigin;
+    private final int[] downOrigin;
 
     public DispatchTable(int experts, List<Row> gateUp, List<Row> down) {
+        this(experts, gateUp, down, identity(gateUp.size()), identity(down.size()));
+    }
+
+    private static int[] identity(int n) {
+        return java.util.stream.IntStream.range(0, n).toArray();
+    }
+
+    private DispatchTable(int experts, List<Row> gateUp, List<Row> down, int[] gateUpOrigin, int[] downOrigin) {
         if (experts < 1 || experts > MAX_EXPERTS) {
             throw new IllegalArgumentException("experts = " + experts + ": the dispatch kernel takes 1.." + MAX_EXPERTS);
         }
@@ -95,6 +106,61 @@ public final class DispatchTable {
         this.experts = experts;
         this.gateUp = List.copyOf(gateUp);
         this.down = List.copyOf(down);
+        this.gateUpOrigin = gateUpOrigin.clone();
+        this.downOrigin = downOrigin.clone();
+    }
+
+    /** Routings per balancedness level {@link #narrowedTo} prices. */
+    static final int NARROWING_SEEDS = 4;
+    /** Balancedness levels, from the least to the most balanced a batch reaches, {@link #narrowedTo} prices. */
+    static final int NARROWING_LEVELS = 16;
+
+    /**
+     * The rows that are the cheapest of their half at some routing of {@code tokens} tokens: over
+     * {@link #NARROWING_LEVELS} balancedness levels from the least to the most balanced the batch
+     * reaches, {@link #NARROWING_SEEDS} routings each, and every token on the same top-k experts. A
+     * graph of that token count holds only these (fewer switch bodies or candidate nodes), in this
+     * table's order; {@link #origin} maps a choice among them back to this table's rows.
+     */
+    public DispatchTable narrowedTo(int tokens, int topk, int sms) {
+        if (tokens < 1) {
+            throw new IllegalArgumentException("tokens = " + tokens + ": at least 1");
+        }
+        java.util.BitSet ups = new java.util.BitSet();
+        java.util.BitSet downs = new java.util.BitSet();
+        java.util.function.Consumer<int[]> price = load -> {
+            int[] c = choose(load, tokens, sms);
+            ups.set(c[0]);
+            downs.set(c[1]);
+        };
+        int[] piled = new int[experts];
+        for (int e = 0; e < Math.min(topk, experts); e++) {
+            piled[e] = tokens;
+        }
+        price.accept(piled);
+        for (int seed = 0; seed < NARROWING_SEEDS; seed++) {
+            dev.moeforge.dsl.reference.RandomInputs.BalancednessRange range =
+                    dev.moeforge.dsl.reference.RandomInputs.reachableBalancedness(seed, tokens, experts, topk);
+            for (int level = 0; level < NARROWING_LEVELS; level++) {
+                double beta = range.min() + (range.max() - range.min()) * level / (NARROWING_LEVELS - 1);
+                int[] load = new int[experts];
+                for (int id : dev.moeforge.dsl.reference.RandomInputs.skewedRouting(seed, tokens, experts, topk, beta).ids()) {
+                    load[id]++;
+                }
+                price.accept(load);
+            }
+        }
+        int[] upRows = ups.stream().toArray();
+        int[] downRows = downs.stream().toArray();
+        return new DispatchTable(experts, java.util.Arrays.stream(upRows).mapToObj(gateUp::get).toList(),
+                java.util.Arrays.stream(downRows).mapToObj(down::get).toList(),
+                java.util.Arrays.stream(upRows).map(r -> gateUpOrigin[r]).toArray(),
+                java.util.Arrays.stream(downRows).map(r -> downOrigin[r]).toArray());
+    }
+
+    /** A choice among this table's rows (gate_up's, down's) as rows of the table it was narrowed from. */
+    public int[] origin(int[] choice) {
+        return new int[] {gateUpOrigin[choice[0]], downOrigin[choice[1]]};
     }
 
     public int experts() {
@@ -214,14 +280,16 @@ public final class DispatchTable {
     /** Doubles per row the kernel reads. */
     static final int ROW_DOUBLES = 10;
 
-    /** The kernel's rows, gate_up's then down's, with their features numbered in order of first use. */
+    /** The kernel's rows, gate_up's then down's, with their features numbered in order of first use and their origins. */
     public double[] packed() {
         List<Row> all = all();
         List<String> features = features();
         double[] out = new double[ROW_DOUBLES * all.size()];
         for (int i = 0; i < all.size(); i++) {
             Row r = all.get(i);
-            System.arraycopy(r.packed(r.feature() == null ? -1 : features.indexOf(r.feature())), 0, out, ROW_DOUBLES * i, ROW_DOUBLES);
+            int origin = i < gateUp.size() ? gateUpOrigin[i] : downOrigin[i - gateUp.size()];
+            System.arraycopy(r.packed(r.feature() == null ? -1 : features.indexOf(r.feature()), origin), 0, out, ROW_DOUBLES * i,
+                    ROW_DOUBLES);
         }
         return out;
     }

@@ -81,9 +81,21 @@ public final class DispatchedLayer implements AutoCloseable {
     private final List<DeviceBuffer> candidateNodes = new ArrayList<>();
     private final ExecutorService outsideCapture;
     private final CudaFunction scatterAndChoose;
-    private final DeviceBuffer rows;
-    private final Map<Integer, DeviceBuffer> inTile = new HashMap<>();
+    private final Map<Integer, Candidates> byTokens = new HashMap<>();
     private final DeviceBuffer chosen;
+
+    /**
+     * What graphs of one token count hold: the table narrowed to the rows that win at some routing
+     * of that many tokens, its rows and in-tile table on the device, and those rows' halves.
+     */
+    private record Candidates(DispatchTable table, DeviceBuffer rows, DeviceBuffer inTile, List<ExpertHalf> gateUp,
+                              List<ExpertHalf> down, List<ExpertHalf> downAfterJoin) implements AutoCloseable {
+        @Override
+        public void close() {
+            rows.close();
+            inTile.close();
+        }
+    }
 
     /**
      * @param kernels  the kernel of each candidate, by the name its row carries
@@ -120,9 +132,6 @@ public final class DispatchedLayer implements AutoCloseable {
             return t;
         });
         this.scatterAndChoose = runtime.loadResource(MODULE).function("moe_align_scatter_dispatch");
-        double[] packed = table.packed();
-        this.rows = DeviceBuffer.allocate(DType.INT32, 2L * packed.length);
-        rows.copyFrom(words(packed));
         this.chosen = DeviceBuffer.allocate(DType.INT32, 2);
         chosen.fillWords32(-1);
     }
@@ -160,19 +169,54 @@ public final class DispatchedLayer implements AutoCloseable {
     }
 
     /**
-     * Uploads what the choice reads at {@code tokens} tokens (the in-tile table): once per token
-     * count, before a graph of it is captured, as nothing may be allocated during a capture.
+     * Narrows the table to {@code tokens} tokens ({@link DispatchTable#narrowedTo}) and uploads what
+     * the choice reads there: once per token count, before a graph of it is captured, as nothing
+     * may be allocated during a capture.
      */
     public void prepare(int tokens) {
         if (tokens < 1 || tokens > capacity) {
             throw new IllegalArgumentException("tokens = " + tokens + ": this layer was built for 1.." + capacity);
         }
-        inTile.computeIfAbsent(tokens, t -> {
-            double[] values = table.inTileTable(t);
-            DeviceBuffer b = DeviceBuffer.allocate(DType.INT32, 2L * values.length);
-            b.copyFrom(words(values));
-            return b;
+        byTokens.computeIfAbsent(tokens, t -> {
+            DispatchTable narrow = table.narrowedTo(t, shape.topk(), runtime.context().smCount());
+            double[] packed = narrow.packed();
+            DeviceBuffer rows = DeviceBuffer.allocate(DType.INT32, 2L * packed.length);
+            rows.copyFrom(words(packed));
+            double[] values = narrow.inTileTable(t);
+            DeviceBuffer inTile = DeviceBuffer.allocate(DType.INT32, 2L * values.length);
+            inTile.copyFrom(words(values));
+            List<ExpertHalf> ups = new ArrayList<>();
+            List<ExpertHalf> downs = new ArrayList<>();
+            List<ExpertHalf> downsAfterJoin = new ArrayList<>();
+            for (int i = 0; i < narrow.gateUp().size(); i++) {
+                ups.add(gateUp.get(narrow.origin(new int[] {i, 0})[0]));
+            }
+            for (int i = 0; i < narrow.down().size(); i++) {
+                int origin = narrow.origin(new int[] {0, i})[1];
+                downs.add(down.get(origin));
+                downsAfterJoin.add(downAfterJoin.get(origin));
+            }
+            return new Candidates(narrow, rows, inTile, ups, downs, downsAfterJoin);
         });
+    }
+
+    private Candidates candidates(int tokens) {
+        Candidates c = byTokens.get(tokens);
+        if (c == null) {
+            throw new IllegalStateException("call prepare(" + tokens + ") before capturing a graph of " + tokens + " tokens");
+        }
+        return c;
+    }
+
+    /** The candidates (gate_up's, down's) a graph of {@code tokens} tokens holds ({@link #prepare} first). */
+    public DispatchTable candidatesAt(int tokens) {
+        return candidates(tokens).table();
+    }
+
+    /** The host twin of a graph of {@code tokens} tokens: the rows of {@link #table()} it chooses at this histogram. */
+    public int[] hostChoice(int[] load, int tokens) {
+        DispatchTable narrow = candidates(tokens).table();
+        return narrow.origin(narrow.choose(load, tokens, runtime.context().smCount()));
     }
 
     /** As {@link #capture}, into the graph {@code stream} is capturing now ({@link #prepare} first). */
@@ -194,39 +238,36 @@ public final class DispatchedLayer implements AutoCloseable {
      * per layer only (its graph is instantiated once: {@link CudaGraph#capture} does).
      */
     public void record(CudaStream stream, CudaStream bodyStream, int tokens, List<LayerIo> layers, Scope scope, Mechanism mechanism) {
-        if (mechanism == Mechanism.ENABLED_NODES) {
-            if (scope != Scope.LAYER) {
-                throw new IllegalArgumentException("enabled nodes decide per layer; a step's one decision takes the switch");
-            }
-            if (tokens < 1 || tokens > capacity) {
-                throw new IllegalArgumentException("tokens = " + tokens + ": this layer was built for 1.." + capacity);
-            }
-            gateUp.forEach(h -> requireRuns(h, tokens));
-            down.forEach(h -> requireRuns(h, tokens));
-            layers.forEach(io -> recordEnabledNodes(stream, tokens, io));
-            return;
-        }
         if (tokens < 1 || tokens > capacity) {
             throw new IllegalArgumentException("tokens = " + tokens + ": this layer was built for 1.." + capacity);
         }
         if (layers.isEmpty()) {
             throw new IllegalArgumentException("no layers to record");
         }
-        gateUp.forEach(h -> requireRuns(h, tokens));
-        down.forEach(h -> requireRuns(h, tokens));
+        if (mechanism == Mechanism.ENABLED_NODES && scope != Scope.LAYER) {
+            throw new IllegalArgumentException("enabled nodes decide per layer; a step's one decision takes the switch");
+        }
+        Candidates c = candidates(tokens);
+        c.gateUp().forEach(h -> requireRuns(h, tokens));
+        c.down().forEach(h -> requireRuns(h, tokens));
         CudaContext context = runtime.context();
-        switch (scope) {
-            case LAYER -> {
-                for (LayerIo io : layers) {
-                    GraphSwitch pairs = GraphSwitch.create(stream, context, table.pairs());
-                    enqueuePlanAndChoice(stream, tokens, io.topkIds(), pairs.handle(), null);
-                    pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, tokens, List.of(io), false));
+        switch (mechanism) {
+            case ENABLED_NODES -> layers.forEach(io -> recordEnabledNodes(stream, c, tokens, io));
+            case SWITCH -> {
+                switch (scope) {
+                    case LAYER -> {
+                        for (LayerIo io : layers) {
+                            GraphSwitch pairs = GraphSwitch.create(stream, context, c.table().pairs());
+                            enqueuePlanAndChoice(stream, c, tokens, io.topkIds(), pairs.handle(), null);
+                            pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, c, tokens, List.of(io), false));
+                        }
+                    }
+                    case STEP -> {
+                        GraphSwitch pairs = GraphSwitch.create(stream, context, c.table().pairs());
+                        enqueuePlanAndChoice(stream, c, tokens, layers.getFirst().topkIds(), pairs.handle(), null);
+                        pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, c, tokens, layers, true));
+                    }
                 }
-            }
-            case STEP -> {
-                GraphSwitch pairs = GraphSwitch.create(stream, context, table.pairs());
-                enqueuePlanAndChoice(stream, tokens, layers.getFirst().topkIds(), pairs.handle(), null);
-                pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, tokens, layers, true));
             }
         }
     }
@@ -236,30 +277,31 @@ public final class DispatchedLayer implements AutoCloseable {
      * candidate side by side, a join; the choice enables one of each. The nodes' device handles go
      * to the choice through a buffer filled once they exist (from outside the capture).
      */
-    private void recordEnabledNodes(CudaStream stream, int tokens, LayerIo io) {
-        int n = gateUp.size() + down.size();
+    private void recordEnabledNodes(CudaStream stream, Candidates c, int tokens, LayerIo io) {
+        int ups = c.gateUp().size();
+        int n = ups + c.down().size();
         DeviceBuffer handles = outside(() -> DeviceBuffer.allocate(DType.INT32, 2L * n));
         candidateNodes.add(handles);
-        enqueuePlanAndChoice(stream, tokens, io.topkIds(), 0L, handles);
+        enqueuePlanAndChoice(stream, c, tokens, io.topkIds(), 0L, handles);
         long[] handleValues = new long[n];
         long[] afterPlan = CaptureEdits.dependencies(stream);
-        long[] ups = new long[gateUp.size()];
-        for (int i = 0; i < ups.length; i++) {
+        long[] upNodes = new long[ups];
+        for (int i = 0; i < ups; i++) {
             CaptureEdits.setDependencies(stream, afterPlan);
-            gateUp.get(i).launchGateUp(stream, tokens, io.x(), io.wGateUp(), io.topkIds(), io.inter());
-            ups[i] = onlyNode(stream, gateUp.get(i));
-            handleValues[i] = CaptureEdits.deviceUpdatable(ups[i]);
+            c.gateUp().get(i).launchGateUp(stream, tokens, io.x(), io.wGateUp(), io.topkIds(), io.inter());
+            upNodes[i] = onlyNode(stream, c.gateUp().get(i));
+            handleValues[i] = CaptureEdits.deviceUpdatable(upNodes[i]);
         }
-        CaptureEdits.join(stream, ups);
+        CaptureEdits.join(stream, upNodes);
         long[] afterUp = CaptureEdits.dependencies(stream);
-        long[] downs = new long[down.size()];
-        for (int i = 0; i < downs.length; i++) {
+        long[] downNodes = new long[n - ups];
+        for (int i = 0; i < downNodes.length; i++) {
             CaptureEdits.setDependencies(stream, afterUp);
-            downAfterJoin.get(i).launchDown(stream, tokens, io.inter(), io.wDown(), io.topkIds(), io.topkWeights(), io.y());
-            downs[i] = onlyNode(stream, downAfterJoin.get(i));
-            handleValues[gateUp.size() + i] = CaptureEdits.deviceUpdatable(downs[i]);
+            c.downAfterJoin().get(i).launchDown(stream, tokens, io.inter(), io.wDown(), io.topkIds(), io.topkWeights(), io.y());
+            downNodes[i] = onlyNode(stream, c.downAfterJoin().get(i));
+            handleValues[ups + i] = CaptureEdits.deviceUpdatable(downNodes[i]);
         }
-        CaptureEdits.join(stream, downs);
+        CaptureEdits.join(stream, downNodes);
         int[] words = new int[2 * n];
         for (int i = 0; i < n; i++) {
             words[2 * i] = (int) handleValues[i];
@@ -294,11 +336,11 @@ public final class DispatchedLayer implements AutoCloseable {
         }
     }
 
-    /** Body {@code table.pairIndex(u, d)} runs gate_up u and down d on every layer (after the first, on its own plan). */
-    private List<Runnable> pairBodies(CudaStream bodyStream, int tokens, List<LayerIo> layers, boolean planAfterFirst) {
+    /** Body {@code pairIndex(u, d)} of the token count's table runs gate_up u and down d on every layer (after the first, on its own plan). */
+    private List<Runnable> pairBodies(CudaStream bodyStream, Candidates c, int tokens, List<LayerIo> layers, boolean planAfterFirst) {
         List<Runnable> bodies = new ArrayList<>();
-        for (ExpertHalf up : gateUp) {
-            for (ExpertHalf dn : down) {
+        for (ExpertHalf up : c.gateUp()) {
+            for (ExpertHalf dn : c.down()) {
                 bodies.add(() -> {
                     for (int l = 0; l < layers.size(); l++) {
                         LayerIo io = layers.get(l);
@@ -315,16 +357,14 @@ public final class DispatchedLayer implements AutoCloseable {
     }
 
     /** The plan's two launches, the second also choosing the pair; a zero handle sets no switch. */
-    private void enqueuePlanAndChoice(CudaStream stream, int tokens, DeviceBuffer topkIds, long pairSwitch, DeviceBuffer nodes) {
+    private void enqueuePlanAndChoice(CudaStream stream, Candidates c, int tokens, DeviceBuffer topkIds, long pairSwitch,
+                                      DeviceBuffer nodes) {
         // after a switch node (no kernel to overlap) or whatever the caller enqueued before
         RoutingAlign.Segments s = align.enqueueCount(stream, LaunchOrder.AFTER_PREVIOUS, tokens, topkIds, plan);
-        DeviceBuffer tile = inTile.get(tokens);
-        if (tile == null) {
-            throw new IllegalStateException("call prepare(" + tokens + ") before capturing a graph of " + tokens + " tokens");
-        }
         scatterAndChoose.launch(LaunchOrder.OVERLAPPING_PREVIOUS, s.segments(), 1, 1, CHOICE_BLOCK_THREADS, 1, 1, 0, stream, topkIds,
                 plan.segmentCounts(), plan.sortedSlots(), plan.expertOffsets(), s.pairs(), table.experts(), s.segment(),
-                s.segments(), rows, table.gateUp().size(), table.down().size(), tile, tokens, runtime.context().smCount(),
+                s.segments(), c.rows(), c.table().gateUp().size(), c.table().down().size(), c.inTile(), tokens,
+                runtime.context().smCount(),
                 pairSwitch, nodes == null ? (Object) 0L : nodes, chosen);  // a null pointer: no nodes to set
     }
 
@@ -334,13 +374,14 @@ public final class DispatchedLayer implements AutoCloseable {
      * or also the switch, its bodies empty.
      */
     public void recordDecision(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer topkIds, boolean withSwitch) {
+        Candidates c = candidates(tokens);
         if (!withSwitch) {
-            enqueuePlanAndChoice(stream, tokens, topkIds, 0L, null);
+            enqueuePlanAndChoice(stream, c, tokens, topkIds, 0L, null);
             return;
         }
-        GraphSwitch pairs = GraphSwitch.create(stream, runtime.context(), table.pairs());
-        enqueuePlanAndChoice(stream, tokens, topkIds, pairs.handle(), null);
-        pairs.insert(stream, runtime.context(), bodyStream, java.util.Collections.nCopies(table.pairs(), () -> { }));
+        GraphSwitch pairs = GraphSwitch.create(stream, runtime.context(), c.table().pairs());
+        enqueuePlanAndChoice(stream, c, tokens, topkIds, pairs.handle(), null);
+        pairs.insert(stream, runtime.context(), bodyStream, java.util.Collections.nCopies(c.table().pairs(), () -> { }));
     }
 
     /** The plan's two launches alone, as a layer of one fixed pair runs them. */
@@ -355,7 +396,7 @@ public final class DispatchedLayer implements AutoCloseable {
         }
     }
 
-    /** The candidates the last replay chose (gate_up's, down's row): a host read, for checks and reports only. */
+    /** The candidates the last replay chose (rows of {@link #table()}, gate_up's and down's): a host read, for checks and reports only. */
     public int[] lastChoice() {
         int[] out = new int[2];
         chosen.copyTo(out);
@@ -370,8 +411,7 @@ public final class DispatchedLayer implements AutoCloseable {
         candidateNodes.forEach(DeviceBuffer::close);
         outsideCapture.shutdown();
         plan.close();
-        rows.close();
-        inTile.values().forEach(DeviceBuffer::close);
+        byTokens.values().forEach(Candidates::close);
         chosen.close();
     }
 }

@@ -25,7 +25,7 @@ struct Row {
   double groups;   // blocks per unit: n tiles (kind 0) or output groups (kinds 1, 2)
   double feature;  // which histogram feature G reads (kinds 0, 2; the table numbers them), or -1
   double a, b, c, d, e;  // T = a + b ceil(G/S) + c G + d sqrt(G) + e P
-  double unused;
+  double origin;   // the row's number in its half of the table this one was narrowed from
 };
 
 // The choosing warps of block 0 meet here; warp 0 (the scatter) does not.
@@ -124,8 +124,8 @@ __device__ __forceinline__ void choose_pair(int t, const int* __restrict__ segme
     int up = 0, down = gate_up_rows;
     for (int r = 1; r < gate_up_rows; ++r) up = cost[r] < cost[up] ? r : up;
     for (int r = gate_up_rows + 1; r < n; ++r) down = cost[r] < cost[down] ? r : down;
-    chosen[0] = up;
-    chosen[1] = down - gate_up_rows;
+    chosen[0] = static_cast<int>(rows[up].origin);
+    chosen[1] = static_cast<int>(rows[down].origin);
     pick[0] = up;
     pick[1] = down;
     // a zero handle: no switch to set (the decision timed without its graph node)
@@ -142,7 +142,7 @@ __device__ __forceinline__ void choose_pair(int t, const int* __restrict__ segme
 // The align's second launch with the decision in it: grid = the plan's segments, 32 * (1 + kChoiceWarps)
 // threads, after the align's count launch. Warp 0 scatters; block 0's other warps choose, the other
 // blocks' leave. pair_switch (or 0) and candidate_nodes (or null): what the choice sets. chosen[0..1]:
-// the pair's rows (gate_up's, down's), for checks.
+// the pair's rows (gate_up's, down's) as origins, for checks.
 extern "C" __global__ void __launch_bounds__(32 * (1 + kChoiceWarps), 1) moe_align_scatter_dispatch(
     const int* __restrict__ topk_ids,
     const int* __restrict__ segment_counts,

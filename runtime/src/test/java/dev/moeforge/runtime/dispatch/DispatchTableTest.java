@@ -142,4 +142,47 @@ class DispatchTableTest {
         assertEquals(2 * down.size() + 3, table.pairIndex(2, 3));
         assertThrows(IllegalArgumentException.class, () -> table.inTileTable(0));
     }
+
+    /**
+     * A table narrowed to a token count keeps, in order, the rows that win at the routings it
+     * prices, among them both ends of the skew; its choices map back to the full table's.
+     */
+    @Test
+    void aNarrowedTableKeepsTheRowsThatWinAtItsTokenCount() {
+        List<DispatchTable.Row> up = new ArrayList<>();
+        List<DispatchTable.Row> down = new ArrayList<>();
+        List<Schedule<Problem.ExpertProblem>> ups = ConfigPool.of(GATE_UP, Target.SM_90A);
+        List<Schedule<Problem.ExpertProblem>> downs = ConfigPool.of(DOWN, Target.SM_90A);
+        for (int i = 0; i < 16; i++) {
+            // a fixed cost that falls with i and a per-block cost that grows with it: small grids favour late rows
+            up.add(DispatchTable.row("u" + i, GATE_UP, ups.get(i * 3 % ups.size()), new WaveCostModel(40 - 2 * i, 0, 0.002 * (i + 1), 0, 0, 5)));
+            down.add(DispatchTable.row("d" + i, DOWN, downs.get(i * 5 % downs.size()), new WaveCostModel(30 - i, 0.5, 0.001 * i, 0, 0, 3)));
+        }
+        DispatchTable full = new DispatchTable(SHAPE.experts(), up, down);
+        for (int tokens : new int[] {1, 16, 300}) {
+            DispatchTable narrow = full.narrowedTo(tokens, SHAPE.topk(), 132);
+            assertTrue(narrow.gateUp().size() <= full.gateUp().size() && narrow.down().size() <= full.down().size());
+            for (int i = 0; i < narrow.gateUp().size(); i++) {
+                assertEquals(full.gateUp().get(narrow.origin(new int[] {i, 0})[0]), narrow.gateUp().get(i));
+                if (i > 0) {
+                    assertTrue(narrow.origin(new int[] {i, 0})[0] > narrow.origin(new int[] {i - 1, 0})[0], "in the table's order");
+                }
+            }
+            int[] piled = new int[SHAPE.experts()];
+            for (int e = 0; e < SHAPE.topk(); e++) {
+                piled[e] = tokens;
+            }
+            List<int[]> loads = new ArrayList<>(List.of(piled));
+            RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(0, tokens, SHAPE.experts(), SHAPE.topk());
+            loads.add(load(RandomInputs.skewedRouting(0, tokens, SHAPE.experts(), SHAPE.topk(), range.max())));
+            for (int[] load : loads) {
+                assertArrayEquals(full.choose(load, tokens, 132), narrow.origin(narrow.choose(load, tokens, 132)), "M=" + tokens);
+            }
+            double[] packed = narrow.packed();
+            for (int i = 0; i < narrow.gateUp().size(); i++) {
+                assertEquals(narrow.origin(new int[] {i, 0})[0], (int) packed[i * 10 + 9], "the kernel reports origins");
+            }
+        }
+        assertThrows(IllegalArgumentException.class, () -> full.narrowedTo(0, SHAPE.topk(), 132));
+    }
 }

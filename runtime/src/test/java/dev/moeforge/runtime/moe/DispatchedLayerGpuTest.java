@@ -115,7 +115,7 @@ class DispatchedLayerGpuTest extends GpuSession {
         graph.launch(stream);
         stream.synchronize();
         int[] chosen = layer.lastChoice();
-        int[] expected = layer.table().choose(load(routing), routing.tokens(), context.smCount());
+        int[] expected = layer.hostChoice(load(routing), routing.tokens());
         assertArrayEquals(expected, chosen, () -> "the device chose other candidates than the host twin: " + where);
         ExpertLayerSpecs ref = specs(CANDIDATES.get(2));
         ExpertReference.LayerResult r = ExpertReference.layer(ref.gateUp(), ref.down(), x,
@@ -216,9 +216,9 @@ class DispatchedLayerGpuTest extends GpuSession {
                 }
                 int[] chosen = layer.lastChoice();
                 String where = (order[0] == uniform ? "uniform then piled" : "piled then uniform") + ", seed=" + seed;
-                assertArrayEquals(layer.table().choose(load(order[0]), tokens, context.smCount()), chosen,
+                assertArrayEquals(layer.hostChoice(load(order[0]), tokens), chosen,
                         () -> "a step decides on its first layer's histogram: " + where);
-                assertNotEquals(layer.table().choose(load(order[1]), tokens, context.smCount())[0], chosen[0],
+                assertNotEquals(layer.hostChoice(load(order[1]), tokens)[0], chosen[0],
                         () -> "the second layer's routing alone picks the same gate_up, so the case shows nothing: " + where);
                 BF16_OUTPUT.check(ErrorStats.of(r0.y().exact(), download(b0.y())), () -> "y of the first layer, " + where);
                 BF16_OUTPUT.check(ErrorStats.of(r1.y().exact(), download(b1.y())), () -> "y of the second layer, " + where);
