@@ -85,8 +85,8 @@ public final class BenchDispatchCommand implements Callable<Integer> {
              HalfProfiler bench = new HalfProfiler(kernels, stream, shape, layers, maxBatch, seed)) {
             System.out.printf(Locale.ROOT, "dispatch of %s on %s: %d gate_up and %d down candidates, %d layers rotated%n",
                     profile.get("model").asText(), ctx.deviceName(), table.gateUp().size(), table.down().size(), layers);
-            System.out.printf(Locale.ROOT, "%-6s %-6s %12s %10s %10s %12s %10s %12s %10s %8s %8s %8s %8s  %s%n", "M", "beta", "dispatched",
-                    "per step", "nodes", "static", "speedup", "chosen plain", "overhead", "serial", "decision", "+choice", "plan",
+            System.out.printf(Locale.ROOT, "%-6s %-6s %12s %10s %12s %10s %12s %10s %8s %8s %8s %8s  %s%n", "M", "beta", "dispatched",
+                    "per step", "static", "speedup", "chosen plain", "overhead", "serial", "decision", "+choice", "plan",
                     "chosen / static");
             for (int m : batches) {
                 PoolFit.Point balanced = fit.profiled().stream().filter(p -> p.batch() == m)
@@ -103,10 +103,6 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         Timing withDispatch = bench.timeLayers(stream, l -> dispatched.record(stream, bodies, m, bench.x(),
                                 bench.gateUpWeights(l), bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()),
                                 options.warmup, options.reps);
-                        Timing withNodes = bench.timeLayers(stream, l -> dispatched.record(stream, bodies, m,
-                                List.of(new DispatchedLayer.LayerIo(bench.x(), bench.gateUpWeights(l), bench.downWeights(l), bench.ids(),
-                                        bench.weights(), bench.inter(), bench.y())), DispatchedLayer.Scope.LAYER,
-                                DispatchedLayer.Mechanism.ENABLED_NODES), options.warmup, options.reps);
                         List<DispatchedLayer.LayerIo> all = new ArrayList<>();
                         for (int l = 0; l < layers; l++) {
                             all.add(new DispatchedLayer.LayerIo(bench.x(), bench.gateUpWeights(l), bench.downWeights(l), bench.ids(),
@@ -147,8 +143,6 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         row.put("balancedness", beta);
                         row.put("dispatched_us", withDispatch.medianMicros());
                         row.put("dispatched_per_step_us", perStep.medianMicros());
-                        row.put("dispatched_enabled_nodes_us", withNodes.medianMicros());
-                        row.put("dispatch_overhead_enabled_nodes_us", withNodes.medianMicros() - chosenPlain.medianMicros());
                         row.put("static_us", staticPair.medianMicros());
                         row.put("speedup_over_static", staticPair.medianMicros() / withDispatch.medianMicros());
                         row.put("speedup_over_static_per_step", staticPair.medianMicros() / perStep.medianMicros());
@@ -164,8 +158,8 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         row.put("decision_us", decision);
                         row.put("static", staticUp + " + " + staticDown);
                         rows.add(row);
-                        System.out.printf(Locale.ROOT, "%-6d %-6.2f %12.1f %10.1f %10.1f %12.1f %9.3fx %12.1f %10.1f %8.1f %8.1f %8.1f %8.1f  %s / %s%n",
-                                m, beta, withDispatch.medianMicros(), perStep.medianMicros(), withNodes.medianMicros(), staticPair.medianMicros(),
+                        System.out.printf(Locale.ROOT, "%-6d %-6.2f %12.1f %10.1f %12.1f %9.3fx %12.1f %10.1f %8.1f %8.1f %8.1f %8.1f  %s / %s%n",
+                                m, beta, withDispatch.medianMicros(), perStep.medianMicros(), staticPair.medianMicros(),
                                 staticPair.medianMicros() / withDispatch.medianMicros(), chosenPlain.medianMicros(),
                                 withDispatch.medianMicros() - chosenPlain.medianMicros(), chosenSerial.medianMicros(), decision,
                                 planAndChoice, plan, shortName(chosenUp) + " + " + shortName(chosenDown),
@@ -182,8 +176,7 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                     "CUDA events around each replay of one graph running all layers; per layer = replay / layers; median",
                     "dispatched", "each layer: the plan's two launches, the second choosing the pair, and one switch over the "
                             + "(gate_up, down) pairs", "per step", "the first layer's plan chooses once; one switch whose body runs "
-                            + "every layer (its plan, gate_up, down) with that pair", "nodes", "each layer: every candidate's kernel "
-                            + "node side by side, device-updatable; the plan's choice enables the pair's two and disables the rest", "static", "the best measured pair at the "
+                            + "every layer (its plan, gate_up, down) with that pair", "static", "the best measured pair at the "
                             + "batch's most balanced profiled point", "overhead", "dispatched minus a plain graph of the pair the dispatch "
                             + "chose (its kernels launched as programmatic dependents); serial: that pair launched without; decision: "
                             + "the plan with the choice and the switch, bodies empty; +choice: without the switch; plan: the plan alone"));

@@ -4,7 +4,6 @@ import static jcuda.driver.JCudaDriver.cuGraphDestroy;
 import static jcuda.driver.JCudaDriver.cuGraphExecDestroy;
 import static jcuda.driver.JCudaDriver.cuGraphInstantiate;
 import static jcuda.driver.JCudaDriver.cuGraphLaunch;
-import static jcuda.driver.JCudaDriver.cuGraphUpload;
 import static jcuda.driver.JCudaDriver.cuStreamBeginCapture;
 import static jcuda.driver.JCudaDriver.cuStreamEndCapture;
 
@@ -62,15 +61,7 @@ public final class CudaGraph extends NativeResource {
             }
             throw e;
         }
-        CudaGraph captured = new CudaGraph(graph, exec);
-        try {
-            // uploaded now: a graph whose kernels update its nodes on the device must be before its first launch
-            Driver.check("cuGraphUpload", () -> cuGraphUpload(exec, handle));
-        } catch (CudaException e) {
-            captured.close();
-            throw e;
-        }
-        return captured;
+        return new CudaGraph(graph, exec);
     }
 
     /** Queues one replay of the graph on {@code stream}. */

@@ -23,6 +23,8 @@ public final class GraphSwitch {
     private static final int NODE_TYPE_CONDITIONAL = 13;
     private static final int CONDITIONAL_SWITCH = 2;
     private static final int ASSIGN_DEFAULT = 1;
+    private static final int SET_CAPTURE_DEPENDENCIES = 1;
+    private static final int CAPTURE_ACTIVE = 1;
     private static final int CAPTURE_MODE_THREAD_LOCAL = 1;
     private static final long NODE_PARAMS_BYTES = 256;
 
@@ -45,7 +47,9 @@ public final class GraphSwitch {
 
     private static final class Binding {
         static final MethodHandle HANDLE_CREATE;
+        static final MethodHandle CAPTURE_INFO;
         static final MethodHandle ADD_NODE;
+        static final MethodHandle UPDATE_DEPENDENCIES;
         static final MethodHandle BEGIN_CAPTURE_TO_GRAPH;
         static final MethodHandle END_CAPTURE;
 
@@ -56,7 +60,10 @@ public final class GraphSwitch {
             ValueLayout i = ValueLayout.JAVA_INT;
             ValueLayout l = ValueLayout.JAVA_LONG;
             HANDLE_CREATE = linker.downcallHandle(find(cuda, "cuGraphConditionalHandleCreate"), FunctionDescriptor.of(i, a, a, a, i, i));
+            CAPTURE_INFO = linker.downcallHandle(find(cuda, "cuStreamGetCaptureInfo_v3"), FunctionDescriptor.of(i, a, a, a, a, a, a, a));
             ADD_NODE = linker.downcallHandle(find(cuda, "cuGraphAddNode_v2"), FunctionDescriptor.of(i, a, a, a, a, l, a));
+            UPDATE_DEPENDENCIES = linker.downcallHandle(find(cuda, "cuStreamUpdateCaptureDependencies_v2"),
+                    FunctionDescriptor.of(i, a, a, a, l, i));
             BEGIN_CAPTURE_TO_GRAPH = linker.downcallHandle(find(cuda, "cuStreamBeginCaptureToGraph"), FunctionDescriptor.of(i, a, a, a, a, l, i));
             END_CAPTURE = linker.downcallHandle(find(cuda, "cuStreamEndCapture"), FunctionDescriptor.of(i, a, a));
         }
@@ -65,6 +72,24 @@ public final class GraphSwitch {
             return cuda.find(name).orElseThrow(() -> new IllegalStateException("libcuda.so.1 has no " + name
                     + ": conditional graph nodes need a CUDA 12.8 or newer driver"));
         }
+    }
+
+    /** What the stream's capture is building: its graph and the nodes the next captured work depends on. */
+    private record Capture(MemorySegment graph, MemorySegment dependencies, MemorySegment edgeData, long count) {}
+
+    private static Capture capture(CudaStream stream, Arena arena) throws Throwable {
+        MemorySegment status = arena.allocate(ValueLayout.JAVA_INT);
+        MemorySegment graph = arena.allocate(ValueLayout.ADDRESS);
+        MemorySegment deps = arena.allocate(ValueLayout.ADDRESS);
+        MemorySegment edges = arena.allocate(ValueLayout.ADDRESS);
+        MemorySegment count = arena.allocate(ValueLayout.JAVA_LONG);
+        check("cuStreamGetCaptureInfo", (int) Binding.CAPTURE_INFO.invokeExact(stream(stream), status, MemorySegment.NULL, graph, deps,
+                edges, count));
+        if (status.get(ValueLayout.JAVA_INT, 0) != CAPTURE_ACTIVE) {
+            throw new IllegalStateException("a graph switch goes into a graph being captured: capture the stream first (CudaGraph.capture)");
+        }
+        return new Capture(graph.get(ValueLayout.ADDRESS, 0), deps.get(ValueLayout.ADDRESS, 0), edges.get(ValueLayout.ADDRESS, 0),
+                count.get(ValueLayout.JAVA_LONG, 0));
     }
 
     /**
@@ -77,7 +102,7 @@ public final class GraphSwitch {
             throw new IllegalArgumentException("a switch of " + branches + " branches");
         }
         try (Arena arena = Arena.ofConfined()) {
-            CaptureEdits.Capture c = CaptureEdits.capture(stream, arena);
+            Capture c = capture(stream, arena);
             MemorySegment out = arena.allocate(ValueLayout.JAVA_LONG);
             check("cuGraphConditionalHandleCreate", (int) Binding.HANDLE_CREATE.invokeExact(out, c.graph(),
                     MemorySegment.ofAddress(LaunchKernelEx.address(context.handle())), branches, ASSIGN_DEFAULT));
@@ -99,7 +124,7 @@ public final class GraphSwitch {
             throw new IllegalArgumentException(bodies.size() + " bodies for a switch of " + branches);
         }
         try (Arena arena = Arena.ofConfined()) {
-            CaptureEdits.Capture c = CaptureEdits.capture(stream, arena);
+            Capture c = capture(stream, arena);
             MemorySegment params = arena.allocate(NODE_PARAMS_BYTES, 8);  // zeroed
             params.set(ValueLayout.JAVA_INT, 0, NODE_TYPE_CONDITIONAL);
             long at = 16;  // the union
@@ -122,7 +147,8 @@ public final class GraphSwitch {
                     check("cuStreamEndCapture(switch body " + i + ")", (int) Binding.END_CAPTURE.invokeExact(stream(bodyStream), captured));
                 }
             }
-            CaptureEdits.setDependencies(stream, node.get(ValueLayout.JAVA_LONG, 0));
+            check("cuStreamUpdateCaptureDependencies", (int) Binding.UPDATE_DEPENDENCIES.invokeExact(stream(stream), node,
+                    MemorySegment.NULL, 1L, SET_CAPTURE_DEPENDENCIES));
         } catch (RuntimeException e) {
             throw e;
         } catch (Throwable e) {
@@ -131,7 +157,7 @@ public final class GraphSwitch {
     }
 
     private static MemorySegment stream(CudaStream s) {
-        return CaptureEdits.stream(s);
+        return MemorySegment.ofAddress(LaunchKernelEx.address(s.handle()));
     }
 
     private static void check(String call, int result) {

@@ -4,7 +4,6 @@ import dev.moeforge.codegen.cuda.DeviceHeader;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.runtime.cuda.CaptureEdits;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaFunction;
 import dev.moeforge.runtime.cuda.CudaGraph;
@@ -22,8 +21,6 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
 import java.util.function.Function;
 
 /**
@@ -54,17 +51,6 @@ public final class DispatchedLayer implements AutoCloseable {
         STEP
     }
 
-    /** How a layer's graph runs the chosen pair. */
-    public enum Mechanism {
-        /** A conditional switch node whose bodies are the pairs. */
-        SWITCH,
-        /**
-         * Every candidate's kernel node side by side between two joins, device-updatable; the choice
-         * enables the pair's two and disables the rest (a disabled node runs as a no-op).
-         */
-        ENABLED_NODES
-    }
-
     /** One layer's buffers. */
     public record LayerIo(DeviceBuffer x, DeviceWeights wGateUp, DeviceWeights wDown, DeviceBuffer topkIds,
                           DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {}
@@ -77,9 +63,6 @@ public final class DispatchedLayer implements AutoCloseable {
     private final RoutingAlign.PlanBuffers plan;
     private final List<ExpertHalf> gateUp = new ArrayList<>();
     private final List<ExpertHalf> down = new ArrayList<>();
-    private final List<ExpertHalf> downAfterJoin = new ArrayList<>();
-    private final List<DeviceBuffer> candidateNodes = new ArrayList<>();
-    private final ExecutorService outsideCapture;
     private final CudaFunction scatterAndChoose;
     private final Map<Integer, Candidates> byTokens = new HashMap<>();
     private final DeviceBuffer chosen;
@@ -89,7 +72,7 @@ public final class DispatchedLayer implements AutoCloseable {
      * of that many tokens, its rows and in-tile table on the device, and those rows' halves.
      */
     private record Candidates(DispatchTable table, DeviceBuffer rows, DeviceBuffer inTile, List<ExpertHalf> gateUp,
-                              List<ExpertHalf> down, List<ExpertHalf> downAfterJoin) implements AutoCloseable {
+                              List<ExpertHalf> down) implements AutoCloseable {
         @Override
         public void close() {
             rows.close();
@@ -123,14 +106,7 @@ public final class DispatchedLayer implements AutoCloseable {
         for (KernelHandle k : downs) {
             requireShape(k);
             down.add(ExpertHalf.sharing(k, LaunchOrder.OVERLAPPING_PREVIOUS, Math.min(capacity, k.maxTokens()), plan));
-            downAfterJoin.add(ExpertHalf.sharing(k, LaunchOrder.AFTER_PREVIOUS, Math.min(capacity, k.maxTokens()), plan));
         }
-        // the capture is thread-local: buffers for a graph being captured are allocated and filled from this thread
-        this.outsideCapture = Executors.newSingleThreadExecutor(r -> {
-            Thread t = new Thread(r, "dispatch-buffers");
-            t.setDaemon(true);
-            return t;
-        });
         this.scatterAndChoose = runtime.loadResource(MODULE).function("moe_align_scatter_dispatch");
         this.chosen = DeviceBuffer.allocate(DType.INT32, 2);
         chosen.fillWords32(-1);
@@ -187,16 +163,13 @@ public final class DispatchedLayer implements AutoCloseable {
             inTile.copyFrom(words(values));
             List<ExpertHalf> ups = new ArrayList<>();
             List<ExpertHalf> downs = new ArrayList<>();
-            List<ExpertHalf> downsAfterJoin = new ArrayList<>();
             for (int i = 0; i < narrow.gateUp().size(); i++) {
                 ups.add(gateUp.get(narrow.origin(new int[] {i, 0})[0]));
             }
             for (int i = 0; i < narrow.down().size(); i++) {
-                int origin = narrow.origin(new int[] {0, i})[1];
-                downs.add(down.get(origin));
-                downsAfterJoin.add(downAfterJoin.get(origin));
+                downs.add(down.get(narrow.origin(new int[] {0, i})[1]));
             }
-            return new Candidates(narrow, rows, inTile, ups, downs, downsAfterJoin);
+            return new Candidates(narrow, rows, inTile, ups, downs);
         });
     }
 
@@ -230,109 +203,29 @@ public final class DispatchedLayer implements AutoCloseable {
      * deciding as {@code scope} says. The layers share this layer's routing plan, which each rebuilds in turn.
      */
     public void record(CudaStream stream, CudaStream bodyStream, int tokens, List<LayerIo> layers, Scope scope) {
-        record(stream, bodyStream, tokens, layers, scope, Mechanism.SWITCH);
-    }
-
-    /**
-     * As above, running the chosen pair by {@code mechanism}; {@link Mechanism#ENABLED_NODES} decides
-     * per layer only (its graph is instantiated once: {@link CudaGraph#capture} does).
-     */
-    public void record(CudaStream stream, CudaStream bodyStream, int tokens, List<LayerIo> layers, Scope scope, Mechanism mechanism) {
         if (tokens < 1 || tokens > capacity) {
             throw new IllegalArgumentException("tokens = " + tokens + ": this layer was built for 1.." + capacity);
         }
         if (layers.isEmpty()) {
             throw new IllegalArgumentException("no layers to record");
         }
-        if (mechanism == Mechanism.ENABLED_NODES && scope != Scope.LAYER) {
-            throw new IllegalArgumentException("enabled nodes decide per layer; a step's one decision takes the switch");
-        }
         Candidates c = candidates(tokens);
         c.gateUp().forEach(h -> requireRuns(h, tokens));
         c.down().forEach(h -> requireRuns(h, tokens));
         CudaContext context = runtime.context();
-        switch (mechanism) {
-            case ENABLED_NODES -> layers.forEach(io -> recordEnabledNodes(stream, c, tokens, io));
-            case SWITCH -> {
-                switch (scope) {
-                    case LAYER -> {
-                        for (LayerIo io : layers) {
-                            GraphSwitch pairs = GraphSwitch.create(stream, context, c.table().pairs());
-                            enqueuePlanAndChoice(stream, c, tokens, io.topkIds(), pairs.handle(), null);
-                            pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, c, tokens, List.of(io), false));
-                        }
-                    }
-                    case STEP -> {
-                        GraphSwitch pairs = GraphSwitch.create(stream, context, c.table().pairs());
-                        enqueuePlanAndChoice(stream, c, tokens, layers.getFirst().topkIds(), pairs.handle(), null);
-                        pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, c, tokens, layers, true));
-                    }
+        switch (scope) {
+            case LAYER -> {
+                for (LayerIo io : layers) {
+                    GraphSwitch pairs = GraphSwitch.create(stream, context, c.table().pairs());
+                    enqueuePlanAndChoice(stream, c, tokens, io.topkIds(), pairs.handle());
+                    pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, c, tokens, List.of(io), false));
                 }
             }
-        }
-    }
-
-    /**
-     * The plan choosing, then every gate_up candidate after it side by side, a join, every down
-     * candidate side by side, a join; the choice enables one of each. The nodes' device handles go
-     * to the choice through a buffer filled once they exist (from outside the capture).
-     */
-    private void recordEnabledNodes(CudaStream stream, Candidates c, int tokens, LayerIo io) {
-        int ups = c.gateUp().size();
-        int n = ups + c.down().size();
-        DeviceBuffer handles = outside(() -> DeviceBuffer.allocate(DType.INT32, 2L * n));
-        candidateNodes.add(handles);
-        enqueuePlanAndChoice(stream, c, tokens, io.topkIds(), 0L, handles);
-        long[] handleValues = new long[n];
-        long[] afterPlan = CaptureEdits.dependencies(stream);
-        long[] upNodes = new long[ups];
-        for (int i = 0; i < ups; i++) {
-            CaptureEdits.setDependencies(stream, afterPlan);
-            c.gateUp().get(i).launchGateUp(stream, tokens, io.x(), io.wGateUp(), io.topkIds(), io.inter());
-            upNodes[i] = onlyNode(stream, c.gateUp().get(i));
-            handleValues[i] = CaptureEdits.deviceUpdatable(upNodes[i]);
-        }
-        CaptureEdits.join(stream, upNodes);
-        long[] afterUp = CaptureEdits.dependencies(stream);
-        long[] downNodes = new long[n - ups];
-        for (int i = 0; i < downNodes.length; i++) {
-            CaptureEdits.setDependencies(stream, afterUp);
-            c.downAfterJoin().get(i).launchDown(stream, tokens, io.inter(), io.wDown(), io.topkIds(), io.topkWeights(), io.y());
-            downNodes[i] = onlyNode(stream, c.downAfterJoin().get(i));
-            handleValues[ups + i] = CaptureEdits.deviceUpdatable(downNodes[i]);
-        }
-        CaptureEdits.join(stream, downNodes);
-        int[] words = new int[2 * n];
-        for (int i = 0; i < n; i++) {
-            words[2 * i] = (int) handleValues[i];
-            words[2 * i + 1] = (int) (handleValues[i] >>> 32);
-        }
-        outside(() -> {
-            handles.copyFrom(words);
-            return null;
-        });
-    }
-
-    private static long onlyNode(CudaStream stream, ExpertHalf half) {
-        long[] nodes = CaptureEdits.dependencies(stream);
-        if (nodes.length != 1) {
-            throw new IllegalArgumentException("candidate " + half.kernel().spec().name() + " is " + nodes.length
-                    + " graph nodes; enabled-node dispatch takes candidates of one kernel each");
-        }
-        return nodes[0];
-    }
-
-    private <T> T outside(java.util.concurrent.Callable<T> work) {
-        try {
-            return outsideCapture.submit(() -> {
-                runtime.context().makeCurrent();
-                return work.call();
-            }).get();
-        } catch (java.util.concurrent.ExecutionException e) {
-            throw e.getCause() instanceof RuntimeException r ? r : new IllegalStateException(e.getCause());
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new IllegalStateException("interrupted while preparing a dispatch buffer", e);
+            case STEP -> {
+                GraphSwitch pairs = GraphSwitch.create(stream, context, c.table().pairs());
+                enqueuePlanAndChoice(stream, c, tokens, layers.getFirst().topkIds(), pairs.handle());
+                pairs.insert(stream, context, bodyStream, pairBodies(bodyStream, c, tokens, layers, true));
+            }
         }
     }
 
@@ -357,15 +250,14 @@ public final class DispatchedLayer implements AutoCloseable {
     }
 
     /** The plan's two launches, the second also choosing the pair; a zero handle sets no switch. */
-    private void enqueuePlanAndChoice(CudaStream stream, Candidates c, int tokens, DeviceBuffer topkIds, long pairSwitch,
-                                      DeviceBuffer nodes) {
+    private void enqueuePlanAndChoice(CudaStream stream, Candidates c, int tokens, DeviceBuffer topkIds, long pairSwitch) {
         // after a switch node (no kernel to overlap) or whatever the caller enqueued before
         RoutingAlign.Segments s = align.enqueueCount(stream, LaunchOrder.AFTER_PREVIOUS, tokens, topkIds, plan);
         scatterAndChoose.launch(LaunchOrder.OVERLAPPING_PREVIOUS, s.segments(), 1, 1, CHOICE_BLOCK_THREADS, 1, 1, 0, stream, topkIds,
                 plan.segmentCounts(), plan.sortedSlots(), plan.expertOffsets(), s.pairs(), table.experts(), s.segment(),
                 s.segments(), c.rows(), c.table().gateUp().size(), c.table().down().size(), c.inTile(), tokens,
                 runtime.context().smCount(),
-                pairSwitch, nodes == null ? (Object) 0L : nodes, chosen);  // a null pointer: no nodes to set
+                pairSwitch, chosen);
     }
 
     /**
@@ -376,11 +268,11 @@ public final class DispatchedLayer implements AutoCloseable {
     public void recordDecision(CudaStream stream, CudaStream bodyStream, int tokens, DeviceBuffer topkIds, boolean withSwitch) {
         Candidates c = candidates(tokens);
         if (!withSwitch) {
-            enqueuePlanAndChoice(stream, c, tokens, topkIds, 0L, null);
+            enqueuePlanAndChoice(stream, c, tokens, topkIds, 0L);
             return;
         }
         GraphSwitch pairs = GraphSwitch.create(stream, runtime.context(), c.table().pairs());
-        enqueuePlanAndChoice(stream, c, tokens, topkIds, pairs.handle(), null);
+        enqueuePlanAndChoice(stream, c, tokens, topkIds, pairs.handle());
         pairs.insert(stream, runtime.context(), bodyStream, java.util.Collections.nCopies(c.table().pairs(), () -> { }));
     }
 
@@ -407,9 +299,6 @@ public final class DispatchedLayer implements AutoCloseable {
     public void close() {
         gateUp.forEach(ExpertHalf::close);
         down.forEach(ExpertHalf::close);
-        downAfterJoin.forEach(ExpertHalf::close);
-        candidateNodes.forEach(DeviceBuffer::close);
-        outsideCapture.shutdown();
         plan.close();
         byTokens.values().forEach(Candidates::close);
         chosen.close();

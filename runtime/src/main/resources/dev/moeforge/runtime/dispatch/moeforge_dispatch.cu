@@ -1,10 +1,8 @@
 // moeforge_dispatch.cu: routing-aware dispatch on the device, folded into the routing plan's second
 // launch. In every block warp 0 places its segment's pairs as the align's scatter does; in block 0
 // the other warps meanwhile read the whole expert histogram from the count launch's segment counts,
-// price every candidate of the layer's two halves with its fitted wave cost model and take the
-// cheapest (gate_up, down) pair: they set the layer's graph switch to it, or enable its two kernel
-// nodes and disable the other candidates' (the graph then holds every candidate's node beside each
-// other). So the choice never leaves the GPU,
+// price every candidate of the layer's two halves with its fitted wave cost model and set the
+// layer's graph switch to the cheapest (gate_up, down) pair. So the choice never leaves the GPU,
 // costs no launch of its own, and runs beside the scatter rather than after it. DispatchTable (Java)
 // writes the rows and the in-tile table and computes the same choice on the host.
 #include "moeforge_expert_centric.cuh"
@@ -46,10 +44,8 @@ __device__ __forceinline__ double warp_sum_double(double v) {
 __device__ __forceinline__ void choose_pair(int t, const int* __restrict__ segment_counts, int segments, int experts,
                                             const Row* __restrict__ rows, int gate_up_rows, int down_rows,
                                             const double* __restrict__ in_tile, int tokens, int sms,
-                                            cudaGraphConditionalHandle pair_switch,
-                                            const cudaGraphDeviceNode_t* __restrict__ candidate_nodes, int* __restrict__ chosen) {
+                                            cudaGraphConditionalHandle pair_switch, int* __restrict__ chosen) {
   __shared__ int feature_kind[kMaxFeatures], feature_param[kMaxFeatures];
-  __shared__ int pick[2];
   __shared__ double warp_sums[kChoiceWarps][kMaxFeatures + 1];
   __shared__ double cost[kMaxRows];
   const int lane = t & 31, warp = t >> 5, n = gate_up_rows + down_rows, buckets = experts + 1;
@@ -126,14 +122,8 @@ __device__ __forceinline__ void choose_pair(int t, const int* __restrict__ segme
     for (int r = gate_up_rows + 1; r < n; ++r) down = cost[r] < cost[down] ? r : down;
     chosen[0] = static_cast<int>(rows[up].origin);
     chosen[1] = static_cast<int>(rows[down].origin);
-    pick[0] = up;
-    pick[1] = down;
     // a zero handle: no switch to set (the decision timed without its graph node)
     if (pair_switch != 0) cudaGraphSetConditional(pair_switch, up * down_rows + (down - gate_up_rows));
-  }
-  if (candidate_nodes != nullptr) {  // every candidate's kernel node, gate_up's rows then down's: the pair's on, the rest off
-    choice_barrier();
-    for (int r = t; r < n; r += kChoiceThreads) cudaGraphKernelNodeSetEnabled(candidate_nodes[r], r == pick[0] || r == pick[1]);
   }
 }
 
@@ -141,8 +131,8 @@ __device__ __forceinline__ void choose_pair(int t, const int* __restrict__ segme
 
 // The align's second launch with the decision in it: grid = the plan's segments, 32 * (1 + kChoiceWarps)
 // threads, after the align's count launch. Warp 0 scatters; block 0's other warps choose, the other
-// blocks' leave. pair_switch (or 0) and candidate_nodes (or null): what the choice sets. chosen[0..1]:
-// the pair's rows (gate_up's, down's) as origins, for checks.
+// blocks' leave. pair_switch: the switch to set, or 0 for none. chosen[0..1]: the pair's rows
+// (gate_up's, down's) as origins, for checks.
 extern "C" __global__ void __launch_bounds__(32 * (1 + kChoiceWarps), 1) moe_align_scatter_dispatch(
     const int* __restrict__ topk_ids,
     const int* __restrict__ segment_counts,
@@ -159,7 +149,6 @@ extern "C" __global__ void __launch_bounds__(32 * (1 + kChoiceWarps), 1) moe_ali
     int tokens,
     int sms,
     cudaGraphConditionalHandle pair_switch,
-    const cudaGraphDeviceNode_t* __restrict__ candidate_nodes,
     int* __restrict__ chosen
 ) {
   __shared__ int places[2 * (kMaxExperts + 1)];
@@ -168,6 +157,6 @@ extern "C" __global__ void __launch_bounds__(32 * (1 + kChoiceWarps), 1) moe_ali
     mf::routing_align_scatter(topk_ids, segment_counts, sorted_slots, expert_offsets, pairs, experts, segment, segments, places);
   } else if (blockIdx.x == 0) {
     choose_pair(threadIdx.x - 32, segment_counts, segments, experts, rows, gate_up_rows, down_rows, in_tile, tokens, sms,
-                pair_switch, candidate_nodes, chosen);
+                pair_switch, chosen);
   }
 }

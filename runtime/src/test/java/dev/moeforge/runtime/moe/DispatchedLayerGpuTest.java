@@ -29,8 +29,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.EnumSource;
 
 /**
  * Routing-aware dispatch decided on the GPU: one graph per token count, replayed on new routings,
@@ -154,9 +152,8 @@ class DispatchedLayerGpuTest extends GpuSession {
         assertEquals(3, picks.stream().distinct().count(), "one token per warp, 16- and 64-pair tiles each win somewhere: " + picks);
     }
 
-    @ParameterizedTest
-    @EnumSource(DispatchedLayer.Mechanism.class)
-    void oneGraphChoosesAgainForEachRouting(DispatchedLayer.Mechanism mechanism) throws Exception {
+    @Test
+    void oneGraphChoosesAgainForEachRouting() throws Exception {
         long seed = System.nanoTime();
         LayerWeights w = layerWeights(SHAPE, seed);
         int tokens = 64;
@@ -168,11 +165,11 @@ class DispatchedLayerGpuTest extends GpuSession {
                      DeviceBuffer.allocate(DType.FP32, tokens * SHAPE.topk()),
                      DeviceBuffer.allocate(DType.BF16, (long) tokens * SHAPE.topk() * SHAPE.intermediate()),
                      DeviceBuffer.allocate(DType.BF16, (long) tokens * SHAPE.hidden()));
-             CudaGraph graph = capture(layer, bodies, tokens, mechanism, new DispatchedLayer.LayerIo(b.x(),
+             CudaGraph graph = capture(layer, bodies, tokens, new DispatchedLayer.LayerIo(b.x(),
                      DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()), b.ids(), b.weights(), b.inter(), b.y()))) {
-            int[] spread = runAndCheck(mechanism + ", uniform, seed=" + seed, layer, graph, b, uniform, x, w);
-            int[] pile = runAndCheck(mechanism + ", piled onto 4 experts, seed=" + seed, layer, graph, b, piled, x, w);
-            int[] again = runAndCheck(mechanism + ", uniform again, seed=" + seed, layer, graph, b, uniform, x, w);
+            int[] spread = runAndCheck("uniform, seed=" + seed, layer, graph, b, uniform, x, w);
+            int[] pile = runAndCheck("piled onto 4 experts, seed=" + seed, layer, graph, b, piled, x, w);
+            int[] again = runAndCheck("uniform again, seed=" + seed, layer, graph, b, uniform, x, w);
             assertNotEquals(spread[0], pile[0], "the same graph chose the same gate_up for a spread and a piled routing");
             assertArrayEquals(spread, again);
         }
@@ -226,10 +223,9 @@ class DispatchedLayerGpuTest extends GpuSession {
         }
     }
 
-    static CudaGraph capture(DispatchedLayer layer, CudaStream bodies, int tokens, DispatchedLayer.Mechanism mechanism,
-                             DispatchedLayer.LayerIo io) {
+    static CudaGraph capture(DispatchedLayer layer, CudaStream bodies, int tokens, DispatchedLayer.LayerIo io) {
         layer.prepare(tokens);
-        return CudaGraph.capture(stream, () -> layer.record(stream, bodies, tokens, List.of(io), DispatchedLayer.Scope.LAYER, mechanism));
+        return CudaGraph.capture(stream, () -> layer.record(stream, bodies, tokens, List.of(io), DispatchedLayer.Scope.LAYER));
     }
 
     static DeviceBuffer upload(short[] x) {
