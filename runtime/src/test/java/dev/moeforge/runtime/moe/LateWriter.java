@@ -3,6 +3,7 @@ package dev.moeforge.runtime.moe;
 import dev.moeforge.runtime.cuda.CudaFunction;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.kernel.ModuleResource;
 
@@ -16,9 +17,25 @@ final class LateWriter {
     static final long DELAY_NS = 20_000;
 
     private final CudaFunction copy;
+    private final CudaFunction earlyCopy;
+    private final CudaFunction earlyCopyCluster;
 
     LateWriter(KernelRuntime runtime) {
-        copy = runtime.loadResource(new ModuleResource(LateWriter.class, "late_writer.cu")).function("late_copy");
+        var module = runtime.loadResource(new ModuleResource(LateWriter.class, "late_writer.cu"));
+        copy = module.function("late_copy");
+        earlyCopy = module.function("early_copy");
+        earlyCopyCluster = module.function("early_copy_cluster");
+    }
+
+    /**
+     * A kernel that reads {@code src} before its wait on purpose and copies it to {@code dst},
+     * launched overlapping the previous kernel; in clusters of 8 blocks with {@code clusters}.
+     */
+    void enqueueEarlyReader(CudaStream stream, DeviceBuffer src, DeviceBuffer dst, boolean clusters) {
+        long words = src.bytes() / 4;
+        int blocks = (int) Math.ceilDiv(Math.ceilDiv(words, 256L), 8) * 8;
+        (clusters ? earlyCopyCluster : earlyCopy).launch(LaunchOrder.OVERLAPPING_PREVIOUS, blocks, 1, 1, 256, 1, 1, 0, stream, src,
+                dst, words);
     }
 
     /** Enqueues the copy of {@code src} into {@code dst} (same size, whole 32-bit words), {@link #DELAY_NS} after it starts. */
