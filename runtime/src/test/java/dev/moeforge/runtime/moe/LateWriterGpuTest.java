@@ -11,8 +11,8 @@ import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * The late writer's own check: a kernel that reads its input before its wait, launched
- * overlapping the late writer, must see the input as it was before the write. If it saw the new
- * bytes, the chain checks of the router and linear tests could not fail.
+ * overlapping the late writer in one graph, must see the input as it was before the write. If it
+ * saw the new bytes, the chain checks of the router and linear tests could not fail.
  */
 @RequiresGpu
 class LateWriterGpuTest extends GpuSession {
@@ -30,9 +30,7 @@ class LateWriterGpuTest extends GpuSession {
              DeviceBuffer out = DeviceBuffer.allocate(DType.INT32, words)) {
             input.copyFrom(before);
             fresh.copyFrom(after);
-            writer.enqueue(stream, fresh, input);
-            writer.enqueueEarlyReader(stream, input, out, clusters);
-            stream.synchronize();
+            writer.chain(stream, fresh, input, () -> writer.enqueueEarlyReader(stream, input, out, clusters));
             int[] seen = new int[words];
             out.copyTo(seen);
             assertArrayEquals(before, seen, "the early reader saw the late writer's bytes: the kernel after it did not overlap it");

@@ -159,9 +159,7 @@ class LinearGpuTest extends GpuSession {
             try (DeviceBuffer fresh = uploadBf16(x)) {
                 dx.copyFrom(RandomInputs.bf16Normal(seed + 3, x.length, 1.0));
                 y.fillBytes16((short) 0x7FC0);
-                lateWriter.enqueue(stream, fresh, dx);
-                kernel.launch(stream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, args);
-                stream.synchronize();
+                lateWriter.chain(stream, fresh, dx, () -> kernel.launch(stream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, args));
             }
             byte[] chained = new byte[alone.length];
             y.copyTo(chained);

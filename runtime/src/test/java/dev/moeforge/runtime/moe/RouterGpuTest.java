@@ -325,9 +325,8 @@ class RouterGpuTest extends GpuSession {
                 fresh.copyFrom(x);
                 dx.copyFrom(RandomInputs.bf16Normal(x.length * 31L + tokens, x.length, 1.0));
                 poison(weightsOut, idsOut);
-                lateWriter.enqueue(stream, fresh, dx);
-                router.enqueue(stream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, dx, dw, deviceRows, outputs);
-                stream.synchronize();
+                lateWriter.chain(stream, fresh, dx, () -> router.enqueue(stream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, dx, dw,
+                        deviceRows, outputs));
             }
             assertArrayEquals(gotWeights, readWeights(weightsOut, store.dtype()), "after a late writer of x: " + where);
             int[] chained = new int[gotIds.length];
