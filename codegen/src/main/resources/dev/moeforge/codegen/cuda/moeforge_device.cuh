@@ -1611,14 +1611,6 @@ __device__ __forceinline__ void mlp_split_down(const __nv_bfloat16* __restrict__
 // a few registers the interleaved order made DeepSeek-V3's scores slower; with all of them in
 // flight (the routers' launch bounds) both orders measure the same (bench/NOTES.md, "The grouped
 // tail").
-// Asks L2 for a warp's span of weights, one 128-byte line a lane at a time, before the kernel's
-// wait for the previous one. The weight loads written before the wait do not stay there (ptxas
-// sinks them below it next to the activation loads); a prefetch has no register to hold and does.
-__device__ __forceinline__ void prefetch_weights_l2(const char* p, int bytes) {
-  const int lane = threadIdx.x & 31;
-  for (int at = lane * 128; at < bytes; at += 32 * 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p + at));
-}
-
 template <int LB, int U, bool kWaitAfterWeights>
 __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restrict__ w_row, const char* x_row,
                                                    int begin, int end) {
@@ -1626,7 +1618,6 @@ __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restri
   const int lane = threadIdx.x & 31;
   const char* row = reinterpret_cast<const char*>(w_row);
   float acc = 0.0f;
-  if constexpr (kWaitAfterWeights) prefetch_weights_l2(row + begin * LB, (end - begin) * LB);
 #pragma unroll 1
   for (int c0 = begin; c0 < end; c0 += kStep) {
     Lane<LB> wv[U], av[U];
@@ -1699,9 +1690,8 @@ __device__ __forceinline__ void store_output(__nv_bfloat16* p, float v) { *p = _
 __device__ __forceinline__ void store_output(float* p, float v) { *p = v; }
 
 // A warp's sums of one weight row against the group's `tokens` activation rows (x_rows, each K
-// elements apart) over the load chunks [begin, end), butterfly-summed in fp32 into acc[0..T). The
-// row's weights are asked of L2 and each step's weight loads issued before the wait for the
-// previous kernel (a no-op after the first).
+// elements apart) over the load chunks [begin, end), butterfly-summed in fp32 into acc[0..T). Each
+// step's weight loads are issued before the wait for the previous kernel (a no-op after the first).
 template <int K, int LB, int U, int T>
 __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x_rows, int tokens, int begin, int end,
                                                 float (&acc)[T]) {
@@ -1710,7 +1700,6 @@ __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int t = 0; t < T; ++t) acc[t] = 0.0f;
-  prefetch_weights_l2(w_row + begin * LB, (end - begin) * LB);
 #pragma unroll 1
   for (int c0 = begin; c0 < end; c0 += kStep) {
     Lane<LB> wv[U];
