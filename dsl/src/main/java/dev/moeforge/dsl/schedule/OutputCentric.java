@@ -214,8 +214,8 @@ public record OutputCentric(int warpsPerCta, int loadBytes, int kUnroll, int tok
 
     /**
      * The chance that an expert routed on {@code n} of {@code tokens} tokens is in a tile of
-     * {@code per} of them drawn without replacement. In float, step by step as the dispatch kernel
-     * computes it on the device (IEEE division and multiplication: the same bits there and here).
+     * {@code per} of them drawn without replacement. In float, step by step: the dispatch's table of
+     * it per token count (DispatchTable) holds these same values.
      */
     public static double inTile(int tokens, int n, int per) {
         float miss = 1.0f;

@@ -40,7 +40,7 @@ public final class PrecompileCommand implements Callable<Integer> {
     boolean catalogue;
 
     @Option(names = "--modules", description = "Also compile the hand-written modules the commands load: the decoder's "
-            + "kernels, the benchmarks' helpers and the dispatch kernel.")
+            + "kernels, the benchmarks' helpers and the dispatch's choosing launch.")
     boolean modules;
 
     /** The hand-written CUDA modules the CLI's commands load through the cache. */

@@ -5,21 +5,26 @@ import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.OutputTensorCore;
 import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.reference.RandomInputs;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.BitSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Consumer;
 
 /**
- * What the dispatch kernel ({@code moeforge_dispatch.cu}) prices: for each half of the layer, its
- * candidate configurations, each as a row of ten doubles (how its grid follows the expert
- * histogram, and its fitted {@link WaveCostModel}). {@link #choose} is the host twin: the same
- * rows, the same arithmetic, the same choice.
+ * What the routing plan's choosing launch ({@code moe_align_scatter_dispatch} in
+ * {@code moeforge_dispatch.cu}) prices: for each half of the layer, its candidate configurations,
+ * each as a row of ten doubles (how its grid follows the expert histogram, and its fitted
+ * {@link WaveCostModel}). {@link #choose} is the host twin: the same rows and formula; the device
+ * sums the histogram's features in another order, so a near tie may go the other way.
  */
 public final class DispatchTable {
     /** The most candidates per half (the kernel's table holds 64 rows in all). */
     public static final int MAX_PER_HALF = 32;
-    /** The most experts a table takes: the dispatch kernel keeps the histogram in shared memory. */
+    /** The most experts a table takes: what the choosing launch's shared memory and registers are sized for. */
     public static final int MAX_EXPERTS = 1024;
     /** The most distinct histogram features (tile heights, token tiles) the kernel sums. */
     public static final int MAX_FEATURES = 8;
@@ -111,24 +116,24 @@ public final class DispatchTable {
     }
 
     /** Routings per balancedness level {@link #narrowedTo} prices. */
-    static final int NARROWING_SEEDS = 4;
+    static final int NARROWING_ROUTINGS_PER_LEVEL = 4;
     /** Balancedness levels, from the least to the most balanced a batch reaches, {@link #narrowedTo} prices. */
     static final int NARROWING_LEVELS = 16;
 
     /**
      * The rows that are the cheapest of their half at some routing of {@code tokens} tokens: over
      * {@link #NARROWING_LEVELS} balancedness levels from the least to the most balanced the batch
-     * reaches, {@link #NARROWING_SEEDS} routings each, and every token on the same top-k experts. A
-     * graph of that token count holds only these (fewer switch bodies or candidate nodes), in this
+     * reaches, {@link #NARROWING_ROUTINGS_PER_LEVEL} routings each, and every token on the same top-k
+     * experts. A graph of that token count holds only these (fewer switch bodies), in this
      * table's order; {@link #origin} maps a choice among them back to this table's rows.
      */
     public DispatchTable narrowedTo(int tokens, int topk, int sms) {
         if (tokens < 1) {
             throw new IllegalArgumentException("tokens = " + tokens + ": at least 1");
         }
-        java.util.BitSet ups = new java.util.BitSet();
-        java.util.BitSet downs = new java.util.BitSet();
-        java.util.function.Consumer<int[]> price = load -> {
+        BitSet ups = new BitSet();
+        BitSet downs = new BitSet();
+        Consumer<int[]> price = load -> {
             int[] c = choose(load, tokens, sms);
             ups.set(c[0]);
             downs.set(c[1]);
@@ -138,13 +143,12 @@ public final class DispatchTable {
             piled[e] = tokens;
         }
         price.accept(piled);
-        for (int seed = 0; seed < NARROWING_SEEDS; seed++) {
-            dev.moeforge.dsl.reference.RandomInputs.BalancednessRange range =
-                    dev.moeforge.dsl.reference.RandomInputs.reachableBalancedness(seed, tokens, experts, topk);
+        for (int seed = 0; seed < NARROWING_ROUTINGS_PER_LEVEL; seed++) {
+            RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(seed, tokens, experts, topk);
             for (int level = 0; level < NARROWING_LEVELS; level++) {
                 double beta = range.min() + (range.max() - range.min()) * level / (NARROWING_LEVELS - 1);
                 int[] load = new int[experts];
-                for (int id : dev.moeforge.dsl.reference.RandomInputs.skewedRouting(seed, tokens, experts, topk, beta).ids()) {
+                for (int id : RandomInputs.skewedRouting(seed, tokens, experts, topk, beta).ids()) {
                     load[id]++;
                 }
                 price.accept(load);
@@ -152,15 +156,24 @@ public final class DispatchTable {
         }
         int[] upRows = ups.stream().toArray();
         int[] downRows = downs.stream().toArray();
-        return new DispatchTable(experts, java.util.Arrays.stream(upRows).mapToObj(gateUp::get).toList(),
-                java.util.Arrays.stream(downRows).mapToObj(down::get).toList(),
-                java.util.Arrays.stream(upRows).map(r -> gateUpOrigin[r]).toArray(),
-                java.util.Arrays.stream(downRows).map(r -> downOrigin[r]).toArray());
+        return new DispatchTable(experts, Arrays.stream(upRows).mapToObj(gateUp::get).toList(),
+                Arrays.stream(downRows).mapToObj(down::get).toList(), Arrays.stream(upRows).map(r -> gateUpOrigin[r]).toArray(),
+                Arrays.stream(downRows).map(r -> downOrigin[r]).toArray());
+    }
+
+    /** Gate_up row {@code row}'s number in the table this one was narrowed from. */
+    public int gateUpOrigin(int row) {
+        return gateUpOrigin[row];
+    }
+
+    /** Down row {@code row}'s number in the table this one was narrowed from. */
+    public int downOrigin(int row) {
+        return downOrigin[row];
     }
 
     /** A choice among this table's rows (gate_up's, down's) as rows of the table it was narrowed from. */
     public int[] origin(int[] choice) {
-        return new int[] {gateUpOrigin[choice[0]], downOrigin[choice[1]]};
+        return new int[] {gateUpOrigin(choice[0]), downOrigin(choice[1])};
     }
 
     public int experts() {
@@ -247,7 +260,8 @@ public final class DispatchTable {
      * What the kernel reads for the token-tile features at {@code tokens} tokens: for feature f (numbered
      * as in {@link #packed()}) and n routed pairs on an expert, at {@code [f * (tokens + 1) + min(n, tokens)]},
      * the chance that the expert is in a tile of the feature's tokens ({@link OutputCentric#inTile}); zero
-     * for the other features. Tabulated per token count so that the kernel does no divisions.
+     * for the other features. Tabulated per token count so that the kernel runs no per-expert product of
+     * {@code per} divisions.
      */
     public double[] inTileTable(int tokens) {
         if (tokens < 1) {

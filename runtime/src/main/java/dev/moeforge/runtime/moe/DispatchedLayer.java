@@ -36,11 +36,11 @@ import java.util.function.Function;
  * switch a step instead of one a layer.
  */
 public final class DispatchedLayer implements AutoCloseable {
-    /** The dispatch kernel's module. */
+    /** The module of the routing plan's choosing launch ({@code moe_align_scatter_dispatch}). */
     public static final ModuleResource MODULE = new ModuleResource(DispatchTable.class, "moeforge_dispatch.cu",
             Optional.of(DeviceHeader.EXPERT_CENTRIC));
 
-    /** The second launch's block: the scatter's warp and the kernel's 8 choosing warps ({@code kChoiceWarps}). */
+    /** The choosing launch's block: the scatter's warp and 8 choosing warps (the kernel's {@code kChoiceWarps}, its launch bound). */
     private static final int CHOICE_BLOCK_THREADS = 32 * (1 + 8);
 
     /** Where a decision holds. */
@@ -100,7 +100,7 @@ public final class DispatchedLayer implements AutoCloseable {
         this.plan = align.allocate(capacity);
         for (KernelHandle k : ups) {
             requireShape(k);
-            // first in its switch body: nothing before it there to overlap
+            // a body's first kernel (nothing before it to overlap), or after a layer's plan in a step's body
             gateUp.add(ExpertHalf.sharing(k, LaunchOrder.AFTER_PREVIOUS, Math.min(capacity, k.maxTokens()), plan));
         }
         for (KernelHandle k : downs) {
@@ -110,6 +110,17 @@ public final class DispatchedLayer implements AutoCloseable {
         this.scatterAndChoose = runtime.loadResource(MODULE).function("moe_align_scatter_dispatch");
         this.chosen = DeviceBuffer.allocate(DType.INT32, 2);
         chosen.fillWords32(-1);
+    }
+
+    private static DeviceBuffer upload(int[] words) {
+        DeviceBuffer b = DeviceBuffer.allocate(DType.INT32, words.length);
+        try {
+            b.copyFrom(words);
+            return b;
+        } catch (RuntimeException e) {
+            b.close();
+            throw e;
+        }
     }
 
     /** Doubles as the int32 words of their little-endian bits. */
@@ -155,19 +166,21 @@ public final class DispatchedLayer implements AutoCloseable {
         }
         byTokens.computeIfAbsent(tokens, t -> {
             DispatchTable narrow = table.narrowedTo(t, shape.topk(), runtime.context().smCount());
-            double[] packed = narrow.packed();
-            DeviceBuffer rows = DeviceBuffer.allocate(DType.INT32, 2L * packed.length);
-            rows.copyFrom(words(packed));
-            double[] values = narrow.inTileTable(t);
-            DeviceBuffer inTile = DeviceBuffer.allocate(DType.INT32, 2L * values.length);
-            inTile.copyFrom(words(values));
+            DeviceBuffer rows = upload(words(narrow.packed()));
+            DeviceBuffer inTile;
+            try {
+                inTile = upload(words(narrow.inTileTable(t)));
+            } catch (RuntimeException e) {
+                rows.close();
+                throw e;
+            }
             List<ExpertHalf> ups = new ArrayList<>();
             List<ExpertHalf> downs = new ArrayList<>();
             for (int i = 0; i < narrow.gateUp().size(); i++) {
-                ups.add(gateUp.get(narrow.origin(new int[] {i, 0})[0]));
+                ups.add(gateUp.get(narrow.gateUpOrigin(i)));
             }
             for (int i = 0; i < narrow.down().size(); i++) {
-                downs.add(down.get(narrow.origin(new int[] {0, i})[1]));
+                downs.add(down.get(narrow.downOrigin(i)));
             }
             return new Candidates(narrow, rows, inTile, ups, downs);
         });

@@ -120,7 +120,7 @@ class DispatchTableTest {
             List<DispatchTable.Row> rows = new ArrayList<>(up);
             rows.addAll(down);
             for (int r = 0; r < rows.size(); r++) {
-                int at = r * 10;
+                int at = r * DispatchTable.ROW_DOUBLES;
                 int kind = (int) packed[at];
                 int param = (int) packed[at + 1];
                 int feature = (int) packed[at + 3];
@@ -180,7 +180,7 @@ class DispatchTableTest {
             }
             double[] packed = narrow.packed();
             for (int i = 0; i < narrow.gateUp().size(); i++) {
-                assertEquals(narrow.origin(new int[] {i, 0})[0], (int) packed[i * 10 + 9], "the kernel reports origins");
+                assertEquals(narrow.origin(new int[] {i, 0})[0], (int) packed[i * DispatchTable.ROW_DOUBLES + 9], "the kernel reports origins");
             }
         }
         assertThrows(IllegalArgumentException.class, () -> full.narrowedTo(0, SHAPE.topk(), 132));

@@ -32,7 +32,7 @@ import org.junit.jupiter.api.Test;
 
 /**
  * Routing-aware dispatch decided on the GPU: one graph per token count, replayed on new routings,
- * chooses on the device what the host twin ({@link DispatchTable#choose}) chooses, and the layer
+ * chooses on the device what the host twin ({@link DispatchedLayer#hostChoice}) chooses, and the layer
  * it runs matches the FP64 reference with its outputs poisoned first.
  */
 @RequiresGpu

@@ -1,5 +1,5 @@
 // late_writer.cu: a kernel that writes the next kernel's input late. It lets the next kernel of the
-// stream launch at once (programmatic dependent launch), waits `delay_ns` on the global timer, then
+// graph launch at once (programmatic dependent launch), waits `delay_ns` on the global timer, then
 // copies `words` 32-bit words from src to dst: a kernel launched after it that reads dst before its
 // own griddepcontrol.wait, or whose loads of dst the compiler moved above that wait, reads the old dst.
 #include <stdint.h>
