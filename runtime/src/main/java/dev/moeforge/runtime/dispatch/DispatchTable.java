@@ -12,7 +12,9 @@ import java.util.BitSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.function.Consumer;
+import java.util.stream.IntStream;
 
 /**
  * What the routing plan's choosing launch ({@code moe_align_scatter_dispatch} in
@@ -39,8 +41,16 @@ public final class DispatchTable {
         TOKEN_TILES
     }
 
-    /** One candidate: its name, how its grid follows the histogram, and its model. */
-    public record Row(String name, Kind kind, int param, long groups, WaveCostModel model) {
+    /**
+     * One candidate: its name, how its grid follows the histogram, its model, and the most tokens its
+     * kernel takes (a row is never chosen for more).
+     */
+    public record Row(String name, Kind kind, int param, long groups, WaveCostModel model, int maxTokens) {
+        /** Whether the row's kernel takes {@code tokens} tokens. */
+        public boolean runs(int tokens) {
+            return tokens <= maxTokens;
+        }
+
         /** The grid at this histogram, as the kernel computes it. */
         public long blocks(int[] load, int tokens) {
             return switch (kind) {
@@ -90,7 +100,7 @@ public final class DispatchTable {
     }
 
     private static int[] identity(int n) {
-        return java.util.stream.IntStream.range(0, n).toArray();
+        return IntStream.range(0, n).toArray();
     }
 
     private DispatchTable(int experts, List<Row> gateUp, List<Row> down, int[] gateUpOrigin, int[] downOrigin) {
@@ -102,17 +112,16 @@ public final class DispatchTable {
                 throw new IllegalArgumentException(half.size() + " candidates for a half: 1.." + MAX_PER_HALF);
             }
         }
-        long features = java.util.stream.Stream.concat(gateUp.stream(), down.stream()).map(Row::feature)
-                .filter(java.util.Objects::nonNull).distinct().count();
-        if (features > MAX_FEATURES) {
-            throw new IllegalArgumentException(features + " distinct tile heights and token tiles among the candidates: the dispatch "
-                    + "kernel sums at most " + MAX_FEATURES);
-        }
         this.experts = experts;
         this.gateUp = List.copyOf(gateUp);
         this.down = List.copyOf(down);
         this.gateUpOrigin = gateUpOrigin.clone();
         this.downOrigin = downOrigin.clone();
+        int features = features().size();
+        if (features > MAX_FEATURES) {
+            throw new IllegalArgumentException(features + " distinct tile heights and token tiles among the candidates: the dispatch "
+                    + "kernel sums at most " + MAX_FEATURES);
+        }
     }
 
     /** Routings per balancedness level {@link #narrowedTo} prices. */
@@ -121,7 +130,8 @@ public final class DispatchTable {
     static final int NARROWING_LEVELS = 16;
 
     /**
-     * The rows that are the cheapest of their half at some routing of {@code tokens} tokens: over
+     * The rows that are the cheapest of their half, among those that take {@code tokens} tokens, at
+     * some routing of that many tokens: over
      * {@link #NARROWING_LEVELS} balancedness levels from the least to the most balanced the batch
      * reaches, {@link #NARROWING_ROUTINGS_PER_LEVEL} routings each, and every token on the same top-k
      * experts. A graph of that token count holds only these (fewer switch bodies), in this
@@ -195,10 +205,12 @@ public final class DispatchTable {
             case Problem.ExpertDown p -> p.shape().hidden();
         };
         return switch (schedule) {
-            case ExpertCentric ec -> new Row(name, Kind.TILES, ec.blockM(), Math.ceilDiv(outputs, ec.blockN()), model);
+            case ExpertCentric ec -> new Row(name, Kind.TILES, ec.blockM(), Math.ceilDiv(outputs, ec.blockN()), model,
+                    ec.maxTokens(problem));
             case OutputCentric oc -> oc.tokensPerCta() == 1
-                    ? new Row(name, Kind.PER_PAIR, 1, Math.ceilDiv(outputs, oc.outputsPerCta()), model)
-                    : new Row(name, Kind.TOKEN_TILES, oc.tokensPerCta(), Math.ceilDiv(outputs, oc.outputsPerCta()), model);
+                    ? new Row(name, Kind.PER_PAIR, 1, Math.ceilDiv(outputs, oc.outputsPerCta()), model, oc.maxTokens(problem))
+                    : new Row(name, Kind.TOKEN_TILES, oc.tokensPerCta(), Math.ceilDiv(outputs, oc.outputsPerCta()), model,
+                            oc.maxTokens(problem));
             case OutputTensorCore _ -> throw new IllegalArgumentException(
                     name + ": routing-aware dispatch prices expert_centric and output_centric schedules, not " + schedule.kind().name());
         };
@@ -225,7 +237,10 @@ public final class DispatchTable {
         return new DispatchTable(experts, halves.get(0), halves.get(1));
     }
 
-    /** The host twin of the kernel: the cheapest gate_up row and the cheapest down row at this histogram (first on a tie). */
+    /**
+     * The host twin of the kernel: the cheapest gate_up row and the cheapest down row at this histogram
+     * (first on a tie), among the rows whose kernels take {@code tokens} tokens.
+     */
     public int[] choose(int[] load, int tokens, int sms) {
         if (load.length != experts) {
             throw new IllegalArgumentException("a histogram of " + load.length + " experts for a table of " + experts);
@@ -234,14 +249,21 @@ public final class DispatchTable {
     }
 
     private static int cheapest(List<Row> rows, int[] load, int tokens, int sms) {
-        int best = 0;
-        double bestCost = rows.getFirst().cost(load, tokens, sms);
-        for (int r = 1; r < rows.size(); r++) {
+        int best = -1;
+        double bestCost = Double.POSITIVE_INFINITY;
+        for (int r = 0; r < rows.size(); r++) {
+            if (!rows.get(r).runs(tokens)) {
+                continue;
+            }
             double cost = rows.get(r).cost(load, tokens, sms);
-            if (cost < bestCost) {
+            if (best < 0 || cost < bestCost) {
                 best = r;
                 bestCost = cost;
             }
+        }
+        if (best < 0) {
+            throw new IllegalArgumentException("no candidate of the half takes " + tokens + " tokens: "
+                    + rows.stream().map(r -> r.name() + " (at most " + r.maxTokens() + ")").toList());
         }
         return best;
     }
@@ -288,7 +310,7 @@ public final class DispatchTable {
     }
 
     private List<String> features() {
-        return all().stream().map(Row::feature).filter(java.util.Objects::nonNull).distinct().toList();
+        return all().stream().map(Row::feature).filter(Objects::nonNull).distinct().toList();
     }
 
     /** Doubles per row the kernel reads. */

@@ -17,11 +17,13 @@ import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.kernel.ModuleResource;
 import dev.moeforge.runtime.kernel.RoutingAlign;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.function.Function;
+import java.util.stream.Stream;
 
 /**
  * The expert layer with routing-aware dispatch decided on the GPU: the routing plan is built from
@@ -94,7 +96,7 @@ public final class DispatchedLayer implements AutoCloseable {
         if (shape.experts() != table.experts()) {
             throw new IllegalArgumentException("a dispatch table of " + table.experts() + " experts for kernels of " + shape.experts());
         }
-        this.align = java.util.stream.Stream.concat(ups.stream(), downs.stream()).flatMap(k -> k.routingAlign().stream()).findFirst()
+        this.align = Stream.concat(ups.stream(), downs.stream()).flatMap(k -> k.routingAlign().stream()).findFirst()
                 .orElseThrow(() -> new IllegalArgumentException("no candidate takes the routing plan, whose expert histogram the "
                         + "dispatch reads: give each half at least one expert_centric candidate"));
         this.plan = align.allocate(capacity);
@@ -286,7 +288,7 @@ public final class DispatchedLayer implements AutoCloseable {
         }
         GraphSwitch pairs = GraphSwitch.create(stream, runtime.context(), c.table().pairs());
         enqueuePlanAndChoice(stream, c, tokens, topkIds, pairs.handle());
-        pairs.insert(stream, runtime.context(), bodyStream, java.util.Collections.nCopies(c.table().pairs(), () -> { }));
+        pairs.insert(stream, runtime.context(), bodyStream, Collections.nCopies(c.table().pairs(), () -> { }));
     }
 
     /** The plan's two launches alone, as a layer of one fixed pair runs them. */

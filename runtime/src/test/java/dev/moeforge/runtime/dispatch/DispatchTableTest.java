@@ -83,7 +83,8 @@ class DispatchTableTest {
         assertThrows(IllegalArgumentException.class, () -> new DispatchTable(2048, up, down));
         List<DispatchTable.Row> nine = new ArrayList<>();
         for (int i = 1; i <= 9; i++) {
-            nine.add(new DispatchTable.Row("t" + i, DispatchTable.Kind.TILES, 16 * i, 4, new WaveCostModel(1, 0, 0, 0, 0, 2)));
+            nine.add(new DispatchTable.Row("t" + i, DispatchTable.Kind.TILES, 16 * i, 4, new WaveCostModel(1, 0, 0, 0, 0, 2),
+                    Integer.MAX_VALUE));
         }
         assertThrows(IllegalArgumentException.class, () -> new DispatchTable(SHAPE.experts(), nine, down), "nine tile heights");
         var tensorCore = new OutputTensorCore(4, 1, 1, 0);
@@ -163,9 +164,9 @@ class DispatchTableTest {
             DispatchTable narrow = full.narrowedTo(tokens, SHAPE.topk(), 132);
             assertTrue(narrow.gateUp().size() <= full.gateUp().size() && narrow.down().size() <= full.down().size());
             for (int i = 0; i < narrow.gateUp().size(); i++) {
-                assertEquals(full.gateUp().get(narrow.origin(new int[] {i, 0})[0]), narrow.gateUp().get(i));
+                assertEquals(full.gateUp().get(narrow.gateUpOrigin(i)), narrow.gateUp().get(i));
                 if (i > 0) {
-                    assertTrue(narrow.origin(new int[] {i, 0})[0] > narrow.origin(new int[] {i - 1, 0})[0], "in the table's order");
+                    assertTrue(narrow.gateUpOrigin(i) > narrow.gateUpOrigin(i - 1), "in the table's order");
                 }
             }
             int[] piled = new int[SHAPE.experts()];
@@ -180,9 +181,32 @@ class DispatchTableTest {
             }
             double[] packed = narrow.packed();
             for (int i = 0; i < narrow.gateUp().size(); i++) {
-                assertEquals(narrow.origin(new int[] {i, 0})[0], (int) packed[i * DispatchTable.ROW_DOUBLES + 9], "the kernel reports origins");
+                assertEquals(narrow.gateUpOrigin(i), (int) packed[i * DispatchTable.ROW_DOUBLES + 9], "the kernel reports origins");
             }
         }
         assertThrows(IllegalArgumentException.class, () -> full.narrowedTo(0, SHAPE.topk(), 132));
+    }
+
+    /**
+     * A row whose kernel does not take the batch is never chosen, however cheap its model says it is,
+     * and a narrowed table leaves it out; a half with no such row is refused by its rows' names.
+     */
+    @Test
+    void aRowIsChosenOnlyForBatchesItsKernelTakes() {
+        DispatchTable.Row cheapButSmall = new DispatchTable.Row("small", DispatchTable.Kind.TILES, 16, 4,
+                new WaveCostModel(1, 0, 0, 0, 0, 2), 8);
+        DispatchTable.Row dearButLarge = new DispatchTable.Row("large", DispatchTable.Kind.TILES, 16, 4,
+                new WaveCostModel(100, 0, 0, 0, 0, 2), Integer.MAX_VALUE);
+        DispatchTable table = new DispatchTable(SHAPE.experts(), List.of(cheapButSmall, dearButLarge), List.of(dearButLarge));
+        int[] few = load(RandomInputs.uniformRouting(1, 8, SHAPE.experts(), SHAPE.topk()));
+        int[] many = load(RandomInputs.uniformRouting(2, 9, SHAPE.experts(), SHAPE.topk()));
+        assertEquals(0, table.choose(few, 8, 132)[0]);
+        assertEquals(1, table.choose(many, 9, 132)[0], "the cheap row's kernel takes 8 tokens at most");
+        DispatchTable narrow = table.narrowedTo(9, SHAPE.topk(), 132);
+        assertEquals(List.of(dearButLarge), narrow.gateUp());
+        assertEquals(1, narrow.gateUpOrigin(0));
+        DispatchTable none = new DispatchTable(SHAPE.experts(), List.of(cheapButSmall), List.of(dearButLarge));
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> none.choose(many, 9, 132));
+        assertTrue(e.getMessage().contains("small (at most 8)"), e.getMessage());
     }
 }

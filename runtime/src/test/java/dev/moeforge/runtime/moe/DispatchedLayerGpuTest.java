@@ -165,8 +165,7 @@ class DispatchedLayerGpuTest extends GpuSession {
                      DeviceBuffer.allocate(DType.FP32, tokens * SHAPE.topk()),
                      DeviceBuffer.allocate(DType.BF16, (long) tokens * SHAPE.topk() * SHAPE.intermediate()),
                      DeviceBuffer.allocate(DType.BF16, (long) tokens * SHAPE.hidden()));
-             CudaGraph graph = capture(layer, bodies, tokens, new DispatchedLayer.LayerIo(b.x(),
-                     DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()), b.ids(), b.weights(), b.inter(), b.y()))) {
+             CudaGraph graph = capture(layer, bodies, tokens, io(b, w))) {
             int[] spread = runAndCheck("uniform, seed=" + seed, layer, graph, b, uniform, x, w);
             int[] pile = runAndCheck("piled onto 4 experts, seed=" + seed, layer, graph, b, piled, x, w);
             int[] again = runAndCheck("uniform again, seed=" + seed, layer, graph, b, uniform, x, w);
@@ -198,13 +197,8 @@ class DispatchedLayerGpuTest extends GpuSession {
             try (DispatchedLayer layer = layer(tokens); CudaStream bodies = CudaStream.create();
                  LayerBuffers b0 = LayerBuffers.of(x0, order[0], r0);
                  LayerBuffers b1 = LayerBuffers.of(x1, order[1], r1)) {
-                List<DispatchedLayer.LayerIo> io = List.of(
-                        new DispatchedLayer.LayerIo(b0.x(), DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
-                                b0.ids(), b0.weights(), b0.inter(), b0.y()),
-                        new DispatchedLayer.LayerIo(b1.x(), DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
-                                b1.ids(), b1.weights(), b1.inter(), b1.y()));
                 layer.prepare(tokens);
-                try (CudaGraph graph = CudaGraph.capture(stream, () -> layer.record(stream, bodies, tokens, io,
+                try (CudaGraph graph = CudaGraph.capture(stream, () -> layer.record(stream, bodies, tokens, List.of(io(b0, w), io(b1, w)),
                         DispatchedLayer.Scope.STEP))) {
                     b0.poison();
                     b1.poison();
@@ -221,6 +215,11 @@ class DispatchedLayerGpuTest extends GpuSession {
                 BF16_OUTPUT.check(ErrorStats.of(r1.y().exact(), download(b1.y())), () -> "y of the second layer, " + where);
             }
         }
+    }
+
+    static DispatchedLayer.LayerIo io(LayerBuffers b, LayerWeights w) {
+        return new DispatchedLayer.LayerIo(b.x(), DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()), b.ids(),
+                b.weights(), b.inter(), b.y());
     }
 
     static CudaGraph capture(DispatchedLayer layer, CudaStream bodies, int tokens, DispatchedLayer.LayerIo io) {
