@@ -5,7 +5,8 @@ import dev.moeforge.dsl.ir.Problem;
 /**
  * What the schedules of {@code linear} share: one thread block per (slice of {@link #outputsPerCta}
  * outputs, group of {@link #tokensPerCta} tokens), the groups of a slice consecutive along x so that
- * they run together and share the slice's weights in L2, and no dynamic shared memory.
+ * they run together and share the slice's weights in L2; no dynamic shared memory unless the
+ * schedule says otherwise.
  */
 public sealed interface LinearSchedule extends Schedule<Problem.Linear> permits LinearGemv, LinearMma {
 
@@ -28,7 +29,7 @@ public sealed interface LinearSchedule extends Schedule<Problem.Linear> permits 
     @Override
     default LaunchGeometry geometry(Problem.Linear problem, int tokens) {
         return new LaunchGeometry(blocksPerToken(problem) * Math.ceilDiv(tokens, tokensPerCta()), 1,
-                ScheduleRules.threads(warpsPerCta()), 0);
+                ScheduleRules.threads(warpsPerCta()), Math.toIntExact(sharedBytes(problem)));
     }
 
     /** As many as keep the grid within CUDA's limit on gridDim.x. */
