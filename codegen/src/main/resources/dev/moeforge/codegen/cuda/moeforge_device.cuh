@@ -1810,26 +1810,29 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
   // Row n of the weights is at rows + (n - row0) * kRowBytes: global memory, or the staged slice.
   const char* rows = codes;
   int row0 = 0;
+  uint32_t landed_bars = 0;  // with staged rows: row r has landed when barrier r's phase 0 completes
   if constexpr (kStaged) {
     static_assert(kRowBytes % 16 == 0, "a bulk copy moves whole 16-byte units");
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ __align__(8) uint64_t landed;
-    const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&landed));
-    if (threadIdx.x == 0) {
+    __shared__ __align__(8) uint64_t landed[NPC];
+    landed_bars = static_cast<uint32_t>(__cvta_generic_to_shared(landed));
+    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    for (int r = static_cast<int>(threadIdx.x); r < last - first; r += blockDim.x) {
+      const uint32_t bar = landed_bars + 8 * r;
       mbarrier_init(bar, 1);
       fence_barrier_init();
-      mbarrier_expect_bytes(bar, static_cast<uint32_t>((last - first) * kRowBytes));
+      mbarrier_expect_bytes(bar, static_cast<uint32_t>(kRowBytes));
+      bulk_copy(base + static_cast<uint32_t>(r * kRowBytes), codes + (first + r) * kRowBytes, kRowBytes, bar);
     }
-    __syncthreads();  // armed before any copy can complete on it
-    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    for (int n = first + static_cast<int>(threadIdx.x); n < last; n += blockDim.x) {
-      bulk_copy(base + static_cast<uint32_t>((n - first) * kRowBytes), codes + n * kRowBytes, kRowBytes, bar);
-    }
+    __syncthreads();  // every row's barrier initialised before a warp waits on it
     wait_for_previous_kernel();
-    mbarrier_wait(bar, 0);
     rows = reinterpret_cast<const char*>(smem);
     row0 = first;
   }
+  // A warp starts on row n as soon as that row has landed, not the whole slice.
+  auto row_ready = [&](int n) {
+    if constexpr (kStaged) mbarrier_wait(landed_bars + 8 * (n - first), 0);
+  };
   float acc[T];
   // Lane t stores token t's output (every lane holds every sum after the butterfly).
   auto store = [&](int n, const float (&sums)[T]) {
@@ -1840,6 +1843,7 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
   };
   if constexpr (SPLIT == 1) {
     for (int n = first + warp; n < last; n += W) {
+      row_ready(n);
       linear_row_span<K, LB, U, T, kStaged>(rows + static_cast<size_t>(n - row0) * kRowBytes, x_rows, tokens, 0, kChunks, acc);
       store(n, acc);
     }
@@ -1851,6 +1855,7 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
     const int begin = part * kSpan;
     const bool mine = warp / SPLIT < NPC && n < last;
     if (mine && begin < kChunks) {
+      row_ready(n);
       linear_row_span<K, LB, U, T, kStaged>(rows + static_cast<size_t>(n - row0) * kRowBytes, x_rows, tokens, begin,
                                    min_int(kChunks, begin + kSpan), acc);
     } else {

@@ -30,7 +30,8 @@ import java.util.Optional;
  * @param outputsPerCta outputs of one token group per thread block
  * @param tokensPerCta  tokens per thread block, each with its own sums (up to 16)
  * @param stageWeights  the block's {@code outputsPerCta} weight rows are copied to shared memory
- *                      (one bulk copy per row, one mbarrier) before the wait for the previous kernel
+ *                      (one bulk copy and one mbarrier per row) before the wait for the previous
+ *                      kernel; a warp starts on a row once that row has landed
  */
 public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int outputsPerCta, int tokensPerCta, boolean stageWeights)
         implements LinearSchedule {
