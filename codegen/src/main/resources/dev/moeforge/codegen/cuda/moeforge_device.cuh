@@ -51,39 +51,6 @@ __device__ __forceinline__ void begin_after_previous_kernel() {
   wait_for_previous_kernel();
 }
 
-// Orders the block's generic-proxy accesses to shared memory (cp.async writes, ldmatrix reads)
-// before the async proxy's (wgmma's reads, the copy engine's writes).
-__device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// The copy engine (sm_90 on): a thread arms an mbarrier with the bytes it expects and starts bulk
-// copies into shared memory; the copies' bytes complete the barrier's phase, which every thread
-// then waits for by parity.
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-}
-// Makes initialised barriers visible to the copy engine (the async proxy).
-__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  }
-}
-// `bytes` (a multiple of 16) from global src to this block's shared memory at dst, both 16-byte
-// aligned, completing on the barrier at bar.
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-#else
-  __trap();  // the targets are sm_90 and later
-#endif
-}
-
 // ---------------------------------------------------------------------------------------------
 // Loads. Weights are streamed once: the .nc path with L1::no_allocate keeps them from evicting
 // the activations, which every warp of a block re-reads and which should stay in L1.
@@ -1717,35 +1684,15 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
 // weights in L2), one warp (or SPLIT warps) per output row. A warp streams its row once and
 // multiplies each weight load by the T tokens of its group; lane t adds the bias to token t's sum,
 // applies the epilogue and stores. The kernel waits for the previous one only after its first weight loads
-// are in flight: the weights are constants of the step, the activations are its input. With staged
-// weights the block's rows are copied into shared memory by the bulk copy engine before that wait
-// (a copy in flight holds no registers, so ptxas cannot sink it below the wait as it does loads),
-// and the warps read them from there.
+// are in flight: the weights are constants of the step, the activations are its input.
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ void store_output(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_output(float* p, float v) { *p = v; }
 
-// A staged weight row's LB bytes at p, from shared memory.
-template <int LB>
-__device__ __forceinline__ Lane<LB> load_staged_weights(const char* p) {
-  Lane<LB> v;
-  if constexpr (LB == 16) {
-    const uint4 q = *reinterpret_cast<const uint4*>(p);
-    v.w[0] = q.x; v.w[1] = q.y; v.w[2] = q.z; v.w[3] = q.w;
-  } else if constexpr (LB == 8) {
-    const uint2 q = *reinterpret_cast<const uint2*>(p);
-    v.w[0] = q.x; v.w[1] = q.y;
-  } else {
-    v.w[0] = *reinterpret_cast<const uint32_t*>(p);
-  }
-  return v;
-}
-
 // A warp's sums of one weight row against the group's `tokens` activation rows (x_rows, each K
 // elements apart) over the load chunks [begin, end), butterfly-summed in fp32 into acc[0..T). Each
-// step's weight loads are issued before the wait for the previous kernel (a no-op after the first);
-// kStaged: the row is in shared memory and the kernel has waited already.
-template <int K, int LB, int U, int T, bool kStaged = false>
+// step's weight loads are issued before the wait for the previous kernel (a no-op after the first).
+template <int K, int LB, int U, int T>
 __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x_rows, int tokens, int begin, int end,
                                                 float (&acc)[T]) {
   constexpr int kStep = 32 * U;
@@ -1759,13 +1706,9 @@ __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = c0 + i * 32 + lane;
-      if constexpr (kStaged) {
-        wv[i] = c < end ? load_staged_weights<LB>(w_row + c * LB) : zero_lane<LB>();
-      } else {
-        wv[i] = c < end ? load_weights<LB>(w_row + c * LB) : zero_lane<LB>();
-      }
+      wv[i] = c < end ? load_weights<LB>(w_row + c * LB) : zero_lane<LB>();
     }
-    if constexpr (!kStaged) wait_for_previous_kernel();
+    wait_for_previous_kernel();
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       if (t < tokens) {
@@ -1802,37 +1745,9 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
   const int token0 = group * T;
   const int tokens = min_int(T, num_tokens - token0);
   const char* x_rows = reinterpret_cast<const char*>(x + static_cast<size_t>(token0) * K);
-  constexpr bool kStaged = Config::kStageWeights;
-  constexpr size_t kRowBytes = static_cast<size_t>(K) * 2;
   const char* codes = static_cast<const char*>(w.codes);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  // Row n of the weights is at rows + (n - row0) * kRowBytes: global memory, or the staged slice.
-  const char* rows = codes;
-  int row0 = 0;
-  uint32_t landed_bars = 0;  // with staged rows: row r has landed when barrier r's phase 0 completes
-  if constexpr (kStaged) {
-    static_assert(kRowBytes % 16 == 0, "a bulk copy moves whole 16-byte units");
-    extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ __align__(8) uint64_t landed[NPC];
-    landed_bars = static_cast<uint32_t>(__cvta_generic_to_shared(landed));
-    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    for (int r = static_cast<int>(threadIdx.x); r < last - first; r += blockDim.x) {
-      const uint32_t bar = landed_bars + 8 * r;
-      mbarrier_init(bar, 1);
-      fence_barrier_init();
-      mbarrier_expect_bytes(bar, static_cast<uint32_t>(kRowBytes));
-      bulk_copy(base + static_cast<uint32_t>(r * kRowBytes), codes + (first + r) * kRowBytes, kRowBytes, bar);
-    }
-    __syncthreads();  // every row's barrier initialised before a warp waits on it
-    wait_for_previous_kernel();
-    rows = reinterpret_cast<const char*>(smem);
-    row0 = first;
-  }
-  // A warp starts on row n as soon as that row has landed, not the whole slice.
-  auto row_ready = [&](int n) {
-    if constexpr (kStaged) mbarrier_wait(landed_bars + 8 * (n - first), 0);
-  };
   float acc[T];
   // Lane t stores token t's output (every lane holds every sum after the butterfly).
   auto store = [&](int n, const float (&sums)[T]) {
@@ -1843,8 +1758,7 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
   };
   if constexpr (SPLIT == 1) {
     for (int n = first + warp; n < last; n += W) {
-      row_ready(n);
-      linear_row_span<K, LB, U, T, kStaged>(rows + static_cast<size_t>(n - row0) * kRowBytes, x_rows, tokens, 0, kChunks, acc);
+      linear_row_span<K, LB, U, T>(codes + static_cast<size_t>(n) * K * 2, x_rows, tokens, 0, kChunks, acc);
       store(n, acc);
     }
   } else {
@@ -1855,8 +1769,7 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
     const int begin = part * kSpan;
     const bool mine = warp / SPLIT < NPC && n < last;
     if (mine && begin < kChunks) {
-      row_ready(n);
-      linear_row_span<K, LB, U, T, kStaged>(rows + static_cast<size_t>(n - row0) * kRowBytes, x_rows, tokens, begin,
+      linear_row_span<K, LB, U, T>(codes + static_cast<size_t>(n) * K * 2, x_rows, tokens, begin,
                                    min_int(kChunks, begin + kSpan), acc);
     } else {
 #pragma unroll

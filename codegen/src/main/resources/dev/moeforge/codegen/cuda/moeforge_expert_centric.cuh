@@ -403,6 +403,28 @@ struct ExpertTileScales {
   }
 };
 
+// Orders the block's generic-proxy accesses to shared memory (cp.async writes, ldmatrix reads)
+// before the async proxy's (wgmma's reads, the copy engine's writes).
+__device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// The copy engine (sm_90 on): a thread arms a stage's mbarrier with the bytes it expects and starts
+// one bulk tensor copy into the stage; the copy's bytes complete the barrier's phase, which every
+// thread then waits for by parity.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes initialised barriers visible to the copy engine (the async proxy).
+__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  }
+}
 // Box (c0, c1, c2, c3) of the 4-dimensional tensor `map` into this block's shared memory at dst (the
 // .shared::cta destination: the .shared::cluster form costs sm_120a kernels a stack frame).
 __device__ __forceinline__ void tensor_copy_4d(uint32_t dst, const TensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {

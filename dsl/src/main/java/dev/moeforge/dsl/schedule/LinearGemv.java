@@ -19,35 +19,15 @@ import java.util.Optional;
  * applies the epilogue and stores. The groups of a slice are neighbours in the grid, so they run together and
  * share the slice's weights in L2. Under programmatic dependent launch the first weight loads are
  * issued before the wait for the previous kernel (the weights are the step's constants; the
- * activations are its input). With {@code stageWeights} the block's whole weight slice is
- * instead copied into shared memory by the bulk copy engine before that wait, and the rows are read
- * from there: a copy in flight holds no registers, so ptxas has nothing to sink below the wait, and
- * the slice streams for as long as the previous kernel runs. Lowers {@code linear}.
+ * activations are its input). Lowers {@code linear}.
  *
  * @param warpsPerCta   warps per thread block
  * @param loadBytes     bytes each lane loads per load of a weight row (16 = LDG.128)
  * @param kUnroll       loads per lane issued before the first is used
  * @param outputsPerCta outputs of one token group per thread block
  * @param tokensPerCta  tokens per thread block, each with its own sums (up to 16)
- * @param stageWeights  the block's {@code outputsPerCta} weight rows are copied to shared memory
- *                      (one bulk copy and one mbarrier per row) before the wait for the previous
- *                      kernel; a warp starts on a row once that row has landed
  */
-public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int outputsPerCta, int tokensPerCta, boolean stageWeights)
-        implements LinearSchedule {
-
-    /** Rows streamed from global memory, none staged. */
-    public LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int outputsPerCta, int tokensPerCta) {
-        this(warpsPerCta, loadBytes, kUnroll, outputsPerCta, tokensPerCta, false);
-    }
-
-    /** This schedule with its weight slice staged in shared memory (or not), everything else the same. */
-    public LinearGemv withStagedWeights(boolean staged) {
-        return new LinearGemv(warpsPerCta, loadBytes, kUnroll, outputsPerCta, tokensPerCta, staged);
-    }
-
-    /** A bulk copy moves whole 16-byte units from and to 16-byte aligned addresses: a row is a multiple of 8 bf16 inputs. */
-    static final int STAGED_ROW_ALIGNMENT = 8;
+public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int outputsPerCta, int tokensPerCta) implements LinearSchedule {
 
     public static final ScheduleKind<LinearGemv, Problem.Linear> KIND = new ScheduleKind<>("linear_gemv", LinearGemv.class,
             Problem.Linear.class, LinearGemv::space);
@@ -64,7 +44,7 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
     private static List<LinearGemv> space(Problem.Linear problem, Target target) {
         return ScheduleRules.grid(KIND, List.of(ScheduleRules.powersOfTwo(1, ScheduleRules.maxWarps(target)),
                 ScheduleRules.LOAD_BYTES, ScheduleRules.powersOfTwo(1, 16), ScheduleRules.powersOfTwo(1, 64),
-                ScheduleRules.powersOfTwo(1, MAX_TOKENS_PER_CTA), List.of(false, true)));
+                ScheduleRules.powersOfTwo(1, MAX_TOKENS_PER_CTA)));
     }
 
     @Override
@@ -74,19 +54,6 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
         range(errors, "schedule.k_unroll", kUnroll, 1, 16);
         range(errors, "schedule.outputs_per_cta", outputsPerCta, 1, Math.max(1, Math.min(l.outputs(), 1024)));
         range(errors, "schedule.tokens_per_cta", tokensPerCta, 1, MAX_TOKENS_PER_CTA);
-        if (stageWeights) {
-            if (l.inputs() % STAGED_ROW_ALIGNMENT != 0) {
-                errors.add(new SpecError("problem.inputs", Integer.toString(l.inputs()), "a multiple of " + STAGED_ROW_ALIGNMENT
-                        + " with stage_weights = true (the bulk copy moves 16-byte units); or stage_weights = false"));
-            }
-            ScheduleRules.sharedLimit(errors, sharedBytes(l), target, "fewer outputs_per_cta, or stage_weights = false");
-        }
-    }
-
-    /** With staged weights, the block's rows: {@code outputsPerCta} rows of {@code inputs} bf16 values. */
-    @Override
-    public long sharedBytes(Problem.Linear l) {
-        return stageWeights ? (long) Math.min(outputsPerCta, l.outputs()) * l.inputs() * 2 : 0;
     }
 
     @Override
@@ -98,16 +65,12 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
                 ConfigConstant.integer("kUnroll", kUnroll),
                 ConfigConstant.integer("kOutputsPerCta", outputsPerCta),
                 ConfigConstant.integer("kWarpsPerOutput", split),
-                ConfigConstant.integer("kTokensPerCta", tokensPerCta),
-                ConfigConstant.bool("kStageWeights", stageWeights));
+                ConfigConstant.integer("kTokensPerCta", tokensPerCta));
         List<String> notes = List.of(
                 "linear: " + blocksPerToken(l) + " blocks per group of " + tokensPerCta + (tokensPerCta == 1 ? " token, " : " tokens, ")
                         + (split == 1 ? "one warp per output" : "each output split over " + split + " warps (parts added in warp order)")
                         + "; lane t adds the bias to token t's sum, applies the epilogue and stores.",
-                stageWeights
-                        ? "The block's weight rows are copied to shared memory (one bulk copy per row) before the wait for the previous kernel; "
-                                + "each lane reads " + loadBytes + " bytes of a row at a time, " + kUnroll + " reads in flight."
-                        : "Each lane loads " + loadBytes + " bytes, " + kUnroll + " loads in flight per row, the first before the wait for the previous kernel.");
+                "Each lane loads " + loadBytes + " bytes, " + kUnroll + " loads in flight per row, the first before the wait for the previous kernel.");
         // A minimum of one block per SM (always true) only steers ptxas: without it, token groups left
         // a few bytes of spills at 80 registers.
         return new ScheduleModel("expert.cu.ftl", "linear_gemv", config, notes, 1, 1, Optional.empty(), DeviceLibrary.CORE, true);

@@ -5,8 +5,7 @@ import dev.moeforge.dsl.ir.Problem;
 /**
  * What the schedules of {@code linear} share: one thread block per (slice of {@link #outputsPerCta}
  * outputs, group of {@link #tokensPerCta} tokens), the groups of a slice consecutive along x so that
- * they run together and share the slice's weights in L2; no dynamic shared memory unless the
- * schedule says otherwise.
+ * they run together and share the slice's weights in L2, and no dynamic shared memory.
  */
 public sealed interface LinearSchedule extends Schedule<Problem.Linear> permits LinearGemv, LinearMma {
 
@@ -29,7 +28,7 @@ public sealed interface LinearSchedule extends Schedule<Problem.Linear> permits 
     @Override
     default LaunchGeometry geometry(Problem.Linear problem, int tokens) {
         return new LaunchGeometry(blocksPerToken(problem) * Math.ceilDiv(tokens, tokensPerCta()), 1,
-                ScheduleRules.threads(warpsPerCta()), Math.toIntExact(sharedBytes(problem)));
+                ScheduleRules.threads(warpsPerCta()), 0);
     }
 
     /** As many as keep the grid within CUDA's limit on gridDim.x. */

@@ -84,10 +84,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
 
     @Option(names = "--projections", defaultValue = "by-batch", paramLabel = "KIND",
             description = "The decode step's q/k/v, o and LM head kernels: by-batch (the decoder's choice: one warp per row for one "
-                    + "sequence, the q/k/v and o projections' weights staged in shared memory, the tensor cores' linear_mma from two, "
-                    + "expert tiles from 65), or one kind at every batch to compare them: gemv (weights streamed), staged (gemv with "
-                    + "every block's weight rows staged in shared memory where they fit, the LM head's too), mma or tiles (the LM "
-                    + "head has no tiles and keeps the batch's choice). Any but by-batch adds "
+                    + "sequence, the tensor cores' linear_mma from two, expert tiles from 65), or one kind at every batch to compare "
+                    + "them: gemv, mma or tiles (the LM head has no tiles and keeps the batch's choice). Any but by-batch adds "
                     + "-projections-KIND to the file's name.")
     String projections;
 

@@ -1246,16 +1246,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * can compare them (the LM head has no tiles: there it takes the batch's choice).
      */
     public enum ProjectionKernels {
-        /**
-         * One warp per output row ({@code linear_gemv}) for one sequence, the q/k/v and o projections with
-         * their weight slices staged in shared memory, the tensor cores ({@code linear_mma}) up to
-         * {@link #PROJECTION_TILES_FROM}, expert tiles from there.
-         */
+        /** One warp per output row ({@code linear_gemv}) for one sequence, the tensor cores ({@code linear_mma}) up to {@link #PROJECTION_TILES_FROM}, expert tiles from there. */
         BY_BATCH,
-        /** {@code linear_gemv}: one warp per output row, tokens in groups of up to {@link #LINEAR_TOKENS_PER_CTA}, weights streamed. */
+        /** {@code linear_gemv}: one warp per output row, tokens in groups of up to {@link #LINEAR_TOKENS_PER_CTA}. */
         GEMV,
-        /** {@code linear_gemv} as {@link #GEMV}, each block's weight rows staged in shared memory where they fit (the LM head too). */
-        STAGED,
         /** {@code linear_mma}: weight rows by tokens on {@code mma.sync}, up to {@link #MMA_TOKENS_PER_CTA} tokens a block. */
         MMA,
         /** One expert's {@code expert_centric} down half at top-1 (the projections; the LM head as {@link #BY_BATCH}). */
@@ -1276,7 +1270,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         boolean tiles = switch (projections) {
             case BY_BATCH -> batch >= PROJECTION_TILES_FROM;
             case TILES -> true;
-            case GEMV, STAGED, MMA -> false;
+            case GEMV, MMA -> false;
         };
         if (tiles) {
             int blockM = Math.min(64, 16 * Math.ceilDiv(batch, 16));
@@ -1287,7 +1281,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 return spec;
             }
         }
-        return linear(name, inputs, outputs, bias, target, batch, projections, projections == ProjectionKernels.BY_BATCH);
+        return linear(name, inputs, outputs, bias, target, batch, projections);
     }
 
     /** The most tokens a {@code linear_gemv} block multiplies each weight load by (their rows come from L1 each time). */
@@ -1308,18 +1302,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      */
     static KernelSpec linear(String name, int inputs, int outputs, boolean bias, Target target, int batch,
                              ProjectionKernels projections) {
-        return linear(name, inputs, outputs, bias, target, batch, projections, false);
-    }
-
-    /** As {@link #linear(String, int, int, boolean, Target, int, ProjectionKernels)}; {@code stageByBatch}: a {@code linear_gemv} stages its weights where they fit. */
-    private static KernelSpec linear(String name, int inputs, int outputs, boolean bias, Target target, int batch,
-                                     ProjectionKernels projections, boolean stageByBatch) {
         Problem.Linear problem = new Problem.Linear(inputs, outputs, WeightFormat.BF16, DType.BF16, bias);
         Store epilogue = Epilogues.store(Epilogues.acc(), DType.FP32);
         boolean mma = switch (projections) {
             case BY_BATCH, TILES -> batch > 1;
             case MMA -> true;
-            case GEMV, STAGED -> false;
+            case GEMV -> false;
         };
         if (mma) {
             int tokens = Math.min(MMA_TOKENS_PER_CTA, 8 * Math.ceilDiv(batch, 8));
@@ -1332,15 +1320,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         int loadBytes = loadBytes(inputs);
         int tokens = Math.min(batch, LINEAR_TOKENS_PER_CTA);
         int unroll = Math.min(tokens == 1 ? 16 : 8, Math.ceilDiv(inputs / (loadBytes / 2), 32));
-        KernelSpec streamed = new KernelSpec(name, problem, new LinearGemv(8, loadBytes, unroll, Math.min(8, outputs), tokens), epilogue,
-                target);
-        if (projections == ProjectionKernels.STAGED || stageByBatch) {
-            KernelSpec staged = streamed.withSchedule(((LinearGemv) streamed.schedule()).withStagedWeights(true));
-            if (Validator.errors(staged).isEmpty()) {
-                return staged;
-            }
-        }
-        return Validator.check(streamed).spec();
+        return Validator.check(new KernelSpec(name, problem, new LinearGemv(8, loadBytes, unroll, Math.min(8, outputs), tokens),
+                epilogue, target)).spec();
     }
 
     /** 16-byte loads where a row is a whole number of them, else 8, else 4. */

@@ -31,7 +31,7 @@ class BenchCommandTest {
         refused("moeforge bench prefill: --reps 20: at least 50 timed repetitions", "bench", "prefill", "--reps", "20");
         refused("moeforge bench prefill: --shape [2048, 768]: four numbers, H,I,E,k", "bench", "prefill", "--shape", "2048,768");
         refused("moeforge bench prefill: unknown model 'nope'", "bench", "prefill", "--model", "nope");
-        refused("moeforge bench decode: --projections gemm: one of [by-batch, gemv, staged, mma, tiles]", "bench", "decode", "--projections", "gemm");
+        refused("moeforge bench decode: --projections gemm: one of [by-batch, gemv, mma, tiles]", "bench", "decode", "--projections", "gemm");
         refused("moeforge bench decode: --attention group: one of [by-batch, by-head, by-group]", "bench", "decode", "--attention", "group");
     }
 }

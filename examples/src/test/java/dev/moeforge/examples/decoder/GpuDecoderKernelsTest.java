@@ -3,10 +3,8 @@ package dev.moeforge.examples.decoder;
 import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.BY_BATCH;
 import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.GEMV;
 import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.MMA;
-import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.STAGED;
 import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.TILES;
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
@@ -135,16 +133,6 @@ class GpuDecoderKernelsTest {
         assertEquals(8, gemv.tokensPerCta());
         assertEquals(8, gemv.kUnroll());
         assertInstanceOf(LinearMma.class, GpuDecoder.linear("o_proj", 4096, 2048, false, Target.SM_90A, 1, MMA).schedule());
-        // one sequence's q/k/v and o stage their weight rows; the LM head streams unless staging is forced
-        var o = assertInstanceOf(LinearGemv.class, GpuDecoder.decodeProjection("o_proj", 4096, 2048, false, Target.SM_90A, 1, BY_BATCH).schedule());
-        assertTrue(o.stageWeights());
-        assertFalse(one.stageWeights());
-        assertFalse(gemv.stageWeights());
-        var staged = assertInstanceOf(LinearGemv.class, GpuDecoder.linear("lm_head", 2048, 151_936, false, Target.SM_90A, 1, STAGED).schedule());
-        assertTrue(staged.stageWeights());
-        // rows too wide for shared memory stream
-        var wide = assertInstanceOf(LinearGemv.class, GpuDecoder.linear("wide", 65_536, 64, false, Target.SM_90A, 1, STAGED).schedule());
-        assertFalse(wide.stageWeights());
         // rows that are not whole 16-byte loads stay on linear_gemv
         assertInstanceOf(LinearGemv.class, GpuDecoder.linear("odd", 2052, 64, false, Target.SM_90A, 8, MMA).schedule());
         assertInstanceOf(ExpertCentric.class, kernelsWith(8, TILES).qkv().schedule());

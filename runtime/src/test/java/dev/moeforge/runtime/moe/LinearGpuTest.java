@@ -39,9 +39,7 @@ import org.junit.jupiter.params.provider.MethodSource;
  * ragged one, bf16 and fp32 outputs, epilogues beyond the plain store, and schedules with one warp
  * per output, several outputs per warp, outputs split over warps, and token groups of 2 to 16 (full
  * and with a shorter last group); and on the tensor cores (linear_mma) with 1 to 4 row tiles, token
- * tiles of 8 to 32 (full and short) and 1 to 16 warps over the inputs, ragged rows and outputs included;
- * and with each block's weight rows staged in shared memory before the wait (one and two tokens a block,
- * split rows, 4- to 16-byte reads, a short last slice).
+ * tiles of 8 to 32 (full and short) and 1 to 16 warps over the inputs, ragged rows and outputs included.
  */
 @RequiresGpu
 class LinearGpuTest extends GpuSession {
@@ -86,12 +84,7 @@ class LinearGpuTest extends GpuSession {
             // two row tiles by two token tiles, four by eight, and the decoder's shape at its largest
             new LinearMma(8, 4, 32, 16),
             new LinearMma(4, 4, 32, 64),
-            new LinearMma(8, 4, 16, 64),
-            // weight rows staged in shared memory by the bulk copy engine: the decoder's one-token shape,
-            // split rows in token groups, and 4-byte reads with a short last slice
-            new LinearGemv(8, 16, 16, 8, 1, true),
-            new LinearGemv(16, 8, 4, 4, 2, true),
-            new LinearGemv(4, 4, 2, 3, 1, true));
+            new LinearMma(8, 4, 16, 64));
 
     static KernelSpec spec(Case c, int schedule) {
         return Validator.check(new KernelSpec("lin_" + c.name() + "_s" + schedule,
