@@ -10,6 +10,7 @@ import dev.moeforge.examples.decoder.GpuDecoder;
 import dev.moeforge.examples.decoder.ModelConfig;
 import dev.moeforge.examples.decoder.ModelPreset;
 import dev.moeforge.examples.decoder.RandomModel;
+import dev.moeforge.examples.decoder.Sampler;
 import dev.moeforge.examples.decoder.TextTokenizer;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
@@ -82,6 +83,14 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + "touches the experts of one token).")
     double temperature;
 
+    @Option(names = "--top-k", defaultValue = "0", paramLabel = "K",
+            description = "Sample among each sequence's K likeliest tokens (the cut made on the device; default 0 = all).")
+    int topK;
+
+    @Option(names = "--top-p", defaultValue = "1", paramLabel = "P",
+            description = "Sample among the likeliest tokens reaching probability P (the cut made on the device; default 1).")
+    double topP;
+
     @Option(names = "--projections", defaultValue = "by-batch", paramLabel = "KIND",
             description = "The decode step's q/k/v, o and LM head kernels: by-batch (the decoder's choice: one warp per row for one "
                     + "sequence, the tensor cores' linear_mma from two, expert tiles from 65), or one kind at every batch to compare "
@@ -107,9 +116,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        if (!(temperature >= 0) || Double.isInfinite(temperature)) {
-            throw new IllegalArgumentException("--temperature must be 0 (greedy) or a positive number, got " + temperature);
-        }
+        Sampler.Options sampling = new Sampler.Options(temperature, topK, topP, SAMPLING_SEED);  // refuses bad values by name
         if (tokens < 2) {
             throw new IllegalArgumentException("--tokens must be at least 2 (one prefill pick, then decode steps), got " + tokens);
         }
@@ -148,7 +155,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
             for (int batch : batches) {
                 try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, java.util.Optional.of(format)), runtime, stream, batch,
                         prompt.length + tokens, tokens, l -> { }, choice)) {
-                    d.sampling(temperature, SAMPLING_SEED);
+                    d.sampling(sampling);
                     d.generate(prompt, Math.min(tokens, 8), p -> true);  // warm-up: graphs captured, caches warm
                     d.reset();
                     GpuDecoder.Generated g = d.generate(prompt, tokens, p -> true);
@@ -204,6 +211,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
             doc.put("context", prompt.length + tokens);
             doc.put("tokens", tokens);
             doc.put("temperature", temperature);
+            doc.put("top_k", topK);
+            doc.put("top_p", topP);
             doc.put("method", (temperature > 0 ? "sampled (each sequence its own draws)" : "greedy (every sequence the same)")
                     + "; each decode step one CUDA graph replay (every layer, the LM head, the pick on the device),"
                     + " its picks copied back to the host; step time = decode time / steps after a warm-up generation");

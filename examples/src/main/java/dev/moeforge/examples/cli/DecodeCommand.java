@@ -45,7 +45,7 @@ import picocli.CommandLine.Spec;
                 + "qwen3_moe, olmoe, mixtral, gpt_oss), or without --model from the built-in model (Qwen3-30B-A3B geometry, "
                 + "random weights made on the GPU, the Qwen3 tokenizer), streaming the text as it is produced, then one timing "
                 + "line: load time, prefill tokens/s, decode tokens/s. On a GPU each decode step is one CUDA graph and the next "
-                + "token is picked there (greedy, or sampled at --temperature; --top-k/--top-p sample on the host); without one, "
+                + "token is picked there (greedy, or sampled at --temperature after the --top-k/--top-p cut); without one, "
                 + "or with --cpu, it runs the CPU reference path (FP64, one token at a time: right for init-model's tiny models).")
 public final class DecodeCommand implements Callable<Integer> {
 
@@ -183,11 +183,6 @@ public final class DecodeCommand implements Callable<Integer> {
 
     private Run gpu(ModelConfig config, TextTokenizer tokenizer, int[] promptIds, int ctx, Sampler.Options sampling,
                     long loadStart, PrintWriter out, PrintWriter err) {
-        boolean hostSampling = sampling.topK() > 0 || sampling.topP() < 1;
-        if (hostSampling && batch > 1) {
-            throw new IllegalArgumentException("--top-k and --top-p sample on the host, one sequence at a time: use --batch 1"
-                    + " (temperature alone samples on the device, any batch)");
-        }
         try (CudaContext context = CudaContext.create(0);
              CudaStream stream = CudaStream.create();
              KernelRuntime runtime = new KernelRuntime(context, KernelCache.defaultCache());
@@ -200,13 +195,9 @@ public final class DecodeCommand implements Callable<Integer> {
             try (GpuDecoder decoder = new GpuDecoder(config, weights, runtime, stream, batch, ctx, maxTokens, layer -> { })) {
                 stream.synchronize();
                 double load = (System.nanoTime() - loadStart) / 1e9;
-                err.printf(Locale.ROOT, "%s, batch %d; prompt %d tokens%s%n", decoder.device(), batch, promptIds.length,
-                        hostSampling ? "; top-k/top-p: logits sampled on the host each step" : "");
+                err.printf(Locale.ROOT, "%s, batch %d; prompt %d tokens%n", decoder.device(), batch, promptIds.length);
                 err.flush();
-                if (hostSampling) {
-                    return summary(decoder.device(), List.of(generate(decoder, tokenizer, promptIds, config, sampling, 0, out)), load);
-                }
-                decoder.sampling(sampling.temperature(), sampling.seed());
+                decoder.sampling(sampling);
                 TextTokenizer.Stream text = new TextTokenizer.Stream(tokenizer);
                 boolean[] ended = new boolean[batch];
                 GpuDecoder.Generated g = decoder.generate(promptIds, maxTokens, picks -> {

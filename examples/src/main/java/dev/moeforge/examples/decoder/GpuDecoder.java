@@ -77,6 +77,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     }
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
+    /** sample_cut's block: one per sequence, at most the kernel's kCutThreads. */
+    static final int CUT_THREADS = 1024;
     /**
      * Every kernel of a step lets the next one begin launching at its start (programmatic dependent
      * launch), so the step's several hundred launches overlap the work instead of following it.
@@ -113,6 +115,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final CudaFunction addF32Norm;
     private final CudaFunction addBf16Norm;
     private final CudaFunction pickNext;
+    private final CudaFunction sampleCut;
     private final CudaFunction endStep;
     private final CudaModule module;
     private final Kernels kernels;
@@ -141,9 +144,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final DeviceBuffer history;    // [B][maxSteps] int32
     private final DeviceBuffer pickBest;   // [B] u64, zero between picks
     private final DeviceBuffer pickTickets; // [B] int32, zero between picks
+    private final DeviceBuffer pickCut;    // [B][2] u32: where each sequence's top-k/top-p prefix ends
     private final List<DeviceBuffer> kCache = new ArrayList<>();
     private final List<DeviceBuffer> vCache = new ArrayList<>();
     private float temperature;
+    private int topK;
+    private float topP = 1;
     private long seed;
     private CudaGraph layersGraph;
     private CudaGraph stepGraph;
@@ -214,6 +220,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         addF32Norm = module.function("add_f32_rms_norm");
         addBf16Norm = module.function("add_bf16_rms_norm");
         pickNext = module.function("pick_next");
+        sampleCut = module.function("sample_cut");
         endStep = module.function("end_step");
         if (!DECODE_HEAD_DIMS.contains(c.headDim())) {
             throw new IllegalArgumentException("head_dim " + c.headDim() + ": the decoder's attention on the GPU takes "
@@ -355,6 +362,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         pickBest.fillWords32(0);
         pickTickets = buffer(DType.INT32, batch);
         pickTickets.fillWords32(0);
+        pickCut = buffer(DType.INT32, 2L * batch);
         for (int l = 0; l < c.layers(); l++) {
             kCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
             vCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
@@ -445,8 +453,19 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** Sampling for {@link #generate}: temperature 0 is greedy; otherwise softmax(logits / T), drawn from the seed. */
     public void sampling(double temperature, long seed) {
-        this.temperature = (float) temperature;
-        this.seed = seed;
+        sampling(new Sampler.Options(temperature, 0, 1, seed));
+    }
+
+    /**
+     * Sampling for {@link #generate} as {@link Sampler} does it, on the device: greedy at temperature
+     * 0, else softmax(logits / T) over the top-k tokens cut to top-p (sample_cut), drawn from the
+     * seed (sequence b from seed + b's draws, by the Gumbel-max rule).
+     */
+    public void sampling(Sampler.Options options) {
+        this.temperature = (float) options.temperature();
+        this.topK = options.topK();
+        this.topP = (float) options.topP();
+        this.seed = options.seed();
         if (stepGraph != null) {  // captured with the old values
             stepGraph.close();
             stepGraph = null;
@@ -973,8 +992,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     }
 
     private void enqueuePick() {
-        pickNext.launch(ORDER, PICK_BLOCKS, batch, 1, 256, 1, 1, 0, stream, logits, c.vocab(), temperature, seed, next, positions, step,
-                history, maxSteps, pickBest, pickTickets);
+        boolean cut = temperature > 0 && (topK > 0 || topP < 1);
+        if (cut) {
+            sampleCut.launch(ORDER, 1, batch, 1, CUT_THREADS, 1, 1, 0, stream, logits, c.vocab(), temperature, topK, topP, pickCut);
+        }
+        pickNext.launch(ORDER, PICK_BLOCKS, batch, 1, 256, 1, 1, 0, stream, logits, c.vocab(), temperature, seed,
+                cut ? pickCut : (Object) 0L, next, positions, step, history, maxSteps, pickBest, pickTickets);
         endStep.launch(ORDER, 1, 1, 1, 1, 1, 1, 0, stream, step);
     }
 

@@ -1,6 +1,5 @@
 package dev.moeforge.examples.decoder;
 
-import java.util.Arrays;
 import java.util.SplittableRandom;
 import java.util.stream.IntStream;
 
@@ -46,9 +45,49 @@ public final class Sampler {
         if (options.isGreedy()) {
             return argmax(logits);
         }
-        Integer[] order = IntStream.range(0, logits.length).boxed().toArray(Integer[]::new);
-        Arrays.sort(order, (a, b) -> Float.compare(logits[b], logits[a]) != 0 ? Float.compare(logits[b], logits[a]) : a - b);
-        int keep = options.topK() > 0 ? Math.min(options.topK(), logits.length) : logits.length;
+        Kept kept = kept(logits, options);
+        if (kept.count() == 0) {
+            return 0;  // every logit NaN: token 0, as the device picks
+        }
+        double total = 0;
+        for (int i = 0; i < kept.count(); i++) {
+            total += kept.mass()[i];
+        }
+        double u = random.nextDouble() * total;
+        for (int i = 0; i < kept.count(); i++) {
+            u -= kept.mass()[i];
+            if (u < 0) {
+                return kept.order()[i];
+            }
+        }
+        return kept.order()[kept.count() - 1];
+    }
+
+    /**
+     * The tokens a draw may pick: {@code order} is every token by logit descending, then index
+     * ascending, NaNs last; the first {@code count} of them are kept (never a NaN); {@code mass[i]}
+     * is exp(logit / T - max / T) of the i-th, for the first top-k.
+     */
+    public record Kept(int[] order, int count, double[] mass) {}
+
+    /** Top-k, then the shortest prefix of those whose share of their softmax(logits / T) mass reaches top-p (temperature > 0). */
+    public static Kept kept(float[] logits, Options options) {
+        if (options.isGreedy()) {
+            throw new IllegalArgumentException("greedy decoding keeps no sampling prefix");
+        }
+        int[] order = IntStream.range(0, logits.length).boxed().sorted((a, b) -> {
+            boolean nanA = Float.isNaN(logits[a]);
+            if (nanA != Float.isNaN(logits[b])) {
+                return nanA ? 1 : -1;
+            }
+            int byValue = Float.compare(logits[b], logits[a]);
+            return byValue != 0 ? byValue : a - b;
+        }).mapToInt(Integer::intValue).toArray();
+        int numbers = (int) IntStream.range(0, logits.length).filter(i -> !Float.isNaN(logits[i])).count();
+        int keep = options.topK() > 0 ? Math.min(options.topK(), numbers) : numbers;
+        if (keep == 0) {
+            return new Kept(order, 0, new double[0]);
+        }
         double max = logits[order[0]] / options.temperature();
         double[] p = new double[keep];
         double sum = 0;
@@ -65,18 +104,7 @@ public final class Sampler {
                 break;
             }
         }
-        double total = 0;
-        for (int i = 0; i < cut; i++) {
-            total += p[i];
-        }
-        double u = random.nextDouble() * total;
-        for (int i = 0; i < cut; i++) {
-            u -= p[i];
-            if (u < 0) {
-                return order[i];
-            }
-        }
-        return order[cut - 1];
+        return new Kept(order, cut, p);
     }
 
     /** The first index of the largest logit (torch.argmax's tie rule); NaN never wins. */

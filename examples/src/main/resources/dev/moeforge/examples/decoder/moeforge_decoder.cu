@@ -972,21 +972,213 @@ __device__ __forceinline__ float uniform01(unsigned long long seed, unsigned lon
   return (static_cast<float>(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
 }
 
+// A logit's bits in an order that compares as the values do; NaN is 0, below every number.
+__device__ __forceinline__ unsigned logit_key(float v) {
+  if (isnan(v)) return 0u;
+  const unsigned u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_logit(unsigned k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
+
+__device__ __forceinline__ unsigned long long pick_key(float v, int i) {
+  return (static_cast<unsigned long long>(logit_key(v)) << 32) | static_cast<unsigned>(0x7fffffff - i);
+}
+
+// Whether token i (key k) is inside a sequence's cut (cut[0], cut[1]): above the cut's key, or equal
+// to it at an index no later than the cut's.
+__device__ __forceinline__ bool inside_cut(unsigned k, int i, unsigned cut_key, int cut_index) {
+  return k > cut_key || (k == cut_key && i <= cut_index);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Top-k and top-p on the device. The tokens a sequence may sample are a prefix of its logits in
+// the host sampler's order (value descending, then index ascending): top-k keeps the first k,
+// top-p then the shortest prefix of those whose share of their softmax(logits / T) mass reaches p.
+// sample_cut writes where the prefix ends as (key, index) for inside_cut, and pick_next draws
+// among the tokens inside. One block per sequence (grid (1, batch)); each selection is a radix
+// select over the keys, 8 bits a pass, counting tokens (top-k) or summing fixed-point masses
+// (top-p: integers, so the cut does not depend on the order of the atomic adds). Blocks of up to
+// kCutThreads threads, whole warps.
+// ---------------------------------------------------------------------------------------------
+constexpr int kCutThreads = 1024;
+constexpr int kCutWarps = kCutThreads / 32;
+constexpr float kMassOne = 1099511627776.0f;  // 2^40: a mass exp((l - max) / T) <= 1, in 40 fraction bits
+
+struct CutScratch {
+  unsigned long long buckets[256];
+  unsigned long long warp_totals[kCutWarps];
+  unsigned prefix;
+  unsigned long long above;
+  int index;
+};
+
+// The block's sum of v, in every thread.
+__device__ __forceinline__ unsigned long long cut_block_sum(unsigned long long v, CutScratch& s) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(kFullMask, v, d);
+  if ((threadIdx.x & 31) == 0) s.warp_totals[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) v += s.warp_totals[w];
+  __syncthreads();
+  return v;
+}
+
+// Among the tokens admit(i, key) lets in, the largest key K whose tokens at or above it weigh at
+// least target (1 <= target <= their total weight), and the weight of those strictly above K.
+template <class Admit, class Weight>
+__device__ __forceinline__ void select_cut_key(const float* __restrict__ row, int vocab, unsigned long long target, Admit admit, Weight weight,
+                               CutScratch& s, unsigned& key, unsigned long long& above) {
+  unsigned prefix = 0;
+  unsigned long long heavier = 0;  // weight of the admitted tokens above the prefix's range
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int d = threadIdx.x; d < 256; d += blockDim.x) s.buckets[d] = 0;
+    __syncthreads();
+    const unsigned high = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = row[i];
+      const unsigned k = logit_key(v);
+      if ((k & high) == prefix && admit(i, k)) atomicAdd(&s.buckets[(k >> shift) & 255], weight(v));
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {  // warp 0 walks the buckets from the top; lane l holds 255 - 8l down to 248 - 8l
+      const int lane = threadIdx.x;
+      unsigned long long mine = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) mine += s.buckets[255 - 8 * lane - j];
+      unsigned long long before = mine;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const unsigned long long o = __shfl_up_sync(kFullMask, before, d);
+        if (lane >= d) before += o;
+      }
+      before = heavier + before - mine;
+      const unsigned lanes = __ballot_sync(kFullMask, before < target && before + mine >= target);
+      if (lane == (lanes == 0 ? 31 : __ffs(lanes) - 1)) {
+        for (int j = 0; j < 8; ++j) {
+          const int d = 255 - 8 * lane - j;
+          if (before + s.buckets[d] >= target || j == 7) {
+            s.prefix = prefix | (static_cast<unsigned>(d) << shift);
+            s.above = before;
+            break;
+          }
+          before += s.buckets[d];
+        }
+      }
+    }
+    __syncthreads();
+    prefix = s.prefix;
+    heavier = s.above;
+  }
+  key = prefix;
+  above = heavier;
+}
+
+// The index of the m-th token (1-based, in index order) that admit lets in with key `key`.
+template <class Admit>
+__device__ __forceinline__ int nth_cut_tie(const float* __restrict__ row, int vocab, unsigned key, long long m, Admit admit, CutScratch& s) {
+  const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
+  const int begin = threadIdx.x * chunk, end = min(vocab, begin + chunk);
+  long long count = 0;
+  for (int i = begin; i < end; ++i) count += logit_key(row[i]) == key && admit(i, key);
+  // exclusive scan of the counts over the threads, in thread order
+  long long before = count;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const long long o = __shfl_up_sync(kFullMask, before, d);
+    if (lane >= d) before += o;
+  }
+  if (lane == 31) s.warp_totals[warp] = static_cast<unsigned long long>(before);
+  if (threadIdx.x == 0) s.index = vocab - 1;
+  __syncthreads();
+  before -= count;
+  for (int w = 0; w < warp; ++w) before += static_cast<long long>(s.warp_totals[w]);
+  if (before < m && before + count >= m) {
+    for (int i = begin; i < end; ++i) {
+      if (logit_key(row[i]) == key && admit(i, key) && ++before == m) {
+        s.index = i;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  const int index = s.index;
+  __syncthreads();
+  return index;
+}
+
+extern "C" __global__ void __launch_bounds__(kCutThreads, 1) sample_cut(const float* __restrict__ logits, int vocab, float temperature,
+                                                                     int top_k, float top_p, unsigned* __restrict__ cut) {
+  begin_after_previous_kernel();
+  __shared__ CutScratch s;
+  const int b = blockIdx.y;
+  const float* row = logits + static_cast<size_t>(b) * vocab;
+  // how many numbers the row holds, and its largest
+  unsigned long long numbers = 0;
+  unsigned top = 0;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const unsigned k = logit_key(row[i]);
+    numbers += k != 0u;
+    top = max(top, k);
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) top = max(top, __shfl_xor_sync(kFullMask, top, d));
+  if ((threadIdx.x & 31) == 0) s.buckets[threadIdx.x >> 5] = top;
+  numbers = cut_block_sum(numbers, s);  // its barriers order the buckets' writes and reads
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) top = max(top, static_cast<unsigned>(s.buckets[w]));
+  __syncthreads();
+  unsigned cut_key = 1u;  // every number
+  int cut_index = vocab - 1;
+  auto number = [](int, unsigned k) { return k != 0u; };
+  if (top_k > 0 && static_cast<unsigned long long>(top_k) < numbers) {
+    unsigned long long above;
+    select_cut_key(row, vocab, static_cast<unsigned long long>(top_k), number, [](float) { return 1ull; }, s, cut_key, above);
+    cut_index = nth_cut_tie(row, vocab, cut_key, static_cast<long long>(top_k - above), number, s);
+  }
+  if (top_p < 1.0f && numbers > 0) {
+    const unsigned k_key = cut_key;
+    const int k_index = cut_index;
+    auto kept = [=](int i, unsigned k) { return k != 0u && inside_cut(k, i, k_key, k_index); };
+    const float top_logit = key_logit(top), per_logit = 1.4426950408889634f / temperature;
+    auto mass = [=](float v) { return static_cast<unsigned long long>(exp2f((v - top_logit) * per_logit) * kMassOne); };
+    unsigned long long total = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = row[i];
+      if (kept(i, logit_key(v))) total += mass(v);
+    }
+    total = cut_block_sum(total, s);
+    const unsigned long long target =
+        max(1ull, min(total, static_cast<unsigned long long>(ceil(static_cast<double>(top_p) * static_cast<double>(total)))));
+    unsigned long long above;
+    select_cut_key(row, vocab, target, kept, mass, s, cut_key, above);
+    // every tie weighs the same: the fewest of them that carry the rest of the target (a 64-bit or
+    // double division would be a call with a stack frame; the float quotient, corrected, is exact)
+    const unsigned long long each = mass(key_logit(cut_key)), rest = target - above;
+    unsigned long long ties = each == 0 ? 1 : static_cast<unsigned long long>(ceilf(__fdividef(static_cast<float>(rest), static_cast<float>(each))));
+    if (each != 0) {
+      while (ties * each < rest) ++ties;
+      while (ties > 1 && (ties - 1) * each >= rest) --ties;
+    }
+    cut_index = nth_cut_tie(row, vocab, cut_key, static_cast<long long>(max(1ull, ties)), kept, s);
+  }
+  if (threadIdx.x == 0) {
+    cut[2 * b] = cut_key;
+    cut[2 * b + 1] = static_cast<unsigned>(cut_index);
+  }
+}
+
 // The next token of each sequence: the first maximum of the logits (temperature 0), or of
-// logits / T + Gumbel noise (an exact draw from softmax(logits / T)); NaN never wins. Each block
+// logits / T + Gumbel noise (an exact draw from softmax(logits / T)) among the tokens inside the
+// sequence's cut (all of them when cut is null); NaN never wins. Each block
 // takes a slice of the row and offers its best as one 64-bit key (the value's order-preserving bits,
 // then the complement of its index, so equal values go to the lower index) to an atomic max; the
 // token's last block (by ticket) reads the winner and does the step's bookkeeping: next[b] is the
 // token, history[b][step] keeps it, positions[b] advances; it leaves the key and the ticket zero for
 // the next replay. Grid: (blocks per row, tokens); block: 256 threads.
-__device__ __forceinline__ unsigned long long pick_key(float v, int i) {
-  const unsigned u = __float_as_uint(v);
-  const unsigned ordered = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  return (static_cast<unsigned long long>(ordered) << 32) | static_cast<unsigned>(0x7fffffff - i);
-}
-
 extern "C" __global__ void __launch_bounds__(256) pick_next(const float* __restrict__ logits, int vocab, float temperature,
-                                                            unsigned long long seed, int* __restrict__ next,
+                                                            unsigned long long seed, const unsigned* __restrict__ cut,
+                                                            int* __restrict__ next,
                                                             int* __restrict__ positions, int* __restrict__ step,
                                                             int* __restrict__ history, int max_steps,
                                                             unsigned long long* __restrict__ best, int* __restrict__ tickets) {
@@ -999,9 +1191,12 @@ extern "C" __global__ void __launch_bounds__(256) pick_next(const float* __restr
   const float* row = logits + static_cast<size_t>(b) * vocab;
   const int per_block = (vocab + gridDim.x - 1) / gridDim.x;
   const int begin = blockIdx.x * per_block, end = min(vocab, begin + per_block);
+  const unsigned cut_key = cut != nullptr ? cut[2 * b] : 0u;
+  const int cut_index = cut != nullptr ? static_cast<int>(cut[2 * b + 1]) : vocab;
   unsigned long long key = 0;  // below every real key: an all-NaN slice offers nothing
   for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
     float x = row[i];
+    if (!inside_cut(logit_key(x), i, cut_key, cut_index)) continue;
     if (temperature > 0.0f) x = x / temperature - __logf(-__logf(uniform01(seed, s, b, i)));
     if (!isnan(x)) key = max(key, pick_key(x, i));
   }

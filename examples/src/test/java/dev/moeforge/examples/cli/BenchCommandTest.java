@@ -33,5 +33,7 @@ class BenchCommandTest {
         refused("moeforge bench prefill: unknown model 'nope'", "bench", "prefill", "--model", "nope");
         refused("moeforge bench decode: --projections gemm: one of [by-batch, gemv, mma, tiles]", "bench", "decode", "--projections", "gemm");
         refused("moeforge bench decode: --attention group: one of [by-batch, by-head, by-group]", "bench", "decode", "--attention", "group");
+        refused("moeforge bench decode: --top-p must be in (0, 1], got 1.5", "bench", "decode", "--top-p", "1.5");
+        refused("moeforge bench decode: --top-k must be >= 0 (0 = all tokens), got -3", "bench", "decode", "--top-k", "-3");
     }
 }

@@ -163,7 +163,8 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
 
     /**
      * Greedy decoding inside the step graph (the pick on the device, positions advancing there) is
-     * greedy decoding through {@link GpuDecoder#forward} with the host's argmax, for a batch of two.
+     * greedy decoding through {@link GpuDecoder#forward} with the host's argmax, for a batch of two,
+     * and so is sampling cut to the top-1 token; top-k/top-p draws repeat with their seed.
      */
     @ParameterizedTest
     @EnumSource(Architecture.class)
@@ -186,6 +187,19 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
                 }
             }
             assertArrayEquals(expected, picks[0], arch + ": the step graph's greedy tokens");
+
+            // top-k of one at any temperature is greedy, for every sequence of the batch
+            batch.reset();
+            batch.sampling(new Sampler.Options(2.5, 1, 1, 11));
+            int[][] topOne = batch.generate(PROMPT, STEPS, p -> true).ids();
+            assertArrayEquals(expected, topOne[0], arch + ": top-k 1 in the step graph");
+            assertArrayEquals(expected, topOne[1], arch + ": top-k 1, second sequence");
+            // a nucleus: the same seed draws the same tokens
+            batch.reset();
+            batch.sampling(new Sampler.Options(1.5, 20, 0.9, 5));
+            int[][] nucleus = batch.generate(PROMPT, STEPS, p -> true).ids();
+            batch.reset();
+            assertArrayEquals(nucleus[1], batch.generate(PROMPT, STEPS, p -> true).ids()[1], arch + ": top-k/top-p, the same seed");
 
             int[][] first = sample(c, ckpt, context, 7);
             int[][] second = sample(c, ckpt, context, 7);

@@ -74,6 +74,20 @@ class SamplerTest {
     }
 
     @Test
+    void aNanIsNeverKeptOrDrawn() {
+        float[] logits = {Float.NaN, 1, 2, Float.NaN, 0};
+        Sampler.Kept kept = Sampler.kept(logits, new Sampler.Options(1, 10, 1, 0));
+        assertEquals(3, kept.count(), "top-10 of three numbers keeps the three");
+        assertArrayEquals(new int[] {2, 1, 4, 0, 3}, kept.order(), "NaNs last, in index order");
+        Sampler s = new Sampler(new Sampler.Options(5, 0, 1, 3));
+        for (int t = 0; t < 50; t++) {
+            int p = s.next(logits);
+            assertTrue(p == 1 || p == 2 || p == 4, "drew " + p);
+        }
+        assertEquals(0, s.next(new float[] {Float.NaN, Float.NaN}), "all NaN: token 0");
+    }
+
+    @Test
     void seedsDecideTheDraws() {
         float[] flat = new float[100];
         int[] a = draws(1, flat, 50);
