@@ -1004,7 +1004,12 @@ constexpr int kCutThreads = 1024;
 constexpr int kCutWarps = kCutThreads / 32;
 constexpr float kMassOne = 1099511627776.0f;  // 2^40: a mass exp((l - max) / T) <= 1, in 40 fraction bits
 
+// Logits crowd into a few buckets of the first passes (their sign and exponent bits), so each warp
+// adds its lanes of one bucket together first, and pairs of warps keep histograms of their own.
+constexpr int kCutHistograms = kCutWarps / 2;
+
 struct CutScratch {
+  unsigned long long histograms[kCutHistograms][256];
   unsigned long long buckets[256];
   unsigned long long warp_totals[kCutWarps];
   unsigned prefix;
@@ -1031,18 +1036,40 @@ __device__ __forceinline__ void select_cut_key(const float* __restrict__ row, in
                                CutScratch& s, unsigned& key, unsigned long long& above) {
   unsigned prefix = 0;
   unsigned long long heavier = 0;  // weight of the admitted tokens above the prefix's range
+  unsigned long long* histogram = s.histograms[(threadIdx.x >> 5) % kCutHistograms];
+  const int lane = threadIdx.x & 31;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int d = threadIdx.x; d < 256; d += blockDim.x) s.buckets[d] = 0;
+    for (int d = threadIdx.x; d < kCutHistograms * 256; d += blockDim.x) s.histograms[d / 256][d % 256] = 0;
     __syncthreads();
     const unsigned high = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float v = row[i];
+    for (int i0 = 0; i0 < vocab; i0 += blockDim.x) {  // whole warps to the end, for the warp-wide sums
+      const int i = i0 + static_cast<int>(threadIdx.x);
+      const float v = i < vocab ? row[i] : 0.0f;
       const unsigned k = logit_key(v);
-      if ((k & high) == prefix && admit(i, k)) atomicAdd(&s.buckets[(k >> shift) & 255], weight(v));
+      const bool counted = i < vocab && (k & high) == prefix && admit(i, k);
+      const unsigned long long w = counted ? weight(v) : 0ull;
+      const int bucket = static_cast<int>((k >> shift) & 255);
+      unsigned pending = __ballot_sync(kFullMask, counted);
+      while (pending != 0) {  // one add per distinct bucket of the warp, its lanes' weights summed
+        const int leader = __ffs(pending) - 1;
+        const int b = __shfl_sync(kFullMask, bucket, leader);
+        const bool mine = counted && bucket == b;
+        const unsigned group = __ballot_sync(kFullMask, mine);
+        // a weight is below 2^41: 20-bit low parts and the high parts each sum in 32 bits
+        const unsigned low = __reduce_add_sync(kFullMask, mine ? static_cast<unsigned>(w & 0xfffffu) : 0u);
+        const unsigned rest = __reduce_add_sync(kFullMask, mine ? static_cast<unsigned>(w >> 20) : 0u);
+        if (lane == leader) atomicAdd(&histogram[b], (static_cast<unsigned long long>(rest) << 20) + low);
+        pending &= ~group;
+      }
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < 256; d += blockDim.x) {
+      unsigned long long total = 0;
+      for (int h = 0; h < kCutHistograms; ++h) total += s.histograms[h][d];
+      s.buckets[d] = total;
     }
     __syncthreads();
     if (threadIdx.x < 32) {  // warp 0 walks the buckets from the top; lane l holds 255 - 8l down to 248 - 8l
-      const int lane = threadIdx.x;
       unsigned long long mine = 0;
 #pragma unroll
       for (int j = 0; j < 8; ++j) mine += s.buckets[255 - 8 * lane - j];
