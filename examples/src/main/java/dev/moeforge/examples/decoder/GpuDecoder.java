@@ -78,7 +78,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
     /** sample_cut's block: one per sequence, at most the kernel's kCutThreads. */
-    static final int CUT_THREADS = 1024;
+    static final int CUT_THREADS = 512;
     /**
      * Every kernel of a step lets the next one begin launching at its start (programmatic dependent
      * launch), so the step's several hundred launches overlap the work instead of following it.

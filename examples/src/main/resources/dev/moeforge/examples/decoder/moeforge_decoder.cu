@@ -1000,7 +1000,7 @@ __device__ __forceinline__ bool inside_cut(unsigned k, int i, unsigned cut_key, 
 // (top-p: integers, so the cut does not depend on the order of the atomic adds). Blocks of up to
 // kCutThreads threads, whole warps.
 // ---------------------------------------------------------------------------------------------
-constexpr int kCutThreads = 1024;
+constexpr int kCutThreads = 512;
 constexpr int kCutWarps = kCutThreads / 32;
 constexpr float kMassOne = 1099511627776.0f;  // 2^40: a mass exp((l - max) / T) <= 1, in 40 fraction bits
 
@@ -1013,9 +1013,27 @@ struct CutScratch {
   unsigned long long buckets[256];
   unsigned long long warp_totals[kCutWarps];
   unsigned prefix;
-  unsigned long long above;
+  unsigned long long above, at;
   int index;
 };
+
+// Calls f(i, logit) for every index of the row, in whole-block rounds whose kCutLoads loads per
+// thread are all issued before the first is used (one round's latency, not kCutLoads); every thread
+// calls f the same number of times (with i >= vocab, a NaN, past the end), so f may use warp-wide steps.
+constexpr int kCutLoads = 16;
+template <class F>
+__device__ __forceinline__ void for_each_logit(const float* __restrict__ row, int vocab, F f) {
+  for (int base = 0; base < vocab; base += kCutLoads * blockDim.x) {
+    float v[kCutLoads];
+#pragma unroll
+    for (int u = 0; u < kCutLoads; ++u) {
+      const int i = base + u * blockDim.x + threadIdx.x;
+      v[u] = i < vocab ? row[i] : __int_as_float(0x7fffffff);
+    }
+#pragma unroll
+    for (int u = 0; u < kCutLoads; ++u) f(base + u * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x), v[u]);
+  }
+}
 
 // The block's sum of v, in every thread.
 __device__ __forceinline__ unsigned long long cut_block_sum(unsigned long long v, CutScratch& s) {
@@ -1030,10 +1048,11 @@ __device__ __forceinline__ unsigned long long cut_block_sum(unsigned long long v
 }
 
 // Among the tokens admit(i, key) lets in, the largest key K whose tokens at or above it weigh at
-// least target (1 <= target <= their total weight), and the weight of those strictly above K.
+// least target (1 <= target <= their total weight), the weight of those strictly above K, and the
+// weight of those at K.
 template <class Admit, class Weight>
 __device__ __forceinline__ void select_cut_key(const float* __restrict__ row, int vocab, unsigned long long target, Admit admit, Weight weight,
-                               CutScratch& s, unsigned& key, unsigned long long& above) {
+                                               CutScratch& s, unsigned& key, unsigned long long& above, unsigned long long& at) {
   unsigned prefix = 0;
   unsigned long long heavier = 0;  // weight of the admitted tokens above the prefix's range
   unsigned long long* histogram = s.histograms[(threadIdx.x >> 5) % kCutHistograms];
@@ -1042,9 +1061,7 @@ __device__ __forceinline__ void select_cut_key(const float* __restrict__ row, in
     for (int d = threadIdx.x; d < kCutHistograms * 256; d += blockDim.x) s.histograms[d / 256][d % 256] = 0;
     __syncthreads();
     const unsigned high = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
-    for (int i0 = 0; i0 < vocab; i0 += blockDim.x) {  // whole warps to the end, for the warp-wide sums
-      const int i = i0 + static_cast<int>(threadIdx.x);
-      const float v = i < vocab ? row[i] : 0.0f;
+    for_each_logit(row, vocab, [&](int i, float v) {
       const unsigned k = logit_key(v);
       const bool counted = i < vocab && (k & high) == prefix && admit(i, k);
       const unsigned long long w = counted ? weight(v) : 0ull;
@@ -1061,7 +1078,7 @@ __device__ __forceinline__ void select_cut_key(const float* __restrict__ row, in
         if (lane == leader) atomicAdd(&histogram[b], (static_cast<unsigned long long>(rest) << 20) + low);
         pending &= ~group;
       }
-    }
+    });
     __syncthreads();
     for (int d = threadIdx.x; d < 256; d += blockDim.x) {
       unsigned long long total = 0;
@@ -1087,6 +1104,7 @@ __device__ __forceinline__ void select_cut_key(const float* __restrict__ row, in
           if (before + s.buckets[d] >= target || j == 7) {
             s.prefix = prefix | (static_cast<unsigned>(d) << shift);
             s.above = before;
+            s.at = s.buckets[d];
             break;
           }
           before += s.buckets[d];
@@ -1099,6 +1117,8 @@ __device__ __forceinline__ void select_cut_key(const float* __restrict__ row, in
   }
   key = prefix;
   above = heavier;
+  at = s.at;
+  __syncthreads();
 }
 
 // The index of the m-th token (1-based, in index order) that admit lets in with key `key`.
@@ -1144,11 +1164,11 @@ extern "C" __global__ void __launch_bounds__(kCutThreads, 1) sample_cut(const fl
   // how many numbers the row holds, and its largest
   unsigned long long numbers = 0;
   unsigned top = 0;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const unsigned k = logit_key(row[i]);
+  for_each_logit(row, vocab, [&](int, float v) {  // past the end is NaN: key 0
+    const unsigned k = logit_key(v);
     numbers += k != 0u;
     top = max(top, k);
-  }
+  });
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) top = max(top, __shfl_xor_sync(kFullMask, top, d));
   if ((threadIdx.x & 31) == 0) s.buckets[threadIdx.x >> 5] = top;
@@ -1159,9 +1179,10 @@ extern "C" __global__ void __launch_bounds__(kCutThreads, 1) sample_cut(const fl
   int cut_index = vocab - 1;
   auto number = [](int, unsigned k) { return k != 0u; };
   if (top_k > 0 && static_cast<unsigned long long>(top_k) < numbers) {
-    unsigned long long above;
-    select_cut_key(row, vocab, static_cast<unsigned long long>(top_k), number, [](float) { return 1ull; }, s, cut_key, above);
-    cut_index = nth_cut_tie(row, vocab, cut_key, static_cast<long long>(top_k - above), number, s);
+    unsigned long long above, ties;
+    select_cut_key(row, vocab, static_cast<unsigned long long>(top_k), number, [](float) { return 1ull; }, s, cut_key, above, ties);
+    const unsigned long long wanted = top_k - above;  // of the ties at the key, in index order
+    if (wanted < ties) cut_index = nth_cut_tie(row, vocab, cut_key, static_cast<long long>(wanted), number, s);
   }
   if (top_p < 1.0f && numbers > 0) {
     const unsigned k_key = cut_key;
@@ -1170,15 +1191,14 @@ extern "C" __global__ void __launch_bounds__(kCutThreads, 1) sample_cut(const fl
     const float top_logit = key_logit(top), per_logit = 1.4426950408889634f / temperature;
     auto mass = [=](float v) { return static_cast<unsigned long long>(exp2f((v - top_logit) * per_logit) * kMassOne); };
     unsigned long long total = 0;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float v = row[i];
+    for_each_logit(row, vocab, [&](int i, float v) {
       if (kept(i, logit_key(v))) total += mass(v);
-    }
+    });
     total = cut_block_sum(total, s);
     const unsigned long long target =
         max(1ull, min(total, static_cast<unsigned long long>(ceil(static_cast<double>(top_p) * static_cast<double>(total)))));
-    unsigned long long above;
-    select_cut_key(row, vocab, target, kept, mass, s, cut_key, above);
+    unsigned long long above, at;
+    select_cut_key(row, vocab, target, kept, mass, s, cut_key, above, at);
     // every tie weighs the same: the fewest of them that carry the rest of the target (a 64-bit or
     // double division would be a call with a stack frame; the float quotient, corrected, is exact)
     const unsigned long long each = mass(key_logit(cut_key)), rest = target - above;
@@ -1187,7 +1207,12 @@ extern "C" __global__ void __launch_bounds__(kCutThreads, 1) sample_cut(const fl
       while (ties * each < rest) ++ties;
       while (ties > 1 && (ties - 1) * each >= rest) --ties;
     }
-    cut_index = nth_cut_tie(row, vocab, cut_key, static_cast<long long>(max(1ull, ties)), kept, s);
+    ties = max(1ull, ties);
+    if (each != 0 && ties < at / each) {
+      cut_index = nth_cut_tie(row, vocab, cut_key, static_cast<long long>(ties), kept, s);
+    } else if (cut_key != k_key) {  // every tie at the key kept (at the top-k cut's key, its index stands)
+      cut_index = vocab - 1;
+    }
   }
   if (threadIdx.x == 0) {
     cut[2 * b] = cut_key;
