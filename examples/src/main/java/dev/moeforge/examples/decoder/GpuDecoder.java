@@ -77,7 +77,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     }
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
-    /** sample_cut's block: one per sequence, at most the kernel's kCutThreads. */
+    /** sample_cut's grid per sequence: one cluster of the kernel's kCutBlocks blocks of kCutThreads. */
+    static final int CUT_BLOCKS = 8;
     static final int CUT_THREADS = 512;
     /**
      * Every kernel of a step lets the next one begin launching at its start (programmatic dependent
@@ -994,7 +995,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private void enqueuePick() {
         boolean cut = temperature > 0 && (topK > 0 || topP < 1);
         if (cut) {
-            sampleCut.launch(ORDER, 1, batch, 1, CUT_THREADS, 1, 1, 0, stream, logits, c.vocab(), temperature, topK, topP, pickCut);
+            sampleCut.launch(ORDER, CUT_BLOCKS, batch, 1, CUT_THREADS, 1, 1, 0, stream, logits, c.vocab(), temperature, topK, topP, pickCut);
         }
         pickNext.launch(ORDER, PICK_BLOCKS, batch, 1, 256, 1, 1, 0, stream, logits, c.vocab(), temperature, seed,
                 cut ? pickCut : (Object) 0L, next, positions, step, history, maxSteps, pickBest, pickTickets);

@@ -3,6 +3,7 @@
 // cache, residual adds, and the next token's pick. Sizes are arguments, so one build serves every
 // model. The residual stream is FP32; what a DSL kernel reads is bf16; the KV cache is bf16.
 // Positions live on the device and advance inside the step, so one CUDA graph serves every step.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -995,55 +996,73 @@ __device__ __forceinline__ bool inside_cut(unsigned k, int i, unsigned cut_key, 
 // the host sampler's order (value descending, then index ascending): top-k keeps the first k,
 // top-p then the shortest prefix of those whose share of their softmax(logits / T) mass reaches p.
 // sample_cut writes where the prefix ends as (key, index) for inside_cut, and pick_next draws
-// among the tokens inside. One block per sequence (grid (1, batch)); each selection is a radix
-// select over the keys, 8 bits a pass, counting tokens (top-k) or summing fixed-point masses
-// (top-p: integers, so the cut does not depend on the order of the atomic adds). Blocks of up to
-// kCutThreads threads, whole warps.
+// among the tokens inside. One cluster of kCutBlocks blocks per sequence (grid (kCutBlocks, batch)),
+// each block a span of the row, their sums met in distributed shared memory; each selection is a
+// radix select over the keys, 8 bits a pass, counting tokens (top-k) or summing fixed-point masses
+// (top-p: integers, so the cut does not depend on the order of the adds). Every block takes the same
+// decisions from the same sums.
 // ---------------------------------------------------------------------------------------------
+constexpr int kCutBlocks = 8;
 constexpr int kCutThreads = 512;
 constexpr int kCutWarps = kCutThreads / 32;
 constexpr float kMassOne = 1099511627776.0f;  // 2^40: a mass exp((l - max) / T) <= 1, in 40 fraction bits
 
-// Logits crowd into a few buckets of the first passes (their sign and exponent bits), so each warp
-// adds its lanes of one bucket together first, and pairs of warps keep histograms of their own.
+// Logits crowd into a few buckets of the first passes (their sign and exponent bits), so a warp adds
+// its lanes of one bucket together first, and pairs of warps keep histograms of their own.
 constexpr int kCutHistograms = kCutWarps / 2;
 
 struct CutScratch {
   unsigned long long histograms[kCutHistograms][256];
-  unsigned long long buckets[256];
+  unsigned long long buckets[256];  // this block's, read by the cluster
+  unsigned long long totals[256];   // the cluster's
   unsigned long long warp_totals[kCutWarps];
+  unsigned long long partial;       // this block's share of a cluster-wide sum or maximum, read by the cluster
   unsigned prefix;
   unsigned long long above, at;
-  int index;
+  int index;                        // rank 0's: the tie the cluster found
 };
 
-// Calls f(i, logit) for every index of the row, in whole-block rounds whose kCutLoads loads per
+// Calls f(i, logit) for every index of [begin, end), in whole-block rounds whose kCutLoads loads per
 // thread are all issued before the first is used (one round's latency, not kCutLoads); every thread
-// calls f the same number of times (with i >= vocab, a NaN, past the end), so f may use warp-wide steps.
+// calls f the same number of times (with i >= end, a NaN, past the end), so f may use warp-wide steps.
 constexpr int kCutLoads = 16;
 template <class F>
-__device__ __forceinline__ void for_each_logit(const float* __restrict__ row, int vocab, F f) {
-  for (int base = 0; base < vocab; base += kCutLoads * blockDim.x) {
+__device__ __forceinline__ void for_each_logit(const float* __restrict__ row, int begin, int end, F f) {
+  for (int base = begin; base < end; base += kCutLoads * blockDim.x) {
     float v[kCutLoads];
 #pragma unroll
     for (int u = 0; u < kCutLoads; ++u) {
       const int i = base + u * blockDim.x + threadIdx.x;
-      v[u] = i < vocab ? row[i] : __int_as_float(0x7fffffff);
+      v[u] = i < end ? row[i] : __int_as_float(0x7fffffff);
     }
 #pragma unroll
     for (int u = 0; u < kCutLoads; ++u) f(base + u * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x), v[u]);
   }
 }
 
-// The block's sum of v, in every thread.
-__device__ __forceinline__ unsigned long long cut_block_sum(unsigned long long v, CutScratch& s) {
+// The cluster's sum (or maximum) of v, in every thread of every block.
+template <bool kMax>
+__device__ __forceinline__ unsigned long long cut_cluster_reduce(unsigned long long v, CutScratch& s) {
+  namespace cg = cooperative_groups;
 #pragma unroll
-  for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(kFullMask, v, d);
+  for (int d = 16; d > 0; d >>= 1) {
+    const unsigned long long o = __shfl_xor_sync(kFullMask, v, d);
+    v = kMax ? max(v, o) : v + o;
+  }
   if ((threadIdx.x & 31) == 0) s.warp_totals[threadIdx.x >> 5] = v;
   __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) v = kMax ? max(v, s.warp_totals[w]) : v + s.warp_totals[w];
+    s.partial = v;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
   v = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) v += s.warp_totals[w];
-  __syncthreads();
+  for (int r = 0; r < kCutBlocks; ++r) {
+    const unsigned long long o = *cluster.map_shared_rank(&s.partial, r);
+    v = kMax ? max(v, o) : v + o;
+  }
+  cluster.sync();  // every block has read every partial before one is written again
   return v;
 }
 
@@ -1051,8 +1070,11 @@ __device__ __forceinline__ unsigned long long cut_block_sum(unsigned long long v
 // least target (1 <= target <= their total weight), the weight of those strictly above K, and the
 // weight of those at K.
 template <class Admit, class Weight>
-__device__ __forceinline__ void select_cut_key(const float* __restrict__ row, int vocab, unsigned long long target, Admit admit, Weight weight,
-                                               CutScratch& s, unsigned& key, unsigned long long& above, unsigned long long& at) {
+__device__ __forceinline__ void select_cut_key(const float* __restrict__ row, int begin, int end, unsigned long long target,
+                                               Admit admit, Weight weight, CutScratch& s, unsigned& key,
+                                               unsigned long long& above, unsigned long long& at) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
   unsigned prefix = 0;
   unsigned long long heavier = 0;  // weight of the admitted tokens above the prefix's range
   unsigned long long* histogram = s.histograms[(threadIdx.x >> 5) % kCutHistograms];
@@ -1061,22 +1083,19 @@ __device__ __forceinline__ void select_cut_key(const float* __restrict__ row, in
     for (int d = threadIdx.x; d < kCutHistograms * 256; d += blockDim.x) s.histograms[d / 256][d % 256] = 0;
     __syncthreads();
     const unsigned high = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
-    for_each_logit(row, vocab, [&](int i, float v) {
+    for_each_logit(row, begin, end, [&](int i, float v) {
       const unsigned k = logit_key(v);
-      const bool counted = i < vocab && (k & high) == prefix && admit(i, k);
-      const unsigned long long w = counted ? weight(v) : 0ull;
-      const int bucket = static_cast<int>((k >> shift) & 255);
-      unsigned pending = __ballot_sync(kFullMask, counted);
-      while (pending != 0) {  // one add per distinct bucket of the warp, its lanes' weights summed
-        const int leader = __ffs(pending) - 1;
-        const int b = __shfl_sync(kFullMask, bucket, leader);
-        const bool mine = counted && bucket == b;
-        const unsigned group = __ballot_sync(kFullMask, mine);
-        // a weight is below 2^41: 20-bit low parts and the high parts each sum in 32 bits
-        const unsigned low = __reduce_add_sync(kFullMask, mine ? static_cast<unsigned>(w & 0xfffffu) : 0u);
-        const unsigned rest = __reduce_add_sync(kFullMask, mine ? static_cast<unsigned>(w >> 20) : 0u);
-        if (lane == leader) atomicAdd(&histogram[b], (static_cast<unsigned long long>(rest) << 20) + low);
-        pending &= ~group;
+      const bool counted = i < end && (k & high) == prefix && admit(i, k);
+      if (__any_sync(kFullMask, counted)) {
+        const unsigned long long w = counted ? weight(v) : 0ull;
+        // the lanes of one bucket (the uncounted ones apart), their weights summed in two 32-bit
+        // halves (a weight is below 2^41: 20-bit low parts, and the rest), one add by the first
+        const unsigned group = __match_any_sync(kFullMask, counted ? static_cast<int>((k >> shift) & 255) : -1);
+        const unsigned low = __reduce_add_sync(group, static_cast<unsigned>(w & 0xfffffu));
+        const unsigned rest = __reduce_add_sync(group, static_cast<unsigned>(w >> 20));
+        if (counted && lane == __ffs(group) - 1) {
+          atomicAdd(&histogram[(k >> shift) & 255], (static_cast<unsigned long long>(rest) << 20) + low);
+        }
       }
     });
     __syncthreads();
@@ -1085,11 +1104,17 @@ __device__ __forceinline__ void select_cut_key(const float* __restrict__ row, in
       for (int h = 0; h < kCutHistograms; ++h) total += s.histograms[h][d];
       s.buckets[d] = total;
     }
-    __syncthreads();
+    cluster.sync();
+    for (int d = threadIdx.x; d < 256; d += blockDim.x) {
+      unsigned long long total = 0;
+      for (int r = 0; r < kCutBlocks; ++r) total += *cluster.map_shared_rank(&s.buckets[d], r);
+      s.totals[d] = total;
+    }
+    cluster.sync();  // every block has read every block's buckets before the next pass writes them
     if (threadIdx.x < 32) {  // warp 0 walks the buckets from the top; lane l holds 255 - 8l down to 248 - 8l
       unsigned long long mine = 0;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) mine += s.buckets[255 - 8 * lane - j];
+      for (int j = 0; j < 8; ++j) mine += s.totals[255 - 8 * lane - j];
       unsigned long long before = mine;
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
@@ -1101,13 +1126,13 @@ __device__ __forceinline__ void select_cut_key(const float* __restrict__ row, in
       if (lane == (lanes == 0 ? 31 : __ffs(lanes) - 1)) {
         for (int j = 0; j < 8; ++j) {
           const int d = 255 - 8 * lane - j;
-          if (before + s.buckets[d] >= target || j == 7) {
+          if (before + s.totals[d] >= target || j == 7) {
             s.prefix = prefix | (static_cast<unsigned>(d) << shift);
             s.above = before;
-            s.at = s.buckets[d];
+            s.at = s.totals[d];
             break;
           }
-          before += s.buckets[d];
+          before += s.totals[d];
         }
       }
     }
@@ -1121,13 +1146,18 @@ __device__ __forceinline__ void select_cut_key(const float* __restrict__ row, in
   __syncthreads();
 }
 
-// The index of the m-th token (1-based, in index order) that admit lets in with key `key`.
+// The index of the m-th token (1-based, in index order over the whole row) that admit lets in with
+// key `key`; the last index of the row if there is none.
 template <class Admit>
-__device__ __forceinline__ int nth_cut_tie(const float* __restrict__ row, int vocab, unsigned key, long long m, Admit admit, CutScratch& s) {
-  const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
-  const int begin = threadIdx.x * chunk, end = min(vocab, begin + chunk);
+__device__ __forceinline__ int nth_cut_tie(const float* __restrict__ row, int vocab, int begin, int end, unsigned key, long long m,
+                                           Admit admit, CutScratch& s) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  if (cluster.block_rank() == 0 && threadIdx.x == 0) s.index = vocab - 1;
+  const int chunk = (end - begin + blockDim.x - 1) / blockDim.x;
+  const int first = begin + threadIdx.x * chunk, last = min(end, first + chunk);
   long long count = 0;
-  for (int i = begin; i < end; ++i) count += logit_key(row[i]) == key && admit(i, key);
+  for (int i = first; i < last; ++i) count += logit_key(row[i]) == key && admit(i, key);
   // exclusive scan of the counts over the threads, in thread order
   long long before = count;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1137,52 +1167,53 @@ __device__ __forceinline__ int nth_cut_tie(const float* __restrict__ row, int vo
     if (lane >= d) before += o;
   }
   if (lane == 31) s.warp_totals[warp] = static_cast<unsigned long long>(before);
-  if (threadIdx.x == 0) s.index = vocab - 1;
   __syncthreads();
   before -= count;
   for (int w = 0; w < warp; ++w) before += static_cast<long long>(s.warp_totals[w]);
+  if (threadIdx.x == blockDim.x - 1) s.partial = static_cast<unsigned long long>(before + count);  // the block's ties
+  cluster.sync();
+  for (int r = 0; r < static_cast<int>(cluster.block_rank()); ++r) before += static_cast<long long>(*cluster.map_shared_rank(&s.partial, r));
   if (before < m && before + count >= m) {
-    for (int i = begin; i < end; ++i) {
+    for (int i = first; i < last; ++i) {
       if (logit_key(row[i]) == key && admit(i, key) && ++before == m) {
-        s.index = i;
+        *cluster.map_shared_rank(&s.index, 0) = i;
         break;
       }
     }
   }
-  __syncthreads();
-  const int index = s.index;
-  __syncthreads();
+  cluster.sync();
+  const int index = *cluster.map_shared_rank(&s.index, 0);
+  cluster.sync();  // read before rank 0 resets it
   return index;
 }
 
-extern "C" __global__ void __launch_bounds__(kCutThreads, 1) sample_cut(const float* __restrict__ logits, int vocab, float temperature,
-                                                                     int top_k, float top_p, unsigned* __restrict__ cut) {
+extern "C" __global__ void __cluster_dims__(kCutBlocks, 1, 1) __launch_bounds__(kCutThreads, 1)
+    sample_cut(const float* __restrict__ logits, int vocab, float temperature, int top_k, float top_p, unsigned* __restrict__ cut) {
   begin_after_previous_kernel();
   __shared__ CutScratch s;
   const int b = blockIdx.y;
   const float* row = logits + static_cast<size_t>(b) * vocab;
+  const int rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+  const int span = (vocab + kCutBlocks - 1) / kCutBlocks;
+  const int begin = min(vocab, rank * span), end = min(vocab, begin + span);
   // how many numbers the row holds, and its largest
   unsigned long long numbers = 0;
   unsigned top = 0;
-  for_each_logit(row, vocab, [&](int, float v) {  // past the end is NaN: key 0
+  for_each_logit(row, begin, end, [&](int, float v) {  // past the end is NaN: key 0
     const unsigned k = logit_key(v);
     numbers += k != 0u;
     top = max(top, k);
   });
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) top = max(top, __shfl_xor_sync(kFullMask, top, d));
-  if ((threadIdx.x & 31) == 0) s.buckets[threadIdx.x >> 5] = top;
-  numbers = cut_block_sum(numbers, s);  // its barriers order the buckets' writes and reads
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) top = max(top, static_cast<unsigned>(s.buckets[w]));
-  __syncthreads();
+  numbers = cut_cluster_reduce<false>(numbers, s);
+  top = static_cast<unsigned>(cut_cluster_reduce<true>(top, s));
   unsigned cut_key = 1u;  // every number
   int cut_index = vocab - 1;
   auto number = [](int, unsigned k) { return k != 0u; };
   if (top_k > 0 && static_cast<unsigned long long>(top_k) < numbers) {
     unsigned long long above, ties;
-    select_cut_key(row, vocab, static_cast<unsigned long long>(top_k), number, [](float) { return 1ull; }, s, cut_key, above, ties);
+    select_cut_key(row, begin, end, static_cast<unsigned long long>(top_k), number, [](float) { return 1ull; }, s, cut_key, above, ties);
     const unsigned long long wanted = top_k - above;  // of the ties at the key, in index order
-    if (wanted < ties) cut_index = nth_cut_tie(row, vocab, cut_key, static_cast<long long>(wanted), number, s);
+    if (wanted < ties) cut_index = nth_cut_tie(row, vocab, begin, end, cut_key, static_cast<long long>(wanted), number, s);
   }
   if (top_p < 1.0f && numbers > 0) {
     const unsigned k_key = cut_key;
@@ -1191,14 +1222,14 @@ extern "C" __global__ void __launch_bounds__(kCutThreads, 1) sample_cut(const fl
     const float top_logit = key_logit(top), per_logit = 1.4426950408889634f / temperature;
     auto mass = [=](float v) { return static_cast<unsigned long long>(exp2f((v - top_logit) * per_logit) * kMassOne); };
     unsigned long long total = 0;
-    for_each_logit(row, vocab, [&](int i, float v) {
+    for_each_logit(row, begin, end, [&](int i, float v) {
       if (kept(i, logit_key(v))) total += mass(v);
     });
-    total = cut_block_sum(total, s);
+    total = cut_cluster_reduce<false>(total, s);
     const unsigned long long target =
         max(1ull, min(total, static_cast<unsigned long long>(ceil(static_cast<double>(top_p) * static_cast<double>(total)))));
     unsigned long long above, at;
-    select_cut_key(row, vocab, target, kept, mass, s, cut_key, above, at);
+    select_cut_key(row, begin, end, target, kept, mass, s, cut_key, above, at);
     // every tie weighs the same: the fewest of them that carry the rest of the target (a 64-bit or
     // double division would be a call with a stack frame; the float quotient, corrected, is exact)
     const unsigned long long each = mass(key_logit(cut_key)), rest = target - above;
@@ -1209,12 +1240,12 @@ extern "C" __global__ void __launch_bounds__(kCutThreads, 1) sample_cut(const fl
     }
     ties = max(1ull, ties);
     if (each != 0 && ties < at / each) {
-      cut_index = nth_cut_tie(row, vocab, cut_key, static_cast<long long>(ties), kept, s);
+      cut_index = nth_cut_tie(row, vocab, begin, end, cut_key, static_cast<long long>(ties), kept, s);
     } else if (cut_key != k_key) {  // every tie at the key kept (at the top-k cut's key, its index stands)
       cut_index = vocab - 1;
     }
   }
-  if (threadIdx.x == 0) {
+  if (rank == 0 && threadIdx.x == 0) {
     cut[2 * b] = cut_key;
     cut[2 * b + 1] = static_cast<unsigned>(cut_index);
   }

@@ -17,7 +17,7 @@ import org.junit.jupiter.params.provider.CsvSource;
 /**
  * Top-k and top-p on the device against the host's {@link Sampler#kept}: {@code sample_cut}'s prefix
  * of each sequence's logits on fresh random rows (ties planted where the cut falls, a NaN, rows
- * narrower than the block and as wide as Qwen3's vocabulary), and {@code pick_next}'s draws through
+ * narrower than the cluster's blocks and as wide as Qwen3's vocabulary), and {@code pick_next}'s draws through
  * that cut: every pick inside it, a cut of one the argmax, and the draws' frequencies those of the
  * kept tokens' renormalised softmax.
  */
@@ -150,7 +150,7 @@ class SamplingGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
              DeviceBuffer out = DeviceBuffer.allocate(DType.INT32, 2L * BATCH)) {
             in.copyFrom(logits);
             out.fillWords32(0xdeadbeef);
-            sampleCut.launch(1, BATCH, 1, GpuDecoder.CUT_THREADS, 1, 1, 0, stream, in, vocab, (float) options.temperature(),
+            sampleCut.launch(GpuDecoder.CUT_BLOCKS, BATCH, 1, GpuDecoder.CUT_THREADS, 1, 1, 0, stream, in, vocab, (float) options.temperature(),
                     options.topK(), (float) options.topP(), out);
             stream.synchronize();
             int[] cut = new int[2 * BATCH];
@@ -176,7 +176,7 @@ class SamplingGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
             positions.fillWords32(0);
             best.fillWords32(0);
             tickets.fillWords32(0);
-            sampleCut.launch(1, BATCH, 1, GpuDecoder.CUT_THREADS, 1, 1, 0, stream, in, vocab, (float) options.temperature(),
+            sampleCut.launch(GpuDecoder.CUT_BLOCKS, BATCH, 1, GpuDecoder.CUT_THREADS, 1, 1, 0, stream, in, vocab, (float) options.temperature(),
                     options.topK(), (float) options.topP(), cut);
             int[][] picks = new int[BATCH][draws];
             int[] got = new int[BATCH];
