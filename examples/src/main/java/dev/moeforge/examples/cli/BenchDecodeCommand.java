@@ -104,6 +104,12 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + "by-batch adds -attention-KIND to the file's name.")
     String attention;
 
+    @Option(names = "--experts", defaultValue = "by-batch", paramLabel = "KIND",
+            description = "The decode step's expert halves: by-batch (the decoder's choice: the catalogue's output-centric token "
+                    + "tiles below 16 sequences, its 16-pair expert-centric tiles from there), or output-centric or expert-centric "
+                    + "at every batch to compare them. Any but by-batch adds -experts-KIND to the file's name.")
+    String experts;
+
     @Option(names = "--out", defaultValue = "bench/results", paramLabel = "DIR", description = "Where the JSON goes (default ${DEFAULT-VALUE}).")
     Path out;
 
@@ -122,7 +128,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
         }
         GpuDecoder.KernelChoice choice = new GpuDecoder.KernelChoice(
                 kebab(GpuDecoder.ProjectionKernels.class, "--projections", projections),
-                kebab(GpuDecoder.AttentionKernels.class, "--attention", attention));
+                kebab(GpuDecoder.AttentionKernels.class, "--attention", attention),
+                kebab(GpuDecoder.ExpertKernels.class, "--experts", experts));
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
         dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat("--experts-format", expertsFormat);
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
@@ -207,6 +214,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     "experts_format", format.text()));
             doc.put("projections", projections);
             doc.put("attention", attention);
+            doc.put("experts", experts);
             doc.put("prompt_tokens", prompt.length);
             doc.put("context", prompt.length + tokens);
             doc.put("tokens", tokens);
@@ -248,7 +256,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
             }
             String suffix = (format.equals(dev.moeforge.dsl.ir.WeightFormat.BF16) ? "decode" : "decode-" + format.text())
                     + (choice.projections() == GpuDecoder.ProjectionKernels.BY_BATCH ? "" : "-projections-" + projections)
-                    + (choice.attention() == GpuDecoder.AttentionKernels.BY_BATCH ? "" : "-attention-" + attention);
+                    + (choice.attention() == GpuDecoder.AttentionKernels.BY_BATCH ? "" : "-attention-" + attention)
+                    + (choice.experts() == GpuDecoder.ExpertKernels.BY_BATCH ? "" : "-experts-" + experts);
             System.out.println("wrote " + BenchReports.write(out, ctx, suffix, doc));
         }
         return 0;

@@ -323,7 +323,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             progress.accept(l);
         }
         // the DSL kernels, once the experts' format is known
-        Kernels k = Kernels.of(c, block, target, batch, choice.projections());
+        Kernels k = Kernels.of(c, block, target, batch, choice.projections(), choice.experts());
         kernels = k;
         promptChunk = Math.min(context, PROMPT_CHUNK);
         qkvProj = projection(k.qkv());
@@ -652,10 +652,21 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         BY_GROUP
     }
 
-    /** The decode step's kernel choices that `bench decode` can force: the projections' and attention's. */
-    public record KernelChoice(ProjectionKernels projections, AttentionKernels attention) {
+    /** A decode step's expert halves: the decoder's choice by batch, or one family at every batch (`bench decode --experts`). */
+    public enum ExpertKernels {
+        /** The catalogue's output-centric token tiles below {@link #EXPERT_CENTRIC_FROM} sequences, its expert-centric tiles from there. */
+        BY_BATCH,
+        /** The catalogue's output-centric token tiles at every batch. */
+        OUTPUT_CENTRIC,
+        /** The catalogue's expert-centric tiles of {@link #EXPERT_TILE_PAIRS} pairs at every batch, where it has them for the model. */
+        EXPERT_CENTRIC
+    }
+
+    /** The decode step's kernel choices that `bench decode` can force: the projections', attention's and experts'. */
+    public record KernelChoice(ProjectionKernels projections, AttentionKernels attention, ExpertKernels experts) {
         /** The decoder's own choices. */
-        public static final KernelChoice BY_BATCH = new KernelChoice(ProjectionKernels.BY_BATCH, AttentionKernels.BY_BATCH);
+        public static final KernelChoice BY_BATCH = new KernelChoice(ProjectionKernels.BY_BATCH, AttentionKernels.BY_BATCH,
+                ExpertKernels.BY_BATCH);
     }
 
     /**
@@ -1060,6 +1071,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
 
         public static Kernels of(ModelConfig c, MoeBlock block, Target target, int batch, ProjectionKernels projections) {
+            return of(c, block, target, batch, projections, ExpertKernels.BY_BATCH);
+        }
+
+        public static Kernels of(ModelConfig c, MoeBlock block, Target target, int batch, ProjectionKernels projections,
+                                 ExpertKernels experts) {
             int h = c.hidden();
             int qDim = c.heads() * c.headDim();
             int qkvDim = qDim + 2 * c.kvHeads() * c.headDim();
@@ -1070,11 +1086,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 KernelSpec plain = KernelBuilder.named("router").router(h, c.experts())
                         .schedule(new RouterGemv(4, loadBytes(h), 8, Math.min(4, c.experts()))).epilogue(block.routingRule())
                         .target(target).build();
-                router = catalogued(plain, batch).orElse(plain);
+                router = catalogued(plain, batch, experts).orElse(plain);
                 KernelSpec plainGateUp = expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target);
-                gateUp = catalogued(plainGateUp, batch).orElse(plainGateUp);
+                gateUp = catalogued(plainGateUp, batch, experts).orElse(plainGateUp);
                 KernelSpec plainDown = expertSpec("experts_down", block.down(), block.downEpilogue(), target);
-                down = catalogued(plainDown, batch).orElse(plainDown);
+                down = catalogued(plainDown, batch, experts).orElse(plainDown);
             }
             KernelSpec denseGateUp = null;
             KernelSpec denseDown = null;
@@ -1232,15 +1248,21 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * for its model: a router, or for an expert half from {@link #EXPERT_CENTRIC_FROM} tokens the
      * 16-pair expert-centric tile (where `bench prefill` finds it ahead of the output-centric tiles),
      * else the output-centric half whose token tile suits the batch (1 token per block up to 2 tokens,
-     * then 8 up to 16, then 32), else the nearest tile the catalogue has.
+     * then 8 up to 16, then 32), else the nearest tile the catalogue has; {@code experts} may force
+     * either family at every batch.
      */
-    static Optional<KernelSpec> catalogued(KernelSpec wanted, int batch) {
+    static Optional<KernelSpec> catalogued(KernelSpec wanted, int batch, ExpertKernels experts) {
         List<KernelSpec> same = Arrays.stream(dev.moeforge.generated.BuiltinKernel.values())
                 .map(dev.moeforge.generated.BuiltinKernel::spec)
                 .filter(k -> k.problem().equals(wanted.problem()) && k.epilogue().equals(wanted.epilogue())
                         && k.target() == wanted.target())
                 .toList();
-        if (batch >= EXPERT_CENTRIC_FROM) {
+        boolean tilesWanted = switch (experts) {
+            case BY_BATCH -> batch >= EXPERT_CENTRIC_FROM;
+            case EXPERT_CENTRIC -> true;
+            case OUTPUT_CENTRIC -> false;
+        };
+        if (tilesWanted) {
             Optional<KernelSpec> tiles = same.stream()
                     .filter(k -> k.schedule() instanceof ExpertCentric e && e.blockM() == EXPERT_TILE_PAIRS).findFirst();
             if (tiles.isPresent()) {

@@ -34,6 +34,7 @@ class BenchCommandTest {
         refused("moeforge bench decode: --projections gemm: one of [by-batch, gemv, mma, tiles]", "bench", "decode", "--projections", "gemm");
         refused("moeforge bench decode: --attention group: one of [by-batch, by-head, by-group]", "bench", "decode", "--attention", "group");
         refused("moeforge bench decode: --top-p must be in (0, 1], got 1.5", "bench", "decode", "--top-p", "1.5");
+        refused("moeforge bench decode: --experts tiles: one of [by-batch, output-centric, expert-centric]", "bench", "decode", "--experts", "tiles");
         refused("moeforge bench decode: --top-k must be >= 0 (0 = all tokens), got -3", "bench", "decode", "--top-k", "-3");
     }
 }

@@ -47,6 +47,15 @@ class GpuDecoderKernelsTest {
             assertEquals("qwen3_30b_a3b_down_m16", k.down().name());
             assertEquals(16, assertInstanceOf(ExpertCentric.class, k.down().schedule()).blockM());
         }
+        // either family forced at every batch; the router stays the batch's
+        ModelPreset p = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
+        ModelConfig c = ModelConfig.parse(RandomModel.config(p, SafetensorsDType.BF16, new ObjectMapper()));
+        MoeBlock block = MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false);
+        GpuDecoder.Kernels tiles = GpuDecoder.Kernels.of(c, block, Target.SM_90A, 8, BY_BATCH, GpuDecoder.ExpertKernels.EXPERT_CENTRIC);
+        assertEquals("qwen3_30b_a3b_gate_up_m16", tiles.gateUp().name());
+        assertEquals(kernels(8).router(), tiles.router());
+        GpuDecoder.Kernels warps = GpuDecoder.Kernels.of(c, block, Target.SM_90A, 32, BY_BATCH, GpuDecoder.ExpertKernels.OUTPUT_CENTRIC);
+        assertEquals(32, assertInstanceOf(OutputCentric.class, warps.gateUp().schedule()).tokensPerCta());
     }
 
     /**
