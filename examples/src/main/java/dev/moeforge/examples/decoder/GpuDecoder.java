@@ -1238,16 +1238,20 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 .filter(k -> Validator.errors(k).isEmpty()).findFirst();
     }
 
-    /** From this batch an expert half takes the catalogue's expert-centric tile of {@link #EXPERT_TILE_PAIRS} where it has one. */
-    static final int EXPERT_CENTRIC_FROM = 16;
+    /**
+     * From this batch an expert half takes the catalogue's expert-centric tile of {@link #EXPERT_TILE_PAIRS}
+     * where it has one: in a decode step the router's picks crowd onto fewer experts than a uniform
+     * routing's, and from 8 sequences the tiles, which read each picked expert once, were ahead.
+     */
+    static final int EXPERT_CENTRIC_FROM = 8;
     /** Routed pairs per tile of the catalogue's decode-batch expert-centric pairs. */
     static final int EXPERT_TILE_PAIRS = 16;
 
     /**
      * The built-in catalogue's decode kernel for the same function (problem, epilogue, target), tuned
      * for its model: a router, or for an expert half from {@link #EXPERT_CENTRIC_FROM} tokens the
-     * 16-pair expert-centric tile (where `bench prefill` finds it ahead of the output-centric tiles),
-     * else the output-centric half whose token tile suits the batch (1 token per block up to 2 tokens,
+     * 16-pair expert-centric tile (where `bench decode --experts` finds it ahead of the output-centric
+     * tiles), else the output-centric half whose token tile suits the batch (1 token per block up to 2 tokens,
      * then 8 up to 16, then 32), else the nearest tile the catalogue has; {@code experts} may force
      * either family at every batch.
      */

@@ -37,11 +37,11 @@ class GpuDecoderKernelsTest {
     }
 
     @Test
-    void outputCentricTilesUpToEightTokensThenTheCataloguesExpertCentricPair() {
+    void outputCentricTilesBelowEightTokensThenTheCataloguesExpertCentricPair() {
         assertEquals(1, assertInstanceOf(OutputCentric.class, kernels(1).gateUp().schedule()).tokensPerCta());
-        assertEquals(8, assertInstanceOf(OutputCentric.class, kernels(8).gateUp().schedule()).tokensPerCta());
+        assertEquals(8, assertInstanceOf(OutputCentric.class, kernels(3).gateUp().schedule()).tokensPerCta());
         assertEquals(8, assertInstanceOf(OutputCentric.class, kernels(GpuDecoder.EXPERT_CENTRIC_FROM - 1).down().schedule()).tokensPerCta());
-        for (int batch : new int[] {GpuDecoder.EXPERT_CENTRIC_FROM, 32, 256}) {
+        for (int batch : new int[] {GpuDecoder.EXPERT_CENTRIC_FROM, 12, 32, 256}) {
             GpuDecoder.Kernels k = kernels(batch);
             assertEquals("qwen3_30b_a3b_gate_up_m16", k.gateUp().name());
             assertEquals("qwen3_30b_a3b_down_m16", k.down().name());
@@ -51,9 +51,9 @@ class GpuDecoderKernelsTest {
         ModelPreset p = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
         ModelConfig c = ModelConfig.parse(RandomModel.config(p, SafetensorsDType.BF16, new ObjectMapper()));
         MoeBlock block = MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false);
-        GpuDecoder.Kernels tiles = GpuDecoder.Kernels.of(c, block, Target.SM_90A, 8, BY_BATCH, GpuDecoder.ExpertKernels.EXPERT_CENTRIC);
+        GpuDecoder.Kernels tiles = GpuDecoder.Kernels.of(c, block, Target.SM_90A, 2, BY_BATCH, GpuDecoder.ExpertKernels.EXPERT_CENTRIC);
         assertEquals("qwen3_30b_a3b_gate_up_m16", tiles.gateUp().name());
-        assertEquals(kernels(8).router(), tiles.router());
+        assertEquals(kernels(2).router(), tiles.router());
         GpuDecoder.Kernels warps = GpuDecoder.Kernels.of(c, block, Target.SM_90A, 32, BY_BATCH, GpuDecoder.ExpertKernels.OUTPUT_CENTRIC);
         assertEquals(32, assertInstanceOf(OutputCentric.class, warps.gateUp().schedule()).tokensPerCta());
     }
