@@ -1241,9 +1241,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /**
      * From this batch an expert half takes the catalogue's expert-centric tile of {@link #EXPERT_TILE_PAIRS}
      * where it has one: in a decode step the router's picks crowd onto fewer experts than a uniform
-     * routing's, and from 8 sequences the tiles, which read each picked expert once, were ahead.
+     * routing's, and from 5 sequences the tiles, which read each picked expert once, were ahead.
      */
-    static final int EXPERT_CENTRIC_FROM = 8;
+    static final int EXPERT_CENTRIC_FROM = 5;
     /** Routed pairs per tile of the catalogue's decode-batch expert-centric pairs. */
     static final int EXPERT_TILE_PAIRS = 16;
 
