@@ -628,15 +628,16 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     static final int GROUP_ATTENTION_MERGE_SLICES = 64;
 
     /** From this batch a decode step's attention runs by kv group where the model allows it ({@link #groupAttentionPays}). */
-    static final int GROUP_ATTENTION_FROM_BATCH = 16;
+    static final int GROUP_ATTENTION_FROM_BATCH = 8;
 
     /**
-     * Whether attention by kv group made the whole decode step faster than by head on the H100: from
-     * 16 sequences, from 8 over a cache of 2,048 positions, from one over 4,096. Below, the kernel by
-     * head won the step although attention alone was slower (bench/NOTES.md).
+     * Whether attention by kv group made the whole decode step faster than by head: from 8 sequences
+     * (on the H200 at 512 positions; on the H100 it had won from 16, and from 8 over 2,048 positions),
+     * from one over 4,096. At 4 sequences the kernel by head won the step although attention alone was
+     * slower (bench/NOTES.md).
      */
     static boolean groupAttentionPays(int batch, int context) {
-        return batch >= GROUP_ATTENTION_FROM_BATCH || (batch >= 8 && context >= 2048) || context >= 4096;
+        return batch >= GROUP_ATTENTION_FROM_BATCH || context >= 4096;
     }
 
     /** Which kernel runs a decode step's attention: the decoder's choice, or one kind wherever it applies (to compare them). */

@@ -74,9 +74,9 @@ class GpuDecoderKernelsTest {
         assertEquals(8, one.slices());
         assertEquals(GpuDecoder.groupAttentionBytes(128), one.sharedBytes());
         assertEquals(4, GpuDecoder.DecodeAttention.of(qwen, 512, 32, GpuDecoder.AttentionKernels.BY_BATCH).slices());
-        // by the batch: by head for a few sequences over a short cache; by group from 16 sequences, from 8 over
-        // 2,048 positions, from one over 4,096
-        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        // by the batch: by head for a few sequences below 4,096 positions; by group from 8 sequences, from one over 4,096
+        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 7, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 4, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 16, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
