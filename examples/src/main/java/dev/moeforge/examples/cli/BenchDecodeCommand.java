@@ -106,7 +106,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
 
     @Option(names = "--experts", defaultValue = "by-batch", paramLabel = "KIND",
             description = "The decode step's expert halves: by-batch (the decoder's choice: the catalogue's output-centric token "
-                    + "tiles below 16 sequences, its 16-pair expert-centric tiles from there), or output-centric or expert-centric "
+                    + "tiles below 5 sequences, its 16-pair expert-centric tiles from there), or output-centric or expert-centric "
                     + "at every batch to compare them. Any but by-batch adds -experts-KIND to the file's name.")
     String experts;
 

@@ -37,7 +37,7 @@ class GpuDecoderKernelsTest {
     }
 
     @Test
-    void outputCentricTilesBelowEightTokensThenTheCataloguesExpertCentricPair() {
+    void outputCentricTilesBelowFiveTokensThenTheCataloguesExpertCentricPair() {
         assertEquals(1, assertInstanceOf(OutputCentric.class, kernels(1).gateUp().schedule()).tokensPerCta());
         assertEquals(8, assertInstanceOf(OutputCentric.class, kernels(3).gateUp().schedule()).tokensPerCta());
         assertEquals(8, assertInstanceOf(OutputCentric.class, kernels(GpuDecoder.EXPERT_CENTRIC_FROM - 1).down().schedule()).tokensPerCta());

@@ -41,7 +41,8 @@ class SamplingGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
         "33, 1, 1.0, 40, 0.99",
     })
     void theCutIsTheHostSamplersPrefix(int vocab, double sd, double temperature, int topK, double topP) {
-        SplittableRandom random = new SplittableRandom(vocab * 31L + topK * 7L + (long) (topP * 1000) + (long) (sd * 10));
+        long seed = System.nanoTime();
+        SplittableRandom random = new SplittableRandom(seed);
         float[] logits = new float[BATCH * vocab];
         for (int b = 0; b < BATCH; b++) {
             float[] row = randomRow(random, vocab, sd, topK);
@@ -62,14 +63,14 @@ class SamplingGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
             }
             for (int i = 0; i < vocab; i++) {
                 assertEquals(prefix.contains(i), inside(row[i], i, cut[2 * b], cut[2 * b + 1]),
-                        "sequence " + b + ": the device keeps a prefix of the host's order; token " + i);
+                        "seed " + seed + ", sequence " + b + ": the device keeps a prefix of the host's order; token " + i);
             }
             if (topP == 1) {
-                assertEquals(host.count(), count, "sequence " + b + ": top-" + topK + " keeps exactly the host's tokens");
+                assertEquals(host.count(), count, "seed " + seed + ", sequence " + b + ": top-" + topK + " keeps exactly the host's tokens");
             } else {
                 int fewest = Sampler.kept(row, new Sampler.Options(temperature, topK, topP * (1 - TOP_P_SLACK), 1)).count();
                 int most = Sampler.kept(row, new Sampler.Options(temperature, topK, Math.min(1, topP * (1 + TOP_P_SLACK)), 1)).count();
-                assertTrue(count >= fewest && count <= most, "sequence " + b + ": the device keeps " + count
+                assertTrue(count >= fewest && count <= most, "seed " + seed + ", sequence " + b + ": the device keeps " + count
                         + " tokens, the host " + host.count() + " (" + fewest + " to " + most + " within the slack)");
             }
         }
@@ -89,13 +90,14 @@ class SamplingGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
         for (int b = 0; b < BATCH; b++) {
             System.arraycopy(row, 0, logits, b * vocab, vocab);
         }
-        Sampler.Options options = new Sampler.Options(1.0, 3, 1, 1);
+        long seed = System.nanoTime();  // the draws' (a fresh one each run; the bounds are over 4.7 standard deviations)
+        Sampler.Options options = new Sampler.Options(1.0, 3, 1, seed);
         int draws = 2000;
         int[][] counts = new int[BATCH][vocab];
         int[][] picks = draw(logits, vocab, options, draws);
         for (int b = 0; b < BATCH; b++) {
             for (int p : picks[b]) {
-                assertTrue(p == 17 || p == 4000 || p == 5, "sequence " + b + " drew " + p + ", outside top-3 {17, 4000, 5}");
+                assertTrue(p == 17 || p == 4000 || p == 5, "seed " + seed + ", sequence " + b + " drew " + p + ", outside top-3 {17, 4000, 5}");
                 counts[b][p]++;
             }
             double z = Math.exp(3) + Math.exp(2) + Math.exp(1);
@@ -103,10 +105,11 @@ class SamplingGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
             double[] want = {Math.exp(3) / z, Math.exp(2) / z, Math.exp(1) / z};
             for (int t = 0; t < 3; t++) {
                 double got = counts[b][tokens[t]] / (double) draws;
-                assertTrue(Math.abs(got - want[t]) < 0.05, "sequence " + b + ", token " + tokens[t] + ": drawn " + got + ", softmax " + want[t]);
+                assertTrue(Math.abs(got - want[t]) < 0.05, "seed " + seed + ", sequence " + b + ", token " + tokens[t] + ": drawn " + got
+                        + ", softmax " + want[t]);
             }
         }
-        int[][] argmax = draw(logits, vocab, new Sampler.Options(1.7, 0, 1e-4, 3), 50);
+        int[][] argmax = draw(logits, vocab, new Sampler.Options(1.7, 0, 1e-4, seed + 1), 50);
         for (int[] seq : argmax) {
             for (int p : seq) {
                 assertEquals(17, p, "a tiny top-p keeps the largest logit alone");
@@ -182,6 +185,7 @@ class SamplingGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
             int[] got = new int[BATCH];
             for (int d = 0; d < draws; d++) {
                 step.copyFrom(new int[] {d});
+                next.fillWords32Async(-1, stream);  // poisoned: a pick that is not written fails the checks
                 pick.launch(64, BATCH, 1, 256, 1, 1, 0, stream, in, vocab, (float) options.temperature(), options.seed(), cut, next,
                         positions, step, history, 1, best, tickets);
                 stream.synchronize();
