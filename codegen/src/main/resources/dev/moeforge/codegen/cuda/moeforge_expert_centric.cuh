@@ -152,7 +152,11 @@ struct ExpertTileShape {
   // W8A8: E4M3 weights in 128 x 128 blocks times activations quantised per row in groups of 128; a
   // slice is one block, whose sums are scaled before they join the accumulators
   static constexpr bool kFp8 = Config::Format::kElement == Element::kE4M3;
-  static constexpr int kElementBytes = kFp8 ? 1 : 2;
+  // 4-bit weights (E2M1 codes with E4M3 or E8M0 K-block scales): a stage holds a slice's codes and
+  // scales, which the block decodes into one bf16 slice of weight rows that the MMAs then read
+  static constexpr bool kFourBit = Config::Format::kElement == Element::kE2M1;
+  using Format = typename Config::Format;
+  static constexpr int kElementBytes = kFp8 ? 1 : 2;  // a staged activation element (and a decoded weight's)
   static constexpr bool kGateUp = GATE_UP;
   static constexpr int kReduce = GATE_UP ? H : I;          // the GEMM's K
   static constexpr int kOutputs = GATE_UP ? I : H;         // outputs per pair
@@ -167,14 +171,17 @@ struct ExpertTileShape {
   static constexpr int FM = TM / 16, FN = TN / 8;      // its m16 and n8 fragments
   static constexpr int kRowBytes = BK * kElementBytes;  // a staged row of a slice
   static constexpr int P = kRowBytes / 16;              // its 16-byte pieces
-  static constexpr int kStageBytes = (BM + kRows) * kRowBytes;
+  static constexpr int kCodeRowBytes = kFourBit ? BK / 2 : 0;                  // a weight row's codes in a slice
+  static constexpr int kScaleRowBytes = kFourBit ? BK / Config::Format::kBlock : 0;  // and its K-block scales
+  static constexpr int kStageBytes = kFourBit ? BM * kRowBytes + kRows * (kCodeRowBytes + kScaleRowBytes) : (BM + kRows) * kRowBytes;
+  static constexpr int kDecodedBytes = kFourBit ? kRows * kRowBytes : 0;  // 4-bit: the slice's weight rows as bf16
   // elements between consecutive activation rows: x or inter rows, or their quantised rows (codes, then scales)
   static constexpr int kAStride = kFp8 ? fp8_row_bytes(kReduce) : kReduce;
   static constexpr int kOutRowElements = kFp8 ? fp8_row_bytes(kOutputs) : kOutputs;  // gate_up's rows of inter
   static constexpr int kOutStride = GATE_UP ? BN + 8 : BN + 4;  // staged output row, in elements
   static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
   static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
-  static constexpr int kPipeBytes = S * kStageBytes;
+  static constexpr int kPipeBytes = S * kStageBytes + kDecodedBytes;
   // one mbarrier per stage (its weight tile has landed; with the producer: its slice has landed), and
   // with the producer one more per stage (every MMA warp is done with it)
   static constexpr int kBarrierBytes = kTma ? 8 * S * (kProducer ? 2 : 1) : 0;
@@ -195,6 +202,8 @@ struct ExpertTileShape {
   static_assert(!kFp8 || (kTma && BK == 128 && kReduce % 128 == 0 && kOutputs % 128 == 0 && (!GATE_UP || BN % 128 == 0)),
                 "fp8: weight tiles by the copy engine, a slice per 128 x 128 scale block, whole groups of 128");
   static_assert(!kFp8 || TN % 128 == 0 || 128 % TN == 0, "fp8: a warp's columns cover whole scale blocks or lie in one");
+  static_assert(!kFourBit || (!kTma && !kWgmma && (BK == 64 || BK == 128) && kReduce % BK == 0 && kScaleRowBytes >= 4),
+                "4-bit weights: mma.sync on cp.async stages, slices of 64 or 128 in whole slices of K, 4 or 8 scale bytes a row");
   static_assert(!kWgmma || (kRowBytes == 128 && (WN == 1 || WN == 2) && TM == 16 && WM % 4 == 0 && TN % 64 == 0 && TN <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row or half of them, at least three stages");
   static_assert(!kProducer || (kWgmma && kTma), "the producer feeds wgmma tiles whose weights come by the copy engine");
@@ -260,7 +269,7 @@ struct ExpertTileCopies {
   static_assert(kStep % 2 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows");
   static constexpr int kPieceElements = 16 / T::kElementBytes;
   static constexpr int kACopies = ceil_div(T::BM, kStep);
-  static constexpr int kWCopies = T::kTma ? 0 : ceil_div(T::kRows, kStep);
+  static constexpr int kWCopies = T::kTma || T::kFourBit ? 0 : ceil_div(T::kRows, kStep);
   // weight rows between a thread's consecutive pieces: gate_up's tile rows are (gate, up) per neuron
   static constexpr int kWRowStep = !T::kGateUp ? kStep : L == GateUpLayout::kStacked ? kStep / 2 : kStep;
   using AElement = std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>;  // an activation row's element
@@ -291,7 +300,7 @@ struct ExpertTileCopies {
       if constexpr (kMask) a_live |= pair >= 0 ? Mask{1} << j : Mask{0};
     }
     a_present = row < T::BM ? ceil_div(T::BM - row, kStep) : 0;
-    if constexpr (!T::kTma) {
+    if constexpr (!T::kTma && !T::kFourBit) {
       w_present = row < T::kRows ? ceil_div(T::kRows - row, kStep) : 0;
       int w_row, outputs_left;  // the first weight row, and outputs from its own to the last real one
       if constexpr (T::kGateUp) {  // gate of neuron i at tile row 2i, up at 2i + 1
@@ -333,6 +342,148 @@ struct ExpertTileCopies {
     }
   }
 };
+
+// 4 or 8 bytes global -> shared (cp.async's .ca form, the only one for copies under 16 bytes);
+// valid == false writes zeros.
+template <int BYTES>
+__device__ __forceinline__ void cp_async_small(uint32_t dst, const void* src, bool valid) {
+  static_assert(BYTES == 4 || BYTES == 8, "cp.async copies 4, 8 or 16 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0)
+               : "memory");
+}
+
+// 4-bit weights: the copies of a slice's codes and K-block scales into a stage, after its
+// activation rows: the codes of the tile's weight rows (kCodeRowBytes each, unswizzled: only the
+// decode reads them, a 16-byte piece a thread), then their scales (kScaleRowBytes each). As in
+// ExpertTileCopies a thread keeps one piece column and every kStep-th row, so a slice costs an add
+// per copy; rows past the outputs arrive as zeros (codes and scales 0: zero weights).
+template <class T, GateUpLayout L>
+struct ExpertTileCodes {
+  using F = typename T::Format;
+  static constexpr int kPieces = T::kCodeRowBytes / 16;
+  static_assert(T::kCopyThreads % kPieces == 0, "each thread keeps one piece column of the codes");
+  static constexpr int kStep = T::kCopyThreads / kPieces;
+  static_assert(kStep % 2 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows");
+  static constexpr int kCopies = ceil_div(T::kRows, kStep);
+  static constexpr int kScaleCopies = ceil_div(T::kRows, T::kCopyThreads);
+  // weight rows between a thread's consecutive pieces: gate_up's tile rows are (gate, up) per neuron
+  static constexpr int kWRowStep = !T::kGateUp ? kStep : L == GateUpLayout::kStacked ? kStep / 2 : kStep;
+  static constexpr int kCodeBytes = T::kReduce / 2;                 // a weight row's codes
+  static constexpr int kScaleBytes = T::kReduce / F::kBlock;        // and its scales
+  const unsigned char* code_src;                 // piece 0's row at k = 0
+  const unsigned char* scale_src[kScaleCopies];  // each scale row's at k = 0
+  int row, piece, present, live;                 // first tile row, piece column, pieces in the tile, of real outputs
+  unsigned scale_live = 0;                       // bit j: scale row j is of a real output
+
+  // The weight row of tile row r, and how many outputs from its own to the last real one.
+  __device__ __forceinline__ static int weight_row(int r, int n0, int& outputs_left) {
+    if constexpr (T::kGateUp) {  // gate of neuron i at tile row 2i, up at 2i + 1
+      const int neuron = n0 + (r >> 1);
+      outputs_left = T::I - neuron;
+      return outputs_left <= 0 ? 0 : (r & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
+    } else {
+      outputs_left = T::H - (n0 + r);
+      return outputs_left <= 0 ? 0 : n0 + r;
+    }
+  }
+
+  __device__ __forceinline__ ExpertTileCodes(const WeightArgs& w, int e, int n0, int copier) {
+    row = copier / kPieces;
+    piece = copier % kPieces;
+    present = row < T::kRows ? ceil_div(T::kRows - row, kStep) : 0;
+    int outputs_left;
+    const int w_row = weight_row(row, n0, outputs_left);
+    live = outputs_left > 0 ? ceil_div(outputs_left, T::kGateUp ? kStep / 2 : kStep) : 0;
+    code_src = reinterpret_cast<const unsigned char*>(row_codes<F, T::kWeightRows, T::kReduce>(w, e, w_row)) + 16 * piece;
+#pragma unroll
+    for (int j = 0; j < kScaleCopies; ++j) {
+      const int r = copier + j * T::kCopyThreads;
+      const int scale_row = weight_row(r < T::kRows ? r : 0, n0, outputs_left);
+      scale_live |= r < T::kRows && outputs_left > 0 ? 1u << j : 0u;
+      scale_src[j] = row_block_scales<F, T::kWeightRows, T::kReduce>(w, e, scale_row);
+    }
+  }
+
+  // Slice [k0, k0 + BK)'s codes and scales into the stage at shared address `stage`.
+  __device__ __forceinline__ void issue(uint32_t stage, int k0) const {
+    const uint32_t codes = stage + T::BM * T::kRowBytes;
+    const uint32_t scales = codes + T::kRows * T::kCodeRowBytes;
+#pragma unroll
+    for (int j = 0; j < kCopies; ++j) {
+      if (j >= present) break;
+      const bool ok = j < live;
+      const unsigned char* src = code_src + static_cast<size_t>(j) * kWRowStep * kCodeBytes;
+      cp_async_16(codes + (row + j * kStep) * T::kCodeRowBytes + 16 * piece, ok ? src + k0 / 2 : code_src, ok);
+    }
+    const int copier = row * kPieces + piece;
+#pragma unroll
+    for (int j = 0; j < kScaleCopies; ++j) {
+      const int r = copier + j * T::kCopyThreads;
+      if (r >= T::kRows) break;
+      const bool ok = (scale_live >> j & 1u) != 0;
+      cp_async_small<T::kScaleRowBytes>(scales + r * T::kScaleRowBytes, ok ? scale_src[j] + k0 / F::kBlock : scale_src[0], ok);
+    }
+  }
+};
+
+// 4-bit weights: the block decodes the slice's codes in `stage` into bf16 weight rows at `decoded`,
+// in the swizzled order the bf16 stages have, so the MMAs read them as they read bf16 weights. The
+// K-block scales fold into the bf16 values exactly (TileDecode); the power of two left and the
+// tensor's factor multiply the sums in the epilogue (expert_tile_factor). A thread takes 32 codes
+// of a row at a time: four 16-byte pieces of the row out.
+template <class T>
+__device__ __forceinline__ void decode_weight_slice(uint32_t stage, uint32_t decoded) {
+  using F = typename T::Format;
+  constexpr int kPerRow = T::kCodeRowBytes / 16;
+  const uint32_t codes = stage + T::BM * T::kRowBytes;
+  const uint32_t scales = codes + T::kRows * T::kCodeRowBytes;
+  for (int c = threadIdx.x; c < T::kRows * kPerRow; c += T::kThreads) {
+    const int r = c / kPerRow, q = c % kPerRow;
+    Lane<16> chunk;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(chunk.w[0]), "=r"(chunk.w[1]), "=r"(chunk.w[2]), "=r"(chunk.w[3])
+                 : "r"(codes + r * T::kCodeRowBytes + 16 * q)
+                 : "memory");
+    uint32_t raw;  // NVFP4: the chunk's two E4M3 scales; MXFP4: its one E8M0 scale
+    if constexpr (F::kBlock == 16) {
+      unsigned short two;
+      asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(two) : "r"(scales + r * T::kScaleRowBytes + 2 * q) : "memory");
+      raw = two;
+    } else {
+      static_assert(F::kBlock == 32, "a chunk of 32 codes spans one or two K-blocks");
+      asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(raw) : "r"(scales + r * T::kScaleRowBytes + q) : "memory");
+    }
+    uint32_t p[16];  // pair j of word w: codes 8w + j and 8w + j + 4
+    decode_tile_chunk<F>(chunk, raw, p);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {  // word w's 8 codes in row order: one 16-byte piece
+      const uint32_t* v = p + 4 * w;
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(decoded + tile_swizzled<T::P>(r, 4 * q + w)),
+                   "r"(__byte_perm(v[0], v[1], 0x5410)), "r"(__byte_perm(v[2], v[3], 0x5410)), "r"(__byte_perm(v[0], v[1], 0x7632)),
+                   "r"(__byte_perm(v[2], v[3], 0x7632))
+                   : "memory");
+    }
+  }
+}
+
+// What a tile's sums are multiplied by before bias and activation: with 4-bit weights the tensor's
+// factor (NVFP4) times the power of two the folded decode leaves in; 1 otherwise. proj: gate_up's
+// gate (0) or up (1).
+// sum times factor where the format has one; the bf16 and FP8 sums as they are (bit for bit).
+template <class T>
+__device__ __forceinline__ float scaled_sum(float sum, float factor) {
+  if constexpr (T::kFourBit) return sum * factor; else return sum;
+}
+
+template <class T, int N, int P>
+__device__ __forceinline__ float expert_tile_factor(const WeightArgs& w, int e, int n, int proj) {
+  if constexpr (T::kFourBit) {
+    using F = typename T::Format;
+    return row_factor<F, N, P>(w, e, n, proj) * TileDecode<F>::kUnscale;
+  } else {
+    return 1.0f;
+  }
+}
 
 // W8A8: the scales of this thread's accumulators, one per slice (a slice is one 128 x 128 weight
 // block and one group of each activation row). Rows: the pair's activation row's scales (a row
@@ -483,6 +634,13 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a
 #endif
 }
 
+// Tiles of bf16 or FP8 weights copy no codes of their own (ExpertTileCopies or the copy engine bring the rows).
+struct NoTileCodes {
+  template <class... Any>
+  __device__ __forceinline__ explicit NoTileCodes(Any...) {}
+  __device__ __forceinline__ void issue(uint32_t, int) const {}
+};
+
 // bf16 tiles have no scales: the sums go straight into the accumulators.
 struct NoTileScales {
   struct Slice {};
@@ -509,6 +667,10 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   constexpr int P = T::P, S = T::S;
   const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0, threadIdx.x);
   const ExpertTileWeights<T> weights(w.map, bars, n0, e);
+  using Codes = std::conditional_t<T::kFourBit, ExpertTileCodes<T, L>, NoTileCodes>;
+  const Codes codes(w, e, n0, threadIdx.x);
+  // 4-bit: the slice's weight rows decoded to bf16, after the stages; else the stage's own weight rows
+  const uint32_t decoded = base + T::S * T::kStageBytes;
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
@@ -520,6 +682,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   for (int s = 0; s < S - 1; ++s) {
     if (s < T::kKTiles) {
       copies.issue(base + s * T::kStageBytes, s * T::BK);
+      codes.issue(base + s * T::kStageBytes, s * T::BK);
       if constexpr (T::kTma) weights.issue(base, s);
     }
     cp_async_commit();
@@ -535,10 +698,18 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     const int next = kt + S - 1;
     if (next < T::kKTiles) {
       copies.issue(base + next % S * T::kStageBytes, next * T::BK);
+      codes.issue(base + next % S * T::kStageBytes, next * T::BK);
       if constexpr (T::kTma) weights.issue(base, next);
     }
     cp_async_commit();
     const uint32_t stage = base + kt % S * T::kStageBytes;
+    if constexpr (T::kFourBit) {
+      decode_weight_slice<T>(stage, decoded);
+      __syncthreads();  // every row is decoded before any warp reads it
+    }
+    // the weight rows the MMAs read: the stage's, or (4-bit) the decoded slice's, rows numbered from 0
+    const uint32_t w_rows = T::kFourBit ? decoded : stage;
+    constexpr int kW0 = T::kFourBit ? 0 : T::BM;
 #pragma unroll
     for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {  // k16 of bf16 or k32 of E4M3: 32 bytes of each row
       uint32_t af[T::FM][4];
@@ -548,7 +719,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
       for (int j = 0; j < T::FN / 2; ++j) {
         uint32_t b[4];
         const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
-        ldmatrix_x4(b, stage + tile_swizzled<P>(T::BM + n, 2 * kk + ((lane >> 3) & 1)));
+        ldmatrix_x4(b, w_rows + tile_swizzled<P>(kW0 + n, 2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
         for (int i = 0; i < T::FM; ++i) {
           if constexpr (T::kFp8) {
@@ -810,10 +981,11 @@ __device__ __forceinline__ void expert_tile_table(int* table, const int* __restr
   __syncthreads();
 }
 
-// The formats expert_centric multiplies: bf16, and FP8 blocks as W8A8.
+// The formats expert_centric multiplies: bf16, FP8 blocks as W8A8, and NVFP4 and MXFP4 decoded to bf16 slice by slice.
 template <class Config>
 constexpr bool kExpertCentricFormat =
-    std::is_same_v<typename Config::Format, Bf16Weights> || std::is_same_v<typename Config::Format, Fp8Block128Weights>;
+    std::is_same_v<typename Config::Format, Bf16Weights> || std::is_same_v<typename Config::Format, Fp8Block128Weights> ||
+    std::is_same_v<typename Config::Format, Nvfp4Weights> || std::is_same_v<typename Config::Format, Mxfp4Weights>;
 
 // gate_up's tiles: activation rows a (x, or x quantised), inter as bf16 rows or quantised rows.
 template <class Config, class Epilogue, class A, class Out>
@@ -821,7 +993,7 @@ __device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, co
                                                      const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
                                                      Out* __restrict__ inter, int num_tokens, Epilogue epi) {
   using T = ExpertTileShape<Config, true>;
-  static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16 or FP8 block weights");
+  static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16, FP8 block, NVFP4 or MXFP4 weights");
   static_assert(std::is_same_v<A, typename ExpertTileCopies<T, Config::kLayout>::AElement> &&
                 std::is_same_v<Out, std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>>, "rows as the format moves them");
   constexpr GateUpLayout L = Config::kLayout;
@@ -849,11 +1021,14 @@ __device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, co
       const bool real = neuron < I;
       const float gate_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, gate_row_of<L>(neuron, I)) : 0.0f;
       const float up_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, up_row_of<L>(neuron, I)) : 0.0f;
+      const float gate_factor = real ? expert_tile_factor<T, 2 * I, 2>(w_gate_up, e, gate_row_of<L>(neuron, I), 0) : 0.0f;
+      const float up_factor = real ? expert_tile_factor<T, 2 * I, 2>(w_gate_up, e, up_row_of<L>(neuron, I), 1) : 0.0f;
 #pragma unroll
       for (int i = 0; i < T::FM; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float v = epi(add_bias<BIAS>(acc[i][j][2 * h], gate_bias), add_bias<BIAS>(acc[i][j][2 * h + 1], up_bias));
+          const float v = epi(add_bias<BIAS>(scaled_sum<T>(acc[i][j][2 * h], gate_factor), gate_bias),
+                              add_bias<BIAS>(scaled_sum<T>(acc[i][j][2 * h + 1], up_factor), up_bias));
           out[(row0 + 16 * i + g + 8 * h) * T::kOutStride + local] = __float2bfloat16_rn(v);
         }
     }
@@ -929,7 +1104,7 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
                                                     __nv_bfloat16* __restrict__ y, Partial* __restrict__ partials,
                                                     int* __restrict__ tickets, int num_tokens, Epilogue epi) {
   using T = ExpertTileShape<Config, false>;
-  static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16 or FP8 block weights");
+  static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16, FP8 block, NVFP4 or MXFP4 weights");
   static_assert(std::is_same_v<A, std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>>, "inter: bf16 rows, or quantised rows with fp8");
   constexpr bool BIAS = Config::kBias;
   constexpr int H = T::H, K = T::K, E = T::E, BN = T::BN;
@@ -969,8 +1144,11 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
           const bool real = routed && n0 + col < H;
           const float b0 = real ? load_bias<BIAS, H>(w_down, e, n0 + col) : 0.0f;
           const float b1 = real ? load_bias<BIAS, H>(w_down, e, n0 + col + 1) : 0.0f;
+          const float f0 = real ? expert_tile_factor<T, H, 1>(w_down, e, n0 + col, 0) : 0.0f;
+          const float f1 = real ? expert_tile_factor<T, H, 1>(w_down, e, n0 + col + 1, 0) : 0.0f;
           *reinterpret_cast<float2*>(out + r * T::kOutStride + col) =
-              make_float2(weight * add_bias<BIAS>(acc[i][j][2 * h], b0), weight * add_bias<BIAS>(acc[i][j][2 * h + 1], b1));
+              make_float2(weight * add_bias<BIAS>(scaled_sum<T>(acc[i][j][2 * h], f0), b0),
+                          weight * add_bias<BIAS>(scaled_sum<T>(acc[i][j][2 * h + 1], f1), b1));
         }
       }
   }

@@ -30,7 +30,10 @@ import java.util.Optional;
  * as FP8 x FP8 (W8A8): x and the intermediate are quantised per token in groups of 128
  * ({@link Fp8ActivationRows}), each 128-wide slice is multiplied in E4M3 ({@code mma.sync} m16n8k32
  * or warpgroup MMA k32) and its sums are scaled by the pair's activation scale and the weight
- * block's scale before they join the FP32 accumulators.
+ * block's scale before they join the FP32 accumulators; and with {@code nvfp4} or {@code mxfp4}
+ * weights on {@code mma.sync} (W4A16): each stage holds a slice's 4-bit codes and their K-block
+ * scales (a quarter of bf16's bytes), which the block decodes into one bf16 slice of weight rows
+ * before its MMAs; the tensor's factor multiplies the sums in the epilogue.
  *
  * @param blockM  pairs per tile (the mma's M side), a multiple of 16
  * @param blockN  outputs per tile: gate_up neurons (twice as many weight rows), down hidden units
@@ -148,6 +151,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     List.of(1, 2), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false),
                     List.of(false))));
         }
+        if (fourBit(problem)) {  // mma.sync on cp.async stages, slices of whole K-blocks' scale words
+            return copies.stream().filter(s -> !s.tma() && s.blockK() >= FOUR_BIT_MIN_BLOCK_K.get(problem.weights().blockScale().block())
+                    && reduce(problem) % s.blockK() == 0).toList();
+        }
         List<ExpertCentric> all = new ArrayList<>(fp8(problem) ? List.of() : copies);
         for (ExpertCentric s : copies) {
             if (s.blockK() == TMA_BLOCK_K) {  // fp8: the same 128-byte rows hold 128 codes, one scale block
@@ -170,7 +177,18 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         return problem.weights().equals(WeightFormat.FP8_BLOCK128);
     }
 
-    /** Bytes of one staged element: 2 (bf16), 1 (FP8 codes). */
+    /** Whether the problem's weights are E2M1 codes with E4M3 or E8M0 K-block scales, decoded to bf16 slice by slice. */
+    static boolean fourBit(Problem.ExpertProblem problem) {
+        return problem.weights().equals(WeightFormat.NVFP4) || problem.weights().equals(WeightFormat.MXFP4);
+    }
+
+    /**
+     * The narrowest slice of 4-bit weights by K-block size: a slice's scales of a row are copied by one
+     * cp.async of at least 4 bytes (NVFP4: a byte per 16 codes, MXFP4: a byte per 32).
+     */
+    private static final java.util.Map<Integer, Integer> FOUR_BIT_MIN_BLOCK_K = java.util.Map.of(16, 64, 32, 128);
+
+    /** Bytes of one staged activation element: 2 (bf16), 1 (FP8 codes); 4-bit weights are decoded to bf16. */
     static int elementBytes(Problem.ExpertProblem problem) {
         return fp8(problem) ? 1 : 2;
     }
@@ -183,12 +201,16 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     @Override
     public void check(Problem.ExpertProblem p, Target target, List<SpecError> errors) {
-        if (!(p.weights() instanceof WeightFormat.Bf16) && !fp8(p)) {
-            errors.add(new SpecError("problem.weights", p.weights().text(), "bf16, or " + WeightFormat.FP8_BLOCK128.text()
-                    + " (multiplied as FP8 x FP8), under " + KIND.name() + "; other formats take output_centric or output_tensor_core"));
+        if (!(p.weights() instanceof WeightFormat.Bf16) && !fp8(p) && !fourBit(p)) {
+            errors.add(new SpecError("problem.weights", p.weights().text(), "bf16, " + WeightFormat.FP8_BLOCK128.text()
+                    + " (multiplied as FP8 x FP8), " + WeightFormat.NVFP4.text() + " or " + WeightFormat.MXFP4.text()
+                    + " (decoded to bf16 slice by slice) under " + KIND.name() + "; other formats take output_centric or output_tensor_core"));
         }
         if (fp8(p)) {
             checkFp8(p, errors);
+        }
+        if (fourBit(p)) {
+            checkFourBit(p, errors);
         }
         if (p.activations() != DType.BF16) {
             errors.add(new SpecError("problem.activations", p.activations().text(), "bf16 under " + KIND.name()));
@@ -348,6 +370,37 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
     }
 
+    /**
+     * What 4-bit weights ask: mma.sync on cp.async stages (the block decodes each slice's codes, which
+     * neither the copy engine's swizzle nor warpgroup MMA's operands would hold), a slice whose scales
+     * of a row fill at least one 4-byte copy, and the kernel's K (gate_up's H, down's I) in whole slices.
+     */
+    private void checkFourBit(Problem.ExpertProblem p, List<SpecError> errors) {
+        String format = p.weights().text();
+        if (wgmma) {
+            errors.add(new SpecError("schedule.wgmma", "true", "false with " + format + " weights (the block decodes each slice "
+                    + "to bf16 and multiplies it with mma.sync)"));
+        }
+        if (tma) {
+            errors.add(new SpecError("schedule.tma", "true", "false with " + format + " weights (their codes and scales come by "
+                    + "cp.async)"));
+        }
+        int block = p.weights().blockScale().block();
+        int minimum = FOUR_BIT_MIN_BLOCK_K.get(block);
+        if ((blockK == 32 || blockK == 64 || blockK == 128) && blockK < minimum) {
+            errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), minimum + " or more with " + format + " weights"
+                    + " (a slice's scales of a row, one byte per " + block + " codes, are copied 4 bytes at least)"));
+        }
+        if (!ScheduleRules.dimensionsInRange(p.shape()) || (blockK != 32 && blockK != 64 && blockK != 128)) {
+            return;
+        }
+        if (reduce(p) % blockK != 0) {
+            String field = p instanceof Problem.ExpertGateUp ? "problem.hidden" : "problem.intermediate";
+            errors.add(new SpecError(field, Integer.toString(reduce(p)), "a multiple of block_k (" + blockK + ") with " + format
+                    + " weights under " + KIND.name() + " (the kernel's K in whole slices of codes and scales)"));
+        }
+    }
+
     /** down adds each slot's weighted partial in the combine, which needs {@code combine(acc)}. */
     @Override
     public void checkEpilogue(Problem.ExpertProblem problem, EpilogueNode epilogue, List<SpecError> errors) {
@@ -370,16 +423,22 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32)
      * @param barrierBytes  with tma, one 8-byte mbarrier per stage (its weight tile has landed), after the table;
      *                      with the producer two (the slice has landed; every MMA warp is done with it)
-     * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK elements each (bf16 or FP8)
+     * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK elements each (bf16 or FP8);
+     *                      with 4-bit weights the rows' codes (blockK / 2 bytes) and K-block scales instead of the weight rows
+     * @param decodedBytes  4-bit weights: the slice's weight rows decoded to bf16, after the stages (else 0)
      * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
-     * @param sharedBytes   table + barriers + max(stages x stage, staging), and with wgmma or tma 1024 bytes
-     *                      to align the stages (the 128-byte swizzle repeats every 1024 bytes)
+     * @param sharedBytes   table + barriers + max(stages x stage + decoded, staging), and with wgmma or tma 1024
+     *                      bytes to align the stages (the 128-byte swizzle repeats every 1024 bytes)
      */
-    public record Layout(int tableBytes, int barrierBytes, int stageBytes, int stagingBytes, long sharedBytes) {
+    public record Layout(int tableBytes, int barrierBytes, int stageBytes, int decodedBytes, int stagingBytes, long sharedBytes) {
         public static Layout of(Problem.ExpertProblem problem, ExpertCentric s) {
             int rows = s.weightRows(problem);
             int table = 8 * s.blockM();
-            int stage = elementBytes(problem) * (s.blockM() + rows) * s.blockK();
+            int rowBytes = elementBytes(problem) * s.blockK();
+            int stage = fourBit(problem)
+                    ? s.blockM() * rowBytes + rows * (s.blockK() / 2 + s.blockK() / problem.weights().blockScale().block())
+                    : (s.blockM() + rows) * rowBytes;
+            int decoded = fourBit(problem) ? rows * rowBytes : 0;
             int staging = switch (problem) {
                 case Problem.ExpertGateUp _ -> s.blockM() * (s.blockN() + 8) * 2;
                 case Problem.ExpertDown _ -> s.blockM() * (s.blockN() + 4) * 4;
@@ -387,7 +446,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             int barriers = s.tma() ? 8 * s.stages() * (s.producer() ? 2 : 1) : 0;
             // the swizzled stages wgmma reads and the copy engine writes start on a 1024-byte boundary
             int slack = s.wgmma() || s.tma() ? 1024 : 0;
-            return new Layout(table, barriers, stage, staging, table + barriers + slack + Math.max((long) s.stages() * stage, staging));
+            return new Layout(table, barriers, stage, decoded, staging,
+                    table + barriers + slack + Math.max((long) s.stages() * stage + decoded, staging));
         }
     }
 
@@ -405,6 +465,14 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         return switch (problem) {
             case Problem.ExpertGateUp g -> g.shape().experts();
             case Problem.ExpertDown d -> d.shape().experts() + 1;
+        };
+    }
+
+    /** The GEMM's K: gate_up's H, down's I. */
+    static int reduce(Problem.ExpertProblem problem) {
+        return switch (problem) {
+            case Problem.ExpertGateUp g -> g.shape().hidden();
+            case Problem.ExpertDown d -> d.shape().intermediate();
         };
     }
 
@@ -542,6 +610,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 : warpsM + " x " + warpsN + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8" + k)
                 + (fp8 ? " (FP8 E4M3 in; each slice's sums scaled by the pair's activation scale and the weight block's, then"
                 + " added to the FP32 accumulators)." : " (bf16 in, FP32 accumulate)."));
+        if (fourBit(problem)) {
+            own.add("Each slice's " + problem.weights().text() + " codes and K-block scales are staged as they are stored and"
+                    + " decoded by the block into " + layout.decodedBytes() + " bytes of bf16 weight rows (the scales folded in"
+                    + " exactly); the tensor's factor multiplies the sums before the epilogue.");
+        }
         if (fp8) {
             own.add(switch (problem) {
                 case Problem.ExpertGateUp _ -> "x arrives quantised per token in groups of 128 (the module's quantise entry point);"

@@ -41,8 +41,10 @@ import picocli.CommandLine.Option;
  * layer its own random routing, graph-replayed; in the same run PyTorch's grouped-GEMM layer and a
  * dense cuBLAS GEMM of the layer's FLOPs (the tensor-core ceiling). With {@code --format
  * fp8_e4m3_block128} the layer's weights are FP8 blocks and the {@code fp8_*} tile pairs multiply
- * them as FP8 x FP8 (W8A8); PyTorch's layer stays BF16. Writes
- * {@code <out>/<date>-<device>-prefill.json} (BF16) or {@code ...-prefill-fp8.json}.
+ * them as FP8 x FP8 (W8A8); with {@code --format nvfp4} or {@code mxfp4} the {@code fp4_*} tile pairs
+ * decode each slice of 4-bit weights to bf16 beside the catalogue's 4-bit decode pair (up to 64
+ * tokens). PyTorch's layer stays BF16. Writes {@code <out>/<date>-<device>-prefill.json} (BF16) or
+ * {@code ...-prefill-<format>.json}.
  */
 @Command(name = "prefill", mixinStandardHelpOptions = true,
         description = "Times the BF16 expert layer (H=2048, I=768, E=128, top-8) from 8 to 16,384 tokens with the "
@@ -78,8 +80,9 @@ public final class BenchPrefillCommand implements Callable<Integer> {
     long seed;
 
     @Option(names = "--format", defaultValue = "bf16", paramLabel = "FORMAT",
-            description = "bf16 (default), or fp8_e4m3_block128: FP8 block weights (quantised once on the host) multiplied as "
-                    + "FP8 x FP8 by the fp8_* tile pairs; PyTorch's layer stays BF16.")
+            description = "bf16 (default); fp8_e4m3_block128: FP8 block weights (quantised once on the host) multiplied as "
+                    + "FP8 x FP8 by the fp8_* tile pairs; nvfp4 or mxfp4: 4-bit weights decoded slice by slice by the fp4_* tile "
+                    + "pairs, beside the catalogue's 4-bit decode pair up to 64 tokens. PyTorch's layer stays BF16.")
     String formatText;
 
     @Option(names = "--variants", split = ",", paramLabel = "NAME",
@@ -154,6 +157,28 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             withProducer("fp8_wg_m64_ws", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
                     new ExpertCentric(64, 128, 128, 4, 1, 4, 8, true)));
 
+    /**
+     * Tile pairs for 4-bit weights (W4A16): mma.sync on cp.async stages of codes and scales, each slice
+     * decoded to bf16 by the block. 64-wide slices only for NVFP4 (an MXFP4 row's scales of one are 2
+     * bytes, under cp.async's 4); the pairs a format does not lower are skipped with a line saying why.
+     */
+    static final List<TilePair> FOUR_BIT_TILE_PAIRS = List.of(
+            new TilePair("fp4_m16", new ExpertCentric(16, 64, 128, 1, 4, 4, 1), new ExpertCentric(16, 128, 128, 1, 4, 4, 1)),
+            new TilePair("fp4_m16_k64", new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 4, 1)),
+            new TilePair("fp4_m16_k64_s6", new ExpertCentric(16, 64, 64, 1, 4, 6, 1), new ExpertCentric(16, 128, 64, 1, 4, 6, 1)),
+            new TilePair("fp4_m32_k64", new ExpertCentric(32, 64, 64, 2, 2, 4, 1), new ExpertCentric(32, 128, 64, 2, 2, 4, 1)),
+            new TilePair("fp4_m64_k64", new ExpertCentric(64, 64, 64, 2, 2, 4, 8), new ExpertCentric(64, 128, 64, 2, 2, 4, 8)),
+            new TilePair("fp4_m64", new ExpertCentric(64, 64, 128, 2, 2, 3, 8), new ExpertCentric(64, 128, 128, 2, 2, 3, 8)),
+            new TilePair("fp4_m128_k64", new ExpertCentric(128, 128, 64, 2, 4, 3, 8), new ExpertCentric(128, 128, 64, 2, 4, 3, 8)),
+            new TilePair("fp4_m128", new ExpertCentric(128, 64, 128, 4, 2, 3, 8), new ExpertCentric(128, 128, 128, 4, 2, 3, 8)));
+
+    /** The catalogue's 4-bit decode pair of the Qwen3-30B-A3B geometry (one token a block, tensor cores), by format. */
+    static final Map<WeightFormat, BenchCommand.CataloguePair> FOUR_BIT_DECODE_PAIRS = Map.of(
+            WeightFormat.NVFP4, new BenchCommand.CataloguePair("tc", dev.moeforge.generated.BuiltinKernel.QWEN3_30B_A3B_NVFP4_GATE_UP,
+                    dev.moeforge.generated.BuiltinKernel.QWEN3_30B_A3B_NVFP4_DOWN),
+            WeightFormat.MXFP4, new BenchCommand.CataloguePair("tc", dev.moeforge.generated.BuiltinKernel.QWEN3_30B_A3B_MXFP4_GATE_UP,
+                    dev.moeforge.generated.BuiltinKernel.QWEN3_30B_A3B_MXFP4_DOWN));
+
     private static TilePair withTma(String name, ExpertCentric gateUp, ExpertCentric down) {
         return new TilePair(name, gateUp.withTma(true), down.withTma(true));
     }
@@ -174,17 +199,18 @@ public final class BenchPrefillCommand implements Callable<Integer> {
         shape = geometry.shape();
         layout = geometry.layout();
         options.require("bench prefill");
-        if (!formatText.equals(WeightFormat.BF16.text()) && !formatText.equals(WeightFormat.FP8_BLOCK128.text())) {
-            throw new IllegalArgumentException("--format " + formatText + ": bf16 or " + WeightFormat.FP8_BLOCK128.text());
-        }
-        format = formatText.equals(WeightFormat.BF16.text()) ? WeightFormat.BF16 : WeightFormat.FP8_BLOCK128;
-        boolean fp8 = format != WeightFormat.BF16;
-        List<TilePair> pairs = fp8 ? FP8_TILE_PAIRS : TILE_PAIRS;
+        List<WeightFormat> formats = List.of(WeightFormat.BF16, WeightFormat.FP8_BLOCK128, WeightFormat.NVFP4, WeightFormat.MXFP4);
+        format = formats.stream().filter(f -> f.text().equals(formatText)).findFirst().orElseThrow(() -> new IllegalArgumentException(
+                "--format " + formatText + ": one of " + String.join(", ", formats.stream().map(WeightFormat::text).toList())));
+        boolean quantised = format != WeightFormat.BF16;
+        boolean fourBit = FOUR_BIT_DECODE_PAIRS.containsKey(format);
+        List<TilePair> pairs = fourBit ? FOUR_BIT_TILE_PAIRS : quantised ? FP8_TILE_PAIRS : TILE_PAIRS;
+        // beside the tiles up to OUTPUT_CENTRIC_UP_TO tokens: the catalogue's output-centric pairs, or its 4-bit decode pair
+        List<BenchCommand.CataloguePair> decodePairs = fourBit ? List.of(FOUR_BIT_DECODE_PAIRS.get(format))
+                : quantised ? List.of() : BenchCommand.PAIRS.subList(1, BenchCommand.PAIRS.size());
         if (variantNames != null) {
             List<String> known = new ArrayList<>(pairs.stream().map(TilePair::name).toList());
-            if (!fp8) {
-                BenchCommand.PAIRS.subList(1, BenchCommand.PAIRS.size()).forEach(p -> known.add(p.name()));
-            }
+            decodePairs.forEach(p -> known.add(p.name()));
             for (String v : variantNames) {
                 if (!known.contains(v)) {
                     throw new IllegalArgumentException("--variants: unknown variant '" + v + "'; known: " + String.join(", ", known));
@@ -216,20 +242,25 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             }
             // the catalogue's Qwen3-30B-A3B output-centric tiles of 8 and 32 tokens (their schedules on another geometry)
             List<ExpertLayerBenchmark.Variant> warps = new ArrayList<>();
-            for (BenchCommand.CataloguePair pair : BenchCommand.PAIRS.subList(1, BenchCommand.PAIRS.size())) {
-                if (fp8 || !wanted(pair.name())) {
+            for (BenchCommand.CataloguePair pair : decodePairs) {
+                if (!wanted(pair.name())) {
                     continue;
                 }
                 KernelSpec gu = pair.gateUp().spec();
                 KernelSpec dn = pair.down().spec();
-                Optional<ExpertLayer> layer = gu.problem().equals(new Problem.ExpertGateUp(shape, WeightFormat.BF16, DType.BF16, layout))
+                boolean sameProblem = gu.problem().equals(new Problem.ExpertGateUp(shape, format, DType.BF16, layout));
+                if (fourBit && !sameProblem) {
+                    System.out.println("  skipped " + pair.name() + ": the catalogue's 4-bit decode pair is Qwen3-30B-A3B's");
+                    continue;
+                }
+                Optional<ExpertLayer> layer = sameProblem
                         ? Optional.of(new ExpertLayer(runtime.load(gu), runtime.load(dn)))
                         : layerOf("prefill_" + pair.name(), gu.schedule(), dn.schedule(), runtime, Math.min(maxTokens, OUTPUT_CENTRIC_UP_TO));
                 layer.ifPresent(l -> warps.add(new ExpertLayerBenchmark.Variant(pair.name(), l)));
             }
             List<ExpertLayerBenchmark.Variant> all = new ArrayList<>(tiles);
             all.addAll(warps);
-            try (ExpertLayerBenchmark bench = fp8 ? fp8Benchmark(stream, maxTokens)
+            try (ExpertLayerBenchmark bench = quantised ? quantisedBenchmark(stream, maxTokens)
                     : new ExpertLayerBenchmark(kernels, stream, shape, layers, maxTokens, seed)) {
                 System.out.printf(Locale.ROOT, "expert layer H=%d I=%d E=%d top-%d %s, %d layers = %.1f GB of weights%n",
                         shape.hidden(), shape.intermediate(), shape.experts(), shape.topk(), format.text(), layers,
@@ -269,13 +300,14 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             }
             doc.put("results", rows);
             doc.put("torch", torch == null ? "not run" : torch);
-            System.out.println("wrote " + BenchReports.write(options.out, ctx, fp8 ? "prefill-fp8" : "prefill", doc));
+            String suffix = format == WeightFormat.FP8_BLOCK128 ? "-fp8" : quantised ? "-" + format.text() : "";
+            System.out.println("wrote " + BenchReports.write(options.out, ctx, "prefill" + suffix, doc));
         }
         return 0;
     }
 
-    /** The layers' FP8 block weights: one layer quantised on the host from normal rows, copied to every layer's memory. */
-    private ExpertLayerBenchmark fp8Benchmark(CudaStream stream, int maxTokens) {
+    /** The layers' quantised weights: one layer encoded on the host from normal rows, copied to every layer's memory. */
+    private ExpertLayerBenchmark quantisedBenchmark(CudaStream stream, int maxTokens) {
         long t0 = System.nanoTime();
         HostLayer host = HostLayer.quantise(format, shape, Projections.of(layout), seed);
         System.out.printf(Locale.ROOT, "quantised one layer to %s in %.1f s%n", format.text(), (System.nanoTime() - t0) / 1e9);

@@ -7,7 +7,6 @@ import static dev.moeforge.examples.decoder.GpuDecoder.ProjectionKernels.TILES;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
-import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -56,6 +55,12 @@ class GpuDecoderKernelsTest {
         assertEquals(kernels(2).router(), tiles.router());
         GpuDecoder.Kernels warps = GpuDecoder.Kernels.of(c, block, Target.SM_90A, 32, BY_BATCH, GpuDecoder.ExpertKernels.OUTPUT_CENTRIC);
         assertEquals(32, assertInstanceOf(OutputCentric.class, warps.gateUp().schedule()).tokensPerCta());
+        // NVFP4 experts: the tensor-core decode pair for a few sequences, the 4-bit expert-centric pair from there
+        MoeBlock nvfp4 = MoeBlock.of(c, WeightFormat.NVFP4, GateUpLayout.STACKED, false);
+        assertEquals("qwen3_30b_a3b_nvfp4_gate_up", GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, 1).gateUp().name());
+        GpuDecoder.Kernels nvfp4Batch = GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, GpuDecoder.EXPERT_CENTRIC_FROM);
+        assertEquals("qwen3_30b_a3b_nvfp4_gate_up_m16", nvfp4Batch.gateUp().name());
+        assertEquals("qwen3_30b_a3b_nvfp4_down_m16", nvfp4Batch.down().name());
     }
 
     /**
@@ -152,8 +157,8 @@ class GpuDecoderKernelsTest {
     /**
      * A prompt's kernels: the projections as one expert's down half on two warpgroups of wgmma fed by
      * the copy engine on sm_90a and on mma.sync tiles elsewhere, the catalogue's tiled router with the
-     * decode router's rule, the experts on wgmma tiles of 64 pairs; an NVFP4 model's prompt keeps its
-     * decode experts (no expert-centric lowering of the format).
+     * decode router's rule, the experts on wgmma tiles of 64 pairs; an NVFP4 model's experts on
+     * mma.sync tiles of 64 pairs that decode each slice of 4-bit weights.
      */
     @Test
     void promptKernelsAreTensorCoreTiles() {
@@ -174,7 +179,10 @@ class GpuDecoderKernelsTest {
         assertTrue(!assertInstanceOf(ExpertCentric.class, other.qkv().schedule()).wgmma(), "no wgmma off sm_90a");
         GpuDecoder.PromptKernels nvfp4 = GpuDecoder.Kernels.of(c, MoeBlock.of(c, WeightFormat.NVFP4, GateUpLayout.STACKED, false),
                 Target.SM_90A, 1).prompt();
-        assertNull(nvfp4.gateUp());
+        ExpertCentric fourBit = assertInstanceOf(ExpertCentric.class, nvfp4.gateUp().schedule());
+        assertEquals(64, fourBit.blockM());
+        assertTrue(!fourBit.wgmma() && !fourBit.tma(), "4-bit tiles decode on mma.sync");
+        assertEquals(WeightFormat.NVFP4, ((dev.moeforge.dsl.ir.Problem.ExpertDown) nvfp4.down().problem()).weights());
         assertNotNull(nvfp4.qkv());
     }
 
@@ -201,6 +209,12 @@ class GpuDecoderKernelsTest {
         if (arch == Architecture.QWEN3_MOE) {
             for (int batch : new int[] {1, 8, 16, 32, 64}) {
                 assertFileHolds("builtin-b" + batch + ".moe", kernels(batch));
+            }
+            ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
+            ModelConfig builtin = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
+            for (int batch : new int[] {1, 8}) {
+                assertFileHolds("builtin-nvfp4-b" + batch + ".moe", GpuDecoder.Kernels.of(builtin, MoeBlock.of(builtin, WeightFormat.NVFP4,
+                        GateUpLayout.STACKED, false), Target.SM_90A, batch));
             }
         }
     }

@@ -237,7 +237,7 @@ class ExpertCentricGpuTest extends GpuSession {
                 LaunchOrder.OVERLAPPING_PREVIOUS, Math.max(c.tokens(), 16))) {
             boolean atomic = SCHEDULES.get(c.schedule())[1].atomicCombine();
             if (c.routing() == RoutingKind.OUTSIDE_IDS || atomic) {
-                checkY(where, layer, x, routing, w, ref, !atomic);
+                checkY(where, layer, x, routing, DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()), ref, !atomic);
             } else {
                 checkExpertLayer(where, layer, x, routing, DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()),
                         ref, BF16_OUTPUT);
@@ -287,13 +287,13 @@ class ExpertCentricGpuTest extends GpuSession {
      * y alone (inter of an id outside [0, E) is unspecified), twice: both within the bounds, and with
      * {@code sameBytes} (the ordered combine) the second run must write the same bytes as the first.
      */
-    static void checkY(String where, ExpertLayer layer, short[] x, Routing routing, LayerWeights w, ExpertReference.LayerResult ref,
-                       boolean sameBytes) {
+    static void checkY(String where, ExpertLayer layer, short[] x, Routing routing, DeviceWeights gateUp, DeviceWeights down,
+                       ExpertReference.LayerResult ref, boolean sameBytes) {
         try (LayerBuffers b = LayerBuffers.of(x, routing, ref)) {
             short[][] runs = new short[2][];
             for (int run = 0; run < 2; run++) {
                 b.poison();
-                b.enqueue(layer, routing.tokens(), DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()));
+                b.enqueue(layer, routing.tokens(), gateUp, down);
                 stream.synchronize();
                 runs[run] = download(b.y());
             }
