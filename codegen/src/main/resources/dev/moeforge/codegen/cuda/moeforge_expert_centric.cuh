@@ -174,7 +174,7 @@ struct ExpertTileShape {
   static constexpr int kCodeRowBytes = kFourBit ? BK / 2 : 0;                  // a weight row's codes in a slice
   static constexpr int kScaleRowBytes = kFourBit ? BK / Config::Format::kBlock : 0;  // and its K-block scales
   static constexpr int kStageBytes = kFourBit ? BM * kRowBytes + kRows * (kCodeRowBytes + kScaleRowBytes) : (BM + kRows) * kRowBytes;
-  static constexpr int kDecodedBytes = kFourBit ? 2 * kRows * kRowBytes : 0;  // 4-bit: two slices' weight rows as bf16
+  static constexpr int kDecodedBytes = kFourBit ? kRows * kRowBytes : 0;  // 4-bit: the slice's weight rows as bf16
   // elements between consecutive activation rows: x or inter rows, or their quantised rows (codes, then scales)
   static constexpr int kAStride = kFp8 ? fp8_row_bytes(kReduce) : kReduce;
   static constexpr int kOutRowElements = kFp8 ? fp8_row_bytes(kOutputs) : kOutputs;  // gate_up's rows of inter
@@ -202,9 +202,8 @@ struct ExpertTileShape {
   static_assert(!kFp8 || (kTma && BK == 128 && kReduce % 128 == 0 && kOutputs % 128 == 0 && (!GATE_UP || BN % 128 == 0)),
                 "fp8: weight tiles by the copy engine, a slice per 128 x 128 scale block, whole groups of 128");
   static_assert(!kFp8 || TN % 128 == 0 || 128 % TN == 0, "fp8: a warp's columns cover whole scale blocks or lie in one");
-  static_assert(!kFourBit || (!kTma && !kWgmma && (BK == 64 || BK == 128) && kReduce % BK == 0 && kScaleRowBytes >= 4 && S >= 3),
-                "4-bit weights: mma.sync on cp.async stages (3 or more), slices of 64 or 128 in whole slices of K, 4 or 8 scale "
-                "bytes a row");
+  static_assert(!kFourBit || (!kTma && !kWgmma && (BK == 64 || BK == 128) && kReduce % BK == 0 && kScaleRowBytes >= 4),
+                "4-bit weights: mma.sync on cp.async stages, slices of 64 or 128 in whole slices of K, 4 or 8 scale bytes a row");
   static_assert(!kWgmma || (kRowBytes == 128 && (WN == 1 || WN == 2) && TM == 16 && WM % 4 == 0 && TN % 64 == 0 && TN <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row or half of them, at least three stages");
   static_assert(!kProducer || (kWgmma && kTma), "the producer feeds wgmma tiles whose weights come by the copy engine");
@@ -635,6 +634,13 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a
 #endif
 }
 
+// Tiles of bf16 or FP8 weights copy no codes of their own (ExpertTileCopies or the copy engine bring the rows).
+struct NoTileCodes {
+  template <class... Any>
+  __device__ __forceinline__ explicit NoTileCodes(Any...) {}
+  __device__ __forceinline__ void issue(uint32_t, int) const {}
+};
+
 // bf16 tiles have no scales: the sums go straight into the accumulators.
 struct NoTileScales {
   struct Slice {};
@@ -661,6 +667,10 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   constexpr int P = T::P, S = T::S;
   const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0, threadIdx.x);
   const ExpertTileWeights<T> weights(w.map, bars, n0, e);
+  using Codes = std::conditional_t<T::kFourBit, ExpertTileCodes<T, L>, NoTileCodes>;
+  const Codes codes(w, e, n0, threadIdx.x);
+  // 4-bit: the slice's weight rows decoded to bf16, after the stages; else the stage's own weight rows
+  const uint32_t decoded = base + T::S * T::kStageBytes;
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
@@ -672,6 +682,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   for (int s = 0; s < S - 1; ++s) {
     if (s < T::kKTiles) {
       copies.issue(base + s * T::kStageBytes, s * T::BK);
+      codes.issue(base + s * T::kStageBytes, s * T::BK);
       if constexpr (T::kTma) weights.issue(base, s);
     }
     cp_async_commit();
@@ -687,10 +698,18 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     const int next = kt + S - 1;
     if (next < T::kKTiles) {
       copies.issue(base + next % S * T::kStageBytes, next * T::BK);
+      codes.issue(base + next % S * T::kStageBytes, next * T::BK);
       if constexpr (T::kTma) weights.issue(base, next);
     }
     cp_async_commit();
     const uint32_t stage = base + kt % S * T::kStageBytes;
+    if constexpr (T::kFourBit) {
+      decode_weight_slice<T>(stage, decoded);
+      __syncthreads();  // every row is decoded before any warp reads it
+    }
+    // the weight rows the MMAs read: the stage's, or (4-bit) the decoded slice's, rows numbered from 0
+    const uint32_t w_rows = T::kFourBit ? decoded : stage;
+    constexpr int kW0 = T::kFourBit ? 0 : T::BM;
 #pragma unroll
     for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {  // k16 of bf16 or k32 of E4M3: 32 bytes of each row
       uint32_t af[T::FM][4];
@@ -700,7 +719,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
       for (int j = 0; j < T::FN / 2; ++j) {
         uint32_t b[4];
         const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
-        ldmatrix_x4(b, stage + tile_swizzled<P>(T::BM + n, 2 * kk + ((lane >> 3) & 1)));
+        ldmatrix_x4(b, w_rows + tile_swizzled<P>(kW0 + n, 2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
         for (int i = 0; i < T::FM; ++i) {
           if constexpr (T::kFp8) {
@@ -714,68 +733,6 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
       }
     }
     if constexpr (T::kFp8) ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // the pipeline's shared memory becomes the output staging
-}
-
-// expert_tile_sums with 4-bit weights: each stage holds a slice's activation rows and its weight
-// codes and scales; the block decodes slice kt + 1 into one of two bf16 buffers while its warps
-// multiply slice kt from the other, so one barrier a slice orders both (slice kt + 1 has landed and
-// is decodable, slice kt's buffer is decoded, every warp is done with slice kt - 1) and each warp's
-// decode runs while its MMAs of the slice drain.
-template <class T, GateUpLayout L>
-__device__ __forceinline__ void expert_tile_sums_four_bit(float (&acc)[T::FM][T::FN][4], const __nv_bfloat16* __restrict__ a,
-                                                          const WeightArgs& w, const int* table, int e, int n0, uint32_t base) {
-  constexpr int P = T::P, S = T::S;
-  static_assert(S >= 3, "4-bit weights: a slice in flight beyond the one decoded and the one multiplied");
-  const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0, threadIdx.x);
-  const ExpertTileCodes<T, L> codes(w, e, n0, threadIdx.x);
-  const uint32_t decoded = base + S * T::kStageBytes;  // two buffers of the slice's weight rows as bf16
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
-  zero_tile_sums<T>(acc);
-#pragma unroll
-  for (int s = 0; s < S - 1; ++s) {
-    if (s < T::kKTiles) {
-      copies.issue(base + s * T::kStageBytes, s * T::BK);
-      codes.issue(base + s * T::kStageBytes, s * T::BK);
-    }
-    cp_async_commit();
-  }
-  cp_async_wait<S - 2>();
-  __syncthreads();  // slice 0 is in
-  decode_weight_slice<T>(base, decoded);
-#pragma unroll 1
-  for (int kt = 0; kt < T::kKTiles; ++kt) {
-    cp_async_wait<S - 3>();
-    __syncthreads();  // slice kt + 1 is in; slice kt is decoded; every warp is done with slice kt - 1 and its buffer
-    const int next = kt + S - 1;
-    if (next < T::kKTiles) {
-      copies.issue(base + next % S * T::kStageBytes, next * T::BK);
-      codes.issue(base + next % S * T::kStageBytes, next * T::BK);
-    }
-    cp_async_commit();
-    const uint32_t stage = base + kt % S * T::kStageBytes;
-    const uint32_t rows = decoded + kt % 2 * T::kDecodedBytes / 2;
-#pragma unroll
-    for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {  // k16 of bf16: 32 bytes of each row
-      uint32_t af[T::FM][4];
-#pragma unroll
-      for (int i = 0; i < T::FM; ++i) ldmatrix_x4(af[i], stage + tile_swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
-#pragma unroll
-      for (int j = 0; j < T::FN / 2; ++j) {
-        uint32_t b[4];
-        const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
-        ldmatrix_x4(b, rows + tile_swizzled<P>(n, 2 * kk + ((lane >> 3) & 1)));
-#pragma unroll
-        for (int i = 0; i < T::FM; ++i) {
-          mma_bf16_16816(acc[i][2 * j], af[i], b[0], b[1]);
-          mma_bf16_16816(acc[i][2 * j + 1], af[i], b[2], b[3]);
-        }
-      }
-    }
-    if (kt + 1 < T::kKTiles) decode_weight_slice<T>(base + (kt + 1) % S * T::kStageBytes, decoded + (kt + 1) % 2 * T::kDecodedBytes / 2);
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory becomes the output staging
@@ -1010,8 +967,6 @@ __device__ __forceinline__ void expert_tile_run(float (&acc)[T::FM][T::FN][4], c
   const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
   if constexpr (T::kProducer) {
     expert_tile_sums_producer<T, L>(acc, a, w, bars, table, e, n0, base);
-  } else if constexpr (T::kFourBit) {
-    expert_tile_sums_four_bit<T, L>(acc, a, w, table, e, n0, base);
   } else if constexpr (T::kWgmma) {
     expert_tile_sums_wgmma<T, L>(acc, a, w, bars, table, e, n0, base);
   } else {

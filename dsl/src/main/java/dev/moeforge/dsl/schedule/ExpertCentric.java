@@ -152,7 +152,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     List.of(false))));
         }
         if (fourBit(problem)) {  // mma.sync on cp.async stages, slices of whole K-blocks' scale words
-            return copies.stream().filter(s -> !s.tma() && s.stages() >= 3
+            return copies.stream().filter(s -> !s.tma()
                     && s.blockK() >= FOUR_BIT_MIN_BLOCK_K.get(problem.weights().blockScale().block())
                     && reduce(problem) % s.blockK() == 0).toList();
         }
@@ -373,9 +373,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /**
      * What 4-bit weights ask: mma.sync on cp.async stages (the block decodes each slice's codes, which
-     * neither the copy engine's swizzle nor warpgroup MMA's operands would hold), at least three stages,
-     * a slice whose scales of a row fill at least one 4-byte copy, and the kernel's K (gate_up's H,
-     * down's I) in whole slices.
+     * neither the copy engine's swizzle nor warpgroup MMA's operands would hold), a slice whose scales
+     * of a row fill at least one 4-byte copy, and the kernel's K (gate_up's H, down's I) in whole slices.
      */
     private void checkFourBit(Problem.ExpertProblem p, List<SpecError> errors) {
         String format = p.weights().text();
@@ -392,10 +391,6 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if ((blockK == 32 || blockK == 64 || blockK == 128) && blockK < minimum) {
             errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), minimum + " or more with " + format + " weights"
                     + " (a slice's scales of a row, one byte per " + block + " codes, are copied 4 bytes at least)"));
-        }
-        if (stages >= 2 && stages < 3) {
-            errors.add(new SpecError("schedule.stages", Integer.toString(stages), "3..8 with " + format + " weights (one slice"
-                    + " multiplied, the next decoded, one more in flight)"));
         }
         if (!ScheduleRules.dimensionsInRange(p.shape()) || (blockK != 32 && blockK != 64 && blockK != 128)) {
             return;
@@ -431,8 +426,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      *                      with the producer two (the slice has landed; every MMA warp is done with it)
      * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK elements each (bf16 or FP8);
      *                      with 4-bit weights the rows' codes (blockK / 2 bytes) and K-block scales instead of the weight rows
-     * @param decodedBytes  4-bit weights: two slices' weight rows decoded to bf16 (one multiplied while the next is
-     *                      decoded), after the stages (else 0)
+     * @param decodedBytes  4-bit weights: the slice's weight rows decoded to bf16, after the stages (else 0)
      * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
      * @param sharedBytes   table + barriers + max(stages x stage + decoded, staging), and with wgmma or tma 1024
      *                      bytes to align the stages (the 128-byte swizzle repeats every 1024 bytes)
@@ -445,7 +439,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             int stage = fourBit(problem)
                     ? s.blockM() * rowBytes + rows * (s.blockK() / 2 + s.blockK() / problem.weights().blockScale().block())
                     : (s.blockM() + rows) * rowBytes;
-            int decoded = fourBit(problem) ? 2 * rows * rowBytes : 0;
+            int decoded = fourBit(problem) ? rows * rowBytes : 0;
             int staging = switch (problem) {
                 case Problem.ExpertGateUp _ -> s.blockM() * (s.blockN() + 8) * 2;
                 case Problem.ExpertDown _ -> s.blockM() * (s.blockN() + 4) * 4;
@@ -618,10 +612,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 + (fp8 ? " (FP8 E4M3 in; each slice's sums scaled by the pair's activation scale and the weight block's, then"
                 + " added to the FP32 accumulators)." : " (bf16 in, FP32 accumulate)."));
         if (fourBit(problem)) {
-            own.add("Each slice's " + problem.weights().text() + " codes and K-block scales are staged as they are stored; the"
-                    + " block decodes slice k + 1 into one of two bf16 buffers (" + layout.decodedBytes() + " bytes, the scales"
-                    + " folded in exactly) while its warps multiply slice k from the other; the tensor's factor multiplies the"
-                    + " sums before the epilogue.");
+            own.add("Each slice's " + problem.weights().text() + " codes and K-block scales are staged as they are stored and"
+                    + " decoded by the block into " + layout.decodedBytes() + " bytes of bf16 weight rows (the scales folded in"
+                    + " exactly) before its MMAs; the tensor's factor multiplies the sums before the epilogue.");
         }
         if (fp8) {
             own.add(switch (problem) {

@@ -41,11 +41,21 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
         compare(arch, Optional.empty());
     }
 
-    /** The experts re-encoded on load (--experts-format): the GPU's format kernels against the reference on the same codes. */
+    /**
+     * The experts re-encoded on load (--experts-format): the GPU's format kernels against the reference
+     * on the same codes. Mixtral's tiny experts (H = I = 64) take NVFP4 in whole 64-wide slices, so its
+     * prompt runs on the 4-bit expert-centric tiles.
+     */
     @ParameterizedTest
-    @CsvSource({"QWEN3_MOE, nvfp4", "MIXTRAL, mxfp8", "GPT_OSS, mxfp4"})
+    @CsvSource({"QWEN3_MOE, nvfp4", "MIXTRAL, mxfp8", "GPT_OSS, mxfp4", "MIXTRAL, nvfp4"})
     void expertsInAnotherFormat(Architecture arch, String format) {
         compare(arch, Optional.of(WeightFormat.ALL.stream().filter(f -> f.text().equals(format)).findFirst().orElseThrow()));
+    }
+
+    /** NVFP4 experts on the 4-bit expert-centric tiles through a prompt of 70 tokens in chunks of 32. */
+    @Test
+    void fourBitExpertTilesThroughAPromptInChunks() {
+        compare(Architecture.MIXTRAL, Optional.of(WeightFormat.NVFP4), LONG_PROMPT + STEPS + 1, 1, LONG_PROMPT, 32);
     }
 
     /**

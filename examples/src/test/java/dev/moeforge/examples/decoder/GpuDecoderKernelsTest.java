@@ -184,6 +184,11 @@ class GpuDecoderKernelsTest {
         assertTrue(!fourBit.wgmma() && !fourBit.tma(), "4-bit tiles decode on mma.sync");
         assertEquals(WeightFormat.NVFP4, ((dev.moeforge.dsl.ir.Problem.ExpertDown) nvfp4.down().problem()).weights());
         assertNotNull(nvfp4.qkv());
+        // the tiny Mixtral (H = I = 64) too, which GpuDecoderGpuTest runs with NVFP4 experts; not the tiny Qwen3 (I = 32)
+        ModelConfig mixtral = ModelConfig.parse(RandomModel.config(ModelPreset.of(Architecture.MIXTRAL, "tiny"), SafetensorsDType.BF16,
+                new ObjectMapper()));
+        assertNotNull(GpuDecoder.Kernels.of(mixtral, MoeBlock.of(mixtral, WeightFormat.NVFP4, GateUpLayout.STACKED, false),
+                Target.SM_90A, 1).prompt().gateUp());
     }
 
     /**
