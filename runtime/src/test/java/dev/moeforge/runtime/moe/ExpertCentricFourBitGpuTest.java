@@ -1,9 +1,6 @@
 package dev.moeforge.runtime.moe;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
-import dev.moeforge.dsl.format.EncodedWeights;
-import dev.moeforge.dsl.format.Projections;
-import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.Target;
@@ -11,17 +8,13 @@ import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
-import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import dev.moeforge.runtime.moe.ExpertCentricGpuTest.RoutingKind;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
@@ -113,21 +106,8 @@ class ExpertCentricFourBitGpuTest extends GpuSession {
                 c.geometry().layout(), c.format(), s[0], s[1], target);
     }
 
-    /** A geometry's weights in a format, encoded from fresh normal rows: the reference's and the device's. */
-    record Encoded(long seed, WeightRows gateUp, WeightRows down, DeviceWeights deviceGateUp, DeviceWeights deviceDown) {}
-
-    static final Map<String, Encoded> WEIGHTS = new HashMap<>();
-
-    static Encoded weightsFor(WeightFormat f, Geometry g) {
-        return WEIGHTS.computeIfAbsent(f.text() + "/" + g.name(), key -> {
-            ExpertShape s = g.shape();
-            long seed = ExpertCentricGpuTest.RUN_SEED + key.hashCode();
-            EncodedWeights gu = EncodedWeights.encode(f, RowSource.normal(seed, 2 * s.intermediate(), 1.0 / Math.sqrt(s.hidden())),
-                    s.experts(), 2 * s.intermediate(), s.hidden(), Projections.of(g.layout()), "gate_up");
-            EncodedWeights dn = EncodedWeights.encode(f, RowSource.normal(seed + 1, s.hidden(), 1.0 / Math.sqrt(s.intermediate())),
-                    s.experts(), s.hidden(), s.intermediate(), Projections.ONE, "down");
-            return new Encoded(seed, WeightRows.of(gu), WeightRows.of(dn), DeviceWeights.upload(gu), DeviceWeights.upload(dn));
-        });
+    static EncodedLayer weightsFor(WeightFormat f, Geometry g) {
+        return encodedLayer(f, g, ExpertCentricGpuTest.RUN_SEED + (f.text() + "/" + g.name()).hashCode());
     }
 
     @BeforeAll
@@ -135,20 +115,11 @@ class ExpertCentricFourBitGpuTest extends GpuSession {
         compileLayers(cases().stream().map(c -> specs(c, runtime.target())).toList());
     }
 
-    @AfterAll
-    static void freeWeights() {
-        for (Encoded w : WEIGHTS.values()) {
-            w.deviceGateUp().close();
-            w.deviceDown().close();
-        }
-        WEIGHTS.clear();
-    }
-
     @ParameterizedTest(name = "{0}")
     @MethodSource("arguments")
     void fourBitLayerMatchesReference(Case c) {
         ExpertLayerSpecs specs = specs(c, runtime.target());
-        Encoded w = weightsFor(c.format(), c.geometry());
+        EncodedLayer w = weightsFor(c.format(), c.geometry());
         ExpertShape s = c.geometry().shape();
         long seed = System.nanoTime();
         short[] x = RandomInputs.bf16Normal(seed, c.tokens() * s.hidden(), 1.0);

@@ -3,10 +3,7 @@ package dev.moeforge.runtime.moe;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
-import dev.moeforge.dsl.format.EncodedWeights;
 import dev.moeforge.dsl.format.Fp8ActivationRows;
-import dev.moeforge.dsl.format.Projections;
-import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
@@ -15,18 +12,14 @@ import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
-import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -130,21 +123,8 @@ class ExpertCentricFp8GpuTest extends GpuSession {
                 runtime.target());
     }
 
-    /** A geometry's FP8 block weights, encoded from fresh normal rows: the reference's and the device's. */
-    record Fp8Weights(long seed, WeightRows gateUp, WeightRows down, DeviceWeights deviceGateUp, DeviceWeights deviceDown) {}
-
-    static final Map<String, Fp8Weights> WEIGHTS = new HashMap<>();
-
-    static Fp8Weights weightsFor(Geometry g) {
-        return WEIGHTS.computeIfAbsent(g.name(), name -> {
-            ExpertShape s = g.shape();
-            long seed = ExpertCentricGpuTest.RUN_SEED + name.hashCode();
-            EncodedWeights gu = EncodedWeights.encode(WeightFormat.FP8_BLOCK128, RowSource.normal(seed, 2 * s.intermediate(),
-                    1.0 / Math.sqrt(s.hidden())), s.experts(), 2 * s.intermediate(), s.hidden(), Projections.of(g.layout()), "gate_up");
-            EncodedWeights dn = EncodedWeights.encode(WeightFormat.FP8_BLOCK128, RowSource.normal(seed + 1, s.hidden(),
-                    1.0 / Math.sqrt(s.intermediate())), s.experts(), s.hidden(), s.intermediate(), Projections.ONE, "down");
-            return new Fp8Weights(seed, WeightRows.of(gu), WeightRows.of(dn), DeviceWeights.upload(gu), DeviceWeights.upload(dn));
-        });
+    static EncodedLayer weightsFor(Geometry g) {
+        return encodedLayer(WeightFormat.FP8_BLOCK128, g, ExpertCentricGpuTest.RUN_SEED + g.name().hashCode());
     }
 
     @BeforeAll
@@ -152,21 +132,12 @@ class ExpertCentricFp8GpuTest extends GpuSession {
         compileLayers(cases().stream().filter(ExpertCentricFp8GpuTest::runsHere).map(c -> specs(c.geometry(), c.schedule())).toList());
     }
 
-    @AfterAll
-    static void freeWeights() {
-        for (Fp8Weights w : WEIGHTS.values()) {
-            w.deviceGateUp().close();
-            w.deviceDown().close();
-        }
-        WEIGHTS.clear();
-    }
-
     @ParameterizedTest(name = "{0}")
     @MethodSource("arguments")
     void w8a8LayerMatchesReference(Case c) {
         Assumptions.assumeTrue(runsHere(c), "wgmma schedules run on sm_90a only");
         ExpertLayerSpecs specs = specs(c.geometry(), c.schedule());
-        Fp8Weights w = weightsFor(c.geometry());
+        EncodedLayer w = weightsFor(c.geometry());
         ExpertShape s = c.geometry().shape();
         long seed = System.nanoTime();
         short[] x = RandomInputs.bf16Normal(seed, c.tokens() * s.hidden(), 1.0);

@@ -6,20 +6,27 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.format.EncodedWeights;
+import dev.moeforge.dsl.format.Projections;
+import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
+import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -208,9 +215,34 @@ abstract class GpuSession extends dev.moeforge.runtime.cuda.GpuTestSession {
         return out;
     }
 
+    /**
+     * A geometry's expert weights in a quantised format, encoded from fresh normal rows (seeded from
+     * {@code seed}): the reference's rows and the device's buffers.
+     */
+    record EncodedLayer(long seed, WeightRows gateUp, WeightRows down, DeviceWeights deviceGateUp, DeviceWeights deviceDown) {}
+
+    private static final Map<String, EncodedLayer> ENCODED_LAYERS = new HashMap<>();
+
+    /** The class's weights of {@code format} for {@code g}, encoded once (seed {@code seed}) and kept until the class ends. */
+    static EncodedLayer encodedLayer(WeightFormat format, Geometry g, long seed) {
+        return ENCODED_LAYERS.computeIfAbsent(format.text() + "/" + g.name(), key -> {
+            ExpertShape s = g.shape();
+            EncodedWeights gu = EncodedWeights.encode(format, RowSource.normal(seed, 2 * s.intermediate(), 1.0 / Math.sqrt(s.hidden())),
+                    s.experts(), 2 * s.intermediate(), s.hidden(), Projections.of(g.layout()), "gate_up");
+            EncodedWeights dn = EncodedWeights.encode(format, RowSource.normal(seed + 1, s.hidden(), 1.0 / Math.sqrt(s.intermediate())),
+                    s.experts(), s.hidden(), s.intermediate(), Projections.ONE, "down");
+            return new EncodedLayer(seed, WeightRows.of(gu), WeightRows.of(dn), DeviceWeights.upload(gu), DeviceWeights.upload(dn));
+        });
+    }
+
     /** Before the session closes (a subclass's {@code @AfterAll} runs before its base's). */
     @AfterAll
     static void releaseWeights() {
         releaseLayerWeights();
+        for (EncodedLayer w : ENCODED_LAYERS.values()) {
+            w.deviceGateUp().close();
+            w.deviceDown().close();
+        }
+        ENCODED_LAYERS.clear();
     }
 }
