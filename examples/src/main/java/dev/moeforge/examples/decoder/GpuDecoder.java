@@ -655,7 +655,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** A decode step's expert halves: the decoder's choice by batch, or one family at every batch (`bench decode --experts`). */
     public enum ExpertKernels {
-        /** The catalogue's output-centric token tiles below {@link #EXPERT_CENTRIC_FROM} sequences, its expert-centric tiles from there. */
+        /** The catalogue's output-centric token tiles below {@link #expertCentricFrom} sequences (5, or 8 for 4-bit experts), its expert-centric tiles from there. */
         BY_BATCH,
         /** The catalogue's output-centric token tiles at every batch. */
         OUTPUT_CENTRIC,
@@ -1245,12 +1245,23 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * routing's, and from 5 sequences the tiles, which read each picked expert once, were ahead.
      */
     static final int EXPERT_CENTRIC_FROM = 5;
+    /**
+     * The same for 4-bit experts, whose tiles decode every weight before their MMAs: against the
+     * tensor-core decode pair they lost a step at 5 sequences and won at 8.
+     */
+    static final int FOUR_BIT_EXPERT_CENTRIC_FROM = 8;
+
+    /** From which batch an expert half takes the catalogue's expert-centric tiles: later for 4-bit weights. */
+    static int expertCentricFrom(Problem problem) {
+        return problem instanceof Problem.ExpertProblem p && p.weights().element().bits() == 4 ? FOUR_BIT_EXPERT_CENTRIC_FROM
+                : EXPERT_CENTRIC_FROM;
+    }
     /** Routed pairs per tile of the catalogue's decode-batch expert-centric pairs. */
     static final int EXPERT_TILE_PAIRS = 16;
 
     /**
      * The built-in catalogue's decode kernel for the same function (problem, epilogue, target), tuned
-     * for its model: a router, or for an expert half from {@link #EXPERT_CENTRIC_FROM} tokens the
+     * for its model: a router, or for an expert half from {@link #expertCentricFrom} tokens the
      * 16-pair expert-centric tile (where `bench decode --experts` finds it ahead of the output-centric
      * tiles), else the output-centric half whose token tile suits the batch (1 token per block up to 2 tokens,
      * then 8 up to 16, then 32), else the nearest tile the catalogue has; {@code experts} may force
@@ -1263,7 +1274,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                         && k.target() == wanted.target())
                 .toList();
         boolean tilesWanted = switch (experts) {
-            case BY_BATCH -> batch >= EXPERT_CENTRIC_FROM;
+            case BY_BATCH -> batch >= expertCentricFrom(wanted.problem());
             case EXPERT_CENTRIC -> true;
             case OUTPUT_CENTRIC -> false;
         };
