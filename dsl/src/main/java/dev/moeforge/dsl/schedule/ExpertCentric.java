@@ -37,7 +37,8 @@ import java.util.Optional;
  *
  * @param blockM  pairs per tile (the mma's M side), a multiple of 16
  * @param blockN  outputs per tile: gate_up neurons (twice as many weight rows), down hidden units
- * @param blockK  K slice per pipeline stage: 32, 64 or 128 elements (fp8: 128, one scale block)
+ * @param blockK  K slice per pipeline stage: 32, 64 or 128 elements (fp8: 128, one scale block; nvfp4: 64 or
+ *                128; mxfp4: 128, so that a row's scales of a slice fill one 4-byte copy)
  * @param warpsM  warps along M; each owns blockM / warpsM rows of the tile
  * @param warpsN  warps along N; each owns (weight rows of the tile) / warpsN columns
  * @param stages  slices in flight (pipeline depth), 2..8
