@@ -466,15 +466,15 @@ __device__ __forceinline__ void decode_weight_slice(uint32_t stage, uint32_t dec
   }
 }
 
-// What a tile's sums are multiplied by before bias and activation: with 4-bit weights the tensor's
-// factor (NVFP4) times the power of two the folded decode leaves in; 1 otherwise. proj: gate_up's
-// gate (0) or up (1).
 // sum times factor where the format has one; the bf16 and FP8 sums as they are (bit for bit).
 template <class T>
 __device__ __forceinline__ float scaled_sum(float sum, float factor) {
   if constexpr (T::kFourBit) return sum * factor; else return sum;
 }
 
+// What a tile's sums are multiplied by before bias and activation: with 4-bit weights the tensor's
+// factor (NVFP4) times the power of two the folded decode leaves in; 1 otherwise. proj: gate_up's
+// gate (0) or up (1).
 template <class T, int N, int P>
 __device__ __forceinline__ float expert_tile_factor(const WeightArgs& w, int e, int n, int proj) {
   if constexpr (T::kFourBit) {

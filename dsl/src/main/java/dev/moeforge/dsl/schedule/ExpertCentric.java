@@ -154,7 +154,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
         if (fourBit(problem)) {  // mma.sync on cp.async stages, slices of whole K-blocks' scale words
             return copies.stream().filter(s -> !s.tma()
-                    && s.blockK() >= FOUR_BIT_MIN_BLOCK_K.get(problem.weights().blockScale().block())
+                    && s.blockK() >= fourBitMinBlockK(problem)
                     && reduce(problem) % s.blockK() == 0).toList();
         }
         List<ExpertCentric> all = new ArrayList<>(fp8(problem) ? List.of() : copies);
@@ -184,11 +184,13 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         return problem.weights().equals(WeightFormat.NVFP4) || problem.weights().equals(WeightFormat.MXFP4);
     }
 
-    /**
-     * The narrowest slice of 4-bit weights by K-block size: a slice's scales of a row are copied by one
-     * cp.async of at least 4 bytes (NVFP4: a byte per 16 codes, MXFP4: a byte per 32).
-     */
-    private static final java.util.Map<Integer, Integer> FOUR_BIT_MIN_BLOCK_K = java.util.Map.of(16, 64, 32, 128);
+    /** The smallest cp.async copy: a row's K-block scales of a 4-bit slice travel in one. */
+    private static final int MIN_SCALE_COPY_BYTES = 4;
+
+    /** The narrowest slice of 4-bit weights: one scale byte per K-block, at least one copy's bytes a row (NVFP4 64, MXFP4 128). */
+    private static int fourBitMinBlockK(Problem.ExpertProblem problem) {
+        return MIN_SCALE_COPY_BYTES * problem.weights().blockScale().block();
+    }
 
     /** Bytes of one staged activation element: 2 (bf16), 1 (FP8 codes); 4-bit weights are decoded to bf16. */
     static int elementBytes(Problem.ExpertProblem problem) {
@@ -388,10 +390,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     + "cp.async)"));
         }
         int block = p.weights().blockScale().block();
-        int minimum = FOUR_BIT_MIN_BLOCK_K.get(block);
+        int minimum = fourBitMinBlockK(p);
         if ((blockK == 32 || blockK == 64 || blockK == 128) && blockK < minimum) {
             errors.add(new SpecError("schedule.block_k", Integer.toString(blockK), minimum + " or more with " + format + " weights"
-                    + " (a slice's scales of a row, one byte per " + block + " codes, are copied 4 bytes at least)"));
+                    + " (a slice's scales of a row, one byte per " + block + " codes, are copied " + MIN_SCALE_COPY_BYTES + " bytes at least)"));
         }
         if (!ScheduleRules.dimensionsInRange(p.shape()) || (blockK != 32 && blockK != 64 && blockK != 128)) {
             return;

@@ -260,6 +260,10 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             }
             List<ExpertLayerBenchmark.Variant> all = new ArrayList<>(tiles);
             all.addAll(warps);
+            if (all.isEmpty()) {  // before the weights are encoded and uploaded: nothing would be timed
+                throw new IllegalArgumentException("bench prefill: no variant lowers " + geometry.name() + " in " + format.text()
+                        + " (the lines above say why each was skipped)");
+            }
             try (ExpertLayerBenchmark bench = quantised ? quantisedBenchmark(stream, maxTokens)
                     : new ExpertLayerBenchmark(kernels, stream, shape, layers, maxTokens, seed)) {
                 System.out.printf(Locale.ROOT, "expert layer H=%d I=%d E=%d top-%d %s, %d layers = %.1f GB of weights%n",
