@@ -180,28 +180,19 @@ struct ExpertTileShape {
   static constexpr int kOutRowElements = kFp8 ? fp8_row_bytes(kOutputs) : kOutputs;  // gate_up's rows of inter
   static constexpr int kOutStride = GATE_UP ? BN + 8 : BN + 4;  // staged output row, in elements
   static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
-  static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
-  // persistent (with the producer): a grid of the blocks the device holds, each walking tiles
-  // blockIdx.x, + gridDim.x, ... through one stage ring, so the next tile's slices land while this
-  // one's outputs leave; its output staging is then a region of its own
-  static constexpr bool kPersistent = Config::kPersistent;
-  static constexpr int kPrefixInts = ceil_div(kBuckets + 1, 4) * 4;  // m tiles before each bucket, and in all
-  // each row's pair (or -1), then down's reducing token (or -1); persistent: the m tile prefix, the
-  // producer's pair table, then the MMA warps' pairs and reducing tokens
-  static constexpr int kTableBytes = kPersistent ? 4 * (kPrefixInts + 3 * BM) : 8 * BM;
+  static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
   static constexpr int kPipeBytes = S * kStageBytes + kDecodedBytes;
-  // persistent down stores its partials from the accumulators: no staging
-  static constexpr int kStagingBytes = kPersistent ? (GATE_UP ? kOutBytes : 0) : 0;
   // one mbarrier per stage (its weight tile has landed; with the producer: its slice has landed), and
   // with the producer one more per stage (every MMA warp is done with it)
   static constexpr int kBarrierBytes = kTma ? 8 * S * (kProducer ? 2 : 1) : 0;
   // wgmma reads and the copy engine writes the stages in the 128-byte swizzle, whose pattern needs
   // 1024-byte aligned stages: the pipeline starts at the first such address past the table and barriers
   static constexpr int kAlignSlack = kWgmma || kTma ? 1024 : 0;
-  static constexpr int kSharedBytes = kTableBytes + kBarrierBytes + kAlignSlack +
-                                      (kPersistent ? kPipeBytes + kStagingBytes : kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
+  static constexpr int kSharedBytes =
+      kTableBytes + kBarrierBytes + kAlignSlack + (kPipeBytes > kOutBytes ? kPipeBytes : kOutBytes);
   static constexpr int kKTiles = ceil_div(kReduce, BK);
   static constexpr int kNTiles = ceil_div(kOutputs, BN);
+  static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
   static_assert(BM % 16 == 0 && TM % 16 == 0 && WM * TM == BM, "a warp owns whole m16 rows of the tile");
   static_assert(TN % 16 == 0 && WN * TN == kRows, "a warp owns whole pairs of n8 columns of the tile");
   static_assert(kRowBytes == 64 || kRowBytes == 128 || kRowBytes == 256, "a staged row is 4, 8 or 16 16-byte pieces");
@@ -216,7 +207,6 @@ struct ExpertTileShape {
   static_assert(!kWgmma || (kRowBytes == 128 && (WN == 1 || WN == 2) && TM == 16 && WM % 4 == 0 && TN % 64 == 0 && TN <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row or half of them, at least three stages");
   static_assert(!kProducer || (kWgmma && kTma), "the producer feeds wgmma tiles whose weights come by the copy engine");
-  static_assert(!kPersistent || (kProducer && !Config::kAtomicCombine), "a persistent grid: producer tiles, down's ordered combine");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
   static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
 
@@ -997,188 +987,32 @@ constexpr bool kExpertCentricFormat =
     std::is_same_v<typename Config::Format, Bf16Weights> || std::is_same_v<typename Config::Format, Fp8Block128Weights> ||
     std::is_same_v<typename Config::Format, Nvfp4Weights> || std::is_same_v<typename Config::Format, Mxfp4Weights>;
 
-// The epilogues' barrier and their threads: the whole block, or in a persistent block only the MMA
-// warps (named barrier 1), its producer being busy with the next tile's stages meanwhile.
-template <class T>
-struct TileSync {
-  static constexpr int kThreads = T::kPersistent ? T::kMmaThreads : T::kThreads;
-  __device__ __forceinline__ static void sync() {
-    if constexpr (T::kPersistent) {
-      asm volatile("bar.sync 1, %0;\n" ::"n"(T::kMmaThreads) : "memory");
-    } else {
-      __syncthreads();
-    }
-  }
-};
-
-// A persistent block's tiles: the routing's m tiles (prefix[b] of them before bucket b, in all
-// prefix[kBuckets]) times the n tiles, in the GROUP_M order, tile pid for pid = blockIdx.x,
-// + gridDim.x, ... Warp 0 writes the prefix; the caller's block barrier publishes it.
-template <class T>
-__device__ __forceinline__ void expert_tile_prefix(const int* __restrict__ offsets, int* prefix) {
-  if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
-  if (lane == 0) prefix[0] = 0;
-  int before = 0;
-  for (int b0 = 0; b0 < T::kBuckets; b0 += 32) {
-    const int b = b0 + lane;
-    const int tiles = b < T::kBuckets ? ceil_div(offsets[b + 1] - offsets[b], T::BM) : 0;
-    int inclusive = tiles;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int v = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += v;
-    }
-    if (b < T::kBuckets) prefix[b + 1] = before + inclusive;
-    before += __shfl_sync(kFullMask, inclusive, 31);
-  }
-}
-
-struct ExpertTile {
-  int bucket, first, end, n_tile;  // the bucket, its first pair of the tile in sorted_slots, the bucket's end
-};
-
-// Tile pid of a persistent block's walk, found by each thread on its own (the prefix is in shared memory).
-template <class T>
-__device__ __forceinline__ ExpertTile expert_tile_at(int pid, const int* prefix, const int* __restrict__ offsets) {
-  const int num_m = prefix[T::kBuckets], in_group = T::GM * T::kNTiles;
-  const int first_m = pid / in_group * T::GM;
-  const int group_size = min_int(num_m - first_m, T::GM);
-  const int m_tile = first_m + pid % in_group % group_size;
-  int lo = 0, hi = T::kBuckets;  // prefix[lo] <= m_tile < prefix[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (prefix[mid] <= m_tile) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return {lo, offsets[lo] + (m_tile - prefix[lo]) * T::BM, offsets[lo + 1], pid % in_group / group_size};
-}
-
-// Rows [0, BM) of a tile's pair table from sorted_slots, by `threads` threads from `thread`.
-template <class T>
-__device__ __forceinline__ void fill_tile_table(int* table, const int* __restrict__ sorted_slots, const ExpertTile& tile, int thread,
-                                                int threads) {
-  for (int r = thread; r < T::BM; r += threads) table[r] = tile.first + r < tile.end ? sorted_slots[tile.first + r] : -1;
-}
-
-// A persistent block's producer warpgroup: for each of the block's tiles that multiplies (down skips
-// bucket E), its pair table, then every slice into the stage ring, whose count `it` runs on across
-// tiles (stage it % S, its use it / S), so the ring never drains between tiles.
-template <class T, GateUpLayout L, class A>
-__device__ __forceinline__ void expert_tiles_produce(const A* __restrict__ a, const WeightArgs& w, uint32_t bars, int* table,
-                                                     const int* prefix, const int* __restrict__ sorted_slots,
-                                                     const int* __restrict__ offsets, uint32_t base) {
-  constexpr int S = T::S;
-  const uint32_t full = bars, empty = bars + 8 * S;
-  const int copier = threadIdx.x - T::kMmaThreads;
-  const int tiles = prefix[T::kBuckets] * T::kNTiles;
-  int it = 0;
-#pragma unroll 1
-  for (int pid = blockIdx.x; pid < tiles; pid += gridDim.x) {
-    const ExpertTile tile = expert_tile_at<T>(pid, prefix, offsets);
-    if (!T::kGateUp && tile.bucket >= T::E) continue;  // ids outside [0, E): zero rows, nothing to multiply
-    asm volatile("bar.sync 2, %0;\n" ::"n"(T::kProducerThreads) : "memory");  // the last tile's copies are built
-    fill_tile_table<T>(table, sorted_slots, tile, copier, T::kProducerThreads);
-    asm volatile("bar.sync 2, %0;\n" ::"n"(T::kProducerThreads) : "memory");
-    const int n0 = tile.n_tile * T::BN;
-    const ExpertTileCopies<T, L> copies(a, w.codes, table, tile.bucket, n0, copier);
-#pragma unroll 1
-    for (int kt = 0; kt < T::kKTiles; ++kt, ++it) {
-      const int s = it % S;
-      if (it >= S) mbarrier_wait(empty + 8 * s, (it / S - 1) & 1);
-      const uint32_t stage = base + s * T::kStageBytes;
-      copies.issue(stage, kt * T::BK);
-      if (copier == 0) {
-        mbarrier_expect_bytes(full + 8 * s, T::kRows * T::kRowBytes);
-        tensor_copy_4d(stage + T::BM * T::kRowBytes, w.map, full + 8 * s, kt * T::BK, 0, n0, tile.bucket);
-      }
-      cp_async_arrive(full + 8 * s);
-    }
-  }
-  cp_async_wait<0>();
-}
-
-// A persistent block's MMA warps: one tile's sums from the ring, `it` counting slices as the
-// producer does; each stage is freed once its MMAs are waited for, the tile's last one before the epilogue.
-template <class T, GateUpLayout L, class A>
-__device__ __forceinline__ void expert_tile_sums_ring(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a, const WeightArgs& w,
-                                                      uint32_t bars, const int* table, int e, int n0, uint32_t base, int& it) {
-  constexpr int S = T::S;
-  const uint32_t full = bars, empty = bars + 8 * S;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const WarpgroupRows<T> rows;
-  const TileScales<T, L> scales(a, w, table, e, n0, warp % T::WM * T::TM, warp / T::WM * T::TN);
-  float part[T::FM][T::FN][4];
-  zero_tile_sums<T>(acc);
-  zero_tile_sums<T>(part);
-#pragma unroll 1
-  for (int kt = 0; kt < T::kKTiles; ++kt, ++it) {
-    const auto slice_scales = scales.load(kt);
-    const int s = it % S;
-    mbarrier_wait(full + 8 * s, (it / S) & 1);
-    fence_shared_for_async();  // the producer's cp.async rows, seen through the barrier, before wgmma reads them
-    rows.multiply(acc, part, base + s * T::kStageBytes);
-    if constexpr (T::kFp8) {
-      wgmma_wait<0>();
-      if (lane == 0) mbarrier_arrive(empty + 8 * s);
-      ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
-    } else {
-      wgmma_wait<1>();
-      if (kt > 0 && lane == 0) mbarrier_arrive(empty + 8 * ((it - 1) % S));
-    }
-  }
-  if constexpr (!T::kFp8) {
-    wgmma_wait<0>();
-    if (lane == 0) mbarrier_arrive(empty + 8 * ((it - 1) % S));
-  }
-}
-
-// A persistent block's shared memory: the prefix, the producer's pair table, the MMA warps' pairs
-// and reducing tokens, the barriers, the ring, then the output staging; the barriers set up and the
-// prefix written before the caller splits the block into its producer and its MMA warps.
-template <class T>
-struct PersistentTiles {
-  int* prefix;
-  int* producer_table;
-  int* table;
-  int* reducing;
-  uint32_t bars, base;
-  unsigned char* staging;
-  __device__ __forceinline__ PersistentTiles(unsigned char* smem, const int* __restrict__ offsets) {
-    prefix = reinterpret_cast<int*>(smem);
-    producer_table = prefix + T::kPrefixInts;
-    table = producer_table + T::BM;
-    reducing = table + T::BM;
-    bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
-    unsigned char* pipe = expert_tile_pipe<T>(smem);
-    base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
-    staging = pipe + T::kPipeBytes;
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int s = 0; s < T::S; ++s) {
-        mbarrier_init(bars + 8 * s, T::kProducerThreads + 1);      // every copier's cp.async, and the weight tile's bytes
-        mbarrier_init(bars + 8 * (T::S + s), T::kMmaThreads / 32);  // every MMA warp is done with the stage
-      }
-      fence_barrier_init();
-    }
-    expert_tile_prefix<T>(offsets, prefix);
-    __syncthreads();
-  }
-  __device__ __forceinline__ int tiles() const { return prefix[T::kBuckets] * T::kNTiles; }
-};
-
-// gate_up's epilogue: the MMA warps stage the tile's activated values (bf16) in `out`, then the
-// threads store each pair's row of inter (fp8: quantise it, a warp per row and group of 128).
-template <class T, GateUpLayout L, bool BIAS, class Epilogue, class Out>
-__device__ __forceinline__ void gate_up_tile_store(const float (&acc)[T::FM][T::FN][4], const WeightArgs& w_gate_up, int e, int n0,
-                                                   const int* table, __nv_bfloat16* out, Out* __restrict__ inter, Epilogue epi) {
-  using Sync = TileSync<T>;
+// gate_up's tiles: activation rows a (x, or x quantised), inter as bf16 rows or quantised rows.
+template <class Config, class Epilogue, class A, class Out>
+__device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, const WeightArgs& w_gate_up,
+                                                     const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
+                                                     Out* __restrict__ inter, int num_tokens, Epilogue epi) {
+  using T = ExpertTileShape<Config, true>;
+  static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16, FP8 block, NVFP4 or MXFP4 weights");
+  static_assert(std::is_same_v<A, typename ExpertTileCopies<T, Config::kLayout>::AElement> &&
+                std::is_same_v<Out, std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>>, "rows as the format moves them");
+  constexpr GateUpLayout L = Config::kLayout;
+  constexpr bool BIAS = Config::kBias;
   constexpr int I = T::I, BN = T::BN;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int found[3];
+  int n_tile;
+  if (!expert_tile_of_block<T>(expert_offsets, num_tokens * T::K, found, n_tile)) return;  // uniform over the block
+  const int e = found[0], n0 = n_tile * BN;
+  int* table = reinterpret_cast<int*>(smem);
+  expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
+  unsigned char* pipe = expert_tile_pipe<T>(smem);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
+  float acc[T::FM][T::FN][4];
+  expert_tile_run<T, L>(acc, a, w_gate_up, table, e, n0, smem, base);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(pipe);
   if (threadIdx.x < T::kMmaThreads) {  // the MMA warps' sums (not the producer's)
 #pragma unroll
     for (int j = 0; j < T::FN; ++j) {
@@ -1199,10 +1033,10 @@ __device__ __forceinline__ void gate_up_tile_store(const float (&acc)[T::FM][T::
         }
     }
   }
-  Sync::sync();
-  if constexpr (T::kFp8) {
+  __syncthreads();
+  if constexpr (T::kFp8) {  // a warp per (row, group of 128 neurons), quantised into the pair's row
     constexpr int kGroups = BN / 128;
-    for (int task = warp; task < T::BM * kGroups; task += Sync::kThreads / 32) {
+    for (int task = warp; task < T::BM * kGroups; task += T::kThreads / 32) {
       const int r = task / kGroups, n = n0 + task % kGroups * 128;
       const int pair = table[r];
       if (pair < 0 || n >= I) continue;  // uniform over the warp
@@ -1211,7 +1045,7 @@ __device__ __forceinline__ void gate_up_tile_store(const float (&acc)[T::FM][T::
     }
   } else {
     constexpr int kPieces = BN / 8;
-    for (int i = threadIdx.x; i < T::BM * kPieces; i += Sync::kThreads) {
+    for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
       const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 8;
       const int pair = table[r];
       if (pair >= 0 && n < I) {
@@ -1222,50 +1056,6 @@ __device__ __forceinline__ void gate_up_tile_store(const float (&acc)[T::FM][T::
   }
 }
 
-// gate_up's tiles: activation rows a (x, or x quantised), inter as bf16 rows or quantised rows.
-template <class Config, class Epilogue, class A, class Out>
-__device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, const WeightArgs& w_gate_up,
-                                                     const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
-                                                     Out* __restrict__ inter, int num_tokens, Epilogue epi) {
-  using T = ExpertTileShape<Config, true>;
-  static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16, FP8 block, NVFP4 or MXFP4 weights");
-  static_assert(std::is_same_v<A, typename ExpertTileCopies<T, Config::kLayout>::AElement> &&
-                std::is_same_v<Out, std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>>, "rows as the format moves them");
-  constexpr GateUpLayout L = Config::kLayout;
-  extern __shared__ __align__(16) unsigned char smem[];
-  if constexpr (T::kPersistent) {
-    const PersistentTiles<T> p(smem, expert_offsets);
-    if (threadIdx.x >= T::kMmaThreads) {
-      expert_tiles_produce<T, L>(a, w_gate_up, p.bars, p.producer_table, p.prefix, sorted_slots, expert_offsets, p.base);
-      return;
-    }
-    int it = 0;
-#pragma unroll 1
-    for (int pid = blockIdx.x; pid < p.tiles(); pid += gridDim.x) {
-      const ExpertTile tile = expert_tile_at<T>(pid, p.prefix, expert_offsets);
-      const int n0 = tile.n_tile * T::BN;
-      TileSync<T>::sync();  // the last tile's epilogue is done with the table and the staging
-      fill_tile_table<T>(p.table, sorted_slots, tile, threadIdx.x, T::kMmaThreads);
-      TileSync<T>::sync();
-      float acc[T::FM][T::FN][4];
-      expert_tile_sums_ring<T, L>(acc, a, w_gate_up, p.bars, p.table, tile.bucket, n0, p.base, it);
-      gate_up_tile_store<T, L, Config::kBias>(acc, w_gate_up, tile.bucket, n0, p.table,
-                                              reinterpret_cast<__nv_bfloat16*>(p.staging), inter, epi);
-    }
-  } else {
-    __shared__ int found[3];
-    int n_tile;
-    if (!expert_tile_of_block<T>(expert_offsets, num_tokens * T::K, found, n_tile)) return;  // uniform over the block
-    const int e = found[0], n0 = n_tile * T::BN;
-    int* table = reinterpret_cast<int*>(smem);
-    expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
-    unsigned char* pipe = expert_tile_pipe<T>(smem);
-    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
-    float acc[T::FM][T::FN][4];
-    expert_tile_run<T, L>(acc, a, w_gate_up, table, e, n0, smem, base);
-    gate_up_tile_store<T, L, Config::kBias>(acc, w_gate_up, e, n0, table, reinterpret_cast<__nv_bfloat16*>(pipe), inter, epi);
-  }
-}
 template <class Config, class Epilogue>
 __device__ __forceinline__ void gate_up_expert_centric(const __nv_bfloat16* __restrict__ x, WeightArgs w_gate_up,
                                                        const int* __restrict__ topk_ids, const int* __restrict__ sorted_slots,
@@ -1301,17 +1091,84 @@ __device__ __forceinline__ void add_float4_at(float* sum, float4 v) {
 #endif
 }
 
-// down's combine, after a tile's partials are out: each row's ticket for (token, n tile); the block
-// that completes a token's k slots adds them in slot order (FP32, or the atomic sum) and stores y.
-template <class T, bool ATOMIC, class Partial, class Epilogue>
-__device__ __forceinline__ void down_tile_combine(const int* table, int* reducing, int* __restrict__ tickets,
-                                                  Partial* __restrict__ partials, __nv_bfloat16* __restrict__ y, int n_tile, int n0,
-                                                  Epilogue epi) {
-  using Sync = TileSync<T>;
-  constexpr int H = T::H, K = T::K, kPieces = T::BN / 4;
+// down: each pair's weighted partial row (routing weight x (sum + bias), rounded to bf16) goes to
+// partials [M*k][H]; the block that completes a token's k partials of an n tile (a ticket per token
+// and n tile, reset by that block) adds them in slot order in FP32 and stores y. Deterministic: the
+// sum's order is fixed whatever order the blocks run in. With kAtomicCombine, partials is FP32 [M][H]
+// instead: each pair's row is added atomically into its token's sum, which the completing block
+// stores and zeroes (less traffic; the additions' order, so y's last bits, may vary).
+template <class Config, class Epilogue, class A, class Partial>
+__device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter, WeightArgs w_down,
+                                                    const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
+                                                    const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
+                                                    __nv_bfloat16* __restrict__ y, Partial* __restrict__ partials,
+                                                    int* __restrict__ tickets, int num_tokens, Epilogue epi) {
+  using T = ExpertTileShape<Config, false>;
+  static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16, FP8 block, NVFP4 or MXFP4 weights");
+  static_assert(std::is_same_v<A, std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>>, "inter: bf16 rows, or quantised rows with fp8");
+  constexpr bool BIAS = Config::kBias;
+  constexpr int H = T::H, K = T::K, E = T::E, BN = T::BN;
+  static_assert(std::is_same_v<Partial, std::conditional_t<Config::kAtomicCombine, float, __nv_bfloat16>>,
+                "partials: FP32 sums with the atomic combine, bf16 rows with the ordered one");
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int found[3];
+  int n_tile;
+  if (!expert_tile_of_block<T>(expert_offsets, num_tokens * K, found, n_tile)) return;  // uniform over the block
+  const int e = found[0], n0 = n_tile * BN;
+  int* table = reinterpret_cast<int*>(smem);
+  int* reducing = table + T::BM;
+  expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
+  unsigned char* pipe = expert_tile_pipe<T>(smem);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
+  float acc[T::FM][T::FN][4];
+  const bool routed = e < E;  // bucket E: ids outside [0, E) add zero rows
+  if (routed) {
+    expert_tile_run<T, GateUpLayout::kStacked>(acc, inter, w_down, table, e, n0, smem, base);
+  } else {
+    zero_tile_sums<T>(acc);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+  float* out = reinterpret_cast<float*>(pipe);
+  if (threadIdx.x < T::kMmaThreads) {  // the MMA warps' sums (not the producer's)
+#pragma unroll
+    for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row0 + 16 * i + g + 8 * h;
+        const int pair = table[r];
+        const float weight = routed && pair >= 0 ? __ldg(topk_weights + pair) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < T::FN; ++j) {
+          const int col = col0 + 8 * j + 2 * t;
+          const bool real = routed && n0 + col < H;
+          const float b0 = real ? load_bias<BIAS, H>(w_down, e, n0 + col) : 0.0f;
+          const float b1 = real ? load_bias<BIAS, H>(w_down, e, n0 + col + 1) : 0.0f;
+          const float f0 = real ? expert_tile_factor<T, H, 1>(w_down, e, n0 + col, 0) : 0.0f;
+          const float f1 = real ? expert_tile_factor<T, H, 1>(w_down, e, n0 + col + 1, 0) : 0.0f;
+          *reinterpret_cast<float2*>(out + r * T::kOutStride + col) =
+              make_float2(weight * add_bias<BIAS>(scaled_sum<T>(acc[i][j][2 * h], f0), b0),
+                          weight * add_bias<BIAS>(scaled_sum<T>(acc[i][j][2 * h + 1], f1), b1));
+        }
+      }
+  }
+  __syncthreads();
+  constexpr int kPieces = BN / 4;
+  for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
+    const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
+    const int pair = table[r];
+    if (pair >= 0 && n < H) {
+      const float4 v = *reinterpret_cast<const float4*>(out + r * T::kOutStride + piece * 4);
+      if constexpr (Config::kAtomicCombine) {  // partials is [M][H]: each token's running sum
+        add_float4_at(partials + static_cast<size_t>(pair / K) * H + n, v);
+      } else {  // partials is [M*k][H]: each pair's own row
+        *reinterpret_cast<uint2*>(partials + static_cast<size_t>(pair) * H + n) = bf16x4_of(v);
+      }
+    }
+  }
   __threadfence();  // the partials are visible before the tickets that announce them
-  Sync::sync();
-  for (int r = threadIdx.x; r < T::BM; r += Sync::kThreads) {
+  __syncthreads();
+  for (int r = threadIdx.x; r < T::BM; r += T::kThreads) {
     const int pair = table[r];
     int token = -1;
     if (pair >= 0) {
@@ -1323,14 +1180,14 @@ __device__ __forceinline__ void down_tile_combine(const int* table, int* reducin
     }
     reducing[r] = token;
   }
-  Sync::sync();
+  __syncthreads();
   __threadfence();
-  for (int i = threadIdx.x; i < T::BM * kPieces; i += Sync::kThreads) {
+  for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
     const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
     const int token = reducing[r];
     if (token < 0 || n >= H) continue;
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if constexpr (ATOMIC) {
+    if constexpr (Config::kAtomicCombine) {
       float4* at = reinterpret_cast<float4*>(partials + static_cast<size_t>(token) * H + n);
       sum = __ldcg(at);
       __stcg(at, make_float4(0.0f, 0.0f, 0.0f, 0.0f));  // zero again for the next launch
@@ -1347,132 +1204,6 @@ __device__ __forceinline__ void down_tile_combine(const int* table, int* reducin
     __nv_bfloat16* dst = y + static_cast<size_t>(token) * H + n;
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(epi(sum.x), epi(sum.y));
     *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(epi(sum.z), epi(sum.w));
-  }
-}
-
-// down's weighted sums of thread (row, column pair) (i, h, j): weight x (sum + bias), as two floats.
-template <class T, bool BIAS>
-__device__ __forceinline__ float2 down_weighted(const float (&acc)[T::FM][T::FN][4], const WeightArgs& w_down, int e, int n0, int col,
-                                               float weight, bool routed, int i, int j, int h) {
-  const bool real = routed && n0 + col < T::H;
-  const float b0 = real ? load_bias<BIAS, T::H>(w_down, e, n0 + col) : 0.0f;
-  const float b1 = real ? load_bias<BIAS, T::H>(w_down, e, n0 + col + 1) : 0.0f;
-  const float f0 = real ? expert_tile_factor<T, T::H, 1>(w_down, e, n0 + col, 0) : 0.0f;
-  const float f1 = real ? expert_tile_factor<T, T::H, 1>(w_down, e, n0 + col + 1, 0) : 0.0f;
-  return make_float2(weight * add_bias<BIAS>(scaled_sum<T>(acc[i][j][2 * h], f0), b0),
-                     weight * add_bias<BIAS>(scaled_sum<T>(acc[i][j][2 * h + 1], f1), b1));
-}
-
-// down: each pair's weighted partial row (routing weight x (sum + bias), rounded to bf16) goes to
-// partials [M*k][H]; the block that completes a token's k partials of an n tile (a ticket per token
-// and n tile, reset by that block) adds them in slot order in FP32 and stores y. Deterministic: the
-// sum's order is fixed whatever order the blocks run in. With kAtomicCombine, partials is FP32 [M][H]
-// instead: each pair's row is added atomically into its token's sum, which the completing block
-// stores and zeroes (less traffic; the additions' order, so y's last bits, may vary). A persistent
-// block writes its partials straight from the accumulators (its producer is filling the stages).
-template <class Config, class Epilogue, class A, class Partial>
-__device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter, WeightArgs w_down,
-                                                    const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
-                                                    const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
-                                                    __nv_bfloat16* __restrict__ y, Partial* __restrict__ partials,
-                                                    int* __restrict__ tickets, int num_tokens, Epilogue epi) {
-  using T = ExpertTileShape<Config, false>;
-  static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16, FP8 block, NVFP4 or MXFP4 weights");
-  static_assert(std::is_same_v<A, std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>>, "inter: bf16 rows, or quantised rows with fp8");
-  constexpr bool BIAS = Config::kBias;
-  constexpr int H = T::H, E = T::E, BN = T::BN;
-  static_assert(std::is_same_v<Partial, std::conditional_t<Config::kAtomicCombine, float, __nv_bfloat16>>,
-                "partials: FP32 sums with the atomic combine, bf16 rows with the ordered one");
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
-  if constexpr (T::kPersistent) {
-    const PersistentTiles<T> p(smem, expert_offsets);
-    if (threadIdx.x >= T::kMmaThreads) {
-      expert_tiles_produce<T, GateUpLayout::kStacked>(inter, w_down, p.bars, p.producer_table, p.prefix, sorted_slots,
-                                                      expert_offsets, p.base);
-      return;
-    }
-    int it = 0;
-#pragma unroll 1
-    for (int pid = blockIdx.x; pid < p.tiles(); pid += gridDim.x) {
-      const ExpertTile tile = expert_tile_at<T>(pid, p.prefix, expert_offsets);
-      const int e = tile.bucket, n0 = tile.n_tile * BN;
-      const bool routed = e < E;  // bucket E: ids outside [0, E) add zero rows
-      TileSync<T>::sync();  // the last tile's combine is done with the table
-      fill_tile_table<T>(p.table, sorted_slots, tile, threadIdx.x, T::kMmaThreads);
-      TileSync<T>::sync();
-      float acc[T::FM][T::FN][4];
-      if (routed) {
-        expert_tile_sums_ring<T, GateUpLayout::kStacked>(acc, inter, w_down, p.bars, p.table, e, n0, p.base, it);
-      } else {
-        zero_tile_sums<T>(acc);
-      }
-#pragma unroll
-      for (int i = 0; i < T::FM; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int pair = p.table[row0 + 16 * i + g + 8 * h];
-          if (pair < 0) continue;
-          const float weight = routed ? __ldg(topk_weights + pair) : 0.0f;
-#pragma unroll
-          for (int j = 0; j < T::FN; ++j) {
-            const int col = col0 + 8 * j + 2 * t;
-            if (n0 + col >= H) continue;
-            const float2 v = down_weighted<T, BIAS>(acc, w_down, e, n0, col, weight, routed, i, j, h);
-            *reinterpret_cast<__nv_bfloat162*>(partials + static_cast<size_t>(pair) * H + n0 + col) = __floats2bfloat162_rn(v.x, v.y);
-          }
-        }
-      down_tile_combine<T, false>(p.table, p.reducing, tickets, partials, y, tile.n_tile, n0, epi);
-    }
-  } else {
-    __shared__ int found[3];
-    int n_tile;
-    if (!expert_tile_of_block<T>(expert_offsets, num_tokens * T::K, found, n_tile)) return;  // uniform over the block
-    const int e = found[0], n0 = n_tile * BN;
-    int* table = reinterpret_cast<int*>(smem);
-    int* reducing = table + T::BM;
-    expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
-    unsigned char* pipe = expert_tile_pipe<T>(smem);
-    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
-    float acc[T::FM][T::FN][4];
-    const bool routed = e < E;  // bucket E: ids outside [0, E) add zero rows
-    if (routed) {
-      expert_tile_run<T, GateUpLayout::kStacked>(acc, inter, w_down, table, e, n0, smem, base);
-    } else {
-      zero_tile_sums<T>(acc);
-    }
-    float* out = reinterpret_cast<float*>(pipe);
-    if (threadIdx.x < T::kMmaThreads) {  // the MMA warps' sums (not the producer's)
-#pragma unroll
-      for (int i = 0; i < T::FM; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = row0 + 16 * i + g + 8 * h;
-          const int pair = table[r];
-          const float weight = routed && pair >= 0 ? __ldg(topk_weights + pair) : 0.0f;
-#pragma unroll
-          for (int j = 0; j < T::FN; ++j) {
-            const int col = col0 + 8 * j + 2 * t;
-            *reinterpret_cast<float2*>(out + r * T::kOutStride + col) = down_weighted<T, BIAS>(acc, w_down, e, n0, col, weight, routed, i, j, h);
-          }
-        }
-    }
-    __syncthreads();
-    constexpr int kPieces = BN / 4;
-    for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
-      const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
-      const int pair = table[r];
-      if (pair >= 0 && n < H) {
-        const float4 v = *reinterpret_cast<const float4*>(out + r * T::kOutStride + piece * 4);
-        if constexpr (Config::kAtomicCombine) {  // partials is [M][H]: each token's running sum
-          add_float4_at(partials + static_cast<size_t>(pair / T::K) * H + n, v);
-        } else {  // partials is [M*k][H]: each pair's own row
-          *reinterpret_cast<uint2*>(partials + static_cast<size_t>(pair) * H + n) = bf16x4_of(v);
-        }
-      }
-    }
-    down_tile_combine<T, Config::kAtomicCombine>(table, reducing, tickets, partials, y, n_tile, n0, epi);
   }
 }
 

@@ -83,11 +83,6 @@ public final class ValidatedSpec<P extends Problem> {
         return schedule.takesRoutingPlan();
     }
 
-    /** Whether the launch may cut the grid to the blocks the device holds at once (see {@code Schedule.gridMayShrink}). */
-    public boolean gridMayShrink() {
-        return schedule.gridMayShrink();
-    }
-
     /** Whether the kernel multiplies FP8 activations (W8A8; see {@code Schedule.quantisesActivations}). */
     public boolean quantisesActivations() {
         return schedule.quantisesActivations(problem);

@@ -58,14 +58,9 @@ import java.util.Optional;
  *                stages, the activation rows by cp.async and the weight tile by the copy engine, and each
  *                stage's barriers (landed, freed) replace the block barrier of every slice, so the MMA
  *                warpgroups wait only for the slice they multiply and never for each other
- * @param persistent with the producer: the grid is cut to the blocks the device holds at once, and each
- *                block walks tiles b, b + G, b + 2G, ... of the routing's (G blocks, the GROUP_M order)
- *                through one stage ring, so that its producer loads the next tile's slices while the MMA
- *                warps store this one's outputs (gate_up from a staging area of its own, down's partials
- *                straight from the accumulators); down with the ordered combine
  */
 public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                            boolean atomicCombine, boolean tma, boolean producer, boolean persistent)
+                            boolean atomicCombine, boolean tma, boolean producer)
         implements Schedule<Problem.ExpertProblem> {
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
@@ -91,43 +86,38 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /** On mma.sync, with the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false, false);
     }
 
     /** With the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false, false);
     }
 
-    /** Without producer warps, one block per tile. */
+    /** Without producer warps. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
                          boolean atomicCombine, boolean tma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, false);
     }
 
     /** This schedule with another GROUP_M, everything else the same. */
     public ExpertCentric withGroupM(int groupM) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer, persistent);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
     /** This schedule with down's atomic combine (or the ordered one), everything else the same. */
     public ExpertCentric withAtomicCombine(boolean atomicCombine) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer, persistent);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
     /** This schedule with its weight tiles by the tensor memory accelerator (or not), everything else the same. */
     public ExpertCentric withTma(boolean tma) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer, persistent);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
     /** This schedule with a producer warpgroup filling the stages (or not), everything else the same. */
     public ExpertCentric withProducer(boolean producer) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer, persistent);
-    }
-
-    /** This schedule on a persistent grid (or not), everything else the same. */
-    public ExpertCentric withPersistent(boolean persistent) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer, persistent);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
     /** Warps of a block: the MMA warps, and the producer's. */
@@ -156,11 +146,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> copies = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
                 List.of(16, 32, 64, 128, 256), List.of(32, 64, 128), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
-                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false), List.of(false), List.of(false))));
+                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false), List.of(false))));
         if (target == Target.SM_90A) {
             copies.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
                     List.of(1, 2), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false),
-                    List.of(false), List.of(false))));
+                    List.of(false))));
         }
         if (fourBit(problem)) {  // mma.sync on cp.async stages, slices of whole K-blocks' scale words
             return copies.stream().filter(s -> !s.tma()
@@ -253,14 +243,6 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (producer && !(wgmma && tma)) {
             errors.add(new SpecError("schedule.producer", "true", "false, or wgmma = true and tma = true: the producer warpgroup "
                     + "feeds warpgroup MMA tiles whose weight tiles come by the tensor memory accelerator"));
-        }
-        if (persistent && !producer) {
-            errors.add(new SpecError("schedule.persistent", "true", "false, or producer = true: a persistent block's producer loads"
-                    + " the next tile's slices while its MMA warps store this one's outputs"));
-        }
-        if (persistent && atomicCombine) {
-            errors.add(new SpecError("schedule.atomic_combine", "true", "false with persistent = true (a persistent down writes each"
-                    + " pair's partial row from its accumulators for the ordered combine)"));
         }
         checkSwizzledSlices(p, errors);
         if (atomicCombine && p instanceof Problem.ExpertGateUp) {
@@ -442,24 +424,20 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      * lays it out (and static_asserts): the tile's pair table, with tma the stages' barriers, then the
      * pipeline, whose bytes the output staging reuses after the last slice.
      *
-     * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32); persistent
-     *                      also the m tiles before each bucket and the producer's own pair table
+     * @param tableBytes    each row's pair and, for down, the token the block reduces (two int32)
      * @param barrierBytes  with tma, one 8-byte mbarrier per stage (its weight tile has landed), after the table;
      *                      with the producer two (the slice has landed; every MMA warp is done with it)
      * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK elements each (bf16 or FP8);
      *                      with 4-bit weights the rows' codes (blockK / 2 bytes) and K-block scales instead of the weight rows
      * @param decodedBytes  4-bit weights: the slice's weight rows decoded to bf16, after the stages (else 0)
-     * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts;
-     *                      persistent down none (it writes from the accumulators)
+     * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
      * @param sharedBytes   table + barriers + max(stages x stage + decoded, staging), and with wgmma or tma 1024
-     *                      bytes to align the stages (the 128-byte swizzle repeats every 1024 bytes); persistent
-     *                      stages and staging side by side (the producer refills the stages while a tile is stored)
+     *                      bytes to align the stages (the 128-byte swizzle repeats every 1024 bytes)
      */
     public record Layout(int tableBytes, int barrierBytes, int stageBytes, int decodedBytes, int stagingBytes, long sharedBytes) {
         public static Layout of(Problem.ExpertProblem problem, ExpertCentric s) {
             int rows = s.weightRows(problem);
-            // persistent: the m tiles before each bucket, the producer's pair table, the MMA warps' pairs and tokens
-            int table = s.persistent() ? 4 * (Math.ceilDiv(buckets(problem) + 1, 4) * 4 + 3 * s.blockM()) : 8 * s.blockM();
+            int table = 8 * s.blockM();
             int rowBytes = elementBytes(problem) * s.blockK();
             int stage = fourBit(problem)
                     ? s.blockM() * rowBytes + rows * (s.blockK() / 2 + s.blockK() / problem.weights().blockScale().block())
@@ -467,14 +445,13 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             int decoded = fourBit(problem) ? rows * rowBytes : 0;
             int staging = switch (problem) {
                 case Problem.ExpertGateUp _ -> s.blockM() * (s.blockN() + 8) * 2;
-                case Problem.ExpertDown _ -> s.persistent() ? 0 : s.blockM() * (s.blockN() + 4) * 4;
+                case Problem.ExpertDown _ -> s.blockM() * (s.blockN() + 4) * 4;
             };
             int barriers = s.tma() ? 8 * s.stages() * (s.producer() ? 2 : 1) : 0;
             // the swizzled stages wgmma reads and the copy engine writes start on a 1024-byte boundary
             int slack = s.wgmma() || s.tma() ? 1024 : 0;
-            long pipe = (long) s.stages() * stage + decoded;
             return new Layout(table, barriers, stage, decoded, staging,
-                    table + barriers + slack + (s.persistent() ? pipe + staging : Math.max(pipe, staging)));
+                    table + barriers + slack + Math.max((long) s.stages() * stage + decoded, staging));
         }
     }
 
@@ -546,12 +523,6 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             tokens /= 2;
         }
         return tokens;
-    }
-
-    /** A persistent grid divides whatever tiles the routing has among the blocks launched. */
-    @Override
-    public boolean gridMayShrink() {
-        return persistent;
     }
 
     @Override
@@ -659,10 +630,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 + (tma ? "weight tiles by the tensor memory accelerator, activation rows by cp.async" : "cp.async")
                 + (producer ? "; a producer warpgroup fills the stages, each stage's barriers say when it has landed and when"
                 + " every MMA warp is done with it" : "") + "); m tiles in groups of " + groupM + ".");
-        own.add(persistent
-                ? "A persistent grid of G blocks (as many as the device holds): block b walks tiles b, b + G, ... of the routing's"
-                + " through one stage ring, the producer loading the next tile while this one's outputs leave."
-                : "The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
+        own.add("The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
         String unit = switch (problem) {
             case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN
                     + " neurons, gate and up rows staged side by side";
@@ -687,8 +655,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.bool("kWgmma", wgmma),
                 ConfigConstant.bool("kAtomicCombine", atomicCombine),
                 ConfigConstant.bool("kTma", tma),
-                ConfigConstant.integer("kProducerWarps", producer ? PRODUCER_WARPS : 0),
-                ConfigConstant.bool("kPersistent", persistent)),
+                ConfigConstant.integer("kProducerWarps", producer ? PRODUCER_WARPS : 0)),
                 notes, 1, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 

@@ -82,15 +82,6 @@ public sealed interface Schedule<P extends Problem>
     }
 
     /**
-     * Whether the launch may cut the grid of {@link #geometry} to the blocks the device holds at
-     * once (its multiprocessors x resident blocks each): the kernel divides its work among
-     * {@code gridDim.x} blocks, whatever that is.
-     */
-    default boolean gridMayShrink() {
-        return false;
-    }
-
-    /**
      * Whether the kernel multiplies FP8 activations by FP8 weights (W8A8): gate_up reads x as its
      * module's quantise entry point left it in the kernel's workspace, and the intermediate gate_up
      * hands to down is quantised rows ({@link dev.moeforge.dsl.format.Fp8ActivationRows}). False by default.

@@ -138,15 +138,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             withProducer("wg_m64_n2_s4_ws", new ExpertCentric(64, 128, 64, 4, 2, 4, 8, true),
                     new ExpertCentric(64, 256, 64, 4, 2, 4, 8, true)),
             withProducer("wg_m128_ws", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
-            // the producer tiles on a persistent grid: the next tile's slices load while this one's outputs leave
-            // (gate_up's staging beside the stages, so the 128-pair gate_up keeps three)
-            persistent("wg_m64_n2_ws_p", new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true),
-                    new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true)),
-            persistent("wg_m128_ws_p", new ExpertCentric(128, 128, 64, 8, 1, 3, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
-            persistent("wg_m128_ws_s3_p", new ExpertCentric(128, 128, 64, 8, 1, 3, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 3, 8, true)));
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)));
 
     /**
      * W8A8 tile pairs for FP8 block weights: 128-code slices (one scale block each) by the copy engine;
@@ -163,11 +155,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             withTma("fp8_wg_m64_d128", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
                     new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true)),
             withProducer("fp8_wg_m64_ws", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
-                    new ExpertCentric(64, 128, 128, 4, 1, 4, 8, true)),
-            persistent("fp8_wg_m64_ws_p", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
-                    new ExpertCentric(64, 128, 128, 4, 1, 4, 8, true)),
-            persistent("fp8_wg_m64_ws_p_d128", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
-                    new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true)));
+                    new ExpertCentric(64, 128, 128, 4, 1, 4, 8, true)));
 
     /**
      * Tile pairs for 4-bit weights (W4A16): mma.sync on cp.async stages of codes and scales, each slice
@@ -197,11 +185,6 @@ public final class BenchPrefillCommand implements Callable<Integer> {
 
     private static TilePair withProducer(String name, ExpertCentric gateUp, ExpertCentric down) {
         return new TilePair(name, gateUp.withTma(true).withProducer(true), down.withTma(true).withProducer(true));
-    }
-
-    private static TilePair persistent(String name, ExpertCentric gateUp, ExpertCentric down) {
-        TilePair fed = withProducer(name, gateUp, down);
-        return new TilePair(name, fed.gateUp().withPersistent(true), fed.down().withPersistent(true));
     }
 
     /** The geometry timed, and its gate/up layout. */

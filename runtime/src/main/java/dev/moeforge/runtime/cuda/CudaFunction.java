@@ -3,7 +3,6 @@ package dev.moeforge.runtime.cuda;
 import static jcuda.driver.JCudaDriver.cuFuncGetAttribute;
 import static jcuda.driver.JCudaDriver.cuFuncSetAttribute;
 import static jcuda.driver.JCudaDriver.cuLaunchKernel;
-import static jcuda.driver.JCudaDriver.cuOccupancyMaxActiveBlocksPerMultiprocessor;
 
 import jcuda.Pointer;
 import jcuda.driver.CUfunction;
@@ -100,15 +99,6 @@ public final class CudaFunction {
         module.checkOpen();
         Driver.check("cuFuncSetAttribute(" + name + ", max dynamic shared memory = " + bytes + ")",
                 () -> cuFuncSetAttribute(function, CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
-    }
-
-    /** Blocks of {@code threads} threads and {@code sharedBytes} of dynamic shared memory one multiprocessor holds at once. */
-    public int residentBlocksPerMultiprocessor(int threads, int sharedBytes) {
-        module.checkOpen();
-        int[] blocks = new int[1];
-        Driver.check("cuOccupancyMaxActiveBlocksPerMultiprocessor(" + name + ", " + threads + " threads, " + sharedBytes + " B)",
-                () -> cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, function, threads, sharedBytes));
-        return blocks[0];
     }
 
     /** Registers per thread, as the loaded binary declares. */

@@ -33,14 +33,9 @@ public final class KernelHandle {
     private final Optional<RoutingAlign> routingAlign;
     private final Optional<ActivationQuantiser> quantiser;
     private final Map<Long, TensorMap> tensorMaps = new ConcurrentHashMap<>();
-    private final int residentBlocks;
 
-    /**
-     * @param residentBlocks the blocks the device holds at once, to which the grid of a schedule that
-     *                       allows it is cut ({@code ValidatedSpec.gridMayShrink}); unused otherwise
-     */
     KernelHandle(ValidatedSpec<?> valid, String specText, CudaFunction function, PtxasReport.FunctionResources resources,
-                 Optional<RoutingAlign> routingAlign, Optional<ActivationQuantiser> quantiser, int residentBlocks) {
+                 Optional<RoutingAlign> routingAlign, Optional<ActivationQuantiser> quantiser) {
         this.valid = valid;
         this.spec = valid.spec();
         this.maxTokens = valid.maxTokens();
@@ -50,7 +45,6 @@ public final class KernelHandle {
         this.resources = resources;
         this.routingAlign = routingAlign;
         this.quantiser = quantiser;
-        this.residentBlocks = residentBlocks;
     }
 
     /**
@@ -124,7 +118,6 @@ public final class KernelHandle {
             }
         }
         LaunchGeometry g = valid.geometry(numTokens);
-        int gridX = valid.gridMayShrink() ? Math.min(g.gridX(), residentBlocks) : g.gridX();
         try {
             List<KernelParam> all = signature.params();
             Object[] args = new Object[all.size()];
@@ -144,9 +137,9 @@ public final class KernelHandle {
                     case TENSOR_MAP -> tensorMap(p, codes);  // the map follows its weight's parts
                 };
             }
-            function.launch(order, gridX, g.gridY(), 1, g.blockX(), 1, 1, g.sharedBytes(), stream, args);
+            function.launch(order, g.gridX(), g.gridY(), 1, g.blockX(), 1, 1, g.sharedBytes(), stream, args);
         } catch (RuntimeException e) {
-            throw new KernelLaunchException("launch of kernel " + spec.name() + " failed (grid " + gridX + "x" + g.gridY()
+            throw new KernelLaunchException("launch of kernel " + spec.name() + " failed (grid " + g.gridX() + "x" + g.gridY()
                     + ", block " + g.blockX() + ", " + g.sharedBytes() + " B shared): " + e.getMessage() + "\nspec:\n" + specText, e);
         }
     }

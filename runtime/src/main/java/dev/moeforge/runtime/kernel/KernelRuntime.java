@@ -4,7 +4,6 @@ import dev.moeforge.codegen.cuda.CudaEmitter;
 import dev.moeforge.codegen.cuda.GeneratedKernel;
 import dev.moeforge.dsl.check.ValidatedSpec;
 import dev.moeforge.dsl.check.Validator;
-import dev.moeforge.dsl.schedule.LaunchGeometry;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
@@ -167,17 +166,7 @@ public final class KernelRuntime implements AutoCloseable {
             quantiser = Optional.of(new ActivationQuantiser(module.function(spec.name() + ExpertCentric.QUANTISE_ENTRY),
                     ((Problem.ExpertGateUp) valid.problem()).shape().hidden()));
         }
-        int resident = 0;
-        if (valid.gridMayShrink()) {
-            LaunchGeometry g = valid.geometry(1);
-            int perSm = function.residentBlocksPerMultiprocessor(g.blockX(), g.sharedBytes());
-            if (perSm < 1) {
-                throw new KernelLaunchException("kernel " + spec.name() + " cannot run: not one block of " + g.blockX()
-                        + " threads and " + g.sharedBytes() + " B of shared memory fits a multiprocessor of " + context.deviceName());
-            }
-            resident = perSm * context.smCount();
-        }
-        return new KernelHandle(valid, generated.specText(), function, resources, align, quantiser, resident);
+        return new KernelHandle(valid, generated.specText(), function, resources, align, quantiser);
     }
 
     /**
