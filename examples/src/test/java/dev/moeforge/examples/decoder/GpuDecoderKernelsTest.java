@@ -157,22 +157,24 @@ class GpuDecoderKernelsTest {
     }
 
     /**
-     * A prompt's kernels: the projections as one expert's down half on two warpgroups of wgmma fed by
-     * the copy engine on sm_90a and on mma.sync tiles elsewhere, the catalogue's tiled router with the
-     * decode router's rule, the experts on wgmma tiles of 64 pairs; an NVFP4 model's experts on
-     * mma.sync tiles of 64 pairs that decode each slice of 4-bit weights.
+     * A prompt's kernels: the projections as one expert's down half on wgmma tiles of 128 rows whose
+     * stages a producer warpgroup fills on sm_90a, and on mma.sync tiles elsewhere, the catalogue's
+     * tiled router with the decode router's rule, the experts on producer-fed wgmma tiles of 128
+     * pairs; an NVFP4 model's experts on mma.sync tiles of 64 pairs that decode each slice of 4-bit weights.
      */
     @Test
     void promptKernelsAreTensorCoreTiles() {
         GpuDecoder.PromptKernels p = kernels(1).prompt();
         ExpertCentric qkv = assertInstanceOf(ExpertCentric.class, p.qkv().schedule());
-        assertTrue(qkv.wgmma() && qkv.tma());
+        assertTrue(qkv.wgmma() && qkv.tma() && qkv.producer());
         assertEquals(128, qkv.blockM());
         var problem = assertInstanceOf(dev.moeforge.dsl.ir.Problem.ExpertDown.class, p.qkv().problem());
         assertEquals(new dev.moeforge.dsl.ir.ExpertShape(5120, 2048, 1, 1), problem.shape());
         assertInstanceOf(dev.moeforge.dsl.schedule.RouterTiled.class, p.router().schedule());
         assertEquals(kernels(1).router().epilogue(), p.router().epilogue());
-        assertEquals(64, assertInstanceOf(ExpertCentric.class, p.gateUp().schedule()).blockM());
+        ExpertCentric gateUp = assertInstanceOf(ExpertCentric.class, p.gateUp().schedule());
+        assertTrue(gateUp.producer() && assertInstanceOf(ExpertCentric.class, p.down().schedule()).producer());
+        assertEquals(128, gateUp.blockM());
 
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
@@ -191,6 +193,13 @@ class GpuDecoderKernelsTest {
                 new ObjectMapper()));
         assertNotNull(GpuDecoder.Kernels.of(mixtral, MoeBlock.of(mixtral, WeightFormat.NVFP4, GateUpLayout.STACKED, false),
                 Target.SM_90A, 1).prompt().gateUp());
+        // experts with biases (gpt-oss): down off the producer tile, whose 128 sums a thread beside a bias spilled
+        ModelConfig gptOss = ModelConfig.parse(RandomModel.config(ModelPreset.of(Architecture.GPT_OSS, "tiny"), SafetensorsDType.BF16,
+                new ObjectMapper()));
+        GpuDecoder.PromptKernels biased = GpuDecoder.Kernels.of(gptOss, MoeBlock.of(gptOss, WeightFormat.BF16, GateUpLayout.INTERLEAVED,
+                true), Target.SM_90A, 1).prompt();
+        ExpertCentric biasedDown = assertInstanceOf(ExpertCentric.class, biased.down().schedule());
+        assertTrue(biasedDown.wgmma() && !biasedDown.producer());
     }
 
     /**
