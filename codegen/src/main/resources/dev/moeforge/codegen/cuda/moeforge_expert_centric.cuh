@@ -254,6 +254,26 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
   return found[0] >= 0;
 }
 
+// The weight row of tile row r (gate_up: gate of neuron i at tile row 2i, up at 2i + 1), and how
+// many outputs there are from its own to the last real one; row 0 where it is past them (any row
+// of the matrix is a safe address for a copy of zeros).
+template <class T, GateUpLayout L>
+__device__ __forceinline__ int expert_tile_weight_row(int r, int n0, int& outputs_left) {
+  if constexpr (T::kGateUp) {
+    const int neuron = n0 + (r >> 1);
+    outputs_left = T::I - neuron;
+    return outputs_left <= 0 ? 0 : (r & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
+  } else {
+    outputs_left = T::H - (n0 + r);
+    return outputs_left <= 0 ? 0 : n0 + r;
+  }
+}
+
+// Weight rows between a thread's copies kStep tile rows apart: gate_up's tile rows are (gate, up)
+// per neuron, so stacked gate_up steps kStep / 2 rows of its matrix.
+template <class T, GateUpLayout L, int kStep>
+constexpr int kExpertTileWeightRowStep = !T::kGateUp ? kStep : L == GateUpLayout::kStacked ? kStep / 2 : kStep;
+
 // The copies one thread issues for every k slice of a tile. A thread keeps one 16-byte
 // column of the slice (the block's threads are a multiple of its pieces) and every kStep-th row from
 // its first, at every k: so the gather through the pair table is done once per tile (a pointer per
@@ -270,8 +290,7 @@ struct ExpertTileCopies {
   static constexpr int kPieceElements = 16 / T::kElementBytes;
   static constexpr int kACopies = ceil_div(T::BM, kStep);
   static constexpr int kWCopies = T::kTma || T::kFourBit ? 0 : ceil_div(T::kRows, kStep);
-  // weight rows between a thread's consecutive pieces: gate_up's tile rows are (gate, up) per neuron
-  static constexpr int kWRowStep = !T::kGateUp ? kStep : L == GateUpLayout::kStacked ? kStep / 2 : kStep;
+  static constexpr int kWRowStep = kExpertTileWeightRowStep<T, L, kStep>;
   using AElement = std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>;  // an activation row's element
   const AElement* a_src[kACopies];        // activation piece j at k = 0 (the row's base when zeros)
   const __nv_bfloat16* w_src = nullptr;   // weight piece 0 at k = 0 (without tma)
@@ -302,18 +321,9 @@ struct ExpertTileCopies {
     a_present = row < T::BM ? ceil_div(T::BM - row, kStep) : 0;
     if constexpr (!T::kTma && !T::kFourBit) {
       w_present = row < T::kRows ? ceil_div(T::kRows - row, kStep) : 0;
-      int w_row, outputs_left;  // the first weight row, and outputs from its own to the last real one
-      if constexpr (T::kGateUp) {  // gate of neuron i at tile row 2i, up at 2i + 1
-        const int neuron = n0 + (row >> 1);
-        w_row = (row & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
-        outputs_left = T::I - neuron;
-        w_live = outputs_left > 0 ? ceil_div(outputs_left, kStep / 2) : 0;
-      } else {
-        w_row = n0 + row;
-        outputs_left = T::H - w_row;
-        w_live = outputs_left > 0 ? ceil_div(outputs_left, kStep) : 0;
-      }
-      if (outputs_left <= 0) w_row = 0;  // every piece zeros: any row in the matrix is a safe address
+      int outputs_left;
+      const int w_row = expert_tile_weight_row<T, L>(row, n0, outputs_left);
+      w_live = outputs_left > 0 ? ceil_div(outputs_left, T::kGateUp ? kStep / 2 : kStep) : 0;
       w_src = static_cast<const __nv_bfloat16*>(w) + (static_cast<size_t>(e) * T::kWeightRows + w_row) * T::kReduce + column;
     }
   }
@@ -366,8 +376,7 @@ struct ExpertTileCodes {
   static_assert(kStep % 2 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows");
   static constexpr int kCopies = ceil_div(T::kRows, kStep);
   static constexpr int kScaleCopies = ceil_div(T::kRows, T::kCopyThreads);
-  // weight rows between a thread's consecutive pieces: gate_up's tile rows are (gate, up) per neuron
-  static constexpr int kWRowStep = !T::kGateUp ? kStep : L == GateUpLayout::kStacked ? kStep / 2 : kStep;
+  static constexpr int kWRowStep = kExpertTileWeightRowStep<T, L, kStep>;
   static constexpr int kCodeBytes = T::kReduce / 2;                 // a weight row's codes
   static constexpr int kScaleBytes = T::kReduce / F::kBlock;        // and its scales
   const unsigned char* code_src;                 // piece 0's row at k = 0
@@ -375,30 +384,18 @@ struct ExpertTileCodes {
   int row, piece, present, live;                 // first tile row, piece column, pieces in the tile, of real outputs
   unsigned scale_live = 0;                       // bit j: scale row j is of a real output
 
-  // The weight row of tile row r, and how many outputs from its own to the last real one.
-  __device__ __forceinline__ static int weight_row(int r, int n0, int& outputs_left) {
-    if constexpr (T::kGateUp) {  // gate of neuron i at tile row 2i, up at 2i + 1
-      const int neuron = n0 + (r >> 1);
-      outputs_left = T::I - neuron;
-      return outputs_left <= 0 ? 0 : (r & 1) ? up_row_of<L>(neuron, T::I) : gate_row_of<L>(neuron, T::I);
-    } else {
-      outputs_left = T::H - (n0 + r);
-      return outputs_left <= 0 ? 0 : n0 + r;
-    }
-  }
-
   __device__ __forceinline__ ExpertTileCodes(const WeightArgs& w, int e, int n0, int copier) {
     row = copier / kPieces;
     piece = copier % kPieces;
     present = row < T::kRows ? ceil_div(T::kRows - row, kStep) : 0;
     int outputs_left;
-    const int w_row = weight_row(row, n0, outputs_left);
+    const int w_row = expert_tile_weight_row<T, L>(row, n0, outputs_left);
     live = outputs_left > 0 ? ceil_div(outputs_left, T::kGateUp ? kStep / 2 : kStep) : 0;
     code_src = reinterpret_cast<const unsigned char*>(row_codes<F, T::kWeightRows, T::kReduce>(w, e, w_row)) + 16 * piece;
 #pragma unroll
     for (int j = 0; j < kScaleCopies; ++j) {
       const int r = copier + j * T::kCopyThreads;
-      const int scale_row = weight_row(r < T::kRows ? r : 0, n0, outputs_left);
+      const int scale_row = expert_tile_weight_row<T, L>(r < T::kRows ? r : 0, n0, outputs_left);
       scale_live |= r < T::kRows && outputs_left > 0 ? 1u << j : 0u;
       scale_src[j] = row_block_scales<F, T::kWeightRows, T::kReduce>(w, e, scale_row);
     }
