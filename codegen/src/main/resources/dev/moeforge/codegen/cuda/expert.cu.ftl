@@ -32,7 +32,7 @@ struct Epilogue {
 
 }  // namespace
 
-extern "C" __global__ void <#if clusterSize gt 1>__cluster_dims__(${clusterSize}, 1, 1) </#if>__launch_bounds__(${launchBounds}) ${name}(
+extern "C" __global__ void __launch_bounds__(${launchBounds}) ${name}(
 <#list params as p>
     ${p}<#sep>,</#sep>
 </#list>

@@ -207,36 +207,23 @@ struct ExpertTileShape {
   static_assert(!kWgmma || (kRowBytes == 128 && (WN == 1 || WN == 2) && TM == 16 && WM % 4 == 0 && TN % 64 == 0 && TN <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row or half of them, at least three stages");
   static_assert(!kProducer || (kWgmma && kTma), "the producer feeds wgmma tiles whose weights come by the copy engine");
-  // multicast: a cluster of two blocks takes two m tiles of one expert (a slot) and the same n tile;
-  // each block's producer brings half of every weight slice into both blocks' stages
-  static constexpr bool kMulticast = Config::kMulticast;
-  static constexpr int kTilesPerSlot = kMulticast ? 2 : 1;
-  static constexpr int kHalfWeightBytes = kRows / 2 * kRowBytes;  // one block's half of a slice's weight rows
-  static_assert(!kMulticast || (kProducer && !kFp8 && kHalfWeightBytes % 1024 == 0),
-                "multicast: producer tiles of bf16 weights, each half whole 8-row groups of the 128-byte swizzle");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
   static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
 
   // m tiles the grid is launched for: every tile of the worst-case routing (each bucket's last tile partial)
   __device__ static int max_m_tiles(int pairs) { return ceil_div(pairs, BM) + min_int(kBuckets, pairs); }
-  // slots of kTilesPerSlot m tiles of one bucket: with multicast each bucket's last slot may hold one
-  __device__ static int max_slots(int pairs) {
-    return kTilesPerSlot == 1 ? max_m_tiles(pairs) : ceil_div(max_m_tiles(pairs) + min_int(kBuckets, pairs), 2);
-  }
 };
 
 // The tile a block owns: its bucket, its first pair in sorted_slots, the end of the bucket's
 // pairs, and its n tile; false past the routing's last tile. Blocks walk m tiles in groups of GM
-// (the GROUP_M order: blocks running together share weight tiles and activation rows in L2). With
-// multicast the walk is over slots of two m tiles of one bucket, the cluster's blocks taking one each.
+// (the GROUP_M order: blocks running together share weight tiles and activation rows in L2).
 template <class T>
 __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ offsets, int pairs, int* found, int& n_tile) {
-  const int num_m = T::max_slots(pairs);
-  const int pid = blockIdx.x / T::kTilesPerSlot, in_group = T::GM * T::kNTiles;
-  const int rank = blockIdx.x % T::kTilesPerSlot;
+  const int num_m = T::max_m_tiles(pairs);
+  const int pid = blockIdx.x, in_group = T::GM * T::kNTiles;
   const int first_m = pid / in_group * T::GM;
   const int group_size = min_int(num_m - first_m, T::GM);
-  const int m_tile = first_m + pid % in_group % group_size;  // the slot
+  const int m_tile = first_m + pid % in_group % group_size;
   n_tile = pid % in_group / group_size;
   if (threadIdx.x < 32) {  // warp 0 scans the buckets' tile counts
     const int lane = threadIdx.x;
@@ -247,8 +234,7 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
       const int b = b0 + lane;
       const int begin = b < T::kBuckets ? offsets[b] : 0;
       const int end = b < T::kBuckets ? offsets[b + 1] : 0;
-      const int bucket_tiles = ceil_div(end - begin, T::BM);
-      const int tiles = ceil_div(bucket_tiles, T::kTilesPerSlot);  // the bucket's slots
+      const int tiles = ceil_div(end - begin, T::BM);
       int inclusive = tiles;
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
@@ -256,10 +242,9 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
         if (lane >= d) inclusive += v;
       }
       const int first_tile = before + inclusive - tiles;
-      const int tile = (m_tile - first_tile) * T::kTilesPerSlot + rank;  // within the bucket
-      if (m_tile >= first_tile && m_tile < first_tile + tiles && tile < bucket_tiles) {
+      if (m_tile >= first_tile && m_tile < first_tile + tiles) {
         found[0] = b;
-        found[1] = begin + tile * T::BM;
+        found[1] = begin + (m_tile - first_tile) * T::BM;
         found[2] = end;
       }
       before += __shfl_sync(kFullMask, inclusive, 31);
@@ -905,81 +890,6 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
-// tensor_copy_4d into the same place of every block of the cluster in `mask`, completing on each one's barrier.
-__device__ __forceinline__ void tensor_copy_4d_multicast(uint32_t dst, const TensorMap* map, uint32_t bar, int c0, int c1, int c2,
-                                                         int c3, uint16_t mask) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask) : "memory");
-#else
-  __trap();  // the Validator lets multicast only into sm_90a kernels
-#endif
-}
-
-// The address of this block's shared `at` in the cluster's other block (rank ^ 1), and an arrival
-// on a barrier there.
-__device__ __forceinline__ uint32_t peer_shared(uint32_t at) {
-  uint32_t remote = 0;
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(at), "r"(cooperative_groups::this_cluster().block_rank() ^ 1u));
-#else
-  __trap();
-#endif
-  return remote;
-}
-__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t remote) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-}
-
-// The producer tile's stage barriers: `full` counts every copier's cp.async and the weight bytes,
-// `empty` every MMA warp's release, of both blocks with multicast (each block's stage holds the
-// peer's half of the weight slice too, so neither may refill it before both are done).
-template <class T>
-__device__ __forceinline__ void init_stage_barriers(uint32_t bars) {
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < T::S; ++s) {
-      mbarrier_init(bars + 8 * s, T::kProducerThreads + 1);
-      mbarrier_init(bars + 8 * (T::S + s), T::kTilesPerSlot * T::kMmaThreads / 32);
-    }
-    fence_barrier_init();
-  }
-}
-
-// Multicast: whether the cluster's two blocks have tiles of the same bucket and n tile, and so share
-// each weight slice. Both blocks set up their stage barriers first; the cluster barrier makes them
-// visible to the peer before either starts a copy into it. Afterwards a block that does not share
-// touches the peer no more (it may exit).
-template <class T>
-__device__ __forceinline__ bool cluster_shares_weights(bool mine, const int* found, int n_tile, unsigned char* smem) {
-  namespace cg = cooperative_groups;
-  __shared__ int peer_key;
-  cg::cluster_group cluster = cg::this_cluster();
-  const unsigned rank = cluster.block_rank();
-  const int key = mine ? found[0] * T::kNTiles + n_tile : -1 - static_cast<int>(rank);
-  if (mine) init_stage_barriers<T>(static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes)));
-  if (threadIdx.x == 0) *cluster.map_shared_rank(&peer_key, rank ^ 1u) = key;
-  cluster.sync();
-  return mine && peer_key == key;
-}
-
-// An MMA warp is done with stage s: its own block's barrier, and with multicast the peer's
-// (peer_empty: the peer's barriers, 0 where the two do not share the weights: its own twice then,
-// the count both kinds of tile set up).
-template <class T>
-__device__ __forceinline__ void release_stage(uint32_t empty, uint32_t peer_empty, int s) {
-  mbarrier_arrive(empty + 8 * s);
-  if constexpr (T::kMulticast) {
-    if (peer_empty != 0) {
-      mbarrier_arrive_cluster(peer_empty + 8 * s);
-    } else {
-      mbarrier_arrive(empty + 8 * s);
-    }
-  }
-}
-
 // expert_tile_sums_wgmma with a producer warpgroup: the threads past the MMA warps fill the stages,
 // the activation rows by cp.async (each thread's copies counted on the stage's `full` barrier) and
 // the weight tile by the copy engine (its bytes on the same barrier), and refill a stage once every
@@ -990,10 +900,18 @@ __device__ __forceinline__ void release_stage(uint32_t empty, uint32_t peer_empt
 template <class T, GateUpLayout L, class A>
 __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a,
                                                           const WeightArgs& w, uint32_t bars, const int* table, int e, int n0,
-                                                          uint32_t base, bool shared) {
+                                                          uint32_t base) {
   constexpr int S = T::S;
+  constexpr uint32_t kMmaWarps = T::kMmaThreads / 32;
   const uint32_t full = bars, empty = bars + 8 * S;
-  if constexpr (!T::kMulticast) init_stage_barriers<T>(bars);  // with multicast, before the cluster's pairing
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      mbarrier_init(full + 8 * s, T::kProducerThreads + 1);  // every copier's cp.async, and the weight tile's bytes
+      mbarrier_init(empty + 8 * s, kMmaWarps);
+    }
+    fence_barrier_init();
+  }
   __syncthreads();  // the barriers are set up
   if (threadIdx.x >= T::kMmaThreads) {
     const int copier = threadIdx.x - T::kMmaThreads;
@@ -1005,21 +923,8 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
       const uint32_t stage = base + s * T::kStageBytes;
       copies.issue(stage, kt * T::BK);
       if (copier == 0) {
-        const uint32_t weights = stage + T::BM * T::kRowBytes;
         mbarrier_expect_bytes(full + 8 * s, T::kRows * T::kRowBytes);
-        if constexpr (T::kMulticast) {  // the map's box is half the tile's weight rows
-          constexpr int kHalf = T::BN / 2;  // outputs of a half
-          if (shared) {
-            const int rank = static_cast<int>(blockIdx.x % 2);
-            tensor_copy_4d_multicast(weights + rank * T::kHalfWeightBytes, w.map, full + 8 * s, kt * T::BK, 0, n0 + rank * kHalf, e,
-                                     0x3);
-          } else {
-            tensor_copy_4d(weights, w.map, full + 8 * s, kt * T::BK, 0, n0, e);
-            tensor_copy_4d(weights + T::kHalfWeightBytes, w.map, full + 8 * s, kt * T::BK, 0, n0 + kHalf, e);
-          }
-        } else {
-          tensor_copy_4d(weights, w.map, full + 8 * s, kt * T::BK, 0, n0, e);
-        }
+        tensor_copy_4d(stage + T::BM * T::kRowBytes, w.map, full + 8 * s, kt * T::BK, 0, n0, e);
       }
       cp_async_arrive(full + 8 * s);
     }
@@ -1028,7 +933,6 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const WarpgroupRows<T> rows;
     const TileScales<T, L> scales(a, w, table, e, n0, warp % T::WM * T::TM, warp / T::WM * T::TN);
-    const uint32_t peer_empty = T::kMulticast && shared ? peer_shared(empty) : 0u;
     float part[T::FM][T::FN][4];
     zero_tile_sums<T>(acc);
     zero_tile_sums<T>(part);
@@ -1045,7 +949,7 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
         ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
       } else {
         wgmma_wait<1>();
-        if (kt > 0 && lane == 0) release_stage<T>(empty, peer_empty, (kt - 1) % S);
+        if (kt > 0 && lane == 0) mbarrier_arrive(empty + 8 * ((kt - 1) % S));
       }
     }
     wgmma_wait<0>();
@@ -1056,11 +960,10 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
 // The tile's sums by the schedule's MMA and pipeline.
 template <class T, GateUpLayout L, class A>
 __device__ __forceinline__ void expert_tile_run(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a, const WeightArgs& w,
-                                                const int* table, int e, int n0, unsigned char* smem, uint32_t base,
-                                                bool shared = false) {
+                                                const int* table, int e, int n0, unsigned char* smem, uint32_t base) {
   const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem + T::kTableBytes));
   if constexpr (T::kProducer) {
-    expert_tile_sums_producer<T, L>(acc, a, w, bars, table, e, n0, base, shared);
+    expert_tile_sums_producer<T, L>(acc, a, w, bars, table, e, n0, base);
   } else if constexpr (T::kWgmma) {
     expert_tile_sums_wgmma<T, L>(acc, a, w, bars, table, e, n0, base);
   } else {
@@ -1096,17 +999,14 @@ __device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, co
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int found[3];
   int n_tile;
-  const bool mine = expert_tile_of_block<T>(expert_offsets, num_tokens * T::K, found, n_tile);  // uniform over the block
-  bool shared = false;  // multicast: the cluster's blocks share each weight slice
-  if constexpr (T::kMulticast) shared = cluster_shares_weights<T>(mine, found, n_tile, smem);
-  if (!mine) return;
+  if (!expert_tile_of_block<T>(expert_offsets, num_tokens * T::K, found, n_tile)) return;  // uniform over the block
   const int e = found[0], n0 = n_tile * BN;
   int* table = reinterpret_cast<int*>(smem);
   expert_tile_table<T>(table, sorted_slots, found[1], found[2]);
   unsigned char* pipe = expert_tile_pipe<T>(smem);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(pipe));
   float acc[T::FM][T::FN][4];
-  expert_tile_run<T, L>(acc, a, w_gate_up, table, e, n0, smem, base, shared);
+  expert_tile_run<T, L>(acc, a, w_gate_up, table, e, n0, smem, base);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(pipe);
@@ -1151,7 +1051,6 @@ __device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, co
       }
     }
   }
-  if (shared) cooperative_groups::this_cluster().sync();  // the peer's copies and arrivals into this block are over
 }
 
 template <class Config, class Epilogue>
@@ -1211,10 +1110,7 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int found[3];
   int n_tile;
-  const bool mine = expert_tile_of_block<T>(expert_offsets, num_tokens * K, found, n_tile);  // uniform over the block
-  bool shared = false;  // multicast: the cluster's blocks share each weight slice
-  if constexpr (T::kMulticast) shared = cluster_shares_weights<T>(mine, found, n_tile, smem);
-  if (!mine) return;
+  if (!expert_tile_of_block<T>(expert_offsets, num_tokens * K, found, n_tile)) return;  // uniform over the block
   const int e = found[0], n0 = n_tile * BN;
   int* table = reinterpret_cast<int*>(smem);
   int* reducing = table + T::BM;
@@ -1224,7 +1120,7 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
   float acc[T::FM][T::FN][4];
   const bool routed = e < E;  // bucket E: ids outside [0, E) add zero rows
   if (routed) {
-    expert_tile_run<T, GateUpLayout::kStacked>(acc, inter, w_down, table, e, n0, smem, base, shared);
+    expert_tile_run<T, GateUpLayout::kStacked>(acc, inter, w_down, table, e, n0, smem, base);
   } else {
     zero_tile_sums<T>(acc);
   }
@@ -1306,7 +1202,6 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(epi(sum.x), epi(sum.y));
     *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(epi(sum.z), epi(sum.w));
   }
-  if (shared) cooperative_groups::this_cluster().sync();  // the peer's copies and arrivals into this block are over
 }
 
 }  // namespace mf

@@ -58,14 +58,9 @@ import java.util.Optional;
  *                stages, the activation rows by cp.async and the weight tile by the copy engine, and each
  *                stage's barriers (landed, freed) replace the block barrier of every slice, so the MMA
  *                warpgroups wait only for the slice they multiply and never for each other
- * @param multicast with the producer, bf16 weights: blocks run in clusters of two, each cluster on two m
- *                tiles of one expert and the same outputs, and each block's producer brings half of every
- *                weight slice into both blocks' stages (the copy engine's multicast), so the weights cross
- *                from L2 once per two tiles; a cluster whose blocks have tiles of different experts (an
- *                expert's odd last tile, a routing's last) loads each block's weights alone
  */
 public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                            boolean atomicCombine, boolean tma, boolean producer, boolean multicast)
+                            boolean atomicCombine, boolean tma, boolean producer)
         implements Schedule<Problem.ExpertProblem> {
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
@@ -91,48 +86,38 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /** On mma.sync, with the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false, false);
     }
 
     /** With the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false, false);
     }
 
     /** Without producer warps. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
                          boolean atomicCombine, boolean tma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, false);
     }
 
     /** This schedule with another GROUP_M, everything else the same. */
     public ExpertCentric withGroupM(int groupM) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer, multicast);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
     /** This schedule with down's atomic combine (or the ordered one), everything else the same. */
     public ExpertCentric withAtomicCombine(boolean atomicCombine) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer, multicast);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
     /** This schedule with its weight tiles by the tensor memory accelerator (or not), everything else the same. */
     public ExpertCentric withTma(boolean tma) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer, multicast);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
     /** This schedule with a producer warpgroup filling the stages (or not), everything else the same. */
     public ExpertCentric withProducer(boolean producer) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer, multicast);
-    }
-
-    /** This schedule with its clusters sharing weight slices by multicast (or not), everything else the same. */
-    public ExpertCentric withMulticast(boolean multicast) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer, multicast);
-    }
-
-    /** Blocks per cluster: two with multicast, else none. */
-    public int clusterSize() {
-        return multicast ? 2 : 1;
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
     }
 
     /** Warps of a block: the MMA warps, and the producer's. */
@@ -161,11 +146,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> copies = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
                 List.of(16, 32, 64, 128, 256), List.of(32, 64, 128), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
-                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false), List.of(false), List.of(false))));
+                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false), List.of(false))));
         if (target == Target.SM_90A) {
             copies.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
                     List.of(1, 2), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false),
-                    List.of(false), List.of(false))));
+                    List.of(false))));
         }
         if (fourBit(problem)) {  // mma.sync on cp.async stages, slices of whole K-blocks' scale words
             return copies.stream().filter(s -> !s.tma()
@@ -259,9 +244,6 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             errors.add(new SpecError("schedule.producer", "true", "false, or wgmma = true and tma = true: the producer warpgroup "
                     + "feeds warpgroup MMA tiles whose weight tiles come by the tensor memory accelerator"));
         }
-        if (multicast) {
-            checkMulticast(p, errors);
-        }
         checkSwizzledSlices(p, errors);
         if (atomicCombine && p instanceof Problem.ExpertGateUp) {
             errors.add(new SpecError("schedule.atomic_combine", "true", "false for expert_gate_up: only down combines a token's slots"));
@@ -332,26 +314,6 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (stages < 3) {
             errors.add(new SpecError("schedule.stages", Integer.toString(stages), "3..8 with wgmma (one stage under the MMAs, "
                     + "one they still read, the rest loading)"));
-        }
-    }
-
-    /**
-     * What multicast asks: the producer (its copy engine copies are what a cluster shares), bf16
-     * weights (the W8A8 tiles' scales are not shared), and each block's half of a slice's weight rows
-     * whole 8-row groups of the 128-byte swizzle (gate_up: block_n a multiple of 8; down: of 16).
-     */
-    private void checkMulticast(Problem.ExpertProblem p, List<SpecError> errors) {
-        if (!producer) {
-            errors.add(new SpecError("schedule.multicast", "true", "false, or producer = true: the cluster's blocks share the "
-                    + "weight slices their producers bring by the tensor memory accelerator"));
-        }
-        if (!(p.weights() instanceof WeightFormat.Bf16)) {
-            errors.add(new SpecError("schedule.multicast", "true", "false with " + p.weights().text() + " weights (multicast "
-                    + "shares bf16 weight slices)"));
-        }
-        if (blockN >= 8 && blockN % 8 == 0 && weightRows(p) / 2 % 8 != 0) {
-            errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a multiple of 16 with multicast (each block's half "
-                    + "of the " + weightRows(p) + " weight rows whole groups of 8 rows of the 128-byte swizzle)"));
         }
     }
 
@@ -532,21 +494,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         return Math.ceilDiv(pairs, blockM) + Math.min(buckets(problem), pairs);
     }
 
-    /**
-     * Slots of the worst-case routing: an m tile each, or with multicast two m tiles of one bucket
-     * (each bucket's last slot may hold one).
-     */
-    long maxSlots(Problem.ExpertProblem problem, int tokens) {
-        if (!multicast) {
-            return maxMTiles(problem, tokens);
-        }
-        long pairs = (long) tokens * problem.shape().topk();
-        return Math.ceilDiv(maxMTiles(problem, tokens) + Math.min(buckets(problem), pairs), 2);
-    }
-
     @Override
     public LaunchGeometry geometry(Problem.ExpertProblem problem, int tokens) {
-        long blocks = clusterSize() * maxSlots(problem, tokens) * Math.ceilDiv(outputs(problem), blockN);
+        long blocks = maxMTiles(problem, tokens) * Math.ceilDiv(outputs(problem), blockN);
         return new LaunchGeometry(Math.toIntExact(blocks), 1, ScheduleRules.threads(warps()),
                 Math.toIntExact(sharedBytes(problem)));
     }
@@ -569,7 +519,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     @Override
     public int maxTokens(Problem.ExpertProblem problem) {
         int tokens = MAX_TOKENS;
-        while (tokens > 1 && clusterSize() * maxSlots(problem, tokens) * Math.ceilDiv(outputs(problem), blockN) > Integer.MAX_VALUE) {
+        while (tokens > 1 && maxMTiles(problem, tokens) * Math.ceilDiv(outputs(problem), blockN) > Integer.MAX_VALUE) {
             tokens /= 2;
         }
         return tokens;
@@ -606,8 +556,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      * With tma, the weight as the copy engine walks it: (K, gate or up, output row, expert), so that one
      * box of (slice, 2, block_n, 1) lands gate_up's rows in the tile's order (gate of neuron i at tile row
      * 2i, up at 2i + 1) from either layout, and down's (slice, 1, block_n, 1) its block_n rows, the
-     * slice being 64 bf16 or 128 FP8 codes; with multicast a box is half of that (block_n / 2 outputs), a
-     * cluster block's share. Rows past
+     * slice being 64 bf16 or 128 FP8 codes. Rows past
      * the outputs and columns past K arrive as zeros, as the cp.async copies make them.
      */
     @Override
@@ -624,12 +573,12 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 long row = bytes * h;
                 boolean stacked = g.layout() == GateUpLayout.STACKED;
                 yield new WeightTileMap(bytes, List.of(h, 2L, i, (long) g.shape().experts()),
-                        List.of(stacked ? i * row : row, stacked ? row : 2 * row, 2 * i * row), List.of(slice, 2, blockN / clusterSize(), 1));
+                        List.of(stacked ? i * row : row, stacked ? row : 2 * row, 2 * i * row), List.of(slice, 2, blockN, 1));
             }
             case Problem.ExpertDown d -> {
                 long row = bytes * i;
                 yield new WeightTileMap(bytes, List.of(i, 1L, h, (long) d.shape().experts()), List.of(row, row, h * row),
-                        List.of(slice, 1, blockN / clusterSize(), 1));
+                        List.of(slice, 1, blockN, 1));
             }
         });
     }
@@ -681,10 +630,6 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 + (tma ? "weight tiles by the tensor memory accelerator, activation rows by cp.async" : "cp.async")
                 + (producer ? "; a producer warpgroup fills the stages, each stage's barriers say when it has landed and when"
                 + " every MMA warp is done with it" : "") + "); m tiles in groups of " + groupM + ".");
-        if (multicast) {
-            own.add("Clusters of two blocks on two m tiles of one expert and the same outputs: each block's producer brings half"
-                    + " of every weight slice into both blocks' stages (multicast), each stage freed by both blocks' MMA warps.");
-        }
         own.add("The grid covers the worst-case routing; blocks past the routing's last tile exit at once.");
         String unit = switch (problem) {
             case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN
@@ -710,9 +655,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.bool("kWgmma", wgmma),
                 ConfigConstant.bool("kAtomicCombine", atomicCombine),
                 ConfigConstant.bool("kTma", tma),
-                ConfigConstant.integer("kProducerWarps", producer ? PRODUCER_WARPS : 0),
-                ConfigConstant.bool("kMulticast", multicast)),
-                notes, 1, clusterSize(), Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
+                ConfigConstant.integer("kProducerWarps", producer ? PRODUCER_WARPS : 0)),
+                notes, 1, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 
     @Override

@@ -138,16 +138,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             withProducer("wg_m64_n2_s4_ws", new ExpertCentric(64, 128, 64, 4, 2, 4, 8, true),
                     new ExpertCentric(64, 256, 64, 4, 2, 4, 8, true)),
             withProducer("wg_m128_ws", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
-            // clusters of two blocks sharing each weight slice by multicast (both halves, and gate_up alone)
-            new TilePair("wg_m128_ws_mc", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true)
-                    .withMulticast(true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true)
-                    .withMulticast(true)),
-            new TilePair("wg_m128_ws_mc_gate_up", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true)
-                    .withMulticast(true), new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true)),
-            new TilePair("wg_m64_n2_ws_mc", new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true).withTma(true).withProducer(true)
-                    .withMulticast(true), new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true).withTma(true).withProducer(true)
-                    .withMulticast(true)));
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)));
 
     /**
      * W8A8 tile pairs for FP8 block weights: 128-code slices (one scale block each) by the copy engine;

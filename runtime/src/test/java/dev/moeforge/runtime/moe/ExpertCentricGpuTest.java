@@ -81,12 +81,7 @@ class ExpertCentricGpuTest extends GpuSession {
                     new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).withTma(true).withProducer(true)},
             // the prefill pair with a producer: two 64-pair slabs, each warpgroup every weight row
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true)},
-            // clusters of two sharing each weight slice by multicast: the 128-pair producer pair, and the 64-pair one
-            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true).withMulticast(true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true).withMulticast(true)},
-            new ExpertCentric[] {new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true).withTma(true).withProducer(true).withMulticast(true),
-                    new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true).withTma(true).withProducer(true).withMulticast(true)});
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true)});
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -164,12 +159,6 @@ class ExpertCentricGpuTest extends GpuSession {
         cases.add(new Case(QWEN3_30B, 17, 4096, RoutingKind.UNIFORM));
         cases.add(new Case(GPT_OSS, 17, 96, RoutingKind.UNIFORM));
         cases.add(new Case(SMALL, 17, 16384, RoutingKind.UNIFORM));
-        for (int schedule : new int[] {18, 19}) {
-            cases.add(new Case(QWEN3_30B, schedule, 256, RoutingKind.UNIFORM));
-            cases.add(new Case(QWEN3_30B, schedule, 4096, RoutingKind.UNIFORM));
-            cases.add(new Case(GPT_OSS, schedule, 96, RoutingKind.UNIFORM));
-            cases.add(new Case(SMALL, schedule, 16384, RoutingKind.UNIFORM));
-        }
         return cases;
     }
 
