@@ -991,6 +991,7 @@ __device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, co
                                                      Out* __restrict__ inter, int num_tokens, Epilogue epi) {
   using T = ExpertTileShape<Config, true>;
   static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16, FP8 block, NVFP4 or MXFP4 weights");
+  static_assert(!Config::kAtomicCombine, "only down combines a token's slots");
   static_assert(std::is_same_v<A, typename ExpertTileCopies<T, Config::kLayout>::AElement> &&
                 std::is_same_v<Out, std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>>, "rows as the format moves them");
   constexpr GateUpLayout L = Config::kLayout;
