@@ -20,6 +20,7 @@ import dev.moeforge.runtime.moe.RouterKernel;
 import java.util.ArrayList;
 import java.util.EnumMap;
 import java.util.List;
+import java.util.OptionalDouble;
 import java.util.Map;
 import java.util.function.Consumer;
 
@@ -38,9 +39,10 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
     public record MlpVariant(String name, ExpertMlpLayer mlp) {}
 
     /** gateUp and down: each half alone, null for a one-kernel layer. */
+    /** @param balancedness the routings' mean entropy-normalised balancedness H(p) / ln E of the expert loads */
     public record Result(String variant, int tokens, Timing layer, Timing gateUp, Timing down,
                          double distinctExpertsPerLayer, double distinctBytesPerLayer, double gbPerSecond,
-                         double fractionOfRead) {}
+                         double fractionOfRead, double balancedness) {}
 
     /** The whole layer (router + experts) per layer, and the router alone in its own graph. */
     public record LayerResult(String variant, int tokens, Timing layer, Timing router, double distinctExpertsPerLayer,
@@ -131,10 +133,20 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
         return b;
     }
 
-    /** Times every variant at {@code tokens} tokens with fresh routing per layer. */
+    /** Times every variant at {@code tokens} tokens with fresh uniform routing per layer. */
     public List<Result> run(CudaStream stream, List<Variant> variants, int tokens, long seed, int warmup, int reps,
                             double readBytesPerSecond, Consumer<String> progress) {
-        double expertsPerLayer = drawRouting(tokens, seed);
+        return run(stream, variants, tokens, seed, OptionalDouble.empty(), warmup, reps, readBytesPerSecond, progress);
+    }
+
+    /**
+     * Times every variant at {@code tokens} tokens with fresh routing per layer: uniform, or at
+     * {@code balancedness} (moved into what the batch reaches; {@link RandomInputs#skewedRouting}).
+     */
+    public List<Result> run(CudaStream stream, List<Variant> variants, int tokens, long seed, OptionalDouble balancedness, int warmup,
+                            int reps, double readBytesPerSecond, Consumer<String> progress) {
+        Drawn drawn = drawRouting(tokens, seed, balancedness);
+        double expertsPerLayer = drawn.expertsPerLayer();
         double bytesPerLayer = expertsPerLayer * bytesPerExpert;
         List<Result> results = new ArrayList<>();
         for (Variant v : variants) {
@@ -154,7 +166,7 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
             double seconds = whole.medianMicros() * 1e-6;
             double gbps = bytesPerLayer / seconds / 1e9;
             results.add(new Result(v.name(), tokens, whole, gateUp, down, expertsPerLayer, bytesPerLayer, gbps,
-                    bytesPerLayer / seconds / readBytesPerSecond));
+                    bytesPerLayer / seconds / readBytesPerSecond, drawn.balancedness()));
         }
         return results;
     }
@@ -165,21 +177,30 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
         return inters.computeIfAbsent(type, t -> layer.allocateInter(maxTokens));
     }
 
-    /** Draws each layer's routing (the same for the same tokens and seed) and returns the distinct experts per layer. */
-    private double drawRouting(int tokens, long seed) {
+    /** What the layers' routings were drawn to: distinct experts and balancedness, each the mean over the layers. */
+    private record Drawn(double expertsPerLayer, double balancedness) {}
+
+    /** Draws each layer's routing (the same for the same tokens, seed and balancedness), uniform or at {@code balancedness}. */
+    private Drawn drawRouting(int tokens, long seed, OptionalDouble balancedness) {
         if (tokens < 1 || tokens > maxTokens) {
             throw new IllegalArgumentException("tokens = " + tokens + ", this benchmark was sized for 1.." + maxTokens);
         }
         long distinct = 0;
+        double beta = 0;
         routings.clear();
         for (int l = 0; l < layers; l++) {
-            Routing r = RandomInputs.uniformRouting(seed + 7919L * l + tokens, tokens, shape.experts(), shape.topk());
+            long layerSeed = seed + 7919L * l + tokens;
+            Routing r = balancedness.isEmpty()
+                    ? RandomInputs.uniformRouting(layerSeed, tokens, shape.experts(), shape.topk())
+                    : RandomInputs.skewedRouting(layerSeed, tokens, shape.experts(), shape.topk(), RandomInputs.reachableBalancedness(
+                            layerSeed, tokens, shape.experts(), shape.topk()).clamp(balancedness.getAsDouble()));
             routings.add(r);
             ids.get(l).copyFrom(r.ids());
             weights.get(l).copyFrom(r.weights());
             distinct += r.distinctExperts();
+            beta += r.balancedness(shape.experts());
         }
-        return (double) distinct / layers;
+        return new Drawn((double) distinct / layers, beta / layers);
     }
 
     /** Whether the weights were also repacked for split_down (4-bit, whole quads and tiles). */
@@ -198,7 +219,8 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
             throw new IllegalStateException("these weights were not repacked for split_down (4-bit, H a multiple of 64, "
                     + "I a multiple of 16)");
         }
-        double expertsPerLayer = drawRouting(tokens, seed);
+        Drawn drawn = drawRouting(tokens, seed, OptionalDouble.empty());
+        double expertsPerLayer = drawn.expertsPerLayer();
         double bytesPerLayer = expertsPerLayer * bytesPerExpert;
         List<Result> results = new ArrayList<>();
         for (MlpVariant v : variants) {
@@ -219,7 +241,7 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
             }
             double seconds = whole.medianMicros() * 1e-6;
             results.add(new Result(v.name(), tokens, whole, null, null, expertsPerLayer, bytesPerLayer,
-                    bytesPerLayer / seconds / 1e9, bytesPerLayer / seconds / readBytesPerSecond));
+                    bytesPerLayer / seconds / 1e9, bytesPerLayer / seconds / readBytesPerSecond, drawn.balancedness()));
         }
         return results;
     }

@@ -217,6 +217,7 @@ public final class BenchCommand implements Callable<Integer> {
                 m.put("down_us", BenchReports.timing(r.down()));
             }
             m.put("distinct_experts_per_layer", r.distinctExpertsPerLayer());
+            m.put("balancedness", r.balancedness());
             m.put("distinct_bytes_per_layer", r.distinctBytesPerLayer());
             m.put("gb_per_second", r.gbPerSecond());
             m.put("fraction_of_read_bandwidth", r.fractionOfRead());

@@ -29,6 +29,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Optional;
+import java.util.OptionalDouble;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -85,6 +86,12 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                     + "pairs, beside the catalogue's 4-bit decode pair up to 64 tokens. PyTorch's layer stays BF16.")
     String formatText;
 
+    @Option(names = "--balancedness", paramLabel = "BETA",
+            description = "Route each layer at this entropy-normalised balancedness H(p)/ln(E) of the expert loads, moved into what "
+                    + "each batch reaches (default: uniform routing; a decode step's router gives about 0.6-0.7). PyTorch's layer keeps "
+                    + "its uniform routing.")
+    Double balancedness;
+
     @Option(names = "--variants", split = ",", paramLabel = "NAME",
             description = "Only these variants (the tile pairs' names, and t8, t32 for the catalogue's output-centric pairs); default all.")
     List<String> variantNames;
@@ -116,6 +123,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                     new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withAtomicCombine(true)),
             // weight tiles by the tensor memory accelerator (64-element slices), beside their cp.async twins above
             withTma("ec_m16_tma", new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 4, 1)),
+            withTma("ec_m16_d2_tma", new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 2, 8)),
             withTma("ec_m32_tma", new ExpertCentric(32, 64, 64, 2, 2, 4, 1), new ExpertCentric(32, 128, 64, 2, 2, 4, 1)),
             withTma("ec_m16_n128_tma", new ExpertCentric(16, 128, 64, 1, 8, 4, 1), new ExpertCentric(16, 256, 64, 1, 8, 4, 1)),
             withTma("ec_m16_s6_tma", new ExpertCentric(16, 64, 64, 1, 4, 6, 1), new ExpertCentric(16, 128, 64, 1, 4, 6, 1)),
@@ -271,7 +279,8 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                         bench.weightBytes() / 1e9);
                 for (int m : tokens) {
                     List<ExpertLayerBenchmark.Variant> here = m <= OUTPUT_CENTRIC_UP_TO ? all : tiles;
-                    results.addAll(bench.run(stream, here, m, seed, options.warmup, options.reps, readBw,
+                    results.addAll(bench.run(stream, here, m, seed, balancedness == null ? OptionalDouble.empty()
+                            : OptionalDouble.of(balancedness), options.warmup, options.reps, readBw,
                             msg -> System.out.println("  timing " + msg)));
                 }
             }
@@ -286,7 +295,8 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             doc.put("method", Map.of("layers", layers, "warmup", options.warmup, "reps", options.reps, "timing",
                     "CUDA events around each replay of one graph running all layers; per-layer = replay / layers; median",
                     "bytes", "distinct routed experts' gate_up and down weights per layer", "flops", "2 M k 3 H I per layer",
-                    "seed", seed));
+                    "seed", seed, "routing", balancedness == null ? "uniform" : "balancedness " + balancedness
+                            + ", moved into what each batch reaches (each row gives the routings' own)"));
             doc.put("read_bandwidth_bytes_per_second", readBw);
             doc.put("model", geometry.name());
             doc.put("shape", Map.of("hidden", shape.hidden(), "intermediate", shape.intermediate(), "experts", shape.experts(),
@@ -354,16 +364,18 @@ public final class BenchPrefillCommand implements Callable<Integer> {
 
     private void printTable(List<ExpertLayerBenchmark.Result> results, JsonNode torch) {
         System.out.println();
-        System.out.printf(Locale.ROOT, "%-14s %6s %10s %10s %10s %8s %8s %9s %11s %10s%n", "variant", "M", "layer us", "gate_up us",
-                "down us", "TFLOP/s", "of floor", "of dense", "grouped_mm", "vs torch");
+        System.out.printf(Locale.ROOT, "%-14s %6s %10s %10s %10s %8s %8s %9s %11s %10s %8s %6s%n", "variant", "M", "layer us",
+                "gate_up us", "down us", "TFLOP/s", "of floor", "of dense", "grouped_mm", "vs torch", "experts", "beta");
         for (ExpertLayerBenchmark.Result r : results) {
             JsonNode t = torchRow(torch, r.tokens());
             double us = r.layer().medianMicros();
-            System.out.printf(Locale.ROOT, "%-14s %6d %10.1f %10.1f %10.1f %8.1f %7.1f%% %8s %11s %10s%n", r.variant(), r.tokens(), us,
+            System.out.printf(Locale.ROOT, "%-14s %6d %10.1f %10.1f %10.1f %8.1f %7.1f%% %8s %11s %10s %8.1f %6.3f%n", r.variant(),
+                    r.tokens(), us,
                     r.gateUp().medianMicros(), r.down().medianMicros(), flops(r.tokens()) / (us * 1e6), 100 * r.fractionOfRead(),
                     t == null ? "-" : String.format(Locale.ROOT, "%.1f%%", 100 * t.get("dense_gemm_us").asDouble() / us),
                     t == null ? "-" : String.format(Locale.ROOT, "%.1f", t.get("grouped_mm_us").asDouble()),
-                    t == null ? "-" : String.format(Locale.ROOT, "%.2fx", t.get("grouped_mm_us").asDouble() / us));
+                    t == null ? "-" : String.format(Locale.ROOT, "%.2fx", t.get("grouped_mm_us").asDouble() / us),
+                    r.distinctExpertsPerLayer(), r.balancedness());
         }
         if (torch != null) {
             System.out.println();
