@@ -20,8 +20,8 @@ import dev.moeforge.runtime.moe.RouterKernel;
 import java.util.ArrayList;
 import java.util.EnumMap;
 import java.util.List;
-import java.util.OptionalDouble;
 import java.util.Map;
+import java.util.OptionalDouble;
 import java.util.function.Consumer;
 
 /**
@@ -38,8 +38,13 @@ public final class ExpertLayerBenchmark implements AutoCloseable {
     /** A one-kernel layer (expert_mlp under split_down). */
     public record MlpVariant(String name, ExpertMlpLayer mlp) {}
 
-    /** gateUp and down: each half alone, null for a one-kernel layer. */
-    /** @param balancedness the routings' mean entropy-normalised balancedness H(p) / ln E of the expert loads */
+    /**
+     * One variant at one token count.
+     *
+     * @param gateUp       gate_up alone, null for a one-kernel layer
+     * @param down         down alone, null for a one-kernel layer
+     * @param balancedness the routings' mean entropy-normalised balancedness H(p) / ln E of the expert loads
+     */
     public record Result(String variant, int tokens, Timing layer, Timing gateUp, Timing down,
                          double distinctExpertsPerLayer, double distinctBytesPerLayer, double gbPerSecond,
                          double fractionOfRead, double balancedness) {}

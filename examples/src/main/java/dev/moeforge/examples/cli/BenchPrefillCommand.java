@@ -206,10 +206,13 @@ public final class BenchPrefillCommand implements Callable<Integer> {
         LayerGeometry geometry = LayerGeometry.of(model, shapeOption);
         shape = geometry.shape();
         layout = geometry.layout();
-        options.require("bench prefill");
         List<WeightFormat> formats = List.of(WeightFormat.BF16, WeightFormat.FP8_BLOCK128, WeightFormat.NVFP4, WeightFormat.MXFP4);
         format = formats.stream().filter(f -> f.text().equals(formatText)).findFirst().orElseThrow(() -> new IllegalArgumentException(
                 "--format " + formatText + ": one of " + String.join(", ", formats.stream().map(WeightFormat::text).toList())));
+        if (balancedness != null && !(balancedness >= 0 && balancedness <= 1)) {
+            throw new IllegalArgumentException("--balancedness " + balancedness + ": in [0, 1] (H(p) / ln E of the expert loads; 1 is uniform)");
+        }
+        OptionalDouble routing = balancedness == null ? OptionalDouble.empty() : OptionalDouble.of(balancedness);
         boolean quantised = format != WeightFormat.BF16;
         boolean fourBit = FOUR_BIT_DECODE_PAIRS.containsKey(format);
         List<TilePair> pairs = fourBit ? FOUR_BIT_TILE_PAIRS : quantised ? FP8_TILE_PAIRS : TILE_PAIRS;
@@ -225,6 +228,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                 }
             }
         }
+        options.require("bench prefill");  // after every option is checked: a bad one is named on any machine
         int maxTokens = tokens.stream().mapToInt(Integer::intValue).max().orElseThrow();
         KernelCache cache = KernelCache.defaultCache();
         List<ExpertLayerBenchmark.Result> results = new ArrayList<>();
@@ -279,8 +283,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                         bench.weightBytes() / 1e9);
                 for (int m : tokens) {
                     List<ExpertLayerBenchmark.Variant> here = m <= OUTPUT_CENTRIC_UP_TO ? all : tiles;
-                    results.addAll(bench.run(stream, here, m, seed, balancedness == null ? OptionalDouble.empty()
-                            : OptionalDouble.of(balancedness), options.warmup, options.reps, readBw,
+                    results.addAll(bench.run(stream, here, m, seed, routing, options.warmup, options.reps, readBw,
                             msg -> System.out.println("  timing " + msg)));
                 }
             }

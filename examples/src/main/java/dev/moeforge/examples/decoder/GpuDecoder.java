@@ -1141,8 +1141,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             int qDim = c.heads() * c.headDim();
             int qkvDim = qDim + 2 * c.kvHeads() * c.headDim();
             boolean bias = c.attentionBias();
-            // a bias in the epilogue of a 256-output wgmma tile spills registers on sm_90a; 128 outputs do not
-            List<ExpertCentric> projectionTiles = PROJECTION_TILES.stream().filter(t -> !bias || t.blockN() <= 128).toList();
+            List<ExpertCentric> projectionTiles = takingBias(PROJECTION_TILES, bias);
             Optional<KernelSpec> qkv = tiles("prompt_qkv_proj", projection(h, qkvDim, bias), projectionTiles, target);
             Optional<KernelSpec> o = tiles("prompt_o_proj", projection(qDim, h, bias), projectionTiles, target);
             if (qkv.isEmpty() || o.isEmpty()) {
@@ -1155,9 +1154,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 router = tiledRouter(decodeRouter).orElse(decodeRouter);
                 Optional<KernelSpec> g = tiles("prompt_experts_gate_up", block.gateUp(), block.gateUpEpilogue(), EXPERT_GATE_UP_TILES,
                         target);
-                // a producer down tile keeps 128 sums a thread, and beside a bias in its epilogue ptxas spilled
-                List<ExpertCentric> downTiles = EXPERT_DOWN_TILES.stream().filter(t -> !block.down().bias() || !t.producer()).toList();
-                Optional<KernelSpec> d = tiles("prompt_experts_down", block.down(), block.downEpilogue(), downTiles, target);
+                Optional<KernelSpec> d = tiles("prompt_experts_down", block.down(), block.downEpilogue(),
+                        takingBias(EXPERT_DOWN_TILES, block.down().bias()), target);
                 if (g.isPresent() && d.isPresent()) {
                     gateUp = g.get();
                     down = d.get();
@@ -1193,9 +1191,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /**
      * The tiles a prompt's projections prefer, first that lowers: on sm_90a wgmma over 128 rows by
-     * 256 outputs, its stages filled by a producer warpgroup (2048 rows: 1-2% faster than four
-     * warpgroups side by side on q/k/v, 10% on o), then four warpgroups over 256 (or 128) outputs fed
-     * by the tensor memory accelerator; then mma.sync tiles of 128, 64 and 16 rows (every target). A
+     * 256 outputs, its stages filled by a producer warpgroup (the fastest measured over a chunk's
+     * 2,048 rows; bench/NOTES.md), then four warpgroups over 256 (or 128) outputs fed by the tensor
+     * memory accelerator; then mma.sync tiles of 128, 64 and 16 rows (every target). A
      * projection's rows are all one expert's, so the large tiles pad nothing but the chunk's last.
      */
     static final List<ExpertCentric> PROJECTION_TILES = List.of(
@@ -1207,14 +1205,24 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             new ExpertCentric(16, 64, 32, 1, 4, 3, 1));
     /**
      * The experts' gate_up tiles for a prompt: on sm_90a 128 pairs by two warpgroups fed by a producer
-     * warpgroup (a chunk of 2048 tokens: the pair 10% faster than the 64-pair tiles), then 64 pairs by
-     * two warpgroups; then mma.sync tiles (every target).
+     * warpgroup (the fastest measured pair at a chunk of 2,048 tokens; bench/NOTES.md), then 64 pairs
+     * by two warpgroups; then mma.sync tiles (every target).
      */
     static final List<ExpertCentric> EXPERT_GATE_UP_TILES = List.of(
             new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true),
             new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true).withTma(true),
             new ExpertCentric(64, 64, 64, 2, 2, 4, 8),
             new ExpertCentric(16, 64, 32, 1, 4, 3, 1));
+    /**
+     * {@code tiles} without those that spill registers with a bias in their epilogue (sm_90a, ptxas
+     * 13.0): 256 outputs on 12 warps or more, where a thread's share of the registers (at most 170)
+     * holds 64-128 sums and the bias loads do not fit beside them (two warpgroups side by side, 8
+     * warps, do not spill).
+     */
+    static List<ExpertCentric> takingBias(List<ExpertCentric> tiles, boolean bias) {
+        return tiles.stream().filter(t -> !bias || t.blockN() <= 128 || t.warps() < 12).toList();
+    }
+
     /** The experts' down tiles for a prompt, as {@link #EXPERT_GATE_UP_TILES}. */
     static final List<ExpertCentric> EXPERT_DOWN_TILES = List.of(
             new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true),

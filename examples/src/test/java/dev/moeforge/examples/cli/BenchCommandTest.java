@@ -31,6 +31,10 @@ class BenchCommandTest {
         refused("moeforge bench prefill: --reps 20: at least 50 timed repetitions", "bench", "prefill", "--reps", "20");
         refused("moeforge bench prefill: --shape [2048, 768]: four numbers, H,I,E,k", "bench", "prefill", "--shape", "2048,768");
         refused("moeforge bench prefill: unknown model 'nope'", "bench", "prefill", "--model", "nope");
+        refused("moeforge bench prefill: --format fp4: one of bf16, fp8_e4m3_block128, nvfp4, mxfp4", "bench", "prefill", "--format", "fp4");
+        refused("moeforge bench prefill: --balancedness 1.5: in [0, 1]", "bench", "prefill", "--balancedness", "1.5");
+        refused("moeforge bench prefill: --balancedness NaN: in [0, 1]", "bench", "prefill", "--balancedness", "NaN");
+        refused("moeforge bench prefill: --variants: unknown variant 'wg_m256'", "bench", "prefill", "--variants", "wg_m256");
         refused("moeforge bench decode: --projections gemm: one of [by-batch, gemv, mma, tiles]", "bench", "decode", "--projections", "gemm");
         refused("moeforge bench decode: --attention group: one of [by-batch, by-head, by-group]", "bench", "decode", "--attention", "group");
         refused("moeforge bench decode: --top-p must be in (0, 1], got 1.5", "bench", "decode", "--top-p", "1.5");
