@@ -69,12 +69,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * a block with its own online softmax, merged by the block that finishes last. One slice per 64 positions of the
      * context the decoder keeps (one block walking 4,096 positions in turn was the step's slowest
      * part), but at least enough for {@link #ATTENTION_BLOCKS} blocks over the batch's heads (a batch
-     * of 64 with 16 slices launched 32,768 blocks of two positions a warp), at most 64.
+     * of 64 with 16 slices launched 32,768 blocks of two positions a warp), at most {@link #ATTENTION_MAX_SLICES}.
      */
     static int attentionSplits(int context, int batch, int heads) {
         int fill = Math.ceilDiv(ATTENTION_BLOCKS, batch * heads);
-        return Math.clamp(Math.max(Math.ceilDiv(context, 64), fill), 1, 64);
+        return Math.clamp(Math.max(Math.ceilDiv(context, 64), fill), 1, ATTENTION_MAX_SLICES);
     }
+    /** The most slices attention by head cuts a head's positions into (moeforge_decoder.cu's kAttnMaxSlices, its merge's scratch). */
+    static final int ATTENTION_MAX_SLICES = 64;
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
     /** sample_cut's grid per sequence: one cluster of the kernel's kCutBlocks blocks of kCutThreads. */

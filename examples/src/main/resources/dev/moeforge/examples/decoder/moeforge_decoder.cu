@@ -105,16 +105,20 @@ __device__ __forceinline__ void norm_span(float* v, const float* __restrict__ w,
   __syncthreads();
 }
 
-// RoPE's cos and sin of pair i at position pos (NeoX pairs i, i + head_dim/2), times `scaling`:
-// the angle inv_freq[i] * pos in FP32 as transformers computes it, reduced to [-pi, pi] in FP64
-// (exactly enough), so the fast sine needs no slow path.
-__device__ __forceinline__ void rope_cos_sin(const float* __restrict__ inv_freq, int i, int pos, float scaling, float& c,
-                                             float& s) {
-  const float angle = inv_freq[i] * static_cast<float>(pos);
+// RoPE's cos and sin at position pos of a pair of that frequency (inv_freq[i] of pair i; NeoX pairs
+// i, i + head_dim/2), times `scaling`: the angle frequency * pos in FP32 as transformers computes it,
+// reduced to [-pi, pi] in FP64 (exactly enough), so the fast sine needs no slow path.
+__device__ __forceinline__ void rope_angle_cos_sin(float frequency, int pos, float scaling, float& c, float& s) {
+  const float angle = frequency * static_cast<float>(pos);
   float sn, cs;
   __sincosf(static_cast<float>(remainder(static_cast<double>(angle), 6.283185307179586)), &sn, &cs);
   c = cs * scaling;
   s = sn * scaling;
+}
+// The same for pair i of the frequency table.
+__device__ __forceinline__ void rope_cos_sin(const float* __restrict__ inv_freq, int i, int pos, float scaling, float& c,
+                                             float& s) {
+  rope_angle_cos_sin(inv_freq[i], pos, scaling, c, s);
 }
 
 // Where a row's k and v go: decode rows (copies 0) each to their own sequence b of the cache; the
@@ -216,25 +220,31 @@ __device__ __forceinline__ void qk_norm_rope_head(
   __shared__ float scratch[32];
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
   const bool in = d < head_dim;
+  const bool roped_head = h < heads + kv_heads;
+  const int half = head_dim / 2;
+  // the norm's weight and RoPE's frequency (no kernel of the step writes them) before the wait, the
+  // row and the position after it by plain loads (ptxas may hoist a load it takes for read-only above it)
+  const float norm_weight = roped_head && in && norm_mode == 1 ? (h < heads ? q_norm : k_norm)[d] : 0.0f;
+  const float frequency = roped_head && in ? inv_freq[d < half ? d : d - half] : 0.0f;
+  wait_for_previous_kernel();
   const int n = (heads + 2 * kv_heads) * head_dim;
-  const float v = in ? value_of(qkv[static_cast<size_t>(b) * n + static_cast<size_t>(h) * head_dim + d]) : 0.0f;
-  const int pos = positions[b];
+  const float v = in ? value_of(__ldca(qkv + static_cast<size_t>(b) * n + static_cast<size_t>(h) * head_dim + d)) : 0.0f;
+  const int pos = __ldca(positions + b);
   const int kn = kv_heads * head_dim;
-  if (h >= heads + kv_heads) {  // a v head: to the cache as it is
+  if (!roped_head) {  // a v head: to the cache as it is
     if (in) cache_store(v_cache, b, copies, pos, context, kn, (h - heads - kv_heads) * head_dim + d, v);
     return;
   }
   float x = v;
   if (norm_mode == 1) {
     const float r = rsqrtf(block_sum(v * v, scratch) / head_dim + eps);
-    x = in ? (h < heads ? q_norm : k_norm)[d] * (v * r) : 0.0f;
+    x = in ? norm_weight * (v * r) : 0.0f;
   }
   head[d] = x;
   __syncthreads();
   if (!in) return;
-  const int half = head_dim / 2;
   float c, s;
-  rope_cos_sin(inv_freq, d < half ? d : d - half, pos, scaling, c, s);
+  rope_angle_cos_sin(frequency, pos, scaling, c, s);
   const float roped = d < half ? head[d] * c - head[d + half] * s : head[d] * c + head[d - half] * s;
   if (h < heads) {
     q_out[(static_cast<size_t>(b) * heads + h) * head_dim + d] = roped;
@@ -249,7 +259,7 @@ __device__ __forceinline__ void qk_norm_rope_head(
       float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling,                  \
       float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, int heads, \
       int kv_heads, int head_dim, int context, int copies) {                                                            \
-    begin_after_previous_kernel();                                                                                      \
+    let_next_kernel_launch();                                                                                           \
     qk_norm_rope_head(qkv, q_norm, k_norm, norm_mode, eps, positions, inv_freq, scaling, q_out, k_cache, v_cache,       \
                       heads, kv_heads, head_dim, context, copies);                                                      \
   }
@@ -271,6 +281,7 @@ MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads_bf16, __nv_bfloat16)
 constexpr int kAttnWarps = 4;
 constexpr int kAttnGroups = kAttnWarps * 4;  // groups of 8 lanes
 constexpr int kAttnInFlight = 2;              // positions per group whose loads are issued together
+constexpr int kAttnMaxSlices = 64;            // the most slices a head's positions are cut into (the merge's scratch)
 
 // n bf16 from 2n-byte aligned memory as n/2 32-bit words, in 16-byte loads where n allows. kFresh:
 // a plain load (ld.global.ca), for what the previous kernel writes: ptxas treats a read-only load of a
@@ -434,15 +445,36 @@ __device__ __forceinline__ void attention_decode_head(
   __syncthreads();
   if (!finishing) return;
   __threadfence();
+  // the merge: every slice's max and sum first (one load each, all in flight), their factors (over the
+  // denominator) in shared memory, then each dimension's sums over the slices (loads unrolled, none
+  // waiting on another: a loop that loaded a slice's max before each of its sums paid a latency a slice)
+  __shared__ float slice_max[kAttnMaxSlices], slice_factor[kAttnMaxSlices];
   const float* all = parts + head_row * splits * (HD + 2);
-  float total_max = sinks != nullptr ? sinks[h] : -INFINITY;
-  for (int s = 0; s < splits; ++s) total_max = fmaxf(total_max, __ldcg(all + s * (HD + 2)));
-  float denominator = sinks != nullptr ? __expf(sinks[h] - total_max) : 0.0f;
-  for (int s = 0; s < splits; ++s) denominator += __ldcg(all + s * (HD + 2) + 1) * rescale(__ldcg(all + s * (HD + 2)), total_max);
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+    slice_max[s] = __ldcg(all + s * (HD + 2));
+    slice_factor[s] = __ldcg(all + s * (HD + 2) + 1);
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float total_max = sinks != nullptr ? sinks[h] : -INFINITY;
+    for (int s = lane; s < splits; s += 32) total_max = fmaxf(total_max, slice_max[s]);
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) total_max = fmaxf(total_max, __shfl_xor_sync(kFullMask, total_max, d));
+    float denominator = 0.0f;
+    for (int s = lane; s < splits; s += 32) {
+      const float f = rescale(slice_max[s], total_max);
+      denominator += slice_factor[s] * f;
+      slice_factor[s] = f;
+    }
+    denominator = warp_sum(denominator) + (sinks != nullptr ? __expf(sinks[h] - total_max) : 0.0f);
+    for (int s = lane; s < splits; s += 32) slice_factor[s] /= denominator;
+  }
+  __syncthreads();
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {
     float numerator = 0.0f;
-    for (int s = 0; s < splits; ++s) numerator += __ldcg(all + s * (HD + 2) + 2 + d) * rescale(__ldcg(all + s * (HD + 2)), total_max);
-    out[head_row * HD + d] = __float2bfloat16_rn(numerator / denominator);
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) numerator += __ldcg(all + s * (HD + 2) + 2 + d) * slice_factor[s];
+    out[head_row * HD + d] = __float2bfloat16_rn(numerator);
   }
   if (threadIdx.x == 0) tickets[head_row] = 0;  // for the next layer and step
 }
