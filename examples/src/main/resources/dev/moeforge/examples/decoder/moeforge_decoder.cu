@@ -56,34 +56,24 @@ constexpr int kPerThread = 16;
 constexpr int kRowThreads = 512;  // the row kernels' block: 512 x 16 values at most
 
 // out[b] = bf16(w * x[b] / sqrt(mean(x[b]^2) + eps)), with x[b] += y[b] first where y is given.
-// Grid: tokens; block: kRowThreads threads; n at most kRowThreads * kPerThread. Waits for the
-// previous kernel itself: the norm's weights, which no kernel of the step writes, are asked for
-// before the wait (after the sum they cost one more memory latency); x and y after it by plain loads
-// (ptxas may hoist a load it takes for read-only above the wait).
+// Grid: tokens; block: kRowThreads threads; n at most kRowThreads * kPerThread.
 template <bool kAdd, class Y>
 __device__ __forceinline__ void add_then_norm(float* __restrict__ x, const Y* __restrict__ y, const float* __restrict__ w,
                               __nv_bfloat16* __restrict__ out, int n, float eps) {
   __shared__ float scratch[32];
-  float wv[kPerThread];
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    wv[j] = i < n ? w[i] : 0.0f;
-  }
-  wait_for_previous_kernel();
   float* row = x + static_cast<size_t>(blockIdx.x) * n;
   float v[kPerThread];
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
-    v[j] = i < n ? __ldca(row + i) : 0.0f;
+    v[j] = i < n ? row[i] : 0.0f;
   }
   if constexpr (kAdd) {
     const Y* add = y + static_cast<size_t>(blockIdx.x) * n;
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int i = threadIdx.x + j * blockDim.x;
-      if (i < n) v[j] += static_cast<float>(__ldca(add + i));
+      if (i < n) v[j] += static_cast<float>(add[i]);
     }
   }
   float ss = 0.0f;
@@ -95,14 +85,14 @@ __device__ __forceinline__ void add_then_norm(float* __restrict__ x, const Y* __
     const int i = threadIdx.x + j * blockDim.x;
     if (i < n) {
       if constexpr (kAdd) row[i] = v[j];
-      out[static_cast<size_t>(blockIdx.x) * n + i] = __float2bfloat16_rn(wv[j] * (v[j] * r));
+      out[static_cast<size_t>(blockIdx.x) * n + i] = __float2bfloat16_rn(w[i] * (v[j] * r));
     }
   }
 }
 
 extern "C" __global__ void __launch_bounds__(kRowThreads) rms_norm(const float* __restrict__ x, const float* __restrict__ w,
                                                             __nv_bfloat16* __restrict__ out, int n, float eps) {
-  let_next_kernel_launch();
+  begin_after_previous_kernel();
   add_then_norm<false, float>(const_cast<float*>(x), nullptr, w, out, n, eps);
 }
 
@@ -994,14 +984,14 @@ extern "C" __global__ void repeat_row_bf16(const __nv_bfloat16* __restrict__ in,
 extern "C" __global__ void __launch_bounds__(kRowThreads) add_f32_rms_norm(float* __restrict__ x, const float* __restrict__ y,
                                                                     const float* __restrict__ w, __nv_bfloat16* __restrict__ out,
                                                                     int n, float eps) {
-  let_next_kernel_launch();
+  begin_after_previous_kernel();
   add_then_norm<true>(x, y, w, out, n, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(kRowThreads) add_bf16_rms_norm(float* __restrict__ x, const __nv_bfloat16* __restrict__ y,
                                                                      const float* __restrict__ w, __nv_bfloat16* __restrict__ out,
                                                                      int n, float eps) {
-  let_next_kernel_launch();
+  begin_after_previous_kernel();
   add_then_norm<true>(x, y, w, out, n, eps);
 }
 
