@@ -39,22 +39,32 @@ __device__ __forceinline__ void routing_align_count(const int* __restrict__ topk
 // Align, step 2 (one warp per block): block s places its segment's pairs. A pair's place is the
 // pairs of all lower buckets, plus its bucket's pairs in earlier segments, plus those before it in
 // its own segment (a warp ranks 32 pairs at a time with match_any, in pair order). Block 0 also
-// writes expert_offsets. smem: 2 (E + 1) ints.
+// writes expert_offsets. With one segment (a decode batch's few hundred pairs) the warp counts the
+// pairs itself and segment_counts is not read: the plan is this launch alone. smem: 2 (E + 1) ints.
 __device__ __forceinline__ void routing_align_scatter(const int* __restrict__ topk_ids, const int* __restrict__ segment_counts,
                                                       int* __restrict__ sorted_slots, int* __restrict__ expert_offsets,
                                                       int pairs, int experts, int segment, int segments, int* smem) {
   const int lane = threadIdx.x, s = blockIdx.x, buckets = experts + 1;
   int* next = smem;            // where this segment's next pair of bucket b goes
   int* total = smem + buckets;  // bucket b's pairs in every segment
-  for (int b = lane; b < buckets; b += 32) {
-    int before = 0, all = 0;
-    for (int t = 0; t < segments; ++t) {
-      const int c = segment_counts[static_cast<size_t>(t) * buckets + b];
-      all += c;
-      before += t < s ? c : 0;
+  if (segments == 1) {
+    for (int b = lane; b < buckets; b += 32) {
+      next[b] = 0;
+      total[b] = 0;
     }
-    next[b] = before;
-    total[b] = all;
+    __syncwarp();
+    for (int i = lane; i < pairs; i += 32) atomicAdd(&total[align_bucket(__ldg(topk_ids + i), experts)], 1);
+  } else {
+    for (int b = lane; b < buckets; b += 32) {
+      int before = 0, all = 0;
+      for (int t = 0; t < segments; ++t) {
+        const int c = segment_counts[static_cast<size_t>(t) * buckets + b];
+        all += c;
+        before += t < s ? c : 0;
+      }
+      next[b] = before;
+      total[b] = all;
+    }
   }
   __syncwarp();
   // exclusive scan of the totals: lane l takes buckets [l per, (l + 1) per)

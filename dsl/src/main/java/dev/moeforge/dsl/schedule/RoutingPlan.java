@@ -10,7 +10,8 @@ import java.util.Arrays;
  *
  * <p>On the GPU two launches build it from {@code topk_ids} with nothing read back to the host:
  * {@code <kernel>_align_count} counts each segment's pairs per bucket, {@code <kernel>_align_scatter}
- * places every pair; both are entry points of each expert-centric kernel's module. This class
+ * places every pair (with one segment, up to {@code ONE_SEGMENT_PAIRS}, the scatter counts them itself
+ * and is the only launch); both are entry points of each expert-centric kernel's module. This class
  * names their parameters and is the host twin the tests compare them with.
  *
  * @param sortedSlots   the pairs in bucket order ({@code [M*k]})
@@ -27,8 +28,20 @@ public record RoutingPlan(int[] sortedSlots, int[] expertOffsets) {
     /** Segments (one warp each) the align splits the pairs into at most, so its count table stays small. */
     public static final int MAX_SEGMENTS = 128;
 
-    /** Pairs per align segment for {@code pairs} pairs: a whole number of warps' rounds, at most {@link #MAX_SEGMENTS} segments. */
+    /**
+     * Up to this many pairs the align takes one segment, which its scatter counts itself: the plan is
+     * one launch of one warp (a few rounds of 32 pairs cost less than a second launch).
+     */
+    public static final int ONE_SEGMENT_PAIRS = 512;
+
+    /**
+     * Pairs per align segment for {@code pairs} pairs: all of them up to {@link #ONE_SEGMENT_PAIRS},
+     * else a whole number of warps' rounds, at most {@link #MAX_SEGMENTS} segments.
+     */
     public static int segmentLength(long pairs) {
+        if (pairs <= ONE_SEGMENT_PAIRS) {
+            return Math.toIntExact(Math.max(1, Math.ceilDiv(pairs, WARP)) * WARP);
+        }
         long rounds = Math.max(1, Math.ceilDiv(pairs, (long) WARP * MAX_SEGMENTS));
         return Math.toIntExact(rounds * WARP);
     }

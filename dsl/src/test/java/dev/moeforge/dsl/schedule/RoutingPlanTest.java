@@ -27,9 +27,11 @@ class RoutingPlanTest {
 
     @Test
     void segmentsStayWithinTheirLimitAndCoverEveryPair() {
-        for (long pairs : new long[] {1, 31, 32, 33, 4096, 4097, 131_072, 524_288, 2_097_152}) {
+        for (long pairs : new long[] {1, 31, 32, 33, 64, 512, 513, 4096, 4097, 131_072, 524_288, 2_097_152}) {
             int length = RoutingPlan.segmentLength(pairs);
             int segments = RoutingPlan.segments(pairs);
+            // a decode batch's plan is one launch: its scatter alone, over one segment
+            assertEquals(pairs <= RoutingPlan.ONE_SEGMENT_PAIRS, segments == 1, () -> segments + " segments for " + pairs + " pairs");
             assertEquals(0, length % RoutingPlan.WARP, () -> "segment of " + length + " for " + pairs + " pairs");
             assertEquals(true, segments <= RoutingPlan.MAX_SEGMENTS && (long) segments * length >= pairs
                     && (long) (segments - 1) * length < pairs, () -> segments + " segments of " + length + " for " + pairs);

@@ -8,8 +8,8 @@ import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 
 /**
- * The align entry points of an expert-centric kernel's module: two launches that turn
- * {@code topk_ids} into the {@link RoutingPlan} on the device, with nothing read back to the
+ * The align entry points of an expert-centric kernel's module: two launches (one for a batch of
+ * one segment) that turn {@code topk_ids} into the {@link RoutingPlan} on the device, with nothing read back to the
  * host, so a layer captures in one CUDA graph.
  */
 public final class RoutingAlign {
@@ -37,9 +37,17 @@ public final class RoutingAlign {
                 DeviceBuffer.allocate(DType.INT32, segmentCountsElements(tokens)), tokens);
     }
 
-    /** Enqueues the two launches that write {@code plan} from {@code topkIds} ([tokens][k]). */
+    /**
+     * Enqueues the launches that write {@code plan} from {@code topkIds} ([tokens][k]): the count and
+     * the scatter, or for pairs of one segment the scatter alone (it counts them itself).
+     */
     public void enqueue(CudaStream stream, LaunchOrder order, int tokens, DeviceBuffer topkIds, PlanBuffers plan) {
-        Segments s = enqueueCount(stream, order, tokens, topkIds, plan);
+        Segments s = Segments.of(tokens * topk);
+        if (s.segments() > 1) {
+            enqueueCount(stream, order, tokens, topkIds, plan);
+        } else {
+            checkRouting(tokens, topkIds, plan);
+        }
         scatter.launch(order, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds, plan.segmentCounts(), plan.sortedSlots(),
                 plan.expertOffsets(), s.pairs(), s.segment(), s.segments());
     }
@@ -49,15 +57,19 @@ public final class RoutingAlign {
      * (one warp a block, {@link Segments#segments()} blocks, as the align's scatter does).
      */
     public Segments enqueueCount(CudaStream stream, LaunchOrder order, int tokens, DeviceBuffer topkIds, PlanBuffers plan) {
+        checkRouting(tokens, topkIds, plan);
+        Segments s = Segments.of(tokens * topk);
+        count.launch(order, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds, plan.segmentCounts(), s.pairs(), s.segment());
+        return s;
+    }
+
+    private void checkRouting(int tokens, DeviceBuffer topkIds, PlanBuffers plan) {
         if (tokens < 1 || tokens > plan.capacity()) {
             throw new IllegalArgumentException("tokens = " + tokens + ": the routing plan holds 1.." + plan.capacity());
         }
         if (topkIds.dtype() != DType.INT32 || topkIds.elements() < (long) tokens * topk) {
             throw new IllegalArgumentException("topk_ids must be int32 [" + tokens + "][" + topk + "], got " + topkIds);
         }
-        Segments s = Segments.of(tokens * topk);
-        count.launch(order, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds, plan.segmentCounts(), s.pairs(), s.segment());
-        return s;
     }
 
     /** How the align splits {@code pairs} routed pairs: {@code segments} blocks of {@code segment} pairs. */
