@@ -237,22 +237,13 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
   n_tile = pid % in_group / group_size;
   if (threadIdx.x < 32) {  // warp 0 scans the buckets' tile counts
     const int lane = threadIdx.x;
-    // every bucket's offsets asked for at once: a scan that loaded 32 buckets after counting the 32
-    // before them paid a memory latency for each 32 (five at 128 experts) before the first copy
-    constexpr int kChunks = ceil_div(T::kBuckets, 32);
-    int begins[kChunks], ends[kChunks];
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int b = 32 * c + lane;
-      begins[c] = b < T::kBuckets ? offsets[b] : 0;
-      ends[c] = b < T::kBuckets ? offsets[b + 1] : 0;
-    }
     if (lane == 0) found[0] = -1;
     __syncwarp();
     int before = 0;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int b = 32 * c + lane, begin = begins[c], end = ends[c];
+    for (int b0 = 0; b0 < T::kBuckets && before <= m_tile; b0 += 32) {
+      const int b = b0 + lane;
+      const int begin = b < T::kBuckets ? offsets[b] : 0;
+      const int end = b < T::kBuckets ? offsets[b + 1] : 0;
       const int tiles = ceil_div(end - begin, T::BM);
       int inclusive = tiles;
 #pragma unroll
