@@ -544,8 +544,9 @@ __device__ __forceinline__ void q_fragments(const float* r0, const float* r1, in
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int col = c * 16 + half * 8 + 2 * t;
-      const float2 a = r0 != nullptr ? *reinterpret_cast<const float2*>(r0 + col) : make_float2(0.0f, 0.0f);
-      const float2 b = r1 != nullptr ? *reinterpret_cast<const float2*>(r1 + col) : make_float2(0.0f, 0.0f);
+      // plain loads: a read-only load may be hoisted above griddepcontrol.wait past copies issued before it
+      const float2 a = r0 != nullptr ? __ldca(reinterpret_cast<const float2*>(r0 + col)) : make_float2(0.0f, 0.0f);
+      const float2 b = r1 != nullptr ? __ldca(reinterpret_cast<const float2*>(r1 + col)) : make_float2(0.0f, 0.0f);
       qa[c][2 * half] = bf16x2_bits(a.x, a.y);
       qa[c][2 * half + 1] = bf16x2_bits(b.x, b.y);
     }
@@ -553,16 +554,18 @@ __device__ __forceinline__ void q_fragments(const float* r0, const float* r1, in
 }
 
 // Stages keys [first, first + kPrefillKeys) of k and v (row `key` at k_rows + key * stride; keys from
-// `end` on zero-filled) into stage `slot` of `tiles`, by the block's `threads` threads, as one cp.async group.
+// `end` on zero-filled; key `skip`, where one is given, left alone for a copy of its own) into stage
+// `slot` of `tiles`, by the block's `threads` threads, as one cp.async group.
 template <int HD>
 __device__ __forceinline__ void stage_kv(__nv_bfloat16* tiles, int slot, const __nv_bfloat16* k_rows, const __nv_bfloat16* v_rows,
-                                         size_t stride, int first, int end, int threads) {
+                                         size_t stride, int first, int end, int threads, int skip = -1) {
   using Tile = PrefillTile<HD>;
   __nv_bfloat16* ks = tiles + (2 * slot) * Tile::kElements;
   __nv_bfloat16* vs = ks + Tile::kElements;
   for (int i = threadIdx.x; i < kPrefillKeys * (HD / 8); i += threads) {
     const int r = i / (HD / 8), piece = (i % (HD / 8)) * 8;
     const int key = first + r;
+    if (key == skip) continue;
     const bool valid = key < end;
     const size_t at = valid ? static_cast<size_t>(key) * stride + piece : 0;
     cp_async_16_or_zero(ks + r * Tile::kStride + piece, k_rows + at, valid);
@@ -781,7 +784,6 @@ __device__ __forceinline__ void attention_decode_group(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
     const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
     __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
-  wait_for_previous_kernel();
   using Tile = PrefillTile<HD>;
   constexpr int kChunks = HD / 16;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -792,7 +794,7 @@ __device__ __forceinline__ void attention_decode_group(
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int group = heads / kv_heads;
   const int head0 = kvh * group;
-  const int pos = positions[b];
+  const int pos = positions[b];  // written before this step's launch (the last step's pick, or the host)
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int span = (pos - first + splits) / splits;  // ceil((pos - first + 1) / splits)
   const int begin = first + split * span, end = min(pos, begin + span - 1);  // empty where begin > end
@@ -800,19 +802,31 @@ __device__ __forceinline__ void attention_decode_group(
   const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * kn + static_cast<size_t>(kvh) * HD;
   const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * kn + static_cast<size_t>(kvh) * HD;
   const float scale_log2 = scale * kLog2e;
+  auto stage = [&](int tile, int slot) { stage_kv<HD>(tiles, slot, kb, vb, kn, begin + tile * kGroupKeys, end + 1, 32 * kGroupWarps); };
+  const int tiles_in_slice = end >= begin ? (end - begin) / kGroupKeys + 1 : 0;
+  // The slice's first tile is copied before the wait, all but the token's own row: earlier steps wrote
+  // every position before it, the previous kernel writes the token's, which gets a copy of its own after.
+  const bool own_row_first = tiles_in_slice > 0 && end == pos && pos < begin + kGroupKeys;
+  if (tiles_in_slice > 0) stage_kv<HD>(tiles, 0, kb, vb, kn, begin, end + 1, 32 * kGroupWarps, own_row_first ? pos : -1);
+  wait_for_previous_kernel();
+  if (own_row_first) {
+    __nv_bfloat16* ks = tiles + (pos - begin) * Tile::kStride;
+    for (int piece = threadIdx.x; piece < HD / 8; piece += 32 * kGroupWarps) {
+      cp_async_16_or_zero(ks + 8 * piece, kb + static_cast<size_t>(pos) * kn + 8 * piece, true);
+      cp_async_16_or_zero(ks + Tile::kElements + 8 * piece, vb + static_cast<size_t>(pos) * kn + 8 * piece, true);
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 
   // the group's q rows g and g + 8 as A fragments (bf16), zero past the group
   uint32_t qa[kChunks][4];
   const float* qb = q + (static_cast<size_t>(b) * heads + head0) * HD;
   q_fragments<HD>(g < group ? qb + g * HD : nullptr, g + 8 < group ? qb + (g + 8) * HD : nullptr, t, qa);
-  auto stage = [&](int tile, int slot) { stage_kv<HD>(tiles, slot, kb, vb, kn, begin + tile * kGroupKeys, end + 1, 32 * kGroupWarps); };
 
   float o[2 * kChunks][4];
 #pragma unroll
   for (int n = 0; n < 2 * kChunks; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int tiles_in_slice = end >= begin ? (end - begin) / kGroupKeys + 1 : 0;
-  if (tiles_in_slice > 0) stage(0, 0);
   for (int tile = 0; tile < tiles_in_slice; ++tile) {
     const int slot = tile & 1;
     if (tile + 1 < tiles_in_slice) {
