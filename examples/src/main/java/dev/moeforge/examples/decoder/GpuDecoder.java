@@ -77,6 +77,16 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     }
     /** The most slices attention by head cuts a head's positions into (moeforge_decoder.cu's kAttnMaxSlices, its merge's scratch). */
     static final int ATTENTION_MAX_SLICES = 64;
+    /**
+     * Attention by head in thread block clusters ({@code attention_decode_cluster_<head_dim>}): a head's
+     * slices, one cluster (moeforge_decoder.cu's kAttnClusterSlices), merged in distributed shared memory.
+     */
+    static final int CLUSTER_ATTENTION_SLICES = 8;
+    /**
+     * Up to this cache capacity attention by head runs in clusters: the positions one round of the
+     * cluster's loads covers (8 slices of 16 groups with 4 positions each in flight).
+     */
+    static final int CLUSTER_ATTENTION_POSITIONS = 512;
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
     /** sample_cut's grid per sequence: one cluster of the kernel's kCutBlocks blocks of kCutThreads. */
@@ -649,7 +659,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
          * large enough ({@link #groupAttentionPays}), else by head.
          */
         BY_BATCH,
-        /** {@code attention_decode_<head_dim>}: one head per block. */
+        /**
+         * By head: one head's slice per block, the slices in one cluster ({@code attention_decode_cluster_<head_dim>})
+         * up to {@link #CLUSTER_ATTENTION_POSITIONS} positions of cache, else merged by a ticket ({@code attention_decode_<head_dim>}).
+         */
         BY_HEAD,
         /** {@code attention_decode_group_<head_dim>} where it applies (as {@link #BY_BATCH}). */
         BY_GROUP
@@ -676,12 +689,13 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * A decode step's attention kernel and its grid: by kv group on the tensor cores
      * ({@code attention_decode_group_<head_dim>}: grid (kv_heads, slices, batch), each kv row read
      * once for the group's heads) where a group has 2 to {@link #GROUP_ATTENTION_ROWS} heads and the
-     * head size is one the prompt's tiles take; else by head ({@code attention_decode_<head_dim>}:
-     * grid (heads, slices, batch)).
+     * head size is one the prompt's tiles take; else by head, grid (heads, slices, batch): for a cache
+     * of up to {@link #CLUSTER_ATTENTION_POSITIONS} positions in clusters of the head's slices
+     * ({@code attention_decode_cluster_<head_dim>}), else {@code attention_decode_<head_dim>}.
      *
      * @param kernel      the kernel's name in moeforge_decoder.cu
      * @param blocks      the grid's x: kv heads or heads
-     * @param slices      the grid's y: slices of each sequence's positions, merged by the block that finishes last
+     * @param slices      the grid's y: slices of each sequence's positions, merged in the cluster or by the block that finishes last
      * @param sharedBytes the launch's dynamic shared memory
      */
     record DecodeAttention(String kernel, int blocks, int slices, int sharedBytes) {
@@ -696,6 +710,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 int slices = Math.clamp(fill, 1, Math.clamp(Math.ceilDiv(context, 64), 1, GROUP_ATTENTION_SLICES));
                 return new DecodeAttention("attention_decode_group_" + c.headDim(), c.kvHeads(), slices,
                         groupAttentionBytes(c.headDim()));
+            }
+            if (context <= CLUSTER_ATTENTION_POSITIONS) {
+                return new DecodeAttention("attention_decode_cluster_" + c.headDim(), c.heads(), CLUSTER_ATTENTION_SLICES, 0);
             }
             return new DecodeAttention("attention_decode_" + c.headDim(), c.heads(), attentionSplits(context, batch, c.heads()), 0);
         }

@@ -282,6 +282,8 @@ constexpr int kAttnWarps = 4;
 constexpr int kAttnGroups = kAttnWarps * 4;  // groups of 8 lanes
 constexpr int kAttnInFlight = 2;              // positions per group whose loads are issued together
 constexpr int kAttnMaxSlices = 64;            // the most slices a head's positions are cut into (the merge's scratch)
+constexpr int kAttnClusterSlices = 8;         // attention in clusters: the slices of a head, one block each
+constexpr int kAttnClusterInFlight = 4;       // and each group's positions in flight: 512 a head in one round
 
 // n bf16 from 2n-byte aligned memory as n/2 32-bit words, in 16-byte loads where n allows. kFresh:
 // a plain load (ld.global.ca), for what the previous kernel writes: ptxas treats a read-only load of a
@@ -317,17 +319,24 @@ __device__ __forceinline__ float bf16_high(uint32_t w) { return __uint_as_float(
 // The factor that moves a sum kept against max m to max top (0 for an empty one, whose m is -inf).
 __device__ __forceinline__ float rescale(float m, float top) { return m == -INFINITY ? 0.0f : __expf(m - top); }
 
+// Each warp's max, sum and [HD] sums of a slice, where the block meets them.
 template <int HD>
-__device__ __forceinline__ void attention_decode_head(
+struct AttnWarpParts {
+  float max[kAttnWarps], sum[kAttnWarps];
+  float acc[kAttnWarps][HD];
+};
+
+// Block (h, ., b) takes slice `split` of `splits` of the token's positions for head h: the walk
+// described above, then the warps' parts in s and the block's max and sum in top and sum (each warp's
+// sums stay against its own max: the caller weighs them).
+template <int HD, int kInFlight>
+__device__ __forceinline__ void attention_slice(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
-    const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
-    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
+    const int* __restrict__ positions, int heads, int kv_heads, int context, int window, float scale, int split, int splits,
+    AttnWarpParts<HD>& s, float& top, float& sum) {
   static_assert(HD % 16 == 0 && HD <= 256, "head_dim: 16, 32, 64, 128 or 256");
   constexpr int D = HD / 8;  // dimensions per lane
-  __shared__ float part_max[kAttnGroups], part_sum[kAttnGroups];
-  __shared__ float part_acc[kAttnWarps][HD];
-  __shared__ int finishing;
-  const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, b = blockIdx.z;
+  const int h = blockIdx.x, b = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = threadIdx.x >> 3, sub = threadIdx.x & 7;
   const int kvh = h / (heads / kv_heads);
   const int pos = positions[b];  // written before this step's launch (the last step's pick, or the host)
@@ -339,10 +348,10 @@ __device__ __forceinline__ void attention_decode_head(
   const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * stride + kvh * HD + sub * D;
   // The slice's first rows are asked for before the wait: earlier steps wrote every position before
   // the token's own, so only the token's row (the previous kernel writes it) waits.
-  uint32_t kw[kAttnInFlight][D / 2], vw[kAttnInFlight][D / 2];
+  uint32_t kw[kInFlight][D / 2], vw[kInFlight][D / 2];
   if (begin <= end) {
 #pragma unroll
-    for (int u = 0; u < kAttnInFlight; ++u) {
+    for (int u = 0; u < kInFlight; ++u) {
       const int t = min(begin + group + u * kAttnGroups, end);
       if (t < pos) {
         load_bf16_words<D>(kb + t * stride, kw[u]);
@@ -362,10 +371,10 @@ __device__ __forceinline__ void attention_decode_head(
   }
   float m = -INFINITY, l = 0.0f;
   // the same trip count for every group (their shuffles need the whole warp); positions past the slice are dropped
-  for (int base = begin; base <= end; base += kAttnGroups * kAttnInFlight) {
+  for (int base = begin; base <= end; base += kAttnGroups * kInFlight) {
     const int t0 = base + group;
 #pragma unroll
-    for (int u = 0; u < kAttnInFlight; ++u) {
+    for (int u = 0; u < kInFlight; ++u) {
       const int t = min(t0 + u * kAttnGroups, end);  // past the slice: a position in it, loaded and dropped
       if (base != begin || t >= pos) {  // the first round's earlier positions are in flight already
         load_bf16_words<D, true>(kb + t * stride, kw[u]);
@@ -373,7 +382,7 @@ __device__ __forceinline__ void attention_decode_head(
       }
     }
 #pragma unroll
-    for (int u = 0; u < kAttnInFlight; ++u) {
+    for (int u = 0; u < kInFlight; ++u) {
       float dot = 0.0f;
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) dot += qv[2 * i] * bf16_low(kw[u][i]) + qv[2 * i + 1] * bf16_high(kw[u][i]);
@@ -407,24 +416,38 @@ __device__ __forceinline__ void attention_decode_head(
   }
   if (lane < 8) {
 #pragma unroll
-    for (int i = 0; i < D; ++i) part_acc[warp][sub * D + i] = acc[i];
+    for (int i = 0; i < D; ++i) s.acc[warp][sub * D + i] = acc[i];
     if (lane == 0) {
-      part_max[warp] = m;
-      part_sum[warp] = l;
+      s.max[warp] = m;
+      s.sum[warp] = l;
     }
   }
   __syncthreads();
-  float top = -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) top = fmaxf(top, part_max[w]);
-  float sum = 0.0f;
-  for (int w = 0; w < kAttnWarps; ++w) sum += part_sum[w] * rescale(part_max[w], top);
+  top = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) top = fmaxf(top, s.max[w]);
+  sum = 0.0f;
+  for (int w = 0; w < kAttnWarps; ++w) sum += s.sum[w] * rescale(s.max[w], top);
+}
+
+template <int HD>
+__device__ __forceinline__ void attention_decode_head(
+    const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+    const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
+    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
+  __shared__ AttnWarpParts<HD> s;
+  __shared__ int finishing;
+  const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, b = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float top, sum;
+  attention_slice<HD, kAttnInFlight>(q, k_cache, v_cache, positions, heads, kv_heads, context, window, scale, split, splits, s,
+                                     top, sum);
   const size_t head_row = static_cast<size_t>(b) * heads + h;
   if (splits == 1) {
     const float sink_top = sinks != nullptr ? fmaxf(top, sinks[h]) : top;
     const float denominator = sum * rescale(top, sink_top) + (sinks != nullptr ? __expf(sinks[h] - sink_top) : 0.0f);
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
       float numerator = 0.0f;
-      for (int w = 0; w < kAttnWarps; ++w) numerator += part_acc[w][d] * rescale(part_max[w], sink_top);
+      for (int w = 0; w < kAttnWarps; ++w) numerator += s.acc[w][d] * rescale(s.max[w], sink_top);
       out[head_row * HD + d] = __float2bfloat16_rn(numerator / denominator);
     }
     return;
@@ -436,7 +459,7 @@ __device__ __forceinline__ void attention_decode_head(
   }
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {
     float numerator = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) numerator += part_acc[w][d] * rescale(part_max[w], top);
+    for (int w = 0; w < kAttnWarps; ++w) numerator += s.acc[w][d] * rescale(s.max[w], top);
     mine[2 + d] = numerator;
   }
   __threadfence();
@@ -479,6 +502,61 @@ __device__ __forceinline__ void attention_decode_head(
   if (threadIdx.x == 0) tickets[head_row] = 0;  // for the next layer and step
 }
 
+// The same walk for short caches with the slices of a head in one thread block cluster
+// (kAttnClusterSlices blocks along y, 4 positions in flight a group: 512 positions a head in one round),
+// merged through distributed shared memory instead of parts in global memory and a ticket: each block
+// weighs its warps' sums into its own numerators, and after the cluster's barrier block r merges
+// dimensions [r HD/8, (r + 1) HD/8) from every block's shared memory, with the sink. Grid: (heads,
+// kAttnClusterSlices, tokens); block: 32 * kAttnWarps threads; parts and tickets are not used.
+template <int HD>
+__device__ __forceinline__ void attention_decode_cluster(
+    const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
+    const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__, int* __restrict__,
+    __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
+  namespace cg = cooperative_groups;
+  constexpr int kDims = HD / kAttnClusterSlices;  // the dimensions each block merges
+  __shared__ AttnWarpParts<HD> s;
+  __shared__ float numerators[HD];  // this block's sums against its max
+  __shared__ float block_max, block_sum;
+  const int h = blockIdx.x, b = blockIdx.z;
+  float top, sum;
+  attention_slice<HD, kAttnClusterInFlight>(q, k_cache, v_cache, positions, heads, kv_heads, context, window, scale,
+                                            blockIdx.y, kAttnClusterSlices, s, top, sum);
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    float numerator = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) numerator += s.acc[w][d] * rescale(s.max[w], top);
+    numerators[d] = numerator;
+  }
+  if (threadIdx.x == 0) {
+    block_max = top;
+    block_sum = sum;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's numerators, max and sum are in its shared memory
+  if (threadIdx.x < kDims) {
+    const int d = static_cast<int>(cluster.block_rank()) * kDims + threadIdx.x;
+    float maxes[kAttnClusterSlices], sums[kAttnClusterSlices], values[kAttnClusterSlices];
+#pragma unroll
+    for (int r = 0; r < kAttnClusterSlices; ++r) {  // every read issued before the first is used
+      maxes[r] = *cluster.map_shared_rank(&block_max, r);
+      sums[r] = *cluster.map_shared_rank(&block_sum, r);
+      values[r] = cluster.map_shared_rank(numerators, r)[d];
+    }
+    float total_max = sinks != nullptr ? sinks[h] : -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kAttnClusterSlices; ++r) total_max = fmaxf(total_max, maxes[r]);
+    float denominator = sinks != nullptr ? __expf(sinks[h] - total_max) : 0.0f, numerator = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kAttnClusterSlices; ++r) {
+      const float f = rescale(maxes[r], total_max);
+      denominator += sums[r] * f;
+      numerator += values[r] * f;
+    }
+    out[(static_cast<size_t>(b) * heads + h) * HD + d] = __float2bfloat16_rn(numerator / denominator);
+  }
+  cluster.sync();  // no block leaves while another reads its shared memory
+}
+
 // A decode attention entry point. Every kind takes the same arguments, so the decoder launches the
 // one it chose with one argument list; each waits for the previous kernel itself (by head after
 // asking for its first cache rows, which do not depend on that kernel).
@@ -493,11 +571,19 @@ __device__ __forceinline__ void attention_decode_head(
   }
 #define MOEFORGE_ATTENTION_DECODE(HD) \
   MOEFORGE_DECODE_ATTENTION_ENTRY(attention_decode_##HD, attention_decode_head<HD>, (32 * kAttnWarps))
+#define MOEFORGE_ATTENTION_DECODE_CLUSTER(HD)                                                          \
+  MOEFORGE_DECODE_ATTENTION_ENTRY(__cluster_dims__(1, kAttnClusterSlices, 1) attention_decode_cluster_##HD, \
+                                  attention_decode_cluster<HD>, (32 * kAttnWarps))
 MOEFORGE_ATTENTION_DECODE(16)
 MOEFORGE_ATTENTION_DECODE(32)
 MOEFORGE_ATTENTION_DECODE(64)
 MOEFORGE_ATTENTION_DECODE(128)
 MOEFORGE_ATTENTION_DECODE(256)
+MOEFORGE_ATTENTION_DECODE_CLUSTER(16)
+MOEFORGE_ATTENTION_DECODE_CLUSTER(32)
+MOEFORGE_ATTENTION_DECODE_CLUSTER(64)
+MOEFORGE_ATTENTION_DECODE_CLUSTER(128)
+MOEFORGE_ATTENTION_DECODE_CLUSTER(256)
 
 // Causal attention of a prompt chunk on the tensor cores (mma.sync m16n8k16: bf16 in, FP32 sums).
 // Block (head, q tile) takes kPrefillRows rows of the chunk (row t at position first_pos + t) against

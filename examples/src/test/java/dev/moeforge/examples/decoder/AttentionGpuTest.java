@@ -98,6 +98,26 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     }
 
     /**
+     * The same in clusters of the head's 8 slices, merged in distributed shared memory: fewer positions
+     * than slices, one round of the cluster's loads and a full one (512), several sequences, windows and sinks.
+     */
+    @ParameterizedTest
+    @CsvSource({
+        // head_dim, heads, kv_heads, batch, context, window, sinks
+        "16, 4, 2, 3, 5, 0, false",
+        "32, 4, 2, 2, 70, 0, true",
+        "64, 64, 8, 2, 300, 128, true",
+        "128, 32, 4, 1, 512, 0, false",
+        "128, 8, 1, 4, 130, 0, false",
+        "128, 32, 4, 3, 512, 100, true",
+        "256, 4, 2, 2, 90, 7, true",
+    })
+    void decodeStepInClusters(int headDim, int heads, int kvHeads, int batch, int context, int window, boolean sinks) {
+        checkDecode("attention_decode_cluster_" + headDim, heads, 0, false, headDim, heads, kvHeads, batch, context,
+                GpuDecoder.CLUSTER_ATTENTION_SLICES, window, sinks);
+    }
+
+    /**
      * The same by kv group on the tensor cores: groups of 2 to 16 heads (16 fills the tile, 3 pads
      * it), one slice, several with partial and empty 64-key tiles, a slice of five tiles (the
      * two-stage pipeline), a window and sinks; q is rounded to bf16 as the kernel's tiles take it.

@@ -69,7 +69,8 @@ class GpuDecoderKernelsTest {
      * A decode step's attention by kv group on the tensor cores where a group has 2 to 16 heads of a
      * size the tiles take (the built-in model: 8 heads of 128; slices for about 512 blocks, but none
      * shorter than 64 positions kept and at most 32) and the batch or the cache is large; by head
-     * below that, for OLMoE's groups of one, for head_dim 256 and where the choice says so.
+     * below that (in clusters up to 512 positions), for OLMoE's groups of one, for head_dim 256 and where
+     * the choice says so.
      */
     @Test
     void decodeAttentionByKvGroupWhereTheGroupFitsATile() {
@@ -81,8 +82,11 @@ class GpuDecoderKernelsTest {
         assertEquals(8, one.slices());
         assertEquals(GpuDecoder.groupAttentionBytes(128), one.sharedBytes());
         assertEquals(4, GpuDecoder.DecodeAttention.of(qwen, 512, 32, GpuDecoder.AttentionKernels.BY_BATCH).slices());
-        // by the batch: by head for a few sequences below 4,096 positions; by group from 8 sequences, from one over 4,096
-        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 7, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        // by the batch: by head for a few sequences below 4,096 positions (in clusters up to 512); by group from 8
+        // sequences, from one over 4,096
+        assertEquals("attention_decode_cluster_128", GpuDecoder.DecodeAttention.of(qwen, 512, 7, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        assertEquals(GpuDecoder.CLUSTER_ATTENTION_SLICES, GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_BATCH).slices());
+        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 513, 1, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 4, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 16, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
@@ -91,14 +95,16 @@ class GpuDecoderKernelsTest {
         assertEquals(1, GpuDecoder.DecodeAttention.of(qwen, 512, 128, GpuDecoder.AttentionKernels.BY_BATCH).slices());
         assertEquals(32, GpuDecoder.DecodeAttention.of(qwen, 4096, 1, GpuDecoder.AttentionKernels.BY_BATCH).slices());
         assertEquals(2, GpuDecoder.DecodeAttention.of(qwen, 100, 1, GpuDecoder.AttentionKernels.BY_GROUP).slices());
-        assertEquals("attention_decode_128",
+        assertEquals("attention_decode_cluster_128",
                 GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_HEAD).kernel());
+        assertEquals("attention_decode_128",
+                GpuDecoder.DecodeAttention.of(qwen, 1024, 1, GpuDecoder.AttentionKernels.BY_HEAD).kernel());
         ModelPreset o = ModelPreset.of(Architecture.OLMOE, "olmoe-1b-7b");
         ModelConfig olmoe = ModelConfig.parse(RandomModel.config(o, SafetensorsDType.BF16, new ObjectMapper()));
-        GpuDecoder.DecodeAttention byHead = GpuDecoder.DecodeAttention.of(olmoe, 512, 1, GpuDecoder.AttentionKernels.BY_BATCH);
+        GpuDecoder.DecodeAttention byHead = GpuDecoder.DecodeAttention.of(olmoe, 2048, 1, GpuDecoder.AttentionKernels.BY_BATCH);
         assertEquals("attention_decode_128", byHead.kernel());
         assertEquals(16, byHead.blocks());
-        assertEquals(GpuDecoder.attentionSplits(512, 1, 16), byHead.slices());
+        assertEquals(GpuDecoder.attentionSplits(2048, 1, 16), byHead.slices());
         assertEquals(0, byHead.sharedBytes());
     }
 
