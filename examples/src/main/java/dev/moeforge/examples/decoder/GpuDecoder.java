@@ -87,6 +87,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * cluster's loads covers (8 slices of 16 groups with 4 positions each in flight).
      */
     static final int CLUSTER_ATTENTION_POSITIONS = 512;
+    /**
+     * The most blocks attention in clusters launches: on the H200 the clusters won a step of one
+     * sequence of the built-in model (256 blocks) and lost one of 8 (2,048 blocks) to the ticket merge.
+     */
+    static final int CLUSTER_ATTENTION_BLOCKS = 256;
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
     private static final int PICK_BLOCKS = 64;
     /** sample_cut's grid per sequence: one cluster of the kernel's kCutBlocks blocks of kCutThreads. */
@@ -661,7 +666,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         BY_BATCH,
         /**
          * By head: one head's slice per block, the slices in one cluster ({@code attention_decode_cluster_<head_dim>})
-         * up to {@link #CLUSTER_ATTENTION_POSITIONS} positions of cache, else merged by a ticket ({@code attention_decode_<head_dim>}).
+         * up to {@link #CLUSTER_ATTENTION_POSITIONS} positions of cache and {@link #CLUSTER_ATTENTION_BLOCKS} blocks, else
+         * merged by a ticket ({@code attention_decode_<head_dim>}).
          */
         BY_HEAD,
         /** {@code attention_decode_group_<head_dim>} where it applies (as {@link #BY_BATCH}). */
@@ -690,7 +696,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * ({@code attention_decode_group_<head_dim>}: grid (kv_heads, slices, batch), each kv row read
      * once for the group's heads) where a group has 2 to {@link #GROUP_ATTENTION_ROWS} heads and the
      * head size is one the prompt's tiles take; else by head, grid (heads, slices, batch): for a cache
-     * of up to {@link #CLUSTER_ATTENTION_POSITIONS} positions in clusters of the head's slices
+     * of up to {@link #CLUSTER_ATTENTION_POSITIONS} positions and a grid of up to
+     * {@link #CLUSTER_ATTENTION_BLOCKS} blocks in clusters of the head's slices
      * ({@code attention_decode_cluster_<head_dim>}), else {@code attention_decode_<head_dim>}.
      *
      * @param kernel      the kernel's name in moeforge_decoder.cu
@@ -711,7 +718,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 return new DecodeAttention("attention_decode_group_" + c.headDim(), c.kvHeads(), slices,
                         groupAttentionBytes(c.headDim()));
             }
-            if (context <= CLUSTER_ATTENTION_POSITIONS) {
+            if (context <= CLUSTER_ATTENTION_POSITIONS && (long) c.heads() * CLUSTER_ATTENTION_SLICES * batch <= CLUSTER_ATTENTION_BLOCKS) {
                 return new DecodeAttention("attention_decode_cluster_" + c.headDim(), c.heads(), CLUSTER_ATTENTION_SLICES, 0);
             }
             return new DecodeAttention("attention_decode_" + c.headDim(), c.heads(), attentionSplits(context, batch, c.heads()), 0);

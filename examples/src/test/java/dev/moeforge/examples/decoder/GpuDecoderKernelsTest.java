@@ -82,10 +82,12 @@ class GpuDecoderKernelsTest {
         assertEquals(8, one.slices());
         assertEquals(GpuDecoder.groupAttentionBytes(128), one.sharedBytes());
         assertEquals(4, GpuDecoder.DecodeAttention.of(qwen, 512, 32, GpuDecoder.AttentionKernels.BY_BATCH).slices());
-        // by the batch: by head for a few sequences below 4,096 positions (in clusters up to 512); by group from 8
-        // sequences, from one over 4,096
-        assertEquals("attention_decode_cluster_128", GpuDecoder.DecodeAttention.of(qwen, 512, 7, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        // by the batch: by head for a few sequences below 4,096 positions (in clusters up to 512 positions and 256
+        // blocks: one sequence of 32 heads); by group from 8 sequences, from one over 4,096
+        assertEquals("attention_decode_cluster_128", GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals(GpuDecoder.CLUSTER_ATTENTION_SLICES, GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_BATCH).slices());
+        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 7, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8, GpuDecoder.AttentionKernels.BY_HEAD).kernel());
         assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 513, 1, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 4, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
