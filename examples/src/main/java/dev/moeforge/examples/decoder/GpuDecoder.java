@@ -89,7 +89,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     static final int CLUSTER_ATTENTION_POSITIONS = 512;
     /**
      * The most blocks attention in clusters launches: on the H200 the clusters won a step of one
-     * sequence of the built-in model (256 blocks) and lost one of 8 (2,048 blocks) to the ticket merge.
+     * sequence of the built-in model (256 blocks) and lost steps of 2, 4 and 8 (512 to 2,048 blocks)
+     * to the ticket merge.
      */
     static final int CLUSTER_ATTENTION_BLOCKS = 256;
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
