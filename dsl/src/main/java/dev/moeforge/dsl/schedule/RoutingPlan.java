@@ -10,7 +10,7 @@ import java.util.Arrays;
  *
  * <p>On the GPU two launches build it from {@code topk_ids} with nothing read back to the host:
  * {@code <kernel>_align_count} counts each segment's pairs per bucket, {@code <kernel>_align_scatter}
- * places every pair (with one segment, up to {@code ONE_SEGMENT_PAIRS}, the scatter counts them itself
+ * places every pair (with one segment, up to {@link #ONE_SEGMENT_PAIRS}, the scatter counts them itself
  * and is the only launch); both are entry points of each expert-centric kernel's module. This class
  * names their parameters and is the host twin the tests compare them with.
  *

@@ -25,6 +25,15 @@ class RoutingPlanTest {
         assertArrayEquals(new int[] {0, 1, 3, 3, 6}, plan.expertOffsets());
     }
 
+    /** The align's count table holds MAX_SEGMENTS rows for any batch up to its capacity, fewer pairs included. */
+    @Test
+    void noBatchCutsMoreSegmentsThanTheLimit() {
+        for (long pairs = 1; pairs <= 70_000; pairs++) {
+            long p = pairs;
+            assertEquals(true, RoutingPlan.segments(pairs) <= RoutingPlan.MAX_SEGMENTS, () -> RoutingPlan.segments(p) + " segments for " + p);
+        }
+    }
+
     @Test
     void segmentsStayWithinTheirLimitAndCoverEveryPair() {
         for (long pairs : new long[] {1, 31, 32, 33, 64, 512, 513, 4096, 4097, 131_072, 524_288, 2_097_152}) {

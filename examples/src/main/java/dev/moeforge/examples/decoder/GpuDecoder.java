@@ -82,15 +82,17 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * slices, one cluster (moeforge_decoder.cu's kAttnClusterSlices), merged in distributed shared memory.
      */
     static final int CLUSTER_ATTENTION_SLICES = 8;
+    /** Threads of a decode attention block, every kind (moeforge_decoder.cu's 32 * kAttnWarps and 32 * kGroupWarps). */
+    static final int DECODE_ATTENTION_THREADS = 128;
     /**
      * Up to this cache capacity attention by head runs in clusters: the positions one round of the
-     * cluster's loads covers (8 slices of 16 groups with 4 positions each in flight).
+     * cluster's loads covers (moeforge_decoder.cu's kAttnClusterSlices x kAttnGroups x kAttnClusterInFlight).
      */
     static final int CLUSTER_ATTENTION_POSITIONS = 512;
     /**
-     * The most blocks attention in clusters launches: on the H200 the clusters won a step of one
-     * sequence of the built-in model (256 blocks) and lost steps of 2, 4 and 8 (512 to 2,048 blocks)
-     * to the ticket merge.
+     * The most blocks attention in clusters launches: one sequence of the built-in model. Larger
+     * grids take several waves of clusters of 124-register blocks and lost to the ticket merge
+     * (bench/NOTES.md, "Attention by head in clusters for one sequence").
      */
     static final int CLUSTER_ATTENTION_BLOCKS = 256;
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
@@ -1014,7 +1016,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
         if (attention) {
             enqueueQkNormRope(qkNormRope, l, w, batch, qkv, positions, q, 0);
-            this.attention.launch(ORDER, decodeAttention.blocks(), decodeAttention.slices(), batch, 128, 1, 1,
+            this.attention.launch(ORDER, decodeAttention.blocks(), decodeAttention.slices(), batch, DECODE_ATTENTION_THREADS, 1, 1,
                     decodeAttention.sharedBytes(), stream, q, kCache.get(l), vCache.get(l),
                     positions, ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,
                     c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));

@@ -473,30 +473,30 @@ __device__ __forceinline__ void attention_decode_head(
   // waiting on another: a loop that loaded a slice's max before each of its sums paid a latency a slice)
   __shared__ float slice_max[kAttnMaxSlices], slice_factor[kAttnMaxSlices];
   const float* all = parts + head_row * splits * (HD + 2);
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-    slice_max[s] = __ldcg(all + s * (HD + 2));
-    slice_factor[s] = __ldcg(all + s * (HD + 2) + 1);
+  for (int slice = threadIdx.x; slice < splits; slice += blockDim.x) {
+    slice_max[slice] = __ldcg(all + slice * (HD + 2));
+    slice_factor[slice] = __ldcg(all + slice * (HD + 2) + 1);
   }
   __syncthreads();
   if (warp == 0) {
     float total_max = sinks != nullptr ? sinks[h] : -INFINITY;
-    for (int s = lane; s < splits; s += 32) total_max = fmaxf(total_max, slice_max[s]);
+    for (int slice = lane; slice < splits; slice += 32) total_max = fmaxf(total_max, slice_max[slice]);
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) total_max = fmaxf(total_max, __shfl_xor_sync(kFullMask, total_max, d));
     float denominator = 0.0f;
-    for (int s = lane; s < splits; s += 32) {
-      const float f = rescale(slice_max[s], total_max);
-      denominator += slice_factor[s] * f;
-      slice_factor[s] = f;
+    for (int slice = lane; slice < splits; slice += 32) {
+      const float f = rescale(slice_max[slice], total_max);
+      denominator += slice_factor[slice] * f;
+      slice_factor[slice] = f;
     }
     denominator = warp_sum(denominator) + (sinks != nullptr ? __expf(sinks[h] - total_max) : 0.0f);
-    for (int s = lane; s < splits; s += 32) slice_factor[s] /= denominator;
+    for (int slice = lane; slice < splits; slice += 32) slice_factor[slice] /= denominator;
   }
   __syncthreads();
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {
     float numerator = 0.0f;
 #pragma unroll 8
-    for (int s = 0; s < splits; ++s) numerator += __ldcg(all + s * (HD + 2) + 2 + d) * slice_factor[s];
+    for (int slice = 0; slice < splits; ++slice) numerator += __ldcg(all + slice * (HD + 2) + 2 + d) * slice_factor[slice];
     out[head_row * HD + d] = __float2bfloat16_rn(numerator);
   }
   if (threadIdx.x == 0) tickets[head_row] = 0;  // for the next layer and step
@@ -507,7 +507,8 @@ __device__ __forceinline__ void attention_decode_head(
 // merged through distributed shared memory instead of parts in global memory and a ticket: each block
 // weighs its warps' sums into its own numerators, and after the cluster's barrier block r merges
 // dimensions [r HD/8, (r + 1) HD/8) from every block's shared memory, with the sink. Grid: (heads,
-// kAttnClusterSlices, tokens); block: 32 * kAttnWarps threads; parts and tickets are not used.
+// kAttnClusterSlices, tokens), y exactly one cluster (each block's slice is blockIdx.y of
+// kAttnClusterSlices); block: 32 * kAttnWarps threads; parts and tickets are not used.
 template <int HD>
 __device__ __forceinline__ void attention_decode_cluster(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
@@ -558,8 +559,8 @@ __device__ __forceinline__ void attention_decode_cluster(
 }
 
 // A decode attention entry point. Every kind takes the same arguments, so the decoder launches the
-// one it chose with one argument list; each waits for the previous kernel itself (by head after
-// asking for its first cache rows, which do not depend on that kernel).
+// one it chose with one argument list; each waits for the previous kernel itself, after asking for
+// its first cache rows, which do not depend on that kernel.
 #define MOEFORGE_DECODE_ATTENTION_ENTRY(NAME, BODY, BOUNDS)                                                             \
   extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                                            \
       const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache, \

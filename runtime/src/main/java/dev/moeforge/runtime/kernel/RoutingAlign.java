@@ -25,16 +25,20 @@ public final class RoutingAlign {
         this.topk = topk;
     }
 
-    /** Elements of the count table for up to {@code tokens} tokens: a row of E + 1 buckets per segment. */
-    public long segmentCountsElements(int tokens) {
-        return (long) RoutingPlan.segments((long) tokens * topk) * (experts + 1);
+    /**
+     * Elements of the count table: a row of E + 1 buckets for each of the most segments any batch
+     * takes ({@link RoutingPlan#MAX_SEGMENTS}; fewer tokens can cut more segments than more tokens do,
+     * 4,096 pairs 128 of 32 where 4,104 take 65 of 64, so the table is not sized by the capacity).
+     */
+    public long segmentCountsElements() {
+        return (long) RoutingPlan.MAX_SEGMENTS * (experts + 1);
     }
 
     /** The plan's buffers for up to {@code tokens} tokens, and the align's scratch. */
     public PlanBuffers allocate(int tokens) {
         return new PlanBuffers(DeviceBuffer.allocate(DType.INT32, (long) tokens * topk),
                 DeviceBuffer.allocate(DType.INT32, RoutingPlan.offsetsLength(experts)),
-                DeviceBuffer.allocate(DType.INT32, segmentCountsElements(tokens)), tokens);
+                DeviceBuffer.allocate(DType.INT32, segmentCountsElements()), tokens);
     }
 
     /**
@@ -54,7 +58,9 @@ public final class RoutingAlign {
 
     /**
      * The first of the two launches alone, for a caller whose own second launch places the pairs
-     * (one warp a block, {@link Segments#segments()} blocks, as the align's scatter does).
+     * (one warp a block, {@link Segments#segments()} blocks, as the align's scatter does). It runs for
+     * one segment as well, where {@link #enqueue} skips it: such a caller may read the counts (the
+     * dispatched layer's choice does).
      */
     public Segments enqueueCount(CudaStream stream, LaunchOrder order, int tokens, DeviceBuffer topkIds, PlanBuffers plan) {
         checkRouting(tokens, topkIds, plan);
