@@ -78,10 +78,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** The most slices attention by head cuts a head's positions into (moeforge_decoder.cu's kAttnMaxSlices, its merge's scratch). */
     static final int ATTENTION_MAX_SLICES = 64;
     /**
-     * Attention in thread block clusters ({@code attention_decode_cluster_<head_dim>} by head,
-     * {@code attention_decode_group_cluster_<head_dim>} by kv group): the slices of a head or of a kv
-     * group, one cluster (moeforge_decoder.cu's kAttnClusterSlices and kGroupClusterSlices), merged in
-     * distributed shared memory.
+     * Attention by head in thread block clusters ({@code attention_decode_cluster_<head_dim>}): a head's
+     * slices, one cluster (moeforge_decoder.cu's kAttnClusterSlices), merged in distributed shared memory.
      */
     static final int CLUSTER_ATTENTION_SLICES = 8;
     /** Threads of a decode attention block, every kind (moeforge_decoder.cu's 32 * kAttnWarps and 32 * kGroupWarps). */
@@ -92,9 +90,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      */
     static final int CLUSTER_ATTENTION_POSITIONS = 512;
     /**
-     * The most blocks attention in clusters launches, by head or by kv group: one sequence of the
-     * built-in model by head. Larger grids by head take several waves of clusters of 124-register blocks
-     * and lost to the ticket merge (bench/NOTES.md, "Attention by head in clusters for one sequence").
+     * The most blocks attention in clusters launches: one sequence of the built-in model. Larger
+     * grids take several waves of clusters of 124-register blocks and lost to the ticket merge
+     * (bench/NOTES.md, "Attention by head in clusters for one sequence").
      */
     static final int CLUSTER_ATTENTION_BLOCKS = 256;
     /** Blocks sharing one token's pick (each a slice of the vocabulary). */
@@ -699,9 +697,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /**
      * A decode step's attention kernel and its grid: by kv group on the tensor cores
      * ({@code attention_decode_group_<head_dim>}: grid (kv_heads, slices, batch), each kv row read
-     * once for the group's heads; {@code attention_decode_group_cluster_<head_dim>} where the slices
-     * are one cluster of {@link #CLUSTER_ATTENTION_SLICES} and the grid at most
-     * {@link #CLUSTER_ATTENTION_BLOCKS} blocks) where a group has 2 to {@link #GROUP_ATTENTION_ROWS} heads and the
+     * once for the group's heads) where a group has 2 to {@link #GROUP_ATTENTION_ROWS} heads and the
      * head size is one the prompt's tiles take; else by head, grid (heads, slices, batch): for a cache
      * of up to {@link #CLUSTER_ATTENTION_POSITIONS} positions and a grid of up to
      * {@link #CLUSTER_ATTENTION_BLOCKS} blocks in clusters of the head's slices
@@ -722,10 +718,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             if (group) {
                 int fill = Math.ceilDiv(GROUP_ATTENTION_BLOCKS, batch * c.kvHeads());
                 int slices = Math.clamp(fill, 1, Math.clamp(Math.ceilDiv(context, 64), 1, GROUP_ATTENTION_SLICES));
-                boolean clusters = slices == CLUSTER_ATTENTION_SLICES
-                        && (long) c.kvHeads() * CLUSTER_ATTENTION_SLICES * batch <= CLUSTER_ATTENTION_BLOCKS;
-                return new DecodeAttention((clusters ? "attention_decode_group_cluster_" : "attention_decode_group_") + c.headDim(),
-                        c.kvHeads(), slices, groupAttentionBytes(c.headDim()));
+                return new DecodeAttention("attention_decode_group_" + c.headDim(), c.kvHeads(), slices,
+                        groupAttentionBytes(c.headDim()));
             }
             if (context <= CLUSTER_ATTENTION_POSITIONS && (long) c.heads() * CLUSTER_ATTENTION_SLICES * batch <= CLUSTER_ATTENTION_BLOCKS) {
                 return new DecodeAttention("attention_decode_cluster_" + c.headDim(), c.heads(), CLUSTER_ATTENTION_SLICES, 0);

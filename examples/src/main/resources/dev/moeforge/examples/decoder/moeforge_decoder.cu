@@ -860,22 +860,13 @@ struct GroupTile {
   static_assert(kGroupKeys == kPrefillKeys, "the staged tiles are the prompt's");
   static constexpr int kStaged = PrefillTile<HD>::kBytes;
   // once the keys are done, in the staged tiles' place: each warp's max and sum per row and [row][HD]
-  // sums, then the slices' max and scale per (row, slice) for the ticket's merge, or in clusters the
-  // block's max, sum and [HD] sums per row
+  // sums, then the slices' max and scale per (row, slice)
   static constexpr int kWarpsBytes = kGroupWarps * kGroupRows * (HD + 2) * 4;
   static constexpr int kSlicesBytes = 2 * kGroupRows * kGroupMaxSlices * 4;
-  static constexpr int kRowsBytes = kGroupRows * (HD + 2) * 4;
-  static constexpr int kMergeBytes = kWarpsBytes + (kSlicesBytes > kRowsBytes ? kSlicesBytes : kRowsBytes);
-  static constexpr int kBytes = kStaged > kMergeBytes ? kStaged : kMergeBytes;
+  static constexpr int kBytes = kStaged > kWarpsBytes + kSlicesBytes ? kStaged : kWarpsBytes + kSlicesBytes;
 };
 
-// Attention by kv group in clusters: a (kv head, token)'s slices, one cluster.
-constexpr int kGroupClusterSlices = 8;
-
-// kCluster: the slices of a (kv head, token) are one thread block cluster of kGroupClusterSlices
-// blocks (grid y exactly that), merged in distributed shared memory: each block's rows' max, sum and
-// sums in its shared memory, then block r merges dimensions [r HD/8, (r + 1) HD/8) of every row.
-template <int HD, bool kCluster>
+template <int HD>
 __device__ __forceinline__ void attention_decode_group(
     const float* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache, const __nv_bfloat16* __restrict__ v_cache,
     const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__ parts, int* __restrict__ tickets,
@@ -1009,120 +1000,76 @@ __device__ __forceinline__ void attention_decode_group(
     }
     return;
   }
-  if constexpr (kCluster) {
-    namespace cg = cooperative_groups;
-    constexpr int kDims = HD / kGroupClusterSlices;
-    float* rows = warp_acc + kGroupWarps * kGroupRows * HD;  // [row][HD + 2]: max, sum, then the sums
-    for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-      const int row = i / HD, d = i - row * HD;
-      float top, total;
-      block_row(row, top, total);
-      if (d == 0) {
-        rows[row * (HD + 2)] = top;
-        rows[row * (HD + 2) + 1] = total;
-      }
-      rows[row * (HD + 2) + 2 + d] = block_acc(row, d, top);
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int row = i / HD, d = i - row * HD;
+    float top, total;
+    block_row(row, top, total);
+    float* mine = parts + ((head_row0 + row) * splits + split) * (HD + 2);
+    if (d == 0) {
+      mine[0] = top;
+      mine[1] = total;
     }
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every block's rows are in its shared memory
-    const int rank = static_cast<int>(cluster.block_rank());
-    for (int i = threadIdx.x; i < group * kDims; i += blockDim.x) {
-      const int row = i / kDims, d = rank * kDims + i % kDims;
-      float maxes[kGroupClusterSlices], sums[kGroupClusterSlices], values[kGroupClusterSlices];
-#pragma unroll
-      for (int r = 0; r < kGroupClusterSlices; ++r) {  // every read issued before the first is used
-        const float* theirs = cluster.map_shared_rank(rows, r) + row * (HD + 2);
-        maxes[r] = theirs[0];
-        sums[r] = theirs[1];
-        values[r] = theirs[2 + d];
-      }
-      float top = sinks != nullptr ? sinks[head0 + row] * kLog2e : -INFINITY;
-#pragma unroll
-      for (int r = 0; r < kGroupClusterSlices; ++r) top = fmaxf(top, maxes[r]);
-      float denominator = sinks != nullptr ? exp2f(sinks[head0 + row] * kLog2e - top) : 0.0f, numerator = 0.0f;
-#pragma unroll
-      for (int r = 0; r < kGroupClusterSlices; ++r) {
-        const float f = maxes[r] == -INFINITY ? 0.0f : exp2f(maxes[r] - top);
-        denominator += sums[r] * f;
-        numerator += values[r] * f;
-      }
-      out[(head_row0 + row) * HD + d] = __float2bfloat16_rn(numerator / denominator);
-    }
-    cluster.sync();  // no block leaves while another reads its shared memory
-  } else {
-    for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-      const int row = i / HD, d = i - row * HD;
-      float top, total;
-      block_row(row, top, total);
-      float* mine = parts + ((head_row0 + row) * splits + split) * (HD + 2);
-      if (d == 0) {
-        mine[0] = top;
-        mine[1] = total;
-      }
-      mine[2 + d] = block_acc(row, d, top);
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) finishing = atomicAdd(tickets + static_cast<size_t>(b) * kv_heads + kvh, 1) == splits - 1;
-    __syncthreads();
-    if (!finishing) return;
-    __threadfence();
-    // the merge: every slice's max and sum per row first (one load each, all in flight), then the sums
-    float* slice_max = warp_acc + kGroupWarps * kGroupRows * HD;  // [row][slice]
-    float* slice_scale = slice_max + kGroupRows * kGroupMaxSlices;  // [row][slice]: 2^(max - top), then / denominator
-    for (int i = threadIdx.x; i < group * splits; i += blockDim.x) {
-      const int row = i / splits, sl = i - row * splits;
-      const float* part = parts + ((head_row0 + row) * splits + sl) * (HD + 2);
-      slice_max[row * kGroupMaxSlices + sl] = __ldcg(part);
-      slice_scale[row * kGroupMaxSlices + sl] = __ldcg(part + 1);
-    }
-    __syncthreads();
-    if (threadIdx.x < group) {
-      const int row = threadIdx.x;
-      float top = sinks != nullptr ? sinks[head0 + row] * kLog2e : -INFINITY;
-      for (int sl = 0; sl < splits; ++sl) top = fmaxf(top, slice_max[row * kGroupMaxSlices + sl]);
-      float denominator = sinks != nullptr ? exp2f(sinks[head0 + row] * kLog2e - top) : 0.0f;
-      for (int sl = 0; sl < splits; ++sl) {
-        const float mx = slice_max[row * kGroupMaxSlices + sl];
-        const float f = mx == -INFINITY ? 0.0f : exp2f(mx - top);
-        denominator += slice_scale[row * kGroupMaxSlices + sl] * f;
-        slice_scale[row * kGroupMaxSlices + sl] = f;
-      }
-      for (int sl = 0; sl < splits; ++sl) slice_scale[row * kGroupMaxSlices + sl] /= denominator;
-    }
-    __syncthreads();
-    // each thread's outputs side by side, so one slice's loads for all of them are in flight together
-    constexpr int kItems = kGroupRows * HD / (32 * kGroupWarps);
-    float numerator[kItems];
-    const float* part[kItems];
-    int scale_at[kItems];
-  #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = threadIdx.x + j * 32 * kGroupWarps;
-      const int row = min(i / HD, group - 1), d = i % HD;  // rows past the group: the last row's, not stored
-      part[j] = parts + (head_row0 + row) * splits * (HD + 2) + 2 + d;
-      scale_at[j] = row * kGroupMaxSlices;
-      numerator[j] = 0.0f;
-    }
-  #pragma unroll 2
-    for (int sl = 0; sl < splits; ++sl) {
-  #pragma unroll
-      for (int j = 0; j < kItems; ++j) numerator[j] += __ldcg(part[j] + sl * (HD + 2)) * slice_scale[scale_at[j] + sl];
-    }
-  #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = threadIdx.x + j * 32 * kGroupWarps;
-      if (i < group * HD) out[head_row0 * HD + i] = __float2bfloat16_rn(numerator[j]);
-    }
-    if (threadIdx.x == 0) tickets[static_cast<size_t>(b) * kv_heads + kvh] = 0;  // for the next layer and step
+    mine[2 + d] = block_acc(row, d, top);
   }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) finishing = atomicAdd(tickets + static_cast<size_t>(b) * kv_heads + kvh, 1) == splits - 1;
+  __syncthreads();
+  if (!finishing) return;
+  __threadfence();
+  // the merge: every slice's max and sum per row first (one load each, all in flight), then the sums
+  float* slice_max = warp_acc + kGroupWarps * kGroupRows * HD;  // [row][slice]
+  float* slice_scale = slice_max + kGroupRows * kGroupMaxSlices;  // [row][slice]: 2^(max - top), then / denominator
+  for (int i = threadIdx.x; i < group * splits; i += blockDim.x) {
+    const int row = i / splits, sl = i - row * splits;
+    const float* part = parts + ((head_row0 + row) * splits + sl) * (HD + 2);
+    slice_max[row * kGroupMaxSlices + sl] = __ldcg(part);
+    slice_scale[row * kGroupMaxSlices + sl] = __ldcg(part + 1);
+  }
+  __syncthreads();
+  if (threadIdx.x < group) {
+    const int row = threadIdx.x;
+    float top = sinks != nullptr ? sinks[head0 + row] * kLog2e : -INFINITY;
+    for (int sl = 0; sl < splits; ++sl) top = fmaxf(top, slice_max[row * kGroupMaxSlices + sl]);
+    float denominator = sinks != nullptr ? exp2f(sinks[head0 + row] * kLog2e - top) : 0.0f;
+    for (int sl = 0; sl < splits; ++sl) {
+      const float mx = slice_max[row * kGroupMaxSlices + sl];
+      const float f = mx == -INFINITY ? 0.0f : exp2f(mx - top);
+      denominator += slice_scale[row * kGroupMaxSlices + sl] * f;
+      slice_scale[row * kGroupMaxSlices + sl] = f;
+    }
+    for (int sl = 0; sl < splits; ++sl) slice_scale[row * kGroupMaxSlices + sl] /= denominator;
+  }
+  __syncthreads();
+  // each thread's outputs side by side, so one slice's loads for all of them are in flight together
+  constexpr int kItems = kGroupRows * HD / (32 * kGroupWarps);
+  float numerator[kItems];
+  const float* part[kItems];
+  int scale_at[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = threadIdx.x + j * 32 * kGroupWarps;
+    const int row = min(i / HD, group - 1), d = i % HD;  // rows past the group: the last row's, not stored
+    part[j] = parts + (head_row0 + row) * splits * (HD + 2) + 2 + d;
+    scale_at[j] = row * kGroupMaxSlices;
+    numerator[j] = 0.0f;
+  }
+#pragma unroll 2
+  for (int sl = 0; sl < splits; ++sl) {
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) numerator[j] += __ldcg(part[j] + sl * (HD + 2)) * slice_scale[scale_at[j] + sl];
+  }
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = threadIdx.x + j * 32 * kGroupWarps;
+    if (i < group * HD) out[head_row0 * HD + i] = __float2bfloat16_rn(numerator[j]);
+  }
+  if (threadIdx.x == 0) tickets[static_cast<size_t>(b) * kv_heads + kvh] = 0;  // for the next layer and step
 }
 
 #define MOEFORGE_ATTENTION_DECODE_GROUP(HD)                                                                \
-  MOEFORGE_DECODE_ATTENTION_ENTRY(attention_decode_group_##HD, (attention_decode_group<HD, false>),        \
-                                  (32 * kGroupWarps, kGroupBlocksPerSm))                                   \
-  MOEFORGE_DECODE_ATTENTION_ENTRY(__cluster_dims__(1, kGroupClusterSlices, 1) attention_decode_group_cluster_##HD, \
-                                  (attention_decode_group<HD, true>), (32 * kGroupWarps, kGroupBlocksPerSm))
+  MOEFORGE_DECODE_ATTENTION_ENTRY(attention_decode_group_##HD, attention_decode_group<HD>,                 \
+                                  (32 * kGroupWarps, kGroupBlocksPerSm))
 MOEFORGE_ATTENTION_DECODE_GROUP(16)
 MOEFORGE_ATTENTION_DECODE_GROUP(32)
 MOEFORGE_ATTENTION_DECODE_GROUP(64)

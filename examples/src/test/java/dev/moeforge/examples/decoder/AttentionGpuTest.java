@@ -139,26 +139,6 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
                 batch, context, slices, window, sinks);
     }
 
-    /**
-     * By kv group in clusters of the 8 slices, merged in distributed shared memory: fewer positions
-     * than slices, full and partial tiles, groups of 2 to 16 heads, several sequences, a window and sinks.
-     */
-    @ParameterizedTest
-    @CsvSource({
-        // head_dim, heads, kv_heads, batch, context, window, sinks
-        "16, 4, 2, 3, 5, 0, false",
-        "32, 8, 2, 2, 70, 0, true",
-        "64, 64, 8, 2, 300, 128, true",
-        "128, 32, 4, 1, 512, 0, false",
-        "128, 32, 4, 8, 512, 0, false",
-        "128, 12, 4, 2, 200, 0, true",
-        "128, 32, 4, 3, 1000, 100, true",
-    })
-    void decodeStepByKvGroupInClusters(int headDim, int heads, int kvHeads, int batch, int context, int window, boolean sinks) {
-        checkDecode("attention_decode_group_cluster_" + headDim, kvHeads, GpuDecoder.groupAttentionBytes(headDim), true, headDim, heads,
-                kvHeads, batch, context, GpuDecoder.CLUSTER_ATTENTION_SLICES, window, sinks);
-    }
-
     private void checkDecode(String kernel, int blocks, int shared, boolean roundQ, int headDim, int heads, int kvHeads, int batch,
                              int context, int slices, int window, boolean sinks) {
         SplittableRandom random = new SplittableRandom(headDim * 7_000_003L + context * 31L + slices);

@@ -77,7 +77,7 @@ class GpuDecoderKernelsTest {
         ModelPreset p = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
         ModelConfig qwen = ModelConfig.parse(RandomModel.config(p, SafetensorsDType.BF16, new ObjectMapper()));
         GpuDecoder.DecodeAttention one = GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_GROUP);
-        assertEquals("attention_decode_group_cluster_128", one.kernel());
+        assertEquals("attention_decode_group_128", one.kernel());
         assertEquals(4, one.blocks());
         assertEquals(8, one.slices());
         assertEquals(GpuDecoder.groupAttentionBytes(128), one.sharedBytes());
@@ -89,8 +89,7 @@ class GpuDecoderKernelsTest {
         assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 7, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8, GpuDecoder.AttentionKernels.BY_HEAD).kernel());
         assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 513, 1, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
-        // by kv group in clusters where the slices are one cluster and the grid at most 256 blocks
-        assertEquals("attention_decode_group_cluster_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
+        assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 4, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 512, 16, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
