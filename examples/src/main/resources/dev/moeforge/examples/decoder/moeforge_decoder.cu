@@ -515,6 +515,7 @@ __device__ __forceinline__ void attention_decode_cluster(
     const int* __restrict__ positions, const float* __restrict__ sinks, float* __restrict__, int* __restrict__,
     __nv_bfloat16* __restrict__ out, int heads, int kv_heads, int context, int window, float scale) {
   namespace cg = cooperative_groups;
+  static_assert(HD % kAttnClusterSlices == 0, "each block of the cluster merges a whole share of the head");
   constexpr int kDims = HD / kAttnClusterSlices;  // the dimensions each block merges
   __shared__ AttnWarpParts<HD> s;
   __shared__ float numerators[HD];  // this block's sums against its max
@@ -889,12 +890,14 @@ __device__ __forceinline__ void attention_decode_group(
   const __nv_bfloat16* kb = k_cache + static_cast<size_t>(b) * context * kn + static_cast<size_t>(kvh) * HD;
   const __nv_bfloat16* vb = v_cache + static_cast<size_t>(b) * context * kn + static_cast<size_t>(kvh) * HD;
   const float scale_log2 = scale * kLog2e;
-  auto stage = [&](int tile, int slot) { stage_kv<HD>(tiles, slot, kb, vb, kn, begin + tile * kGroupKeys, end + 1, 32 * kGroupWarps); };
+  auto stage = [&](int tile, int slot, int skip = -1) {
+    stage_kv<HD>(tiles, slot, kb, vb, kn, begin + tile * kGroupKeys, end + 1, 32 * kGroupWarps, skip);
+  };
   const int tiles_in_slice = end >= begin ? (end - begin) / kGroupKeys + 1 : 0;
   // The slice's first tile is copied before the wait, all but the token's own row: earlier steps wrote
   // every position before it, the previous kernel writes the token's, which gets a copy of its own after.
   const bool own_row_first = tiles_in_slice > 0 && end == pos && pos < begin + kGroupKeys;
-  if (tiles_in_slice > 0) stage_kv<HD>(tiles, 0, kb, vb, kn, begin, end + 1, 32 * kGroupWarps, own_row_first ? pos : -1);
+  if (tiles_in_slice > 0) stage(0, 0, own_row_first ? pos : -1);
   wait_for_previous_kernel();
   if (own_row_first) {
     __nv_bfloat16* ks = tiles + (pos - begin) * Tile::kStride;

@@ -24,6 +24,8 @@ import org.junit.jupiter.params.provider.CsvSource;
 class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     /** q and P enter the tensor cores as bf16 and the output leaves as bf16. */
     private static final double RELATIVE_L2 = 1e-2;
+    /** Inputs are drawn afresh each run; a failure names its case's seed. */
+    private static final long RUN_SEED = System.nanoTime();
 
     /** Chunks that start at position 0 and past it, q tiles cut short. */
     @ParameterizedTest
@@ -38,7 +40,8 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
         "128, 8, 2, 1, 90, 5, true",
     })
     void promptChunk(int headDim, int heads, int kvHeads, int rows, int firstPosition, int window, boolean sinks) {
-        SplittableRandom random = new SplittableRandom(headDim * 1_000_003L + rows * 31L + firstPosition);
+        long seed = RUN_SEED + headDim * 1_000_003L + rows * 31L + firstPosition;
+        SplittableRandom random = new SplittableRandom(seed);
         int positions = firstPosition + rows;
         int kn = kvHeads * headDim;
         float[] q = gaussian(random, rows * heads * headDim);
@@ -74,7 +77,7 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
             out.copyTo(got);
             ErrorStats e = ErrorStats.of(want, got);
             assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, "head_dim " + headDim + ", " + rows + " rows from position "
-                    + firstPosition + ": " + e);
+                    + firstPosition + ", seed " + seed + ": " + e);
         }
     }
 
@@ -141,7 +144,8 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
 
     private void checkDecode(String kernel, int blocks, int shared, boolean roundQ, int headDim, int heads, int kvHeads, int batch,
                              int context, int slices, int window, boolean sinks) {
-        SplittableRandom random = new SplittableRandom(headDim * 7_000_003L + context * 31L + slices);
+        long seed = RUN_SEED + headDim * 7_000_003L + context * 31L + slices;
+        SplittableRandom random = new SplittableRandom(seed);
         int kn = kvHeads * headDim;
         float[] q = gaussian(random, batch * heads * headDim);
         short[] k = bf16(gaussian(random, batch * context * kn));
@@ -174,14 +178,14 @@ class AttentionGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
             tickets.fillWords32(0);
             for (int run = 0; run < 2; run++) {  // the second run finds the tickets the first left at zero
                 out.fillBytes16(Bf16.NAN);
-                attention.launch(blocks, slices, batch, 128, 1, 1, shared, stream, dq, dk, dv, dpos, sinks ? ds : (Object) 0L, parts, tickets, out,
+                attention.launch(blocks, slices, batch, GpuDecoder.DECODE_ATTENTION_THREADS, 1, 1, shared, stream, dq, dk, dv, dpos, sinks ? ds : (Object) 0L, parts, tickets, out,
                         heads, kvHeads, context, window, (float) scale);
                 stream.synchronize();
                 short[] got = new short[want.length];
                 out.copyTo(got);
                 ErrorStats e = ErrorStats.of(want, got);
-                assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, kernel + ", " + heads + " heads, " + slices + " slices, run "
-                        + run + ": " + e);
+                assertTrue(e.nonFinite() == 0 && e.relativeL2() < RELATIVE_L2, kernel + ", " + heads + " heads, " + slices + " slices, seed "
+                        + seed + ", run " + run + ": " + e);
             }
         }
     }

@@ -46,11 +46,10 @@ public final class RoutingAlign {
      * the scatter, or for pairs of one segment the scatter alone (it counts them itself).
      */
     public void enqueue(CudaStream stream, LaunchOrder order, int tokens, DeviceBuffer topkIds, PlanBuffers plan) {
+        checkRouting(tokens, topkIds, plan);
         Segments s = Segments.of(tokens * topk);
         if (s.segments() > 1) {
-            enqueueCount(stream, order, tokens, topkIds, plan);
-        } else {
-            checkRouting(tokens, topkIds, plan);
+            launchCount(stream, order, s, topkIds, plan);
         }
         scatter.launch(order, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds, plan.segmentCounts(), plan.sortedSlots(),
                 plan.expertOffsets(), s.pairs(), s.segment(), s.segments());
@@ -65,8 +64,12 @@ public final class RoutingAlign {
     public Segments enqueueCount(CudaStream stream, LaunchOrder order, int tokens, DeviceBuffer topkIds, PlanBuffers plan) {
         checkRouting(tokens, topkIds, plan);
         Segments s = Segments.of(tokens * topk);
-        count.launch(order, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds, plan.segmentCounts(), s.pairs(), s.segment());
+        launchCount(stream, order, s, topkIds, plan);
         return s;
+    }
+
+    private void launchCount(CudaStream stream, LaunchOrder order, Segments s, DeviceBuffer topkIds, PlanBuffers plan) {
+        count.launch(order, s.segments(), 1, 1, 32, 1, 1, 0, stream, topkIds, plan.segmentCounts(), s.pairs(), s.segment());
     }
 
     private void checkRouting(int tokens, DeviceBuffer topkIds, PlanBuffers plan) {
