@@ -112,7 +112,7 @@ public final class CudaEmitter {
         }
         boolean expert = !(problem instanceof Problem.Router);
         return new KernelModel(specText.lines().toList(), notes, DeviceHeader.of(schedule.library()).fileName(), config, launchBounds,
-                schedule.clusterSize(), valid.name(), params, schedule.body(), signature.callArguments(),
+                schedule.clusterSize(), valid.name(), params, schedule.body(), signature.callArguments(), signature.inputArgument(),
                 expert ? SpecPrinter.printEpilogue(store) : "", epilogueParams,
                 expert ? EpilogueEmitter.emit(store, bound) : List.of(), valueLines, storeLines, blockGroups, expertCounts,
                 valid.takesRoutingPlan() ? valid.name() + RoutingPlan.COUNT_ENTRY : "",
@@ -121,9 +121,10 @@ public final class CudaEmitter {
                 ExpertCentric.QUANTISE_THREADS, schedule.waitsInBody());
     }
 
-    /** The problem's members of Config: its weight format, sizes and layout. */
+    /** The problem's members of Config: its weight format, sizes and layout, and its input norm's epsilon. */
     private static List<ConfigConstant> problemConfig(Problem problem) {
         List<ConfigConstant> config = new ArrayList<>();
+        problem.inputNorm().ifPresent(n -> config.add(ConfigConstant.real("kNormEps", n.eps())));
         switch (problem) {
             case Problem.ExpertProblem p -> {
                 config.add(ConfigConstant.type("Format", deviceFormat(p.weights())));

@@ -18,6 +18,8 @@ import java.util.List;
  * @param params         the parameters' CUDA declarations, in launch order
  * @param body           the device header's entry point
  * @param callArgs       the arguments the kernel passes to it (from the signature)
+ * @param inputArg       routers: what the kernel passes its body for the input rows (x, or the
+ *                       tensors an input norm makes them from)
  * @param epilogueText   expert kernels: the epilogue's canonical text
  * @param epilogueParams expert kernels: the epilogue functor's parameters
  * @param epilogueLines  expert kernels: the functor's body
@@ -34,7 +36,7 @@ import java.util.List;
  *                       kernel only lets the next one begin
  */
 public record KernelModel(List<String> specLines, List<String> notes, String header, List<ConfigConstant> config,
-                          String launchBounds, int clusterSize, String name, List<String> params, String body, String callArgs,
+                          String launchBounds, int clusterSize, String name, List<String> params, String body, String callArgs, String inputArg,
                           String epilogueText, String epilogueParams, List<String> epilogueLines,
                           List<String> valueLines, List<String> storeLines, boolean blockGroups, boolean expertCounts,
                           String alignCount, String alignScatter, String quantiseX, int quantiseThreads,

@@ -77,15 +77,20 @@ public record KernelParam(String name, Role role, DType elementType, List<Intege
         return b.append(']').toString();
     }
 
-    /** The CUDA declaration of this parameter. */
-    public String cudaDeclaration() {
-        String element = switch (elementType) {
+    /** The CUDA type of one element. */
+    public String cudaElement() {
+        return switch (elementType) {
             case BF16 -> "__nv_bfloat16";
             case FP16 -> "__half";
             case FP32 -> "float";
             case INT32 -> "int";
             case U8 -> "uint8_t";
         };
+    }
+
+    /** The CUDA declaration of this parameter. */
+    public String cudaDeclaration() {
+        String element = cudaElement();
         return switch (role) {
             case INPUT, WEIGHTS, ROUTING -> "const " + element + "* __restrict__ " + name;
             case OUTPUT, WORKSPACE -> element + "* __restrict__ " + name;

@@ -11,6 +11,7 @@ import dev.moeforge.dsl.check.Validator;
 import dev.moeforge.dsl.format.Fp8ActivationRows;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.InputNorm;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.WeightFormat;
@@ -26,6 +27,15 @@ import java.util.OptionalInt;
 /** The parameters of the kernel generated for a spec, in launch order. */
 public record KernelSignature(List<KernelParam> params) {
     public static final String TOKEN_COUNT = "num_tokens";
+    /** The activations a kernel reads as given. */
+    public static final String X = "x";
+    /** With an input norm ({@link InputNorm}): the residual stream, the branch output added to it, the norm's weight. */
+    public static final String RESIDUAL = "residual";
+    public static final String ADDEND = "addend";
+    public static final String NORM_WEIGHT = "norm_weight";
+    /** With an input norm: the residual after the add, and the normed rows, each token's written by one block. */
+    public static final String RESIDUAL_OUT = "residual_out";
+    public static final String NORMED_OUT = "normed_out";
 
     public KernelSignature {
         params = List.copyOf(params);
@@ -56,6 +66,12 @@ public record KernelSignature(List<KernelParam> params) {
         List<String> args = new ArrayList<>();
         for (int i = 0; i < params.size(); i++) {
             KernelParam p = params.get(i);
+            if (NORM_GROUP.contains(p.name())) {
+                if (p.name().equals(RESIDUAL)) {
+                    args.add(inputArgument());
+                }
+                continue;
+            }
             if (p.weightPart() != KernelParam.WeightPart.CODES) {
                 args.add(p.name());
                 continue;
@@ -78,6 +94,38 @@ public record KernelSignature(List<KernelParam> params) {
             args.add("mf::WeightArgs{" + p.name() + ", " + block + ", " + row + tail + "}");
         }
         return String.join(", ", args);
+    }
+
+    /** The parameters the device header takes together as {@code mf::AddRmsNormRows}, where the kernel norms its input. */
+    private static final List<String> NORM_GROUP = List.of(RESIDUAL, ADDEND, NORM_WEIGHT, RESIDUAL_OUT, NORMED_OUT);
+
+    /**
+     * What the kernel passes its device body for the input rows: {@code x}, or where it norms them
+     * itself {@code mf::AddRmsNormRows<addend type>{residual, addend, norm_weight, residual_out, normed_out}}.
+     */
+    public String inputArgument() {
+        if (params.stream().noneMatch(p -> p.name().equals(RESIDUAL))) {
+            return X;
+        }
+        return "mf::AddRmsNormRows<" + param(ADDEND).cudaElement() + ">{" + String.join(", ", NORM_GROUP) + "}";
+    }
+
+    /** The input rows as given ({@code x [M][width]}), or where the kernel norms them the tensors it makes them from. */
+    private static List<KernelParam> inputRows(Problem problem, int width) {
+        int m = KernelParam.TOKENS;
+        return problem.inputNorm().map(n -> List.of(
+                new KernelParam(RESIDUAL, Role.INPUT, DType.FP32, List.of(m, width), "the residual stream"),
+                new KernelParam(ADDEND, Role.INPUT, n.addend(), List.of(m, width), "the branch output added to it"),
+                new KernelParam(NORM_WEIGHT, Role.INPUT, DType.FP32, List.of(width), "the RMSNorm's weight")))
+                .orElse(List.of(new KernelParam(X, Role.INPUT, problem.activations(), List.of(m, width), "activations")));
+    }
+
+    /** Where the kernel norms its input: residual + addend and the normed rows, each token's stored by one block. */
+    private static List<KernelParam> normedOutputs(Problem problem, int width) {
+        int m = KernelParam.TOKENS;
+        return problem.inputNorm().isEmpty() ? List.of() : List.of(
+                new KernelParam(RESIDUAL_OUT, Role.OUTPUT, DType.FP32, List.of(m, width), "residual + addend (not the residual's buffer)"),
+                new KernelParam(NORMED_OUT, Role.OUTPUT, problem.activations(), List.of(m, width), "the normed rows the kernel multiplied"));
     }
 
     /**
@@ -280,8 +328,7 @@ public record KernelSignature(List<KernelParam> params) {
      */
     private static KernelSignature router(ValidatedSpec<?> spec, Problem.Router r, DType act, KernelParam tokens) {
         int m = KernelParam.TOKENS;
-        List<KernelParam> params = new ArrayList<>();
-        params.add(new KernelParam("x", Role.INPUT, act, List.of(m, r.hidden()), "activations"));
+        List<KernelParam> params = new ArrayList<>(inputRows(r, r.hidden()));
         params.add(new KernelParam("w_router", Role.WEIGHTS, DType.BF16, List.of(r.experts(), r.hidden()),
                 "router rows, one per expert"));
         for (String name : RouterTrees.rowParams(spec.epilogue())) {
@@ -303,20 +350,24 @@ public record KernelSignature(List<KernelParam> params) {
             params.add(new KernelParam("router_out", Role.OUTPUT, store.dtype(), List.of(m, r.experts()),
                     "each token's row of expert values"));
         }
+        params.addAll(normedOutputs(r, r.hidden()));
         params.add(tokens);
         return new KernelSignature(params);
     }
 
-    /** x, the weights {@code [N][K]} (with their FP32 bias {@code [N]}), then y in the epilogue's store type. */
+    /**
+     * x (or what an input norm makes it from), the weights {@code [N][K]} (with their FP32 bias
+     * {@code [N]}), then y in the epilogue's store type (and the input norm's outputs).
+     */
     private static KernelSignature linear(ValidatedSpec<?> spec, Problem.Linear l, DType act, KernelParam tokens) {
         int m = KernelParam.TOKENS;
-        List<KernelParam> params = new ArrayList<>();
-        params.add(new KernelParam("x", Role.INPUT, act, List.of(m, l.inputs()), "activations"));
+        List<KernelParam> params = new ArrayList<>(inputRows(l, l.inputs()));
         params.add(new KernelParam("w", Role.WEIGHTS, DType.BF16, List.of(l.outputs(), l.inputs()), "one row per output", CODES));
         if (l.bias()) {
             params.add(new KernelParam(biasName("w"), Role.WEIGHTS, DType.FP32, List.of(l.outputs()), "bias of each output", BIAS));
         }
         params.add(new KernelParam("y", Role.OUTPUT, spec.epilogue().dtype(), List.of(m, l.outputs()), "each token's outputs"));
+        params.addAll(normedOutputs(l, l.inputs()));
         params.add(tokens);
         return new KernelSignature(params);
     }

@@ -1598,6 +1598,161 @@ __device__ __forceinline__ void mlp_split_down(const __nv_bfloat16* __restrict__
 }
 
 // ---------------------------------------------------------------------------------------------
+// Input rows. A decode kernel reads its activation rows as given (x), or makes them itself from
+// the residual stream (a problem's input_norm): for token m, v = residual[m] + addend[m] in FP32
+// and the row bf16(weight * v / sqrt(mean(v^2) + eps)), into shared memory. Every block that reads
+// the token computes the same row (the same sums in the same order); the one block that stores
+// for the token also writes v to residual_out and the row to normed_out, for the kernels after it.
+// That saves the separate add-and-norm launch and its place in the chain of dependent kernels.
+// ---------------------------------------------------------------------------------------------
+template <class Addend>
+struct AddRmsNormRows {
+  const float* residual;
+  const Addend* addend;
+  const float* weight;
+  float* residual_out;
+  __nv_bfloat16* normed_out;
+};
+
+// Whether a block's rows live in its shared memory (made by an input norm) rather than in global memory.
+template <class Rows>
+struct RowsInShared {
+  static constexpr bool value = false;
+};
+template <class Addend>
+struct RowsInShared<AddRmsNormRows<Addend>> {
+  static constexpr bool value = true;
+};
+
+__device__ __forceinline__ float4 load_addend4(const float* p) { return __ldca(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 load_addend4(const __nv_bfloat16* p) {
+  const uint2 q = __ldca(reinterpret_cast<const uint2*>(p));
+  return make_float4(bf16_lo(q.x), bf16_hi(q.x), bf16_lo(q.y), bf16_hi(q.y));
+}
+
+// The sum of v over the block's THREADS threads, the same bits in every thread: warp butterflies,
+// then the warps' sums added in warp order. scratch holds THREADS / 32 floats.
+template <int THREADS>
+__device__ __forceinline__ float block_sum_all(float v, float* scratch) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < THREADS / 32; ++i) total += scratch[i];
+  __syncthreads();  // scratch is free again
+  return total;
+}
+
+// Rows [token0, token0 + tokens) of x as given: the global rows, read after the kernel's wait.
+template <int K, int T, int THREADS>
+__device__ __forceinline__ const char* input_rows(const __nv_bfloat16* __restrict__ x, int token0, int, bool, float) {
+  return reinterpret_cast<const char*>(x + static_cast<size_t>(token0) * K);
+}
+
+// Rows [token0, token0 + tokens) made by the input norm into shared memory (at most T), by every
+// thread of the block: the norm's weights are read before the wait for the previous kernel (a
+// constant of the step), the residual and addend after it (`stores`: this block also writes the
+// tokens' residual_out and normed_out). Returns the rows, K bf16 each, after a block barrier.
+template <int K, int T, int THREADS, class Addend>
+__device__ __forceinline__ const char* input_rows(const AddRmsNormRows<Addend>& in, int token0, int tokens, bool stores,
+                                                  float eps) {
+  static_assert(K % 4 == 0, "the norm reads and writes its rows four elements at a time");
+  constexpr int kGroups = K / 4;
+  constexpr int kPer = ceil_div(kGroups, THREADS);
+  __shared__ __align__(16) __nv_bfloat16 rows[T * K];
+  __shared__ float scratch[THREADS / 32];
+  float4 w[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int g = threadIdx.x + j * THREADS;
+    w[j] = g < kGroups ? *reinterpret_cast<const float4*>(in.weight + 4 * g) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  wait_for_previous_kernel();
+  for (int t = 0; t < tokens; ++t) {
+    const size_t base = static_cast<size_t>(token0 + t) * K;
+    float4 v[kPer];
+    float squares = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int g = threadIdx.x + j * THREADS;
+      v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (g < kGroups) {
+        const float4 r = __ldca(reinterpret_cast<const float4*>(in.residual + base + 4 * g));
+        const float4 a = load_addend4(in.addend + base + 4 * g);
+        v[j] = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
+      }
+      squares += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+    const float scale = rsqrtf(block_sum_all<THREADS>(squares, scratch) / K + eps);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int g = threadIdx.x + j * THREADS;
+      if (g < kGroups) {
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(w[j].x * (v[j].x * scale), w[j].y * (v[j].y * scale));
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(w[j].z * (v[j].z * scale), w[j].w * (v[j].w * scale));
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(rows + t * K + 4 * g) = packed;
+        if (stores) {
+          *reinterpret_cast<float4*>(in.residual_out + base + 4 * g) = v[j];
+          *reinterpret_cast<uint2*>(in.normed_out + base + 4 * g) = packed;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  return reinterpret_cast<const char*>(rows);
+}
+
+// A lane's BYTES of an input row: from shared memory where the kernel made its rows, else from
+// global memory (after the wait: see load_activation_word).
+template <int BYTES, bool kShared, bool kAfterLateWait>
+__device__ __forceinline__ Lane<BYTES> load_input_lane(const char* p) {
+  if constexpr (kShared) {
+    Lane<BYTES> v;
+#pragma unroll
+    for (int i = 0; i < Lane<BYTES>::kWords; ++i) v.w[i] = reinterpret_cast<const uint32_t*>(p)[i];
+    return v;
+  } else {
+    return load_activations<BYTES, kAfterLateWait>(p);
+  }
+}
+
+// One step of a warp's weight row: lane loads c0 + 32 i + lane (i < U) of the row's load chunks
+// [.., end), zero past the end.
+template <int LB, int U>
+__device__ __forceinline__ void load_weight_step(const char* w_row, int c0, int end, Lane<LB> (&wv)[U]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < U; ++i) {
+    const int c = c0 + i * 32 + lane;
+    wv[i] = c < end ? load_weights<LB>(w_row + c * LB) : zero_lane<LB>();
+  }
+}
+
+// The first row and span of load chunks a warp takes where a block's rows [first, last) (at most
+// N) go one warp per row, or SPLIT warps per row over contiguous spans of whole 32-load steps (as
+// block_scores and linear_gemv split them); valid is false for a warp without one.
+struct WarpSpan {
+  int row, begin, end;
+  bool valid;
+};
+template <int kChunks, int N, int SPLIT>
+__device__ __forceinline__ WarpSpan first_warp_span(int first, int last) {
+  const int warp = threadIdx.x >> 5;
+  if constexpr (SPLIT == 1) {
+    return WarpSpan{first + warp, 0, kChunks, first + warp < last};
+  } else {
+    constexpr int kSpan = ceil_div(ceil_div(kChunks, SPLIT), 32) * 32;
+    const int row = first + warp / SPLIT;
+    const int begin = (warp % SPLIT) * kSpan;
+    return WarpSpan{row, begin, min_int(kChunks, begin + kSpan), warp / SPLIT < N && row < last && begin < kChunks};
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Router (schedule router_gemv). Phase 1, every block: the scores of its slice of experts for one
 // token, one warp per expert or SPLIT warps per expert (W_r[e] . x[m], fp32; see block_scores),
 // published to the scores workspace. Phase 2, the token's tail block (router_scores): its warps
@@ -1611,9 +1766,9 @@ __device__ __forceinline__ void mlp_split_down(const __nv_bfloat16* __restrict__
 // a few registers the interleaved order made DeepSeek-V3's scores slower; with all of them in
 // flight (the routers' launch bounds) both orders measure the same (bench/NOTES.md, "The grouped
 // tail").
-template <int LB, int U, bool kWaitAfterWeights>
+template <int LB, int U, bool kWaitAfterWeights, bool kSharedRows, int PU = U>
 __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restrict__ w_row, const char* x_row,
-                                                   int begin, int end) {
+                                                   int begin, int end, const Lane<LB> (&preloaded)[PU], bool use_preloaded) {
   constexpr int kStep = 32 * U;
   const int lane = threadIdx.x & 31;
   const char* row = reinterpret_cast<const char*>(w_row);
@@ -1621,16 +1776,17 @@ __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restri
 #pragma unroll 1
   for (int c0 = begin; c0 < end; c0 += kStep) {
     Lane<LB> wv[U], av[U];
+    if (use_preloaded && c0 == begin) {
 #pragma unroll
-    for (int i = 0; i < U; ++i) {
-      const int c = c0 + i * 32 + lane;
-      wv[i] = c < end ? load_weights<LB>(row + c * LB) : zero_lane<LB>();
+      for (int i = 0; i < U; ++i) wv[i] = preloaded[i];
+    } else {
+      load_weight_step<LB, U>(row, c0, end, wv);
     }
     if constexpr (kWaitAfterWeights) wait_for_previous_kernel();  // returns at once after the first time
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = c0 + i * 32 + lane;
-      av[i] = c < end ? load_activations<LB, kWaitAfterWeights>(x_row + c * LB) : zero_lane<LB>();
+      av[i] = c < end ? load_input_lane<LB, kSharedRows, kWaitAfterWeights>(x_row + c * LB) : zero_lane<LB>();
     }
 #pragma unroll
     for (int i = 0; i < U; ++i) acc = dot_bf16<LB>(wv[i], av[i], acc);
@@ -1644,9 +1800,9 @@ __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restri
 // fewer dependent load rounds; the parts meet in shared memory and are added in warp order
 // (deterministic). Every thread of the block must call it. With kWaitAfterWeights each warp waits
 // for the previous kernel after its first weight loads (a warp without a row never reads an input).
-template <int H, int N, int W, int LB, int U, int SPLIT, bool kWaitAfterWeights, class Store>
+template <int H, int N, int W, int LB, int U, int SPLIT, bool kWaitAfterWeights, bool kSharedRows, class Store>
 __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w_router, const char* x_row, int first,
-                                             int last, Store store) {
+                                             int last, Store store, const Lane<LB> (&preloaded)[U], bool use_preloaded) {
   constexpr int kChunks = H / (LB / 2);
   constexpr int kSplit = SPLIT;
   static_assert(kSplit >= 1 && (kSplit == 1 || kSplit * N <= W), "a split needs SPLIT warps for each of the N experts");
@@ -1654,27 +1810,48 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
   const int warp = threadIdx.x >> 5;
   if constexpr (kSplit == 1) {
     for (int e = first + warp; e < last; e += W) {
-      const float score = router_score_span<LB, U, kWaitAfterWeights>(w_router + static_cast<size_t>(e) * H, x_row, 0, kChunks);
+      const float score = router_score_span<LB, U, kWaitAfterWeights, kSharedRows>(w_router + static_cast<size_t>(e) * H, x_row, 0,
+                                                                                  kChunks, preloaded, use_preloaded);
+      use_preloaded = false;
       if (lane == 0) store(e, score);
     }
   } else {
-    constexpr int kSpan = ceil_div(ceil_div(kChunks, kSplit), 32) * 32;
     __shared__ float parts[W];
-    const int part = warp % kSplit;
-    const int e = first + warp / kSplit;
-    const int begin = part * kSpan;
-    const bool mine = warp / kSplit < N && e < last;
-    const float v = mine && begin < kChunks
-        ? router_score_span<LB, U, kWaitAfterWeights>(w_router + static_cast<size_t>(e) * H, x_row, begin, min_int(kChunks, begin + kSpan))
+    const WarpSpan span = first_warp_span<kChunks, N, kSplit>(first, last);
+    const float v = span.valid
+        ? router_score_span<LB, U, kWaitAfterWeights, kSharedRows>(w_router + static_cast<size_t>(span.row) * H, x_row, span.begin,
+                                                                   span.end, preloaded, use_preloaded)
         : 0.0f;
     if (lane == 0) parts[warp] = v;
     __syncthreads();
-    if (mine && part == 0 && lane == 0) {
+    if (warp / kSplit < N && span.row < last && warp % kSplit == 0 && lane == 0) {
       float total = 0.0f;
 #pragma unroll
       for (int p = 0; p < kSplit; ++p) total += parts[warp + p];
-      store(e, total);
+      store(span.row, total);
     }
+  }
+}
+
+// The input rows of a router's token (x as given, or made by its input norm), and where the norm
+// makes them, each warp's first weight step issued before the norm waits for the previous kernel.
+// block_scores then takes `preloaded` for that step.
+template <class Config, int N, class Rows>
+__device__ __forceinline__ const char* router_rows(const Rows& rows, int token, int first, int last, bool stores,
+                                                   const __nv_bfloat16* __restrict__ w_router,
+                                                   Lane<Config::kLoadBytes> (&preloaded)[Config::kUnroll], bool& use_preloaded) {
+  constexpr int H = Config::kHidden, LB = Config::kLoadBytes, U = Config::kUnroll;
+  use_preloaded = false;
+  if constexpr (RowsInShared<Rows>::value) {
+    const WarpSpan span = first_warp_span<H / (LB / 2), N, Config::kWarpsPerScore>(first, last);
+    if (span.valid) {
+      load_weight_step<LB, U>(reinterpret_cast<const char*>(w_router + static_cast<size_t>(span.row) * H), span.begin, span.end,
+                              preloaded);
+      use_preloaded = true;
+    }
+    return input_rows<H, 1, Config::kThreadsPerCta>(rows, token, 1, stores, Config::kNormEps);
+  } else {
+    return input_rows<H, 1, Config::kThreadsPerCta>(rows, token, 1, stores, 0.0f);
   }
 }
 
@@ -1691,10 +1868,11 @@ __device__ __forceinline__ void store_output(float* p, float v) { *p = v; }
 
 // A warp's sums of one weight row against the group's `tokens` activation rows (x_rows, each K
 // elements apart) over the load chunks [begin, end), butterfly-summed in fp32 into acc[0..T). Each
-// step's weight loads are issued before the wait for the previous kernel (a no-op after the first).
-template <int K, int LB, int U, int T>
+// step's weight loads are issued before the wait for the previous kernel (a no-op after the first);
+// with use_preloaded the first step's are `preloaded` (issued before an input norm waited).
+template <int K, int LB, int U, int T, bool kSharedRows>
 __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x_rows, int tokens, int begin, int end,
-                                                float (&acc)[T]) {
+                                                float (&acc)[T], const Lane<LB> (&preloaded)[U], bool use_preloaded) {
   constexpr int kStep = 32 * U;
   constexpr size_t kRowBytes = static_cast<size_t>(K) * 2;
   const int lane = threadIdx.x & 31;
@@ -1703,10 +1881,11 @@ __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x
 #pragma unroll 1
   for (int c0 = begin; c0 < end; c0 += kStep) {
     Lane<LB> wv[U];
+    if (use_preloaded && c0 == begin) {
 #pragma unroll
-    for (int i = 0; i < U; ++i) {
-      const int c = c0 + i * 32 + lane;
-      wv[i] = c < end ? load_weights<LB>(w_row + c * LB) : zero_lane<LB>();
+      for (int i = 0; i < U; ++i) wv[i] = preloaded[i];
+    } else {
+      load_weight_step<LB, U>(w_row, c0, end, wv);
     }
     wait_for_previous_kernel();
 #pragma unroll
@@ -1717,7 +1896,7 @@ __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x
 #pragma unroll
         for (int i = 0; i < U; ++i) {
           const int c = c0 + i * 32 + lane;
-          av[i] = c < end ? load_activations<LB, true>(x_row + c * LB) : zero_lane<LB>();
+          av[i] = c < end ? load_input_lane<LB, kSharedRows, true>(x_row + c * LB) : zero_lane<LB>();
         }
 #pragma unroll
         for (int i = 0; i < U; ++i) acc[t] = dot_bf16<LB>(wv[i], av[i], acc[t]);
@@ -1728,13 +1907,13 @@ __device__ __forceinline__ void linear_row_span(const char* w_row, const char* x
   for (int t = 0; t < T; ++t) acc[t] = warp_sum(acc[t]);
 }
 
-template <class Config, class Out, class Epilogue>
-__device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x, const WeightArgs w, Out* __restrict__ y,
-                                            int num_tokens, Epilogue epi) {
+template <class Config, class Rows, class Out, class Epilogue>
+__device__ __forceinline__ void linear_gemv(const Rows& x, const WeightArgs w, Out* __restrict__ y, int num_tokens, Epilogue epi) {
   constexpr int K = Config::kInputs, N = Config::kOutputs, W = Config::kWarpsPerCta, LB = Config::kLoadBytes;
   constexpr int U = Config::kUnroll, NPC = Config::kOutputsPerCta, SPLIT = Config::kWarpsPerOutput;
   constexpr int T = Config::kTokensPerCta;
   constexpr int kChunks = K / (LB / 2);
+  constexpr bool kShared = RowsInShared<Rows>::value;
   static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
   static_assert(SPLIT >= 1 && (SPLIT == 1 || SPLIT * NPC <= W), "a split needs SPLIT warps for each of the NPC outputs");
   const int groups = ceil_div(num_tokens, T);
@@ -1744,10 +1923,26 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
   const int last = min_int(N, first + NPC);
   const int token0 = group * T;
   const int tokens = min_int(T, num_tokens - token0);
-  const char* x_rows = reinterpret_cast<const char*>(x + static_cast<size_t>(token0) * K);
   const char* codes = static_cast<const char*>(w.codes);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  // Rows made by an input norm: each warp's first weight step goes out before the norm waits, and
+  // the group's first slice stores the group's residual_out and normed_out.
+  Lane<LB> preloaded[U];
+  bool use_preloaded = false;
+  if constexpr (kShared) {
+    const WarpSpan span = first_warp_span<kChunks, NPC, SPLIT>(first, last);
+    if (span.valid) {
+      load_weight_step<LB, U>(codes + static_cast<size_t>(span.row) * K * 2, span.begin, span.end, preloaded);
+      use_preloaded = true;
+    }
+  }
+  const char* x_rows;
+  if constexpr (kShared) {
+    x_rows = input_rows<K, T, 32 * W>(x, token0, tokens, slice == 0, Config::kNormEps);
+  } else {
+    x_rows = input_rows<K, T, 32 * W>(x, token0, tokens, false, 0.0f);
+  }
   float acc[T];
   // Lane t stores token t's output (every lane holds every sum after the butterfly).
   auto store = [&](int n, const float (&sums)[T]) {
@@ -1758,19 +1953,17 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
   };
   if constexpr (SPLIT == 1) {
     for (int n = first + warp; n < last; n += W) {
-      linear_row_span<K, LB, U, T>(codes + static_cast<size_t>(n) * K * 2, x_rows, tokens, 0, kChunks, acc);
+      linear_row_span<K, LB, U, T, kShared>(codes + static_cast<size_t>(n) * K * 2, x_rows, tokens, 0, kChunks, acc, preloaded,
+                                            use_preloaded);
+      use_preloaded = false;
       store(n, acc);
     }
   } else {
-    constexpr int kSpan = ceil_div(ceil_div(kChunks, SPLIT), 32) * 32;
     __shared__ float parts[W][T];
-    const int part = warp % SPLIT;
-    const int n = first + warp / SPLIT;
-    const int begin = part * kSpan;
-    const bool mine = warp / SPLIT < NPC && n < last;
-    if (mine && begin < kChunks) {
-      linear_row_span<K, LB, U, T>(codes + static_cast<size_t>(n) * K * 2, x_rows, tokens, begin,
-                                   min_int(kChunks, begin + kSpan), acc);
+    const WarpSpan span = first_warp_span<kChunks, NPC, SPLIT>(first, last);
+    if (span.valid) {
+      linear_row_span<K, LB, U, T, kShared>(codes + static_cast<size_t>(span.row) * K * 2, x_rows, tokens, span.begin, span.end, acc,
+                                            preloaded, use_preloaded);
     } else {
 #pragma unroll
       for (int t = 0; t < T; ++t) acc[t] = 0.0f;
@@ -1780,7 +1973,7 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
       for (int t = 0; t < T; ++t) parts[warp][t] = acc[t];
     }
     __syncthreads();
-    if (mine && part == 0) {
+    if (warp / SPLIT < NPC && span.row < last && warp % SPLIT == 0) {
       float sums[T];
 #pragma unroll
       for (int t = 0; t < T; ++t) {
@@ -1788,7 +1981,7 @@ __device__ __forceinline__ void linear_gemv(const __nv_bfloat16* __restrict__ x,
 #pragma unroll
         for (int p = 0; p < SPLIT; ++p) sums[t] += parts[warp + p][t];
       }
-      store(n, sums);
+      store(span.row, sums);
     }
   }
 }
@@ -1913,9 +2106,8 @@ __device__ __forceinline__ void publish_score(float* p, float v) {
 // it after them, so its round trip hides under the loads; the tail block resets it for the next
 // launch. The tail then awaits the scores (await_scores) instead of taking an end ticket and
 // reloading them, which made the decode routers faster (bench/NOTES.md, "The grouped tail").
-template <class Config>
-__device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ x,
-                                              const __nv_bfloat16* __restrict__ w_router,
+template <class Config, class Rows>
+__device__ __forceinline__ bool router_scores(const Rows& x, const __nv_bfloat16* __restrict__ w_router,
                                               float* __restrict__ scores, int* __restrict__ counters, int num_tokens) {
   constexpr int H = Config::kHidden, E = Config::kExperts, W = Config::kWarpsPerCta, LB = Config::kLoadBytes;
   constexpr int U = Config::kUnroll, EPC = Config::kExpertsPerCta, SPLIT = Config::kWarpsPerScore;
@@ -1925,11 +2117,14 @@ __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ 
   if (token >= num_tokens) return false;  // uniform over the block
   int ticket = 0;
   if (threadIdx.x == 0) ticket = atomicAdd(counters + token, 1);
-  const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
   const int first = blockIdx.x * EPC;
+  Lane<LB> preloaded[U];
+  bool use_preloaded;
+  const char* x_row = router_rows<Config, EPC>(x, token, first, min_int(E, first + EPC), blockIdx.x == 0, w_router, preloaded,
+                                               use_preloaded);
   float* token_scores = scores + static_cast<size_t>(token) * E;
-  block_scores<H, EPC, W, LB, U, SPLIT, false>(w_router, x_row, first, min_int(E, first + EPC),
-                                        [&](int e, float v) { publish_score(token_scores + e, v); });
+  block_scores<H, EPC, W, LB, U, SPLIT, false, RowsInShared<Rows>::value>(w_router, x_row, first, min_int(E, first + EPC),
+                                        [&](int e, float v) { publish_score(token_scores + e, v); }, preloaded, use_preloaded);
   __shared__ int is_tail;
   if (threadIdx.x == 0) {
     is_tail = ticket == static_cast<int>(gridDim.x) - 1;
@@ -1943,9 +2138,9 @@ __device__ __forceinline__ bool router_scores(const __nv_bfloat16* __restrict__ 
 // C-th slice of E / C experts (one warp or SPLIT warps per expert), and store straight into block 0's shared memory
 // (distributed shared memory); cluster.sync() orders those stores before block 0 reads them.
 // Returns block 0's scores (to every thread of block 0) and nullptr in the other blocks.
-template <class Config>
-__device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat16* __restrict__ x,
-                                                              const __nv_bfloat16* __restrict__ w_router, int num_tokens) {
+template <class Config, class Rows>
+__device__ __forceinline__ const float* router_scores_cluster(const Rows& x, const __nv_bfloat16* __restrict__ w_router,
+                                                              int num_tokens) {
   constexpr int H = Config::kHidden, E = Config::kExperts, W = Config::kWarpsPerCta, LB = Config::kLoadBytes;
   constexpr int U = Config::kUnroll, C = Config::kClusterSize, SPLIT = Config::kWarpsPerScore;
   static_assert(Config::kThreadsPerCta == 32 * W, "the block is the warps the schedule names");
@@ -1958,10 +2153,15 @@ __device__ __forceinline__ const float* router_scores_cluster(const __nv_bfloat1
   const int token = blockIdx.y;
   if (token >= num_tokens) return nullptr;  // uniform over the cluster: it shares blockIdx.y
   float* first_block = cluster.map_shared_rank(scores, 0);
-  const char* x_row = reinterpret_cast<const char*>(x + static_cast<size_t>(token) * H);
   const int first = rank * kPerBlock;
-  block_scores<H, kPerBlock, W, LB, U, SPLIT, true>(w_router, x_row, first, min_int(E, first + kPerBlock),
-                                       [&](int e, float v) { first_block[e] = v; });
+  Lane<LB> preloaded[U];
+  bool use_preloaded;
+  const char* x_row = router_rows<Config, kPerBlock>(x, token, first, min_int(E, first + kPerBlock), rank == 0, w_router, preloaded,
+                                                     use_preloaded);
+  // rows made by an input norm are past the wait already; rows as given are read after each warp's first weights
+  constexpr bool kShared = RowsInShared<Rows>::value;
+  block_scores<H, kPerBlock, W, LB, U, SPLIT, !kShared, kShared>(w_router, x_row, first, min_int(E, first + kPerBlock),
+                                       [&](int e, float v) { first_block[e] = v; }, preloaded, use_preloaded);
   cluster.sync();
   return rank == 0 ? scores : nullptr;
 }

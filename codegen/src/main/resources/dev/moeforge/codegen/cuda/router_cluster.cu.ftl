@@ -32,7 +32,7 @@ extern "C" __global__ void __cluster_dims__(Config::kClusterSize, 1, 1) __launch
 <#else>
   mf::begin_after_previous_kernel();
 </#if>
-  const float* scores = mf::${body}<Config>(x, w_router, num_tokens);
+  const float* scores = mf::${body}<Config>(${inputArg}, w_router, num_tokens);
   if (scores == nullptr || threadIdx.x >= 32) return;  // warp 0 of the cluster's block 0 evaluates the epilogue
   const int token = blockIdx.y;
 <#list valueLines as line>

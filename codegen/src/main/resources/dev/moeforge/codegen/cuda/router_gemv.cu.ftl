@@ -28,7 +28,7 @@ extern "C" __global__ void __launch_bounds__(${launchBounds}) ${name}(
 </#list>
 ) {
   mf::begin_after_previous_kernel();
-  if (!mf::${body}<Config>(x, w_router, scores, counters, num_tokens)) {
+  if (!mf::${body}<Config>(${inputArg}, w_router, scores, counters, num_tokens)) {
     return;
   }
 <#if !blockGroups>

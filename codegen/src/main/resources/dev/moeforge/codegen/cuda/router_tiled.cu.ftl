@@ -34,7 +34,7 @@ extern "C" __global__ void <#if clusterSize gt 1>__cluster_dims__(Config::kClust
   __shared__ mf::BlockExpertCounts<Config::kExperts> block_counts;  // this block's rows, added to expert_counts at the end
   block_counts.zero();  // the scores phase's barriers order this before the counts
 </#if>
-  const float* scores = mf::${body}<Config>(x, w_router, smem, num_tokens);
+  const float* scores = mf::${body}<Config>(${inputArg}, w_router, smem, num_tokens);
   // Only now may the next kernel's blocks park here: parked through the pipeline they would hold
   // its shared memory (bench/NOTES.md, "The tiled router and programmatic dependent launch").
   mf::let_next_kernel_begin();

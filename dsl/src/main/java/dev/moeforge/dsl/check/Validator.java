@@ -3,6 +3,7 @@ package dev.moeforge.dsl.check;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.InputNorm;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Limits;
 import dev.moeforge.dsl.ir.Problem;
@@ -72,14 +73,30 @@ public final class Validator {
             case Problem.Router r -> {
                 range(errors, "problem.hidden", r.hidden(), 1, Limits.MAX_DIMENSION);
                 range(errors, "problem.experts", r.experts(), 1, Limits.MAX_EXPERTS);
+                r.inputNorm().ifPresent(n -> checkInputNorm(n, r.hidden(), "problem.hidden", errors));
             }
             case Problem.Linear l -> {
                 range(errors, "problem.inputs", l.inputs(), 1, Limits.MAX_DIMENSION);
                 range(errors, "problem.outputs", l.outputs(), 1, Limits.MAX_LINEAR_OUTPUTS);
+                l.inputNorm().ifPresent(n -> checkInputNorm(n, l.inputs(), "problem.inputs", errors));
             }
         }
         checkFormats(problem, errors);
         return errors;
+    }
+
+    /** What an input norm needs whatever the schedule: an addend of bf16 or fp32, eps in (0, 1), rows of whole loads. */
+    private static void checkInputNorm(InputNorm n, int rowLength, String rowField, List<SpecError> errors) {
+        if (n.addend() != DType.BF16 && n.addend() != DType.FP32) {
+            errors.add(new SpecError(InputNorm.FIELD + ".addend", n.addend().text(), "bf16 or fp32 (what the residual branch stores)"));
+        }
+        if (!(n.eps() > 0 && n.eps() < 1)) {
+            errors.add(new SpecError(InputNorm.FIELD + ".eps", Double.toString(n.eps()), "a number in (0, 1), e.g. 1e-06"));
+        }
+        if (rowLength >= 1 && rowLength % InputNorm.ELEMENTS_PER_LOAD != 0) {
+            errors.add(new SpecError(rowField, Integer.toString(rowLength), "a multiple of " + InputNorm.ELEMENTS_PER_LOAD
+                    + " with input_norm: the norm reads and writes a row " + InputNorm.ELEMENTS_PER_LOAD + " elements at a time"));
+        }
     }
 
     /** The schedule's rules, once it is known to lower this problem; else why not, with the kinds that do. */
@@ -93,6 +110,12 @@ public final class Validator {
             return;
         }
         P problem = kind.problemType().cast(spec.problem());
+        if (problem.inputNorm().isPresent() && !kind.normsInputs()) {
+            List<String> norming = Schedule.kinds().stream().filter(k -> k.lowers(problem) && k.normsInputs()).map(ScheduleKind::name).toList();
+            errors.add(new SpecError(InputNorm.FIELD, "add_rms_norm", "absent under " + kind.name()
+                    + ", which reads its rows as given: norm them in a kernel of their own, or lower the problem with "
+                    + either(norming)));
+        }
         schedule.check(problem, spec.target(), errors);
         if (epilogueShallow) {
             schedule.checkEpilogue(problem, spec.epilogue(), errors);

@@ -4,6 +4,7 @@ import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 
 /**
  * What a kernel computes, independent of how it is mapped onto the GPU. Routing tables between
@@ -37,6 +38,11 @@ public sealed interface Problem permits Problem.ExpertProblem, Problem.ExpertMlp
     WeightFormat weights();
 
     DType activations();
+
+    /** How the kernel makes its input rows from the residual stream ({@link InputNorm}); empty: it reads them as given. */
+    default Optional<InputNorm> inputNorm() {
+        return Optional.empty();
+    }
 
     /** One half of the expert MLP, with routing given. */
     sealed interface ExpertProblem extends Problem permits ExpertGateUp, ExpertDown {
@@ -102,16 +108,48 @@ public sealed interface Problem permits Problem.ExpertProblem, Problem.ExpertMlp
      *                     (int32 [E], atomics, in the same kernel): the per-expert token histogram of
      *                     the expert-centric path and of routing-aware dispatch. The caller zeroes
      *                     the counts before the step (a memset node in the graph).
+     * @param inputNorm    x made from the residual stream by the kernel ({@link InputNorm}), or read as given
      */
-    record Router(int hidden, int experts, WeightFormat weights, DType activations, boolean expertCounts)
-            implements Problem {}
+    record Router(int hidden, int experts, WeightFormat weights, DType activations, boolean expertCounts,
+                  Optional<InputNorm> inputNorm) implements Problem {
+
+        public Router {
+            java.util.Objects.requireNonNull(inputNorm, "inputNorm: Optional.empty() for rows read as given");
+        }
+
+        /** Reading x as given. */
+        public Router(int hidden, int experts, WeightFormat weights, DType activations, boolean expertCounts) {
+            this(hidden, experts, weights, activations, expertCounts, Optional.empty());
+        }
+
+        /** The same router making its rows with {@code norm}. */
+        public Router withInputNorm(InputNorm norm) {
+            return new Router(hidden, experts, weights, activations, expertCounts, Optional.of(norm));
+        }
+    }
 
     /**
      * A dense projection as {@code nn.Linear} stores it: for token {@code m} and every output
      * {@code n}, {@code acc = W[n] . x[m]} (FP32 accumulation; {@code W [outputs][inputs]}), plus
      * {@code b[n]} with a bias (an FP32 vector, written {@code bias=true}), then the epilogue, one
      * value per (token, output), stored to {@code y[m][n]}. The decoder's attention projections,
-     * dense MLPs and LM head.
+     * dense MLPs and LM head. With an {@link InputNorm} the kernel makes x from the residual stream.
      */
-    record Linear(int inputs, int outputs, WeightFormat weights, DType activations, boolean bias) implements Problem {}
+    record Linear(int inputs, int outputs, WeightFormat weights, DType activations, boolean bias,
+                  Optional<InputNorm> inputNorm) implements Problem {
+
+        public Linear {
+            java.util.Objects.requireNonNull(inputNorm, "inputNorm: Optional.empty() for rows read as given");
+        }
+
+        /** Reading x as given. */
+        public Linear(int inputs, int outputs, WeightFormat weights, DType activations, boolean bias) {
+            this(inputs, outputs, weights, activations, bias, Optional.empty());
+        }
+
+        /** The same projection making its rows with {@code norm}. */
+        public Linear withInputNorm(InputNorm norm) {
+            return new Linear(inputs, outputs, weights, activations, bias, Optional.of(norm));
+        }
+    }
 }

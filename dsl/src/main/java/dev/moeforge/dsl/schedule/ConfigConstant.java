@@ -16,6 +16,15 @@ public record ConfigConstant(String name, String declaration) {
         return new ConfigConstant(name, "static constexpr int " + name + " = " + value + ";");
     }
 
+    /** An FP32 constant, written with the digits that give back the same float. */
+    public static ConfigConstant real(String name, double value) {
+        float f = (float) value;
+        if (!Float.isFinite(f)) {
+            throw new IllegalArgumentException(name + " = " + value + " is not a finite FP32 number");
+        }
+        return new ConfigConstant(name, "static constexpr float " + name + " = " + Float.toString(f) + "f;");
+    }
+
     public static ConfigConstant bool(String name, boolean value) {
         return new ConfigConstant(name, "static constexpr bool " + name + " = " + value + ";");
     }

@@ -30,7 +30,7 @@ import java.util.Optional;
 public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int outputsPerCta, int tokensPerCta) implements LinearSchedule {
 
     public static final ScheduleKind<LinearGemv, Problem.Linear> KIND = new ScheduleKind<>("linear_gemv", LinearGemv.class,
-            Problem.Linear.class, LinearGemv::space);
+            Problem.Linear.class, LinearGemv::space, true);
 
     @Override
     public ScheduleKind<LinearGemv, Problem.Linear> kind() {
@@ -54,6 +54,7 @@ public record LinearGemv(int warpsPerCta, int loadBytes, int kUnroll, int output
         range(errors, "schedule.k_unroll", kUnroll, 1, 16);
         range(errors, "schedule.outputs_per_cta", outputsPerCta, 1, Math.max(1, Math.min(l.outputs(), 1024)));
         range(errors, "schedule.tokens_per_cta", tokensPerCta, 1, MAX_TOKENS_PER_CTA);
+        ScheduleRules.normedRows(errors, l.inputNorm(), tokensPerCta, "schedule.tokens_per_cta", l.inputs(), "problem.inputs");
     }
 
     @Override

@@ -27,7 +27,7 @@ import java.util.Optional;
 public record RouterCluster(int clusterSize, int warpsPerCta, int loadBytes, int kUnroll) implements Schedule<Problem.Router> {
 
     public static final ScheduleKind<RouterCluster, Problem.Router> KIND = new ScheduleKind<>("router_cluster",
-            RouterCluster.class, Problem.Router.class, RouterCluster::space);
+            RouterCluster.class, Problem.Router.class, RouterCluster::space, true);
 
     /** The portable cluster size. */
     static final int MAX_CLUSTER = 8;
@@ -55,6 +55,7 @@ public record RouterCluster(int clusterSize, int warpsPerCta, int loadBytes, int
         range(errors, "schedule.warps_per_cta", warpsPerCta, 1, ScheduleRules.maxWarps(target));
         RouterGemv.decodeLoads(r, loadBytes, errors);
         range(errors, "schedule.k_unroll", kUnroll, 1, 16);
+        ScheduleRules.normedRows(errors, r.inputNorm(), 1, null, r.hidden(), "problem.hidden");
     }
 
     /** The scores live in static shared memory (block 0's row of E floats); none is dynamic. */

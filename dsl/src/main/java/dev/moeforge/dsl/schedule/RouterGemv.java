@@ -34,7 +34,7 @@ import java.util.Optional;
 public record RouterGemv(int warpsPerCta, int loadBytes, int kUnroll, int expertsPerCta) implements Schedule<Problem.Router> {
 
     public static final ScheduleKind<RouterGemv, Problem.Router> KIND = new ScheduleKind<>("router_gemv", RouterGemv.class,
-            Problem.Router.class, RouterGemv::space);
+            Problem.Router.class, RouterGemv::space, true);
 
     /**
      * The decode routers (one wave, latency-bound) declare one block per SM enough: without it ptxas
@@ -59,6 +59,7 @@ public record RouterGemv(int warpsPerCta, int loadBytes, int kUnroll, int expert
         decodeLoads(r, loadBytes, errors);
         range(errors, "schedule.k_unroll", kUnroll, 1, 16);
         range(errors, "schedule.experts_per_cta", expertsPerCta, 1, Math.max(1, r.experts()));
+        ScheduleRules.normedRows(errors, r.inputNorm(), 1, null, r.hidden(), "problem.hidden");
     }
 
     /** The load width, and hidden a whole number of loads, of the decode routers. */

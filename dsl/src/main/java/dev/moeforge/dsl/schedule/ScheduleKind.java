@@ -36,6 +36,7 @@ public final class ScheduleKind<S extends Schedule<P>, P extends Problem> {
     private final BiFunction<P, Target, List<S>> space;
     private final List<Param> params;
     private final Constructor<S> constructor;
+    private final boolean normsInputs;
 
     /**
      * @param name        the name in the textual form, e.g. {@code output_centric}
@@ -45,6 +46,17 @@ public final class ScheduleKind<S extends Schedule<P>, P extends Problem> {
      *                    (the kind's own check then keeps the valid ones)
      */
     public ScheduleKind(String name, Class<S> type, Class<P> problemType, BiFunction<P, Target, List<S>> space) {
+        this(name, type, problemType, space, false);
+    }
+
+    /**
+     * @param normsInputs whether its kernels can make their input rows from the residual stream
+     *                    themselves (a problem's {@link dev.moeforge.dsl.ir.InputNorm}); such a kind
+     *                    checks the shared memory for the rows in its schedules' {@code check}
+     */
+    public ScheduleKind(String name, Class<S> type, Class<P> problemType, BiFunction<P, Target, List<S>> space,
+                        boolean normsInputs) {
+        this.normsInputs = normsInputs;
         this.name = name;
         this.type = type;
         this.problemType = problemType;
@@ -84,6 +96,10 @@ public final class ScheduleKind<S extends Schedule<P>, P extends Problem> {
     }
 
     /** Whether this kind lowers {@code problem}. */
+    public boolean normsInputs() {
+        return normsInputs;
+    }
+
     public boolean lowers(Problem problem) {
         return problemType.isInstance(problem);
     }

@@ -3,12 +3,14 @@ package dev.moeforge.dsl.schedule;
 import dev.moeforge.dsl.check.SpecError;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.InputNorm;
 import dev.moeforge.dsl.ir.Limits;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
 
 /** The rules, enumeration grids and notes that several schedule kinds share. */
 final class ScheduleRules {
@@ -16,6 +18,27 @@ final class ScheduleRules {
     static final List<Integer> LOAD_BYTES = List.of(4, 8, 16);
 
     private ScheduleRules() {}
+
+    /**
+     * With an input norm, a block keeps its {@code tokens} normed rows of {@code rowLength} bf16 in
+     * shared memory, at most {@link InputNorm#MAX_ROW_BYTES}: refused at the block's token count, or
+     * (one token a block) at the row length.
+     */
+    static void normedRows(List<SpecError> errors, Optional<InputNorm> norm, int tokens, String tokensField, int rowLength,
+                           String rowField) {
+        long bytes = 2L * tokens * rowLength;
+        if (norm.isEmpty() || bytes <= InputNorm.MAX_ROW_BYTES) {
+            return;
+        }
+        String why = " with input_norm: a block keeps its normed rows in shared memory (" + tokens + " x " + rowLength
+                + " bf16 = " + bytes + " bytes, at most " + InputNorm.MAX_ROW_BYTES + ")";
+        long fewerTokens = InputNorm.MAX_ROW_BYTES / (2L * rowLength);
+        if (tokensField != null && fewerTokens >= 1) {
+            errors.add(new SpecError(tokensField, Integer.toString(tokens), "at most " + fewerTokens + why));
+        } else {
+            errors.add(new SpecError(rowField, Integer.toString(rowLength), "at most " + InputNorm.MAX_ROW_BYTES / (2 * tokens) + why));
+        }
+    }
 
     static void range(List<SpecError> errors, String path, int value, int min, int max) {
         if (value < min || value > max) {

@@ -3,6 +3,7 @@ package dev.moeforge.dsl.text;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.InputNorm;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
@@ -72,22 +73,37 @@ final class FunctionRegistry {
                         GateUpLayout layout = a.choice("layout", LAYOUTS);
                         return a.ok() ? new Problem.ExpertMlp(shape, weights, activations, layout) : null;
                     }),
-            new Entry<>("router", List.of("hidden", "experts", "weights", "activations", "expert_counts"), a -> {
+            new Entry<>("router", List.of("hidden", "experts", "weights", "activations", "expert_counts", "input_norm"), a -> {
                 Integer hidden = a.integer("hidden");
                 Integer experts = a.integer("experts");
                 WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
                 DType activations = a.choice("activations", DTYPES);
                 Boolean counts = a.choice("expert_counts", BOOLEANS);
-                return a.ok() ? new Problem.Router(hidden, experts, weights, activations, counts) : null;
+                Optional<InputNorm> norm = inputNorm(a);
+                return a.ok() ? new Problem.Router(hidden, experts, weights, activations, counts, norm) : null;
             }),
-            new Entry<>("linear", List.of("inputs", "outputs", "weights", "activations", "bias"), a -> {
+            new Entry<>("linear", List.of("inputs", "outputs", "weights", "activations", "bias", "input_norm"), a -> {
                 Integer inputs = a.integer("inputs");
                 Integer outputs = a.integer("outputs");
                 WeightFormat weights = a.choice("weights", WEIGHT_FORMATS);
                 DType activations = a.choice("activations", DTYPES);
                 Boolean bias = a.choice("bias", BOOLEANS, Boolean.FALSE);
-                return a.ok() ? new Problem.Linear(inputs, outputs, weights, activations, bias) : null;
+                Optional<InputNorm> norm = inputNorm(a);
+                return a.ok() ? new Problem.Linear(inputs, outputs, weights, activations, bias, norm) : null;
             })));
+
+    /** How a problem's input rows are made from the residual stream ({@code input_norm=...}). */
+    static final FunctionTable<InputNorm> INPUT_NORMS = FunctionTable.expressions(List.of(
+            new Entry<>("add_rms_norm", List.of("addend", "eps"), a -> {
+                DType addend = a.choice("addend", DTYPES);
+                Double eps = a.decimal("eps");
+                return a.ok() ? new InputNorm(addend, eps) : null;
+            })));
+
+    /** The optional {@code input_norm} argument: absent means the rows are read as given. */
+    private static Optional<InputNorm> inputNorm(Args a) {
+        return a.has("input_norm") ? Optional.ofNullable(a.function("input_norm", INPUT_NORMS)) : Optional.empty();
+    }
 
     /** Every schedule kind, its parameters read by name as the kind declares them (booleans may be left out: false). */
     static final FunctionTable<Schedule<?>> SCHEDULES = FunctionTable.sections(

@@ -92,10 +92,16 @@ public final class SpecPrinter {
             case Problem.ExpertDown d -> "expert_down(" + expertShape(d.shape()) + ", " + formats + bias(d) + ")";
             case Problem.ExpertMlp m -> "expert_mlp(" + expertShape(m.shape()) + ", " + formats + ", layout=" + m.layout().text() + ")";
             case Problem.Router r -> "router(hidden=" + r.hidden() + ", experts=" + r.experts() + ", " + formats
-                    + ", expert_counts=" + r.expertCounts() + ")";
+                    + ", expert_counts=" + r.expertCounts() + inputNorm(r) + ")";
             case Problem.Linear l -> "linear(inputs=" + l.inputs() + ", outputs=" + l.outputs() + ", " + formats
-                    + (l.bias() ? ", bias=true" : "") + ")";
+                    + (l.bias() ? ", bias=true" : "") + inputNorm(l) + ")";
         };
+    }
+
+    /** {@code , input_norm=add_rms_norm(...)} where the problem has one (absent: rows read as given). */
+    private static String inputNorm(Problem p) {
+        return p.inputNorm().map(n -> ", input_norm=add_rms_norm(addend=" + n.addend().text() + ", eps=" + number(n.eps()) + ")")
+                .orElse("");
     }
 
     private static String bias(Problem.ExpertProblem p) {

@@ -10,6 +10,7 @@ import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.format.SplitDownWeights;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.InputNorm;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
@@ -18,6 +19,7 @@ import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.ExpertReference;
+import dev.moeforge.dsl.reference.InputNormReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.LinearReference;
 import dev.moeforge.dsl.reference.RouterReference;
@@ -37,6 +39,7 @@ import dev.moeforge.runtime.moe.DeviceWeights;
 import dev.moeforge.runtime.moe.ExpertHalf;
 import dev.moeforge.runtime.moe.ExpertLayer;
 import dev.moeforge.runtime.moe.ExpertMlpLayer;
+import dev.moeforge.runtime.moe.InputRows;
 import dev.moeforge.runtime.moe.RouterKernel;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -327,7 +330,8 @@ sealed interface TrialUnit {
         }
 
         private Trial router(Problem.Router p, int tokens, long seed) {
-            short[] x = RandomInputs.bf16Normal(seed, tokens * p.hidden(), 1.0);
+            HostRows input = HostRows.draw(p, p.hidden(), tokens, seed);
+            short[] x = input.x();
             short[] w = RandomInputs.bf16Normal(seed + 1, p.experts() * p.hidden(), 1.0 / Math.sqrt(p.hidden()));
             Map<String, float[]> rows = new LinkedHashMap<>();
             for (String row : RouterTrees.rowParams(kernel.epilogue())) {
@@ -349,12 +353,15 @@ sealed interface TrialUnit {
                 @Override
                 Runnable upload(CudaStream stream, List<KernelHandle> kernels) {
                     RouterKernel router = own(new RouterKernel(kernels.getFirst(), tokens));
-                    DeviceBuffer dx = input(x);
+                    InputRows dx = upload(input);
                     DeviceBuffer dw = input(w);
                     Map<String, DeviceBuffer> drows = new LinkedHashMap<>();
                     rows.forEach((name, row) -> drows.put(name, input(row)));
                     Map<String, DeviceBuffer> out = new LinkedHashMap<>();
                     for (KernelParam param : outputs) {
+                        if (dx.bind(param).isPresent()) {
+                            continue;  // the input norm's outputs, checked by upload
+                        }
                         out.put(param.name(), output(param.elementType(), param.elements(tokens), switch (param.name()) {
                             case "topk_ids" -> b -> idsCheck(selection.orElseThrow(), ref, rows, ids, ints(b));
                             case "expert_counts" -> b -> countsCheck(ints(out.get("topk_ids")), ints(b));
@@ -367,14 +374,15 @@ sealed interface TrialUnit {
                         if (counts != null) {
                             router.zeroCounts(stream, counts);
                         }
-                        router.enqueue(stream, tokens, dx, dw, drows, buffers);
+                        router.enqueue(stream, LaunchOrder.AFTER_PREVIOUS, tokens, dx, dw, drows, buffers);
                     };
                 }
             };
         }
 
         private Trial linear(Problem.Linear p, int tokens, long seed) {
-            short[] x = RandomInputs.bf16Normal(seed, tokens * p.inputs(), 1.0);
+            HostRows input = HostRows.draw(p, p.inputs(), tokens, seed);
+            short[] x = input.x();
             short[] w = RandomInputs.bf16Normal(seed + 1, p.outputs() * p.inputs(), 1.0 / Math.sqrt(p.inputs()));
             float[] bias = p.bias() ? RandomInputs.floatNormal(seed + 2, p.outputs(), 0.3) : null;
             double[] ref = LinearReference.run(kernel, x, WeightRows.bf16(w, 1, p.outputs(), p.inputs()), bias);
@@ -384,11 +392,11 @@ sealed interface TrialUnit {
                 @Override
                 Runnable upload(CudaStream stream, List<KernelHandle> kernels) {
                     KernelHandle k = kernels.getFirst();
-                    DeviceBuffer dx = input(x);
-                    DeviceBuffer dw = input(w);
-                    DeviceBuffer db = bias == null ? null : input(bias);
+                    InputRows dx = upload(input);
+                    java.util.Iterator<DeviceBuffer> weights = (bias == null ? List.of(input(w)) : List.of(input(w), input(bias))).iterator();
                     DeviceBuffer y = output(stored, ref.length, against("y", ref, bounds));
-                    DeviceBuffer[] args = db == null ? new DeviceBuffer[] {dx, dw, y} : new DeviceBuffer[] {dx, dw, db, y};
+                    DeviceBuffer[] args = k.signature().tensors().stream().map(param -> dx.bind(param).orElseGet(
+                            () -> param.role() == KernelParam.Role.WEIGHTS ? weights.next() : y)).toArray(DeviceBuffer[]::new);
                     return () -> k.launch(stream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, args);
                 }
             };
@@ -553,6 +561,22 @@ sealed interface TrialUnit {
             return b;
         }
 
+        /**
+         * A router's or linear kernel's rows: x as given, or the residual stream, addend and norm
+         * weight an input norm makes them from, with its two outputs checked against the reference's.
+         */
+        InputRows upload(HostRows rows) {
+            if (rows.made() == null) {
+                return new InputRows.Given(input(rows.x()));
+            }
+            double[] sums = IntStream.range(0, rows.residual().length).mapToDouble(i -> rows.made().residualOut()[i]).toArray();
+            double[] normed = IntStream.range(0, rows.x().length).mapToDouble(i -> Bf16.toFloat(rows.x()[i])).toArray();
+            DeviceBuffer addend = rows.norm().addend() == DType.BF16 ? input(HostRows.bf16(rows.addend())) : input(rows.addend());
+            return new InputRows.Normed(input(rows.residual()), addend, input(rows.weight()),
+                    output(DType.FP32, sums.length, against(KernelSignature.RESIDUAL_OUT, sums, Bounds.FP32_LINEAR)),
+                    output(DType.BF16, normed.length, against(KernelSignature.NORMED_OUT, normed, Bounds.BF16_OUTPUT)));
+        }
+
         /** The routing's ids and weights. */
         DeviceBuffer[] input(Routing routing) {
             DeviceBuffer ids = own(DeviceBuffer.allocate(DType.INT32, routing.ids().length));
@@ -574,6 +598,43 @@ sealed interface TrialUnit {
     static Function<DeviceBuffer, Check> against(String output, double[] reference, Bounds bounds) {
         return b -> Check.of(output, b.dtype() == DType.BF16 ? ErrorStats.of(reference, bf16(b)) : ErrorStats.of(reference, fp32(b)),
                 bounds);
+    }
+
+    /**
+     * The input rows of a router or linear kernel drawn on the host: {@code x} as given, or where the
+     * problem has an input norm the residual stream (N(0, 1)), the addend (N(0, 0.5), rounded to bf16
+     * when it is bf16), the norm's weight (1 + N(0, 0.2)) and the rows the reference makes of them
+     * ({@code x} is then those rows).
+     */
+    record HostRows(short[] x, InputNorm norm, float[] residual, float[] addend, float[] weight, InputNormReference.Rows made) {
+        static HostRows draw(Problem p, int width, int tokens, long seed) {
+            if (p.inputNorm().isEmpty()) {
+                return new HostRows(RandomInputs.bf16Normal(seed, tokens * width, 1.0), null, null, null, null, null);
+            }
+            InputNorm norm = p.inputNorm().get();
+            float[] residual = RandomInputs.floatNormal(seed, tokens * width, 1.0);
+            float[] addend = RandomInputs.floatNormal(seed ^ 0xadd, tokens * width, 0.5);
+            if (norm.addend() == DType.BF16) {
+                short[] rounded = bf16(addend);
+                for (int i = 0; i < addend.length; i++) {
+                    addend[i] = Bf16.toFloat(rounded[i]);
+                }
+            }
+            float[] weight = RandomInputs.floatNormal(seed ^ 0x5ca1e, width, 0.2);
+            for (int i = 0; i < width; i++) {
+                weight[i] += 1;
+            }
+            InputNormReference.Rows made = InputNormReference.apply(norm, residual, addend, weight);
+            return new HostRows(made.normed(), norm, residual, addend, weight, made);
+        }
+
+        static short[] bf16(float[] values) {
+            short[] out = new short[values.length];
+            for (int i = 0; i < values.length; i++) {
+                out[i] = Bf16.fromFloat(values[i]);
+            }
+            return out;
+        }
     }
 
     /** Random expert weights in a problem's format, encoded as a checkpoint holds them, with its bias when it has one. */

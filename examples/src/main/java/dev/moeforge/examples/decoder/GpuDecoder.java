@@ -9,6 +9,7 @@ import dev.moeforge.dsl.format.Bf16;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
+import dev.moeforge.dsl.ir.InputNorm;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
@@ -34,6 +35,7 @@ import dev.moeforge.runtime.kernel.ModuleResource;
 import dev.moeforge.runtime.moe.DeviceWeights;
 import dev.moeforge.runtime.moe.ExpertHalf;
 import dev.moeforge.runtime.moe.ExpertLayer;
+import dev.moeforge.runtime.moe.InputRows;
 import dev.moeforge.runtime.moe.RouterKernel;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -143,6 +145,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     // activations and state
     private final DeviceBuffer x;          // [B][H] fp32 residual
+    private final DeviceBuffer xAlt;       // [B][H] fp32: the residual's other buffer, where a kernel norming its input writes it
+    private final DeviceBuffer zeros;      // [B][H] bf16 zeros: the first layer's addend, where its q/k/v projection norms its input
     private final DeviceBuffer normed;     // [B][max(H, qDim)] bf16
     private final DeviceBuffer qkv;        // [B][qkvDim] the projection's output: fp32, or bf16 from tiles
     private final DeviceBuffer q;          // [B][qDim] fp32, roped
@@ -357,6 +361,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
         // activations and state
         x = buffer(DType.FP32, (long) batch * h);
+        xAlt = buffer(DType.FP32, (long) batch * h);
+        zeros = buffer(DType.BF16, (long) batch * h);
+        zeros.fillWords32(0);
         normed = buffer(DType.BF16, (long) batch * Math.max(h, qDim));
         qkv = buffer(qkvProj.output(), (long) batch * qkvDim);
         q = buffer(DType.FP32, (long) batch * qDim);
@@ -963,29 +970,49 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /**
      * Each layer's residual adds carry the next norm: after attention the post-attention norm, after
-     * the MLP the next layer's input norm (the last: the final norm). {@code afterRouter}, where given,
-     * is called with the layer's index right after its router is enqueued.
+     * the MLP the next layer's input norm (the last: the final norm). Where the q/k/v projection or
+     * the router norms its own input, that add and norm is no kernel of its own: the kernel reads
+     * the residual from one of two buffers and writes the sum to the other. {@code afterRouter},
+     * where given, is called with the layer's index right after its router is enqueued.
      */
     private void enqueueLayers(Set<StepPart> parts, IntConsumer afterRouter) {
         boolean attention = parts.contains(StepPart.ATTENTION);
         boolean rest = parts.contains(StepPart.REST);
+        boolean qkvNorms = kernels.qkvNormsInput();
         int h = c.hidden();
         float eps = (float) c.rmsEps();
+        DeviceBuffer residual = x;
         if (rest) {
             embedTokens.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, next, embed, x, h);
-            rmsNorm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, layers.getFirst().inputNorm(), normed, h, eps);
+            if (!qkvNorms) {
+                rmsNorm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, layers.getFirst().inputNorm(), normed, h, eps);
+            }
         }
         for (int l = 0; l < c.layers(); l++) {
             LayerOnDevice w = layers.get(l);
-            enqueueAttention(l, w, parts.contains(StepPart.PROJECTIONS), attention);
-            if (rest) {
-                (oProj.output() == DType.BF16 ? addBf16Norm : addF32Norm).launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x,
+            if (qkvNorms && parts.contains(StepPart.PROJECTIONS)) {
+                DeviceBuffer sum = residual == x ? xAlt : x;
+                launchLinear(((Projection.Linear) qkvProj).kernel(),
+                        new InputRows.Normed(residual, l == 0 ? zeros : moeOut, w.inputNorm(), sum, normed), w.qkv(), qkv);
+                residual = sum;
+            }
+            enqueueAttention(l, w, parts.contains(StepPart.PROJECTIONS), attention, !qkvNorms);
+            boolean routerNorms = w.moe() && kernels.routerNormsInput();
+            if (rest && !routerNorms) {
+                (oProj.output() == DType.BF16 ? addBf16Norm : addF32Norm).launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, residual,
                         projected, w.postNorm(), normed, h, eps);
             }
             if (w.moe()) {
                 Map<String, DeviceBuffer> rows = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
                 if (parts.contains(StepPart.ROUTER)) {
-                    router.enqueue(stream, ORDER, batch, normed, w.wRouter(), rows, topkWeights, topkIds);
+                    if (routerNorms) {
+                        DeviceBuffer sum = residual == x ? xAlt : x;
+                        router.enqueue(stream, ORDER, batch, new InputRows.Normed(residual, projected, w.postNorm(), sum, normed),
+                                w.wRouter(), rows, topkWeights, topkIds);
+                        residual = sum;
+                    } else {
+                        router.enqueue(stream, ORDER, batch, normed, w.wRouter(), rows, topkWeights, topkIds);
+                    }
                     if (afterRouter != null) {
                         afterRouter.accept(l);
                     }
@@ -996,9 +1023,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             } else if (parts.contains(StepPart.EXPERTS)) {
                 denseMlp.enqueue(stream, batch, normed, w.gateUp(), w.down(), denseIds, denseWeights, denseInter, moeOut);
             }
-            if (rest) {
-                DeviceBuffer nextNorm = l + 1 < c.layers() ? layers.get(l + 1).inputNorm() : finalNorm;
-                addBf16Norm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, x, moeOut, nextNorm, normed, h, eps);
+            boolean last = l + 1 == c.layers();
+            if (rest && (last || !qkvNorms)) {
+                DeviceBuffer nextNorm = last ? finalNorm : layers.get(l + 1).inputNorm();
+                addBf16Norm.launch(ORDER, batch, 1, 1, ROW_THREADS, 1, 1, 0, stream, residual, moeOut, nextNorm, normed, h, eps);
             }
         }
         if (rest) {
@@ -1007,11 +1035,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     }
 
     /**
-     * Layer l's attention: the fused projection, q/k norm with RoPE and the cache write, attention,
-     * the o projection; the projections where {@code projections}, the rest where {@code attention}.
+     * Layer l's attention: the fused projection (where {@code qkvHere}: else the caller launched it,
+     * norming its own input), q/k norm with RoPE and the cache write, attention, the o projection;
+     * the projections where {@code projections}, the rest where {@code attention}.
      */
-    private void enqueueAttention(int l, LayerOnDevice w, boolean projections, boolean attention) {
-        if (projections) {
+    private void enqueueAttention(int l, LayerOnDevice w, boolean projections, boolean attention, boolean qkvHere) {
+        if (projections && qkvHere) {
             enqueueProjection(qkvProj, normed, w.qkv(), qkv);
         }
         if (attention) {
@@ -1029,7 +1058,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private void enqueueProjection(Projection p, DeviceBuffer in, DeviceWeights w, DeviceBuffer out) {
         switch (p) {
             case Projection.Tiles(ExpertHalf half) -> half.enqueueDownOnPlan(stream, batch, in, w, denseIds, denseWeights, out);
-            case Projection.Linear(KernelHandle k) -> launchLinear(k, in, w, out);
+            case Projection.Linear(KernelHandle k) -> launchLinear(k, new InputRows.Given(in), w, out);
         }
     }
 
@@ -1043,10 +1072,19 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         endStep.launch(ORDER, 1, 1, 1, 1, 1, 1, 0, stream, step);
     }
 
-    private void launchLinear(KernelHandle k, DeviceBuffer in, DeviceWeights w, DeviceBuffer out) {
-        List<DeviceBuffer> args = new ArrayList<>(List.of(in));
-        args.addAll(w.buffers());  // the matrix, then the bias where there is one
-        args.add(out);
+    /** A linear kernel's launch: its input rows, the matrix (then the bias where there is one), y. */
+    private void launchLinear(KernelHandle k, InputRows in, DeviceWeights w, DeviceBuffer out) {
+        in.requireFor(k.spec().problem(), k.spec().name());
+        java.util.Iterator<DeviceBuffer> weights = w.buffers().iterator();
+        List<DeviceBuffer> args = new ArrayList<>();
+        for (var p : k.signature().tensors()) {
+            args.add(in.bind(p).orElseGet(() -> switch (p.role()) {
+                case WEIGHTS -> weights.next();
+                case OUTPUT -> out;
+                case INPUT, ROUTING, WORKSPACE, TOKEN_COUNT, TENSOR_MAP -> throw new IllegalStateException("a linear kernel has no "
+                        + p.role() + " tensor " + p.name());
+            }));
+        }
         k.launch(stream, ORDER, batch, args.toArray(DeviceBuffer[]::new));
     }
 
@@ -1112,6 +1150,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             KernelSpec router = null;
             KernelSpec gateUp = null;
             KernelSpec down = null;
+            KernelSpec qkv = withInputNorm(decodeProjection("qkv_proj", h, qkvDim, c.attentionBias(), target, batch, projections),
+                    new InputNorm(DType.BF16, c.rmsEps()), batch);  // after the MLP's bf16 output
+            KernelSpec o = decodeProjection("o_proj", qDim, h, c.attentionBias(), target, batch, projections);
             if (block != null) {
                 KernelSpec plain = KernelBuilder.named("router").router(h, c.experts())
                         .schedule(new RouterGemv(4, loadBytes(h), 8, Math.min(4, c.experts()))).epilogue(block.routingRule())
@@ -1128,10 +1169,22 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 denseGateUp = expertSpec("dense_gate_up", denseGateUpProblem(c), Epilogues.siluGatedStore(DType.BF16), target);
                 denseDown = expertSpec("dense_down", denseDownProblem(c), Epilogues.combinedStore(DType.BF16), target);
             }
-            return new Kernels(decodeProjection("qkv_proj", h, qkvDim, c.attentionBias(), target, batch, projections),
-                    decodeProjection("o_proj", qDim, h, c.attentionBias(), target, batch, projections),
-                    linear("lm_head", h, c.vocab(), false, target, batch, projections),
-                    router, gateUp, down, denseGateUp, denseDown, PromptKernels.of(c, block, router, target).orElse(null));
+            PromptKernels prompt = PromptKernels.of(c, block, router, target).orElse(null);
+            if (router != null) {  // after the o projection's output
+                router = withInputNorm(router, new InputNorm(((Store) o.epilogue()).dtype(), c.rmsEps()), batch);
+            }
+            return new Kernels(qkv, o, linear("lm_head", h, c.vocab(), false, target, batch, projections),
+                    router, gateUp, down, denseGateUp, denseDown, prompt);
+        }
+
+        /** Whether the q/k/v projection makes its rows from the residual stream (the input norm before it is no launch of its own). */
+        public boolean qkvNormsInput() {
+            return qkv.problem().inputNorm().isPresent();
+        }
+
+        /** Whether the router makes its rows from the residual stream (the post-attention norm is no launch of its own). */
+        public boolean routerNormsInput() {
+            return router != null && router.problem().inputNorm().isPresent();
         }
 
         /** The kernels that exist, in load order. */
@@ -1143,6 +1196,31 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             }
             return all;
         }
+    }
+
+    /**
+     * Up to this many sequences a decode step's q/k/v projection and router norm their own input
+     * rows where their schedule can ({@link InputNorm}): the residual add and norm before each is
+     * then no kernel of its own. Every block that reads a token norms it, so the work grows with
+     * the blocks per token; the batches measured with it are 1, 8 and 16 (bench/NOTES.md).
+     */
+    static final int INPUT_NORM_UP_TO = 16;
+
+    /** {@code spec} making its rows with {@code norm}, where the batch is small enough and its schedule can; else {@code spec}. */
+    static KernelSpec withInputNorm(KernelSpec spec, InputNorm norm, int batch) {
+        if (batch > INPUT_NORM_UP_TO || !spec.schedule().kind().normsInputs()) {
+            return spec;
+        }
+        Problem normed = switch (spec.problem()) {
+            case Problem.Linear l -> l.withInputNorm(norm);
+            case Problem.Router r -> r.withInputNorm(norm);
+            case Problem.ExpertProblem _, Problem.ExpertMlp _ -> null;
+        };
+        if (normed == null) {
+            return spec;
+        }
+        KernelSpec candidate = new KernelSpec(spec.name(), normed, spec.schedule(), spec.epilogue(), spec.target());
+        return Validator.errors(candidate).isEmpty() ? candidate : spec;
     }
 
     private static Problem.ExpertGateUp denseGateUpProblem(ModelConfig c) {
@@ -1158,7 +1236,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * The kernels of a prompt run in chunks, all on the tensor cores (expert_centric): the q/k/v
      * and o projections as down halves of one expert at top-1 (a chunk's rows are its pairs, each
      * weighted 1), the router on the catalogue's tiled schedule where one lowers the model's rule
-     * (else the decode router), the expert halves (null where the experts' format has no
+     * (else the decode router's schedule, reading its rows as given), the expert halves (null where the experts' format has no
      * expert-centric lowering: the prompt then takes the decode halves), the dense MLP's halves.
      */
     public record PromptKernels(KernelSpec qkv, KernelSpec o, KernelSpec router, KernelSpec gateUp, KernelSpec down,
@@ -1180,7 +1258,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             KernelSpec gateUp = null;
             KernelSpec down = null;
             if (block != null) {
-                router = tiledRouter(decodeRouter).orElse(decodeRouter);
+                // the decode router's own spec may norm its input; the prompt's is its own kernel either way
+                router = tiledRouter(decodeRouter).orElse(new KernelSpec("prompt_router", decodeRouter.problem(), decodeRouter.schedule(),
+                        decodeRouter.epilogue(), decodeRouter.target()));
                 Optional<KernelSpec> g = tiles("prompt_experts_gate_up", block.gateUp(), block.gateUpEpilogue(), EXPERT_GATE_UP_TILES,
                         target);
                 Optional<KernelSpec> d = tiles("prompt_experts_down", block.down(), block.downEpilogue(),

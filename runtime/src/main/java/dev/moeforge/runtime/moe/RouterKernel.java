@@ -76,6 +76,16 @@ public final class RouterKernel implements AutoCloseable {
     /** As {@link #enqueue(CudaStream, int, DeviceBuffer, DeviceBuffer, Map, DeviceBuffer...)}, ordered as {@code order} says. */
     public void enqueue(CudaStream stream, LaunchOrder order, int tokens, DeviceBuffer x, DeviceBuffer wRouter,
                         Map<String, DeviceBuffer> rows, DeviceBuffer... outputs) {
+        enqueue(stream, order, tokens, new InputRows.Given(x), wRouter, rows, outputs);
+    }
+
+    /**
+     * As above, with the input rows as given or (for a router with an input norm) made from the
+     * residual stream; {@code outputs} are the routing table's, the norm's two come with {@code input}.
+     */
+    public void enqueue(CudaStream stream, LaunchOrder order, int tokens, InputRows input, DeviceBuffer wRouter,
+                        Map<String, DeviceBuffer> rows, DeviceBuffer... outputs) {
+        input.requireFor(problem, handle.spec().name());
         if (!rows.keySet().equals(new java.util.HashSet<>(rowParams))) {
             throw new IllegalArgumentException("router " + handle.spec().name() + " takes the rows " + rowParams + ", given "
                     + rows.keySet());
@@ -86,9 +96,14 @@ public final class RouterKernel implements AutoCloseable {
         List<DeviceBuffer> args = new ArrayList<>();
         int output = 0;
         for (KernelParam p : handle.signature().tensors()) {
+            java.util.Optional<DeviceBuffer> own = input.bind(p);
+            if (own.isPresent()) {
+                args.add(own.get());
+                continue;
+            }
             args.add(switch (p.role()) {
                 case WEIGHTS -> wRouter;
-                case INPUT -> p.name().equals("x") ? x : rows.get(p.name());
+                case INPUT -> rows.get(p.name());
                 case WORKSPACE -> workspace.get(p.name());
                 case OUTPUT -> output < outputs.length ? outputs[output++] : null;
                 case ROUTING, TOKEN_COUNT, TENSOR_MAP -> throw new IllegalStateException("a router has no " + p.role() + " tensor " + p.name());

@@ -359,7 +359,7 @@ class RouterGpuTest extends GpuSession {
         }
     }
 
-    private static void compare(KernelSpec spec, RouterReference.Result ref, Map<String, float[]> rows, int k, int experts,
+    static void compare(KernelSpec spec, RouterReference.Result ref, Map<String, float[]> rows, int k, int experts,
                                 float[] gotWeights, int[] gotIds, DType dtype, String where) {
         double tolerance = dtype == DType.BF16 ? 1e-2 : 1e-4;
         TopK topk = findTopK(spec.epilogue());
