@@ -286,5 +286,6 @@ public final class EpilogueTypes {
 
     /** Names a router's row parameters may not take: the kernel's other parameters and locals. */
     public static final List<String> RESERVED = List.of("x", "w_router", "scores", "counters", "topk_weights", "topk_ids",
-            "router_out", "expert_counts", "num_tokens", "token", "tile_row", "smem", "Tile", "mf");
+            "router_out", "expert_counts", "num_tokens", "token", "tile_row", "smem", "Tile", "mf",
+            "residual", "addend", "norm_weight", "residual_out", "normed_out");
 }

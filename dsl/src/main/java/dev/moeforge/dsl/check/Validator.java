@@ -90,8 +90,9 @@ public final class Validator {
         if (n.addend() != DType.BF16 && n.addend() != DType.FP32) {
             errors.add(new SpecError(InputNorm.FIELD + ".addend", n.addend().text(), "bf16 or fp32 (what the residual branch stores)"));
         }
-        if (!(n.eps() > 0 && n.eps() < 1)) {
-            errors.add(new SpecError(InputNorm.FIELD + ".eps", Double.toString(n.eps()), "a number in (0, 1), e.g. 1e-06"));
+        if (!(n.eps() < 1 && (float) n.eps() >= Float.MIN_NORMAL)) {
+            errors.add(new SpecError(InputNorm.FIELD + ".eps", Double.toString(n.eps()), "a number in (0, 1) that FP32 holds "
+                    + "as a normal number (at least " + Float.MIN_NORMAL + "), e.g. 1e-06: the kernels add it in FP32"));
         }
         if (rowLength >= 1 && rowLength % InputNorm.ELEMENTS_PER_LOAD != 0) {
             errors.add(new SpecError(rowField, Integer.toString(rowLength), "a multiple of " + InputNorm.ELEMENTS_PER_LOAD

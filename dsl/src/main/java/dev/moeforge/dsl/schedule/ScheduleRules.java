@@ -35,8 +35,10 @@ final class ScheduleRules {
         long fewerTokens = InputNorm.MAX_ROW_BYTES / (2L * rowLength);
         if (tokensField != null && fewerTokens >= 1) {
             errors.add(new SpecError(tokensField, Integer.toString(tokens), "at most " + fewerTokens + why));
-        } else {
-            errors.add(new SpecError(rowField, Integer.toString(rowLength), "at most " + InputNorm.MAX_ROW_BYTES / (2 * tokens) + why));
+        } else {  // one row alone is too long: at most MAX_ROW_BYTES / 2 elements, with one token a block
+            errors.add(new SpecError(rowField, Integer.toString(rowLength), "at most " + InputNorm.MAX_ROW_BYTES / 2
+                    + (tokens > 1 ? " (with " + tokensField + " = 1; " + InputNorm.MAX_ROW_BYTES / (2 * tokens) + " with " + tokens + ")" : "")
+                    + why));
         }
     }
 

@@ -914,15 +914,18 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** The parts of a decode step that {@link #timeParts} times alone (the pick is in none of them). */
     public enum StepPart {
-        /** Per layer the fused q/k/v projection and the o projection. */
+        /**
+         * Per layer the fused q/k/v projection and the o projection (where the q/k/v projection norms
+         * its input, that residual add and norm with it).
+         */
         PROJECTIONS,
         /** Per layer q/k norm with RoPE and the cache write, and attention over the cache. */
         ATTENTION,
-        /** Per MoE layer the router. */
+        /** Per MoE layer the router (where it norms its input, the post-attention residual add and norm with it). */
         ROUTER,
         /** Per layer the experts (or the dense MLP). */
         EXPERTS,
-        /** The embedding, the norms with their residual adds, and the LM head. */
+        /** The embedding, the norms with their residual adds that are kernels of their own, and the LM head. */
         REST
     }
 
@@ -1084,6 +1087,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 case INPUT, ROUTING, WORKSPACE, TOKEN_COUNT, TENSOR_MAP -> throw new IllegalStateException("a linear kernel has no "
                         + p.role() + " tensor " + p.name());
             }));
+        }
+        if (weights.hasNext()) {
+            throw new IllegalArgumentException("linear kernel " + k.spec().name() + " takes fewer weight buffers than the "
+                    + w.buffers().size() + " given");
         }
         k.launch(stream, ORDER, batch, args.toArray(DeviceBuffer[]::new));
     }

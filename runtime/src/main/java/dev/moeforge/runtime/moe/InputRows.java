@@ -38,15 +38,25 @@ public sealed interface InputRows {
     /**
      * The residual stream {@code [M][K]} FP32, the branch output added to it, the norm's FP32
      * weight {@code [K]}, and where the kernel writes residual + addend and the normed rows
-     * ({@code residualOut} must not be {@code residual}: other blocks may still be reading it).
+     * (neither may share memory with the inputs: other blocks may still be reading them).
      */
     record Normed(DeviceBuffer residual, DeviceBuffer addend, DeviceBuffer normWeight, DeviceBuffer residualOut,
                   DeviceBuffer normedOut) implements InputRows {
         public Normed {
-            if (residual == residualOut) {
-                throw new IllegalArgumentException("residualOut is the residual's buffer: the kernel's blocks read the residual "
-                        + "while one of them writes residual_out, so give it another buffer");
+            for (DeviceBuffer read : java.util.List.of(residual, addend, normWeight)) {
+                for (DeviceBuffer written : java.util.List.of(residualOut, normedOut)) {
+                    if (overlap(read, written)) {
+                        throw new IllegalArgumentException("an output of the input norm shares memory with its inputs ("
+                                + written + " and " + read + "): the kernel's blocks read the inputs while one of them "
+                                + "writes the outputs, so give the outputs buffers of their own");
+                    }
+                }
             }
+        }
+
+        private static boolean overlap(DeviceBuffer a, DeviceBuffer b) {
+            long a0 = a.devicePointerValue(), b0 = b.devicePointerValue();
+            return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
         }
 
         @Override
