@@ -1630,20 +1630,6 @@ __device__ __forceinline__ float4 load_addend4(const __nv_bfloat16* p) {
   return make_float4(bf16_lo(q.x), bf16_hi(q.x), bf16_lo(q.y), bf16_hi(q.y));
 }
 
-// The sum of v over the block's THREADS threads, the same bits in every thread: warp butterflies,
-// then the warps' sums added in warp order. scratch holds THREADS / 32 floats.
-template <int THREADS>
-__device__ __forceinline__ float block_sum_all(float v, float* scratch) {
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int i = 0; i < THREADS / 32; ++i) total += scratch[i];
-  __syncthreads();  // scratch is free again
-  return total;
-}
-
 // Rows [token0, token0 + tokens) of x as given: the global rows, read after the kernel's wait.
 template <int K, int T, int THREADS>
 __device__ __forceinline__ const char* input_rows(const __nv_bfloat16* __restrict__ x, int token0, int, bool, float) {
@@ -1653,15 +1639,20 @@ __device__ __forceinline__ const char* input_rows(const __nv_bfloat16* __restric
 // Rows [token0, token0 + tokens) made by the input norm into shared memory (at most T), by every
 // thread of the block: the norm's weights are read before the wait for the previous kernel (a
 // constant of the step), the residual and addend after it (`stores`: this block also writes the
-// tokens' residual_out and normed_out). Returns the rows, K bf16 each, after a block barrier.
+// tokens' residual_out and normed_out). Tokens go kTogether at a time (as many as keep a thread's
+// sums within 16 float4), their loads all in flight and their sums of squares added in one pass of
+// the block, so a group of tokens pays one round trip and one barrier, not one per token. Returns
+// the rows, K bf16 each, after a block barrier.
 template <int K, int T, int THREADS, class Addend>
 __device__ __forceinline__ const char* input_rows(const AddRmsNormRows<Addend>& in, int token0, int tokens, bool stores,
                                                   float eps) {
   static_assert(K % 4 == 0, "the norm reads and writes its rows four elements at a time");
   constexpr int kGroups = K / 4;
   constexpr int kPer = ceil_div(kGroups, THREADS);
+  constexpr int kWarps = THREADS / 32;
+  constexpr int kTogether = kPer >= 16 ? 1 : (16 / kPer < T ? 16 / kPer : T);
   __shared__ __align__(16) __nv_bfloat16 rows[T * K];
-  __shared__ float scratch[THREADS / 32];
+  __shared__ float scratch[kTogether][kWarps];
   float4 w[kPer];
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
@@ -1669,35 +1660,60 @@ __device__ __forceinline__ const char* input_rows(const AddRmsNormRows<Addend>& 
     w[j] = g < kGroups ? *reinterpret_cast<const float4*>(in.weight + 4 * g) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   wait_for_previous_kernel();
-  for (int t = 0; t < tokens; ++t) {
-    const size_t base = static_cast<size_t>(token0 + t) * K;
-    float4 v[kPer];
-    float squares = 0.0f;
+  for (int t0 = 0; t0 < tokens; t0 += kTogether) {  // uniform over the block
+    float4 v[kTogether][kPer];
+    float squares[kTogether];
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int g = threadIdx.x + j * THREADS;
-      v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (g < kGroups) {
-        const float4 r = __ldca(reinterpret_cast<const float4*>(in.residual + base + 4 * g));
-        const float4 a = load_addend4(in.addend + base + 4 * g);
-        v[j] = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
+    for (int u = 0; u < kTogether; ++u) {
+      const size_t base = static_cast<size_t>(token0 + t0 + u) * K;
+      squares[u] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int g = threadIdx.x + j * THREADS;
+        v[u][j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t0 + u < tokens && g < kGroups) {
+          const float4 r = __ldca(reinterpret_cast<const float4*>(in.residual + base + 4 * g));
+          const float4 a = load_addend4(in.addend + base + 4 * g);
+          v[u][j] = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
+        }
+        squares[u] += v[u][j].x * v[u][j].x + v[u][j].y * v[u][j].y + v[u][j].z * v[u][j].z + v[u][j].w * v[u][j].w;
       }
-      squares += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     }
-    const float scale = rsqrtf(block_sum_all<THREADS>(squares, scratch) / K + eps);
+    // the block's sums, the same bits in every thread: warp butterflies, then the warps in warp order
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int g = threadIdx.x + j * THREADS;
-      if (g < kGroups) {
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(w[j].x * (v[j].x * scale), w[j].y * (v[j].y * scale));
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(w[j].z * (v[j].z * scale), w[j].w * (v[j].w * scale));
-        uint2 packed;
-        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-        *reinterpret_cast<uint2*>(rows + t * K + 4 * g) = packed;
-        if (stores) {
-          *reinterpret_cast<float4*>(in.residual_out + base + 4 * g) = v[j];
-          *reinterpret_cast<uint2*>(in.normed_out + base + 4 * g) = packed;
+    for (int u = 0; u < kTogether; ++u) {
+      const float total = warp_sum(squares[u]);
+      if ((threadIdx.x & 31) == 0) scratch[u][threadIdx.x >> 5] = total;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kTogether; ++u) {
+      float total = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) total += scratch[u][i];
+      squares[u] = rsqrtf(total / K + eps);  // now the token's scale
+    }
+    __syncthreads();  // scratch is free again
+#pragma unroll
+    for (int u = 0; u < kTogether; ++u) {
+      if (t0 + u >= tokens) continue;
+      const size_t base = static_cast<size_t>(token0 + t0 + u) * K;
+      const float scale = squares[u];
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int g = threadIdx.x + j * THREADS;
+        if (g < kGroups) {
+          const float4 x = v[u][j];
+          const __nv_bfloat162 lo = __floats2bfloat162_rn(w[j].x * (x.x * scale), w[j].y * (x.y * scale));
+          const __nv_bfloat162 hi = __floats2bfloat162_rn(w[j].z * (x.z * scale), w[j].w * (x.w * scale));
+          uint2 packed;
+          packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+          packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+          *reinterpret_cast<uint2*>(rows + (t0 + u) * K + 4 * g) = packed;
+          if (stores) {
+            *reinterpret_cast<float4*>(in.residual_out + base + 4 * g) = x;
+            *reinterpret_cast<uint2*>(in.normed_out + base + 4 * g) = packed;
+          }
         }
       }
     }
