@@ -1640,9 +1640,9 @@ __device__ __forceinline__ const char* input_rows(const __nv_bfloat16* __restric
 // thread of the block: the norm's weights are read before the wait for the previous kernel (a
 // constant of the step), the residual and addend after it (`stores`: this block also writes the
 // tokens' residual_out and normed_out). Tokens go kTogether at a time (as many as keep a thread's
-// sums within 16 float4), their loads all in flight and their sums of squares added in one pass of
-// the block, so a group of tokens pays one round trip and one barrier, not one per token. Returns
-// the rows, K bf16 each, after a block barrier.
+// sums within 8 float4, beside the weights the kernel holds in flight), their loads all in flight
+// and their sums of squares added in one pass of the block, so a group pays a round trip and a
+// barrier per kTogether tokens, not per token. Returns the rows, K bf16 each, after a block barrier.
 template <int K, int T, int THREADS, class Addend>
 __device__ __forceinline__ const char* input_rows(const AddRmsNormRows<Addend>& in, int token0, int tokens, bool stores,
                                                   float eps) {
@@ -1650,7 +1650,7 @@ __device__ __forceinline__ const char* input_rows(const AddRmsNormRows<Addend>& 
   constexpr int kGroups = K / 4;
   constexpr int kPer = ceil_div(kGroups, THREADS);
   constexpr int kWarps = THREADS / 32;
-  constexpr int kTogether = kPer >= 16 ? 1 : (16 / kPer < T ? 16 / kPer : T);
+  constexpr int kTogether = kPer >= 8 ? 1 : (8 / kPer < T ? 8 / kPer : T);
   __shared__ __align__(16) __nv_bfloat16 rows[T * K];
   __shared__ float scratch[kTogether][kWarps];
   float4 w[kPer];
