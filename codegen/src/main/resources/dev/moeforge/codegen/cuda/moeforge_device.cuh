@@ -1782,9 +1782,9 @@ __device__ __forceinline__ WarpSpan first_warp_span(int first, int last) {
 // a few registers the interleaved order made DeepSeek-V3's scores slower; with all of them in
 // flight (the routers' launch bounds) both orders measure the same (bench/NOTES.md, "The grouped
 // tail").
-template <int LB, int U, bool kWaitAfterWeights, bool kSharedRows, int PU = U>
+template <int LB, int U, bool kWaitAfterWeights, bool kSharedRows>
 __device__ __forceinline__ float router_score_span(const __nv_bfloat16* __restrict__ w_row, const char* x_row,
-                                                   int begin, int end, const Lane<LB> (&preloaded)[PU], bool use_preloaded) {
+                                                   int begin, int end, const Lane<LB> (&preloaded)[U], bool use_preloaded) {
   constexpr int kStep = 32 * U;
   const int lane = threadIdx.x & 31;
   const char* row = reinterpret_cast<const char*>(w_row);
@@ -1849,25 +1849,27 @@ __device__ __forceinline__ void block_scores(const __nv_bfloat16* __restrict__ w
   }
 }
 
-// The input rows of a router's token (x as given, or made by its input norm), and where the norm
-// makes them, each warp's first weight step issued before the norm waits for the previous kernel.
-// block_scores then takes `preloaded` for that step.
-template <class Config, int N, class Rows>
-__device__ __forceinline__ const char* router_rows(const Rows& rows, int token, int first, int last, bool stores,
-                                                   const __nv_bfloat16* __restrict__ w_router,
-                                                   Lane<Config::kLoadBytes> (&preloaded)[Config::kUnroll], bool& use_preloaded) {
-  constexpr int H = Config::kHidden, LB = Config::kLoadBytes, U = Config::kUnroll;
+// Rows [token0, token0 + tokens) of K inputs for a block whose warps take the rows [first, last)
+// of `weights` (K bf16 each, at most N, SPLIT warps a row) as first_warp_span assigns them: x as
+// given, or where an input norm makes them, each warp's first weight step issued into `preloaded`
+// before the norm waits for the previous kernel (use_preloaded says whether it was), and `stores`
+// the block that writes the tokens' residual_out and normed_out. Linear and router blocks alike.
+template <class Config, int K, int T, int N, int SPLIT, class Rows>
+__device__ __forceinline__ const char* rows_after_first_weights(const Rows& rows, int token0, int tokens, bool stores,
+                                                                const char* weights, int first, int last,
+                                                                Lane<Config::kLoadBytes> (&preloaded)[Config::kUnroll],
+                                                                bool& use_preloaded) {
+  constexpr int LB = Config::kLoadBytes, U = Config::kUnroll;
   use_preloaded = false;
   if constexpr (RowsInShared<Rows>::value) {
-    const WarpSpan span = first_warp_span<H / (LB / 2), N, Config::kWarpsPerScore>(first, last);
+    const WarpSpan span = first_warp_span<K / (LB / 2), N, SPLIT>(first, last);
     if (span.valid) {
-      load_weight_step<LB, U>(reinterpret_cast<const char*>(w_router + static_cast<size_t>(span.row) * H), span.begin, span.end,
-                              preloaded);
+      load_weight_step<LB, U>(weights + static_cast<size_t>(span.row) * K * 2, span.begin, span.end, preloaded);
       use_preloaded = true;
     }
-    return input_rows<H, 1, Config::kThreadsPerCta>(rows, token, 1, stores, Config::kNormEps);
+    return input_rows<K, T, Config::kThreadsPerCta>(rows, token0, tokens, stores, Config::kNormEps);
   } else {
-    return input_rows<H, 1, Config::kThreadsPerCta>(rows, token, 1, stores, 0.0f);
+    return input_rows<K, T, Config::kThreadsPerCta>(rows, token0, tokens, stores, 0.0f);
   }
 }
 
@@ -1942,23 +1944,11 @@ __device__ __forceinline__ void linear_gemv(const Rows& x, const WeightArgs w, O
   const char* codes = static_cast<const char*>(w.codes);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  // Rows made by an input norm: each warp's first weight step goes out before the norm waits, and
-  // the group's first slice stores the group's residual_out and normed_out.
+  // with rows made by an input norm, the group's first slice stores the group's residual_out and normed_out
   Lane<LB> preloaded[U];
-  bool use_preloaded = false;
-  if constexpr (kShared) {
-    const WarpSpan span = first_warp_span<kChunks, NPC, SPLIT>(first, last);
-    if (span.valid) {
-      load_weight_step<LB, U>(codes + static_cast<size_t>(span.row) * K * 2, span.begin, span.end, preloaded);
-      use_preloaded = true;
-    }
-  }
-  const char* x_rows;
-  if constexpr (kShared) {
-    x_rows = input_rows<K, T, 32 * W>(x, token0, tokens, slice == 0, Config::kNormEps);
-  } else {
-    x_rows = input_rows<K, T, 32 * W>(x, token0, tokens, false, 0.0f);
-  }
+  bool use_preloaded;
+  const char* x_rows = rows_after_first_weights<Config, K, T, NPC, SPLIT>(x, token0, tokens, slice == 0, codes, first, last,
+                                                                          preloaded, use_preloaded);
   float acc[T];
   // Lane t stores token t's output (every lane holds every sum after the butterfly).
   auto store = [&](int n, const float (&sums)[T]) {
@@ -2136,8 +2126,9 @@ __device__ __forceinline__ bool router_scores(const Rows& x, const __nv_bfloat16
   const int first = blockIdx.x * EPC;
   Lane<LB> preloaded[U];
   bool use_preloaded;
-  const char* x_row = router_rows<Config, EPC>(x, token, first, min_int(E, first + EPC), blockIdx.x == 0, w_router, preloaded,
-                                               use_preloaded);
+  const char* x_row = rows_after_first_weights<Config, H, 1, EPC, SPLIT>(x, token, 1, blockIdx.x == 0,
+                                                                         reinterpret_cast<const char*>(w_router), first,
+                                                                         min_int(E, first + EPC), preloaded, use_preloaded);
   float* token_scores = scores + static_cast<size_t>(token) * E;
   block_scores<H, EPC, W, LB, U, SPLIT, false, RowsInShared<Rows>::value>(w_router, x_row, first, min_int(E, first + EPC),
                                         [&](int e, float v) { publish_score(token_scores + e, v); }, preloaded, use_preloaded);
@@ -2172,8 +2163,9 @@ __device__ __forceinline__ const float* router_scores_cluster(const Rows& x, con
   const int first = rank * kPerBlock;
   Lane<LB> preloaded[U];
   bool use_preloaded;
-  const char* x_row = router_rows<Config, kPerBlock>(x, token, first, min_int(E, first + kPerBlock), rank == 0, w_router, preloaded,
-                                                     use_preloaded);
+  const char* x_row = rows_after_first_weights<Config, H, 1, kPerBlock, SPLIT>(x, token, 1, rank == 0,
+                                                                               reinterpret_cast<const char*>(w_router), first,
+                                                                               min_int(E, first + kPerBlock), preloaded, use_preloaded);
   // rows made by an input norm are past the wait already; rows as given are read after each warp's first weights
   constexpr bool kShared = RowsInShared<Rows>::value;
   block_scores<H, kPerBlock, W, LB, U, SPLIT, !kShared, kShared>(w_router, x_row, first, min_int(E, first + kPerBlock),

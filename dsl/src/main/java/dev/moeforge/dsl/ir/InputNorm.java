@@ -6,8 +6,8 @@ package dev.moeforge.dsl.ir;
  * {@code v = residual[m] + addend[m]} in FP32, stored to {@code residual_out[m]}; the row the kernel
  * multiplies is {@code bf16(norm_weight * (v / sqrt(mean(v^2) + eps)))}, stored to
  * {@code normed_out[m]} for the kernels after it. Each token's two stores are made by one block;
- * every block that reads the token computes the same row. {@code residual_out} must not be
- * {@code residual}: other blocks may still be reading it. Written
+ * every block that reads the token computes the same row. Neither output may share memory with
+ * the inputs: other blocks may still be reading them. Written
  * {@code input_norm=add_rms_norm(addend=fp32, eps=1e-06)}.
  *
  * @param addend the element type of the addend, bf16 or fp32

@@ -393,10 +393,8 @@ sealed interface TrialUnit {
                 Runnable upload(CudaStream stream, List<KernelHandle> kernels) {
                     KernelHandle k = kernels.getFirst();
                     InputRows dx = upload(input);
-                    java.util.Iterator<DeviceBuffer> weights = (bias == null ? List.of(input(w)) : List.of(input(w), input(bias))).iterator();
-                    DeviceBuffer y = output(stored, ref.length, against("y", ref, bounds));
-                    DeviceBuffer[] args = k.signature().tensors().stream().map(param -> dx.bind(param).orElseGet(
-                            () -> param.role() == KernelParam.Role.WEIGHTS ? weights.next() : y)).toArray(DeviceBuffer[]::new);
+                    List<DeviceBuffer> weights = bias == null ? List.of(input(w)) : List.of(input(w), input(bias));
+                    DeviceBuffer[] args = dx.linearArguments(k, weights, output(stored, ref.length, against("y", ref, bounds)));
                     return () -> k.launch(stream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, args);
                 }
             };

@@ -994,7 +994,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         for (int l = 0; l < c.layers(); l++) {
             LayerOnDevice w = layers.get(l);
             if (qkvNorms && parts.contains(StepPart.PROJECTIONS)) {
-                DeviceBuffer sum = residual == x ? xAlt : x;
+                DeviceBuffer sum = otherResidual(residual);
                 launchLinear(((Projection.Linear) qkvProj).kernel(),
                         new InputRows.Normed(residual, l == 0 ? zeros : moeOut, w.inputNorm(), sum, normed), w.qkv(), qkv);
                 residual = sum;
@@ -1009,7 +1009,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 Map<String, DeviceBuffer> rows = w.bRouter() == null ? Map.of() : Map.of(MoeBlock.ROUTER_BIAS, w.bRouter());
                 if (parts.contains(StepPart.ROUTER)) {
                     if (routerNorms) {
-                        DeviceBuffer sum = residual == x ? xAlt : x;
+                        DeviceBuffer sum = otherResidual(residual);
                         router.enqueue(stream, ORDER, batch, new InputRows.Normed(residual, projected, w.postNorm(), sum, normed),
                                 w.wRouter(), rows, topkWeights, topkIds);
                         residual = sum;
@@ -1035,6 +1035,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         if (rest) {
             head.launch(stream, ORDER, batch, normed, lmHead, logits);
         }
+    }
+
+    /** The residual's buffer a kernel norming its input writes the sum to: not the one it reads. */
+    private DeviceBuffer otherResidual(DeviceBuffer residual) {
+        return residual == x ? xAlt : x;
     }
 
     /**
@@ -1077,22 +1082,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** A linear kernel's launch: its input rows, the matrix (then the bias where there is one), y. */
     private void launchLinear(KernelHandle k, InputRows in, DeviceWeights w, DeviceBuffer out) {
-        in.requireFor(k.spec().problem(), k.spec().name());
-        java.util.Iterator<DeviceBuffer> weights = w.buffers().iterator();
-        List<DeviceBuffer> args = new ArrayList<>();
-        for (var p : k.signature().tensors()) {
-            args.add(in.bind(p).orElseGet(() -> switch (p.role()) {
-                case WEIGHTS -> weights.next();
-                case OUTPUT -> out;
-                case INPUT, ROUTING, WORKSPACE, TOKEN_COUNT, TENSOR_MAP -> throw new IllegalStateException("a linear kernel has no "
-                        + p.role() + " tensor " + p.name());
-            }));
-        }
-        if (weights.hasNext()) {
-            throw new IllegalArgumentException("linear kernel " + k.spec().name() + " takes fewer weight buffers than the "
-                    + w.buffers().size() + " given");
-        }
-        k.launch(stream, ORDER, batch, args.toArray(DeviceBuffer[]::new));
+        k.launch(stream, ORDER, batch, in.linearArguments(k, w.buffers(), out));
     }
 
     @Override
@@ -1209,7 +1199,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * Up to this many sequences a decode step's q/k/v projection and router norm their own input
      * rows where their schedule can ({@link InputNorm}): the residual add and norm before each is
      * then no kernel of its own. Every block that reads a token norms it, so the work grows with
-     * the blocks per token; the batches measured with it are 1, 8 and 16 (bench/NOTES.md).
+     * the blocks per token; it won at 1, 8 and 16 and was level at 32 and 64 (bench/NOTES.md).
      */
     static final int INPUT_NORM_UP_TO = 16;
 

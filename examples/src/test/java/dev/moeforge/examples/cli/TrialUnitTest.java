@@ -20,9 +20,9 @@ class TrialUnitTest {
         List<KernelSpec> small = kernels(CliRun.resource(tmp, "small_layer.moe"));
         List<KernelSpec> every = kernels(CliRun.resource(tmp, "every_unit.moe"));
         List<TrialUnit> units = TrialUnit.of(java.util.stream.Stream.concat(every.stream(), small.stream()).toList());
-        assertEquals(List.of("lone_gate_up", "small_mlp", "small_router", "small_gate_up + small_down", "lone_down"),
-                units.stream().map(TrialUnit::name).toList());
-        assertInstanceOf(TrialUnit.Layer.class, units.get(3));
+        assertEquals(List.of("lone_gate_up", "small_mlp", "small_router", "normed_proj", "normed_router", "small_gate_up + small_down",
+                "lone_down"), units.stream().map(TrialUnit::name).toList());
+        assertInstanceOf(TrialUnit.Layer.class, units.get(5));
         assertEquals("gate_up alone (H=256, I=128, E=8, top-4, int8_channel)", units.get(0).describe());
         assertEquals("router (H=256, E=32)", units.get(2).describe());
 

@@ -4,6 +4,10 @@ import dev.moeforge.codegen.cuda.KernelParam;
 import dev.moeforge.codegen.cuda.KernelSignature;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.kernel.KernelHandle;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
 import java.util.Optional;
 
 /**
@@ -18,6 +22,41 @@ public sealed interface InputRows {
 
     /** Refuses rows of the other kind than the problem reads. */
     void requireFor(Problem problem, String kernel);
+
+    /**
+     * A {@code linear} kernel's launch arguments in signature order: these rows, the matrix (then its
+     * bias where it has one) from {@code weights}, and {@code y}. Refuses rows of the other kind and
+     * a weight count other than the kernel's.
+     */
+    default DeviceBuffer[] linearArguments(KernelHandle linear, List<DeviceBuffer> weights, DeviceBuffer y) {
+        requireFor(linear.spec().problem(), linear.spec().name());
+        Iterator<DeviceBuffer> w = weights.iterator();
+        List<DeviceBuffer> args = new ArrayList<>();
+        for (KernelParam p : linear.signature().tensors()) {
+            Optional<DeviceBuffer> own = bind(p);
+            if (own.isPresent()) {
+                args.add(own.get());
+                continue;
+            }
+            args.add(switch (p.role()) {
+                case WEIGHTS -> {
+                    if (!w.hasNext()) {
+                        throw new IllegalArgumentException("linear kernel " + linear.spec().name() + " takes more weight buffers than the "
+                                + weights.size() + " given");
+                    }
+                    yield w.next();
+                }
+                case OUTPUT -> y;
+                case INPUT, ROUTING, WORKSPACE, TOKEN_COUNT, TENSOR_MAP -> throw new IllegalStateException("a linear kernel has no "
+                        + p.role() + " tensor " + p.name());
+            });
+        }
+        if (w.hasNext()) {
+            throw new IllegalArgumentException("linear kernel " + linear.spec().name() + " takes fewer weight buffers than the "
+                    + weights.size() + " given");
+        }
+        return args.toArray(DeviceBuffer[]::new);
+    }
 
     /** {@code x [M][K]} as given. */
     record Given(DeviceBuffer x) implements InputRows {
@@ -43,8 +82,8 @@ public sealed interface InputRows {
     record Normed(DeviceBuffer residual, DeviceBuffer addend, DeviceBuffer normWeight, DeviceBuffer residualOut,
                   DeviceBuffer normedOut) implements InputRows {
         public Normed {
-            for (DeviceBuffer read : java.util.List.of(residual, addend, normWeight)) {
-                for (DeviceBuffer written : java.util.List.of(residualOut, normedOut)) {
+            for (DeviceBuffer read : List.of(residual, addend, normWeight)) {
+                for (DeviceBuffer written : List.of(residualOut, normedOut)) {
                     if (overlap(read, written)) {
                         throw new IllegalArgumentException("an output of the input norm shares memory with its inputs ("
                                 + written + " and " + read + "): the kernel's blocks read the inputs while one of them "

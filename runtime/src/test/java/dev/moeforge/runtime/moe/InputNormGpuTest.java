@@ -205,9 +205,7 @@ class InputNormGpuTest extends GpuSession {
         try (OnDevice in = OnDevice.upload(d, c.addend());
              DeviceBuffer dw = uploadBf16(w);
              DeviceBuffer y = DeviceBuffer.allocate(DType.FP32, (long) tokens * c.outputs())) {
-            InputRows input = in.rows();
-            DeviceBuffer[] args = kernel.signature().tensors().stream().map(p -> input.bind(p).orElseGet(
-                    () -> p.role() == dev.moeforge.codegen.cuda.KernelParam.Role.WEIGHTS ? dw : y)).toArray(DeviceBuffer[]::new);
+            DeviceBuffer[] args = in.rows().linearArguments(kernel, List.of(dw), y);
             Runnable launch = () -> kernel.launch(stream, LaunchOrder.OVERLAPPING_PREVIOUS, tokens, args);
             y.fillWords32(Float.floatToRawIntBits(Float.NaN));
             launch.run();
