@@ -1,6 +1,7 @@
 package dev.moeforge.dsl.reference;
 
 import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.InputNorm;
 
 /**
@@ -18,6 +19,41 @@ public final class InputNormReference {
      * @param normed      the rows the kernel multiplies, bf16 bits {@code [M][K]}
      */
     public record Rows(float[] residualOut, short[] normed) {}
+
+    /**
+     * Random inputs of an input norm and the rows it makes of them ({@link #random}).
+     *
+     * @param addend the addend's values (bf16 values where the norm's addend is bf16)
+     */
+    public record Drawn(InputNorm norm, float[] residual, float[] addend, float[] weight, Rows rows) {
+        /** The addend's bf16 bits, for a norm whose addend is bf16. */
+        public short[] addendBf16() {
+            short[] bits = new short[addend.length];
+            for (int i = 0; i < bits.length; i++) {
+                bits[i] = Bf16.fromFloat(addend[i]);
+            }
+            return bits;
+        }
+    }
+
+    /**
+     * {@code tokens} rows of {@code width}: the residual N(0, 1), the addend N(0, 0.5) (rounded to
+     * bf16 where the norm's addend is bf16), the norm's weight 1 + N(0, 0.2); and their rows.
+     */
+    public static Drawn random(InputNorm norm, int tokens, int width, long seed) {
+        float[] residual = RandomInputs.floatNormal(seed, tokens * width, 1.0);
+        float[] addend = RandomInputs.floatNormal(seed + 1, tokens * width, 0.5);
+        if (norm.addend() == DType.BF16) {
+            for (int i = 0; i < addend.length; i++) {
+                addend[i] = Bf16.toFloat(Bf16.fromFloat(addend[i]));
+            }
+        }
+        float[] weight = RandomInputs.floatNormal(seed + 2, width, 0.2);
+        for (int i = 0; i < width; i++) {
+            weight[i] += 1;
+        }
+        return new Drawn(norm, residual, addend, weight, apply(norm, residual, addend, weight));
+    }
 
     /**
      * {@code residual} and {@code addend} are {@code [M][K]} (the addend's bf16 values widened when

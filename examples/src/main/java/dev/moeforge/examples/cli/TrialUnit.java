@@ -10,7 +10,6 @@ import dev.moeforge.dsl.format.RowSource;
 import dev.moeforge.dsl.format.SplitDownWeights;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
-import dev.moeforge.dsl.ir.InputNorm;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
@@ -564,13 +563,14 @@ sealed interface TrialUnit {
          * weight an input norm makes them from, with its two outputs checked against the reference's.
          */
         InputRows upload(HostRows rows) {
-            if (rows.made() == null) {
+            InputNormReference.Drawn d = rows.drawn();
+            if (d == null) {
                 return new InputRows.Given(input(rows.x()));
             }
-            double[] sums = IntStream.range(0, rows.residual().length).mapToDouble(i -> rows.made().residualOut()[i]).toArray();
+            double[] sums = IntStream.range(0, d.residual().length).mapToDouble(i -> d.rows().residualOut()[i]).toArray();
             double[] normed = IntStream.range(0, rows.x().length).mapToDouble(i -> Bf16.toFloat(rows.x()[i])).toArray();
-            DeviceBuffer addend = rows.norm().addend() == DType.BF16 ? input(HostRows.bf16(rows.addend())) : input(rows.addend());
-            return new InputRows.Normed(input(rows.residual()), addend, input(rows.weight()),
+            DeviceBuffer addend = d.norm().addend() == DType.BF16 ? input(d.addendBf16()) : input(d.addend());
+            return new InputRows.Normed(input(d.residual()), addend, input(d.weight()),
                     output(DType.FP32, sums.length, against(KernelSignature.RESIDUAL_OUT, sums, Bounds.FP32_LINEAR)),
                     output(DType.BF16, normed.length, against(KernelSignature.NORMED_OUT, normed, Bounds.BF16_OUTPUT)));
         }
@@ -600,38 +600,16 @@ sealed interface TrialUnit {
 
     /**
      * The input rows of a router or linear kernel drawn on the host: {@code x} as given, or where the
-     * problem has an input norm the residual stream (N(0, 1)), the addend (N(0, 0.5), rounded to bf16
-     * when it is bf16), the norm's weight (1 + N(0, 0.2)) and the rows the reference makes of them
-     * ({@code x} is then those rows).
+     * problem has an input norm the residual stream, addend and norm weight of
+     * {@link InputNormReference#random} ({@code drawn}; {@code x} is then the rows it makes).
      */
-    record HostRows(short[] x, InputNorm norm, float[] residual, float[] addend, float[] weight, InputNormReference.Rows made) {
+    record HostRows(short[] x, InputNormReference.Drawn drawn) {
         static HostRows draw(Problem p, int width, int tokens, long seed) {
             if (p.inputNorm().isEmpty()) {
-                return new HostRows(RandomInputs.bf16Normal(seed, tokens * width, 1.0), null, null, null, null, null);
+                return new HostRows(RandomInputs.bf16Normal(seed, tokens * width, 1.0), null);
             }
-            InputNorm norm = p.inputNorm().get();
-            float[] residual = RandomInputs.floatNormal(seed, tokens * width, 1.0);
-            float[] addend = RandomInputs.floatNormal(seed ^ 0xadd, tokens * width, 0.5);
-            if (norm.addend() == DType.BF16) {
-                short[] rounded = bf16(addend);
-                for (int i = 0; i < addend.length; i++) {
-                    addend[i] = Bf16.toFloat(rounded[i]);
-                }
-            }
-            float[] weight = RandomInputs.floatNormal(seed ^ 0x5ca1e, width, 0.2);
-            for (int i = 0; i < width; i++) {
-                weight[i] += 1;
-            }
-            InputNormReference.Rows made = InputNormReference.apply(norm, residual, addend, weight);
-            return new HostRows(made.normed(), norm, residual, addend, weight, made);
-        }
-
-        static short[] bf16(float[] values) {
-            short[] out = new short[values.length];
-            for (int i = 0; i < values.length; i++) {
-                out[i] = Bf16.fromFloat(values[i]);
-            }
-            return out;
+            InputNormReference.Drawn drawn = InputNormReference.random(p.inputNorm().get(), tokens, width, seed);
+            return new HostRows(drawn.rows().normed(), drawn);
         }
     }
 

@@ -18,6 +18,7 @@ import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.ir.epilogue.TopK;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.reference.InputNormReference;
+import dev.moeforge.dsl.reference.InputNormReference.Drawn;
 import dev.moeforge.dsl.reference.LinearReference;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.RouterReference;
@@ -115,21 +116,16 @@ class InputNormGpuTest extends GpuSession {
         return ROUTER.stream().flatMap(c -> java.util.Arrays.stream(c.tokens()).mapToObj(m -> Arguments.of(c, m)));
     }
 
-    /** The residual stream, addend and norm weight of one case on the host, and the reference's rows. */
-    record Drawn(float[] residual, float[] addend, float[] weight, InputNormReference.Rows ref) {
-        static Drawn of(InputNorm norm, int tokens, int width, long seed) {
-            float[] residual = RandomInputs.floatNormal(seed, tokens * width, 1.0);
-            float[] addend = RandomInputs.floatNormal(seed + 1, tokens * width, 0.5);
-            if (norm.addend() == DType.BF16) {
-                for (int i = 0; i < addend.length; i++) {
-                    addend[i] = Bf16.toFloat(Bf16.fromFloat(addend[i]));
-                }
-            }
-            float[] weight = RandomInputs.floatNormal(seed + 2, width, 0.2);
-            for (int i = 0; i < width; i++) {
-                weight[i] += 1;
-            }
-            return new Drawn(residual, addend, weight, InputNormReference.apply(norm, residual, addend, weight));
+    /**
+     * One run's fresh inputs: the norm's (a new seed each run, named in `where` for a failure) and a
+     * weight matrix of {@code outputs} rows of {@code width}.
+     */
+    record Fresh(String where, Drawn drawn, short[] w, WeightRows rows) {
+        static Fresh draw(KernelSpec spec, String name, int tokens, int width, int outputs) {
+            long seed = System.nanoTime();
+            Drawn drawn = InputNormReference.random(spec.problem().inputNorm().orElseThrow(), tokens, width, seed);
+            short[] w = RandomInputs.bf16Normal(seed + 3, outputs * width, 1.0 / Math.sqrt(width));
+            return new Fresh(name + " M=" + tokens + " seed=" + seed, drawn, w, WeightRows.bf16(w, 1, outputs, width));
         }
     }
 
@@ -141,11 +137,7 @@ class InputNormGpuTest extends GpuSession {
             residual.copyFrom(d.residual());
             DeviceBuffer addend = DeviceBuffer.allocate(addendType, d.addend().length);
             if (addendType == DType.BF16) {
-                short[] bits = new short[d.addend().length];
-                for (int i = 0; i < bits.length; i++) {
-                    bits[i] = Bf16.fromFloat(d.addend()[i]);
-                }
-                addend.copyFrom(bits);
+                addend.copyFrom(d.addendBf16());
             } else {
                 addend.copyFrom(d.addend());
             }
@@ -170,13 +162,13 @@ class InputNormGpuTest extends GpuSession {
         short[] check(Drawn d, String where) {
             float[] sums = new float[d.residual().length];
             sum.copyTo(sums);
-            assertArrayEquals(d.ref().residualOut(), sums, "residual_out is not residual + addend in FP32: " + where);
+            assertArrayEquals(d.rows().residualOut(), sums, "residual_out is not residual + addend in FP32: " + where);
             short[] rows = download(normed);
             int off = 0;
             for (int i = 0; i < rows.length; i++) {
-                int steps = Math.abs(rows[i] - d.ref().normed()[i]);
+                int steps = Math.abs(rows[i] - d.rows().normed()[i]);
                 assertTrue(steps <= 1, "normed_out[" + i + "] = " + Bf16.toFloat(rows[i]) + ", the FP64 norm's "
-                        + Bf16.toFloat(d.ref().normed()[i]) + ": more than one bf16 step apart (" + where + ")");
+                        + Bf16.toFloat(d.rows().normed()[i]) + ": more than one bf16 step apart (" + where + ")");
                 off += steps;
             }
             assertTrue(off <= Math.max(4, rows.length / 50), off + " of " + rows.length + " normed values one step off (" + where + ")");
@@ -194,14 +186,13 @@ class InputNormGpuTest extends GpuSession {
     @ParameterizedTest(name = "{0} M={1}")
     @MethodSource("linearCases")
     void linearNormsItsRows(LinearCase c, int tokens) {
-        long seed = System.nanoTime();
-        String where = c.name() + " M=" + tokens + " seed=" + seed;
         KernelSpec spec = linearSpec(c, runtime.target());
         KernelHandle kernel = runtime.load(spec);
-        InputNorm norm = spec.problem().inputNorm().orElseThrow();
-        Drawn d = Drawn.of(norm, tokens, c.inputs(), seed);
-        short[] w = RandomInputs.bf16Normal(seed + 3, c.outputs() * c.inputs(), 1.0 / Math.sqrt(c.inputs()));
-        WeightRows rows = WeightRows.bf16(w, 1, c.outputs(), c.inputs());
+        Fresh f = Fresh.draw(spec, c.name(), tokens, c.inputs(), c.outputs());
+        Drawn d = f.drawn();
+        short[] w = f.w();
+        WeightRows rows = f.rows();
+        String where = f.where();
         try (OnDevice in = OnDevice.upload(d, c.addend());
              DeviceBuffer dw = uploadBf16(w);
              DeviceBuffer y = DeviceBuffer.allocate(DType.FP32, (long) tokens * c.outputs())) {
@@ -215,7 +206,7 @@ class InputNormGpuTest extends GpuSession {
             y.copyTo(got);
             LinearGpuTest.FP32_OUTPUT.check(ErrorStats.of(LinearReference.run(spec, stored, rows, null), got),
                     () -> "y against the rows the kernel stored: " + where);
-            BF16_OUTPUT.check(ErrorStats.of(LinearReference.run(spec, d.ref().normed(), rows, null), got),
+            BF16_OUTPUT.check(ErrorStats.of(LinearReference.run(spec, d.rows().normed(), rows, null), got),
                     () -> "y against the FP64 norm's rows: " + where);
             assertSameBytes(in, y, got, stored, () -> { }, launch, where);
         }
@@ -224,13 +215,12 @@ class InputNormGpuTest extends GpuSession {
     @ParameterizedTest(name = "{0} M={1}")
     @MethodSource("routerCases")
     void routerNormsItsRows(RouterCase c, int tokens) {
-        long seed = System.nanoTime();
-        String where = c.name() + " M=" + tokens + " seed=" + seed;
         KernelSpec spec = routerSpec(c, runtime.target());
-        InputNorm norm = spec.problem().inputNorm().orElseThrow();
-        Drawn d = Drawn.of(norm, tokens, c.hidden(), seed);
-        short[] w = RandomInputs.bf16Normal(seed + 3, c.experts() * c.hidden(), 1.0 / Math.sqrt(c.hidden()));
-        WeightRows rows = WeightRows.bf16(w, 1, c.experts(), c.hidden());
+        Fresh f = Fresh.draw(spec, c.name(), tokens, c.hidden(), c.experts());
+        Drawn d = f.drawn();
+        short[] w = f.w();
+        WeightRows rows = f.rows();
+        String where = f.where();
         RouterKernel router = new RouterKernel(runtime.load(spec), tokens);
         try (OnDevice in = OnDevice.upload(d, c.addend());
              DeviceBuffer dw = uploadBf16(w);
