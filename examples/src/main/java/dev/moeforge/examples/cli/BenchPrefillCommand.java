@@ -163,7 +163,10 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             withTma("fp8_wg_m64_d128", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
                     new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true)),
             withProducer("fp8_wg_m64_ws", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true),
-                    new ExpertCentric(64, 128, 128, 4, 1, 4, 8, true)));
+                    new ExpertCentric(64, 128, 128, 4, 1, 4, 8, true)),
+            // the producer's gate_up beside a down of three stages: three down blocks an SM instead of two
+            new TilePair("fp8_ws_s3", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
+                    new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true)));
 
     /**
      * Tile pairs for 4-bit weights (W4A16): mma.sync on cp.async stages of codes and scales, each slice

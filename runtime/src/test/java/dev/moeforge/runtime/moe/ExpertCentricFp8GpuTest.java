@@ -64,7 +64,7 @@ class ExpertCentricFp8GpuTest extends GpuSession {
     static final Bounds WGMMA_QUANTISED_INTER = new Bounds(2e-2, 0.07);
     static final Bounds WGMMA_FP8_OUTPUT = new Bounds(2e-2, 0.04);
 
-    /** (gate_up, down): mma.sync decode-batch tiles, wider mma.sync tiles, wgmma tiles (sm_90a), down's atomic combine. */
+    /** (gate_up, down): mma.sync decode-batch tiles, wider mma.sync tiles, wgmma tiles (sm_90a), down's atomic combine, producers. */
     static final List<ExpertCentric[]> SCHEDULES = List.of(
             new ExpertCentric[] {new ExpertCentric(16, 128, 128, 1, 8, 4, 1).withTma(true),
                     new ExpertCentric(16, 128, 128, 1, 4, 4, 1).withTma(true)},
@@ -80,7 +80,10 @@ class ExpertCentricFp8GpuTest extends GpuSession {
                     new ExpertCentric(16, 256, 128, 1, 4, 3, 1).withTma(true)},
             // wgmma tiles with a producer warpgroup filling the stages
             new ExpertCentric[] {new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
-                    new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true).withTma(true).withProducer(true)});
+                    new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true).withTma(true).withProducer(true)},
+            // the producer's gate_up beside a down of three stages (three blocks an SM): bench prefill's fp8_ws_s3
+            new ExpertCentric[] {new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
+                    new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true)});
 
     record Case(Geometry geometry, int schedule, int tokens, boolean outsideIds) {
         @Override
