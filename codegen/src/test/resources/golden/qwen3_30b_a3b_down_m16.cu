@@ -2,7 +2,7 @@
 //
 // kernel qwen3_30b_a3b_down_m16 {
 //   problem expert_down(hidden=2048, intermediate=768, experts=128, topk=8, weights=bf16, activations=bf16)
-//   schedule expert_centric(block_m=16, block_n=128, block_k=64, warps_m=1, warps_n=4, stages=4, group_m=1, wgmma=false, atomic_combine=false, tma=false, producer=false)
+//   schedule expert_centric(block_m=16, block_n=128, block_k=64, warps_m=1, warps_n=4, stages=4, group_m=1, wgmma=false, atomic_combine=false, tma=false, producer=false, combine_kernel=false)
 //   epilogue store(combine(acc), dtype=bf16)
 //   target sm_90a
 // }
@@ -35,6 +35,7 @@ struct Config {
   static constexpr int kGroupM = 1;
   static constexpr bool kWgmma = false;
   static constexpr bool kAtomicCombine = false;
+  static constexpr bool kCombineKernel = false;
   static constexpr bool kTma = false;
   static constexpr int kProducerWarps = 0;
   static constexpr int kThreadsPerCta = 128;

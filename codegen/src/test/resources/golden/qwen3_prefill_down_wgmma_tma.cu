@@ -2,7 +2,7 @@
 //
 // kernel qwen3_prefill_down_tma {
 //   problem expert_down(hidden=2048, intermediate=768, experts=128, topk=8, weights=bf16, activations=bf16)
-//   schedule expert_centric(block_m=128, block_n=256, block_k=64, warps_m=8, warps_n=1, stages=4, group_m=8, wgmma=true, atomic_combine=false, tma=true, producer=false)
+//   schedule expert_centric(block_m=128, block_n=256, block_k=64, warps_m=8, warps_n=1, stages=4, group_m=8, wgmma=true, atomic_combine=false, tma=true, producer=false, combine_kernel=false)
 //   epilogue store(combine(acc), dtype=bf16)
 //   target sm_90a
 // }
@@ -35,6 +35,7 @@ struct Config {
   static constexpr int kGroupM = 8;
   static constexpr bool kWgmma = true;
   static constexpr bool kAtomicCombine = false;
+  static constexpr bool kCombineKernel = false;
   static constexpr bool kTma = true;
   static constexpr int kProducerWarps = 0;
   static constexpr int kThreadsPerCta = 256;

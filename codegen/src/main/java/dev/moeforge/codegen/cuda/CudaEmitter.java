@@ -118,7 +118,8 @@ public final class CudaEmitter {
                 valid.takesRoutingPlan() ? valid.name() + RoutingPlan.COUNT_ENTRY : "",
                 valid.takesRoutingPlan() ? valid.name() + RoutingPlan.SCATTER_ENTRY : "",
                 valid.takesQuantisedX() ? valid.name() + ExpertCentric.QUANTISE_ENTRY : "",
-                ExpertCentric.QUANTISE_THREADS, schedule.waitsInBody());
+                ExpertCentric.QUANTISE_THREADS, valid.combinesAfter() ? valid.name() + ExpertCentric.COMBINE_ENTRY : "",
+                ExpertCentric.COMBINE_THREADS, ExpertCentric.COMBINE_OUTPUTS_PER_THREAD, schedule.waitsInBody());
     }
 
     /** The problem's members of Config: its weight format, sizes and layout, and its input norm's epsilon. */

@@ -32,6 +32,10 @@ import java.util.List;
  * @param quantiseX      expert_centric gate_up with FP8 activations: the name of the entry point that
  *                       quantises x into the kernel's workspace (empty otherwise)
  * @param quantiseThreads threads of one block of that entry point (a warp per group of 128)
+ * @param combine        expert_centric down with combine_kernel: the name of the entry point that adds each
+ *                       token's slot rows into y after the kernel (empty otherwise)
+ * @param combineThreads threads of one block of that entry point
+ * @param combineOutputs outputs of a token one of its threads adds
  * @param waitsInBody    the body waits for the previous kernel itself (see ScheduleModel), so the
  *                       kernel only lets the next one begin
  */
@@ -40,7 +44,7 @@ public record KernelModel(List<String> specLines, List<String> notes, String hea
                           String epilogueText, String epilogueParams, List<String> epilogueLines,
                           List<String> valueLines, List<String> storeLines, boolean blockGroups, boolean expertCounts,
                           String alignCount, String alignScatter, String quantiseX, int quantiseThreads,
-                          boolean waitsInBody) {
+                          String combine, int combineThreads, int combineOutputs, boolean waitsInBody) {
     public KernelModel {
         specLines = List.copyOf(specLines);
         notes = List.copyOf(notes);

@@ -1,6 +1,7 @@
 <#-- Expert kernel of schedule expert_centric: the expert skeleton, then the two entry points that
-     build the routing plan (RoutingPlan) this kernel takes, one warp per block each, and for a W8A8
-     gate_up the entry point that quantises x into its workspace. -->
+     build the routing plan (RoutingPlan) this kernel takes, one warp per block each, for a W8A8
+     gate_up the entry point that quantises x into its workspace, and for a down with combine_kernel
+     the entry point that adds each token's slot rows into y. -->
 <#include "expert.cu.ftl">
 
 // Routing plan, step 1: each block counts one segment of pairs per bucket (E experts, then ids outside [0, E)).
@@ -41,5 +42,18 @@ extern "C" __global__ void __launch_bounds__(${quantiseThreads}) ${quantiseX}(
 ) {
   mf::begin_after_previous_kernel();
   mf::quantise_rows_fp8<Config::kHidden>(x, x_fp8, num_tokens);
+}
+</#if>
+<#if combine != "">
+
+// Each token's k partial rows (the kernel above leaves them in its workspace) added in slot order into
+// y, a thread per ${combineOutputs} outputs of a token: the sums and their order of the combine inside the tiles.
+extern "C" __global__ void __launch_bounds__(${combineThreads}) ${combine}(
+    const __nv_bfloat16* __restrict__ partials,
+    __nv_bfloat16* __restrict__ y,
+    int num_tokens
+) {
+  mf::begin_after_previous_kernel();
+  mf::add_slot_rows<Config, ${combineOutputs}>(partials, y, num_tokens, Epilogue{});
 }
 </#if>

@@ -1099,12 +1099,36 @@ __device__ __forceinline__ void add_float4_at(float* sum, float4 v) {
 #endif
 }
 
+// A token's k partial rows [M*k][H] (bf16) at outputs n..n+3, added in slot order in FP32: the one
+// order both the in-tile combine and the combine entry point add in, so both give the same y.
+template <int K, int H>
+__device__ __forceinline__ float4 slot_rows_sum(const __nv_bfloat16* __restrict__ partials, int token, int n) {
+  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+  for (int j = 0; j < K; ++j) {
+    const float4 v = float4_of_bf16x4(__ldcg(reinterpret_cast<const uint2*>(partials + (static_cast<size_t>(token) * K + j) * H + n)));
+    sum.x += v.x;
+    sum.y += v.y;
+    sum.z += v.z;
+    sum.w += v.w;
+  }
+  return sum;
+}
+
+template <class Epilogue>
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16* dst, float4 sum, Epilogue epi) {
+  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(epi(sum.x), epi(sum.y));
+  *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(epi(sum.z), epi(sum.w));
+}
+
 // down: each pair's weighted partial row (routing weight x (sum + bias), rounded to bf16) goes to
 // partials [M*k][H]; the block that completes a token's k partials of an n tile (a ticket per token
 // and n tile, reset by that block) adds them in slot order in FP32 and stores y. Deterministic: the
 // sum's order is fixed whatever order the blocks run in. With kAtomicCombine, partials is FP32 [M][H]
 // instead: each pair's row is added atomically into its token's sum, which the completing block
-// stores and zeroes (less traffic; the additions' order, so y's last bits, may vary).
+// stores and zeroes (less traffic; the additions' order, so y's last bits, may vary). With
+// kCombineKernel the block leaves once its partials are written (no tickets): the module's combine
+// entry point (add_slot_rows) adds them after the kernel.
 template <class Config, class Epilogue, class A, class Partial>
 __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter, WeightArgs w_down,
                                                     const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
@@ -1174,6 +1198,9 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
       }
     }
   }
+  if constexpr (Config::kCombineKernel) {
+    return;  // the combine entry point adds the slot rows once every tile has left
+  }
   __threadfence();  // the partials are visible before the tickets that announce them
   __syncthreads();
   for (int r = threadIdx.x; r < T::BM; r += T::kThreads) {
@@ -1194,25 +1221,43 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
     const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
     const int token = reducing[r];
     if (token < 0 || n >= H) continue;
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 sum;
     if constexpr (Config::kAtomicCombine) {
       float4* at = reinterpret_cast<float4*>(partials + static_cast<size_t>(token) * H + n);
       sum = __ldcg(at);
       __stcg(at, make_float4(0.0f, 0.0f, 0.0f, 0.0f));  // zero again for the next launch
     } else {
-#pragma unroll 4
-      for (int j = 0; j < K; ++j) {
-        const float4 v = float4_of_bf16x4(__ldcg(reinterpret_cast<const uint2*>(partials + (static_cast<size_t>(token) * K + j) * H + n)));
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
+      sum = slot_rows_sum<K, H>(partials, token, n);
     }
-    __nv_bfloat16* dst = y + static_cast<size_t>(token) * H + n;
-    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(epi(sum.x), epi(sum.y));
-    *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(epi(sum.z), epi(sum.w));
+    store_bf16x4(y + static_cast<size_t>(token) * H + n, sum, epi);
   }
+}
+
+// down with kCombineKernel: the same body without tickets (the combine entry point adds the slots).
+template <class Config, class Epilogue, class A>
+__device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter, WeightArgs w_down,
+                                                    const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
+                                                    const int* __restrict__ sorted_slots, const int* __restrict__ expert_offsets,
+                                                    __nv_bfloat16* __restrict__ y, __nv_bfloat16* __restrict__ partials,
+                                                    int num_tokens, Epilogue epi) {
+  static_assert(Config::kCombineKernel, "tickets are the in-tile combine's: only a down with combine_kernel goes without");
+  down_expert_centric<Config>(inter, w_down, topk_ids, topk_weights, sorted_slots, expert_offsets, y, partials,
+                              static_cast<int*>(nullptr), num_tokens, epi);
+}
+
+// The combine entry point of a down with kCombineKernel: y[token][n..n+3] = epi(the token's slot rows
+// added in slot order), a thread per N = 4 outputs (ExpertCentric.COMBINE_OUTPUTS_PER_THREAD), the grid
+// over every token's row.
+template <class Config, int N, class Epilogue>
+__device__ __forceinline__ void add_slot_rows(const __nv_bfloat16* __restrict__ partials, __nv_bfloat16* __restrict__ y,
+                                              int num_tokens, Epilogue epi) {
+  static_assert(N == 4, "a thread adds a bf16x4 of each slot row");
+  constexpr int H = Config::kHidden, K = Config::kTopk, kPieces = H / N;
+  static_assert(H % N == 0, "rows of whole bf16x4 pieces");
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<long long>(num_tokens) * kPieces) return;
+  const int token = static_cast<int>(i / kPieces), n = static_cast<int>(i % kPieces) * N;
+  store_bf16x4(y + static_cast<size_t>(token) * H + n, slot_rows_sum<K, H>(partials, token, n), epi);
 }
 
 }  // namespace mf

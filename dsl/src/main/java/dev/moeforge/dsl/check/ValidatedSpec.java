@@ -96,6 +96,11 @@ public final class ValidatedSpec<P extends Problem> {
         return quantisesActivations() && problem instanceof Problem.ExpertGateUp;
     }
 
+    /** Whether the kernel's module adds the slot rows it leaves into y by its combine entry point, right after it. */
+    public boolean combinesAfter() {
+        return schedule.combinesAfter(problem);
+    }
+
     public ScheduleModel model() {
         return schedule.model(problem, epilogue);
     }

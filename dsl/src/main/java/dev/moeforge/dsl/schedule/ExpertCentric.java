@@ -58,9 +58,13 @@ import java.util.Optional;
  *                stages, the activation rows by cp.async and the weight tile by the copy engine, and each
  *                stage's barriers (landed, freed) replace the block barrier of every slice, so the MMA
  *                warpgroups wait only for the slice they multiply and never for each other
+ * @param combineKernel down only: the tiles write each pair's weighted partial row and leave; a kernel of
+ *                its own (the module's {@link #COMBINE_ENTRY} entry point, launched right after) adds each
+ *                token's k rows in slot order, the same sums in the same order as the in-tile combine, so
+ *                the same y. The tiles then wait on no fence, ticket or reload of partial rows
  */
 public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                            boolean atomicCombine, boolean tma, boolean producer)
+                            boolean atomicCombine, boolean tma, boolean producer, boolean combineKernel)
         implements Schedule<Problem.ExpertProblem> {
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
@@ -86,38 +90,48 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /** On mma.sync, with the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false, false, false);
     }
 
     /** With the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false, false, false);
     }
 
-    /** Without producer warps. */
+    /** Without producer warps, the combine in the tiles. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
                          boolean atomicCombine, boolean tma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, false, false);
     }
 
     /** This schedule with another GROUP_M, everything else the same. */
     public ExpertCentric withGroupM(int groupM) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
+                combineKernel);
     }
 
     /** This schedule with down's atomic combine (or the ordered one), everything else the same. */
     public ExpertCentric withAtomicCombine(boolean atomicCombine) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
+                combineKernel);
     }
 
     /** This schedule with its weight tiles by the tensor memory accelerator (or not), everything else the same. */
     public ExpertCentric withTma(boolean tma) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
+                combineKernel);
     }
 
     /** This schedule with a producer warpgroup filling the stages (or not), everything else the same. */
     public ExpertCentric withProducer(boolean producer) {
-        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer);
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
+                combineKernel);
+    }
+
+    /** This schedule with down's slots added by a kernel of their own after the tiles (or in them), everything else the same. */
+    public ExpertCentric withCombineKernel(boolean combineKernel) {
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
+                combineKernel);
     }
 
     /** Warps of a block: the MMA warps, and the producer's. */
@@ -146,11 +160,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> copies = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
                 List.of(16, 32, 64, 128, 256), List.of(32, 64, 128), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
-                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false), List.of(false))));
+                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false), List.of(false), List.of(false))));
         if (target == Target.SM_90A) {
             copies.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
                     List.of(1, 2), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false),
-                    List.of(false))));
+                    List.of(false), List.of(false))));
         }
         if (fourBit(problem)) {  // mma.sync on cp.async stages, slices of whole K-blocks' scale words
             return copies.stream().filter(s -> !s.tma()
@@ -203,6 +217,12 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         return fp8(problem);
     }
 
+    /** down with combine_kernel: its module's combine entry point adds the slot rows it leaves. */
+    @Override
+    public boolean combinesAfter(Problem.ExpertProblem problem) {
+        return combineKernel && problem instanceof Problem.ExpertDown;
+    }
+
     @Override
     public void check(Problem.ExpertProblem p, Target target, List<SpecError> errors) {
         if (!(p.weights() instanceof WeightFormat.Bf16) && !fp8(p) && !fourBit(p)) {
@@ -247,6 +267,13 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         checkSwizzledSlices(p, errors);
         if (atomicCombine && p instanceof Problem.ExpertGateUp) {
             errors.add(new SpecError("schedule.atomic_combine", "true", "false for expert_gate_up: only down combines a token's slots"));
+        }
+        if (combineKernel && p instanceof Problem.ExpertGateUp) {
+            errors.add(new SpecError("schedule.combine_kernel", "true", "false for expert_gate_up: only down combines a token's slots"));
+        }
+        if (combineKernel && atomicCombine) {
+            errors.add(new SpecError("schedule.combine_kernel", "true", "false with atomic_combine = true: a token's slots are added "
+                    + "either atomically in the tiles or in slot order by the combine kernel, not both"));
         }
         // in long: warps_m and warps_n may be anything a spec says, and their product must not wrap
         if (warpsM >= 1 && warpsN >= 1 && (long) warpsM * warpsN + (producer ? PRODUCER_WARPS : 0) > ScheduleRules.maxWarps(target)) {
@@ -542,13 +569,19 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     List.of(Workspace.TOKENS, Fp8ActivationRows.rowBytes(g.shape().hidden())),
                     "scratch: each token's x quantised to FP8 in groups of " + Fp8ActivationRows.GROUP
                     + " (codes, then FP32 scales), by the module's quantise entry point")) : List.of();
-            case Problem.ExpertDown d -> List.of(atomicCombine
-                    ? new Workspace(PARTIALS, DType.FP32, List.of(Workspace.TOKENS, d.shape().hidden()),
-                            "scratch: each token's FP32 sum of its slots' weighted rows; zero before the first launch, left zero")
-                    : new Workspace(PARTIALS, DType.BF16, List.of(Workspace.TOKENS, d.shape().topk(), d.shape().hidden()),
-                            "scratch: each (token, slot)'s weighted partial row of y, rounded to bf16 (half the traffic of FP32)"),
-                    new Workspace(TICKETS, DType.INT32, List.of(Workspace.TOKENS, Math.ceilDiv(d.shape().hidden(), blockN)),
-                            "scratch: slots in per token and n tile; zero before the first launch, left zero"));
+            case Problem.ExpertDown d -> {
+                Workspace slotRows = new Workspace(PARTIALS, DType.BF16, List.of(Workspace.TOKENS, d.shape().topk(), d.shape().hidden()),
+                        "scratch: each (token, slot)'s weighted partial row of y, rounded to bf16 (half the traffic of FP32)");
+                if (combineKernel) {  // the combine entry point adds them: no tickets
+                    yield List.of(slotRows);
+                }
+                yield List.of(atomicCombine
+                        ? new Workspace(PARTIALS, DType.FP32, List.of(Workspace.TOKENS, d.shape().hidden()),
+                                "scratch: each token's FP32 sum of its slots' weighted rows; zero before the first launch, left zero")
+                        : slotRows,
+                        new Workspace(TICKETS, DType.INT32, List.of(Workspace.TOKENS, Math.ceilDiv(d.shape().hidden(), blockN)),
+                                "scratch: slots in per token and n tile; zero before the first launch, left zero"));
+            }
         };
     }
 
@@ -589,6 +622,21 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      */
     public static final String QUANTISE_ENTRY = "_quantise_x";
     public static final int QUANTISE_THREADS = 256;
+
+    /**
+     * down with {@code combine_kernel}: the suffix of its module's entry point that adds each token's k
+     * partial rows into y, and that entry point's block: a thread per 4 outputs of a token.
+     */
+    public static final String COMBINE_ENTRY = "_combine";
+    public static final int COMBINE_THREADS = 256;
+    /** Outputs one thread of the combine entry point adds (a bf16x4 of each slot's row). */
+    public static final int COMBINE_OUTPUTS_PER_THREAD = 4;
+
+    /** Blocks of the combine entry point for {@code tokens} tokens of {@code hidden} outputs. */
+    public static int combineBlocks(int tokens, int hidden) {
+        long threads = (long) tokens * Math.ceilDiv(hidden, COMBINE_OUTPUTS_PER_THREAD);
+        return Math.toIntExact(Math.ceilDiv(threads, COMBINE_THREADS));
+    }
 
     /** Blocks of the quantise entry point for {@code tokens} tokens of {@code hidden} (a multiple of 128). */
     public static int quantiseBlocks(int tokens, int hidden) {
@@ -636,6 +684,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     + " neurons, gate and up rows staged side by side";
             case Problem.ExpertDown _ -> "a tile of pairs routed to one expert x " + blockN + " hidden outputs; " + (atomicCombine
                     ? "each pair's weighted row is added atomically into its token's FP32 sum (the order of the additions varies)"
+                    : combineKernel ? "each pair's weighted partial (rounded to bf16) goes to scratch; the combine entry point then"
+                    + " adds each token's slots in slot order (FP32)"
                     : "each pair's weighted partial (rounded to bf16) goes to scratch and the block completing a token adds its"
                     + " slots in slot order (FP32)");
         };
@@ -654,6 +704,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.integer("kGroupM", groupM),
                 ConfigConstant.bool("kWgmma", wgmma),
                 ConfigConstant.bool("kAtomicCombine", atomicCombine),
+                ConfigConstant.bool("kCombineKernel", combineKernel),
                 ConfigConstant.bool("kTma", tma),
                 ConfigConstant.integer("kProducerWarps", producer ? PRODUCER_WARPS : 0)),
                 notes, 1, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);

@@ -90,6 +90,14 @@ public sealed interface Schedule<P extends Problem>
         return false;
     }
 
+    /**
+     * Whether the kernel leaves each token's slot rows in its workspace for its module's combine entry
+     * point to add into y, which must run right after it. False by default.
+     */
+    default boolean combinesAfter(P problem) {
+        return false;
+    }
+
     /** Scratch tensors the kernel owns beyond the problem's inputs and outputs (none by default). */
     default List<Workspace> workspace(P problem) {
         return List.of();

@@ -146,7 +146,10 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             withProducer("wg_m64_n2_s4_ws", new ExpertCentric(64, 128, 64, 4, 2, 4, 8, true),
                     new ExpertCentric(64, 256, 64, 4, 2, 4, 8, true)),
             withProducer("wg_m128_ws", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)));
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
+            // the same with down's slots added by the module's combine entry point after the tiles
+            withProducer("wg_m128_ws_ck", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withCombineKernel(true)));
 
     /**
      * W8A8 tile pairs for FP8 block weights: 128-code slices (one scale block each) by the copy engine;
@@ -166,7 +169,9 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                     new ExpertCentric(64, 128, 128, 4, 1, 4, 8, true)),
             // the producer's gate_up beside a down of three stages: three down blocks an SM instead of two
             new TilePair("fp8_ws_s3", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
-                    new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true)));
+                    new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true)),
+            new TilePair("fp8_ws_s3_ck", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
+                    new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true).withCombineKernel(true)));
 
     /**
      * Tile pairs for 4-bit weights (W4A16): mma.sync on cp.async stages of codes and scales, each slice

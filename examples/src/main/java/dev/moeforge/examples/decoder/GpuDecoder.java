@@ -1329,9 +1329,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         return tiles.stream().filter(t -> !bias || t.blockN() <= 128 || t.warps() < 12).toList();
     }
 
-    /** The experts' down tiles for a prompt, as {@link #EXPERT_GATE_UP_TILES}. */
+    /**
+     * The experts' down tiles for a prompt, as {@link #EXPERT_GATE_UP_TILES}; the first leaves each
+     * token's slot rows to its module's combine entry point, which adds them after the tiles.
+     */
     static final List<ExpertCentric> EXPERT_DOWN_TILES = List.of(
-            new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true),
+            new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true).withCombineKernel(true),
             new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true).withTma(true),
             new ExpertCentric(64, 128, 64, 2, 2, 4, 8),
             new ExpertCentric(16, 64, 32, 1, 4, 3, 1));

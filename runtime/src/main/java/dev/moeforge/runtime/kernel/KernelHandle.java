@@ -32,10 +32,11 @@ public final class KernelHandle {
     private final PtxasReport.FunctionResources resources;
     private final Optional<RoutingAlign> routingAlign;
     private final Optional<ActivationQuantiser> quantiser;
+    private final Optional<SlotCombine> slotCombine;
     private final Map<Long, TensorMap> tensorMaps = new ConcurrentHashMap<>();
 
     KernelHandle(ValidatedSpec<?> valid, String specText, CudaFunction function, PtxasReport.FunctionResources resources,
-                 Optional<RoutingAlign> routingAlign, Optional<ActivationQuantiser> quantiser) {
+                 Optional<RoutingAlign> routingAlign, Optional<ActivationQuantiser> quantiser, Optional<SlotCombine> slotCombine) {
         this.valid = valid;
         this.spec = valid.spec();
         this.maxTokens = valid.maxTokens();
@@ -45,6 +46,7 @@ public final class KernelHandle {
         this.resources = resources;
         this.routingAlign = routingAlign;
         this.quantiser = quantiser;
+        this.slotCombine = slotCombine;
     }
 
     /**
@@ -54,6 +56,15 @@ public final class KernelHandle {
      */
     public Optional<ActivationQuantiser> quantiser() {
         return quantiser;
+    }
+
+    /**
+     * The combine entry point of an expert_centric down with combine_kernel (its workspace's slot rows
+     * into y); empty for the others. Such a kernel leaves y unwritten: {@code ExpertHalf} and
+     * {@code ExpertLayer} launch this right after it; a caller of {@link #launch} directly must too.
+     */
+    public Optional<SlotCombine> slotCombine() {
+        return slotCombine;
     }
 
     /** The align entry points of a kernel that takes the routing plan (expert_centric); empty for the others. */

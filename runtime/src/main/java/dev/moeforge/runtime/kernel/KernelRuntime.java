@@ -166,7 +166,12 @@ public final class KernelRuntime implements AutoCloseable {
             quantiser = Optional.of(new ActivationQuantiser(module.function(spec.name() + ExpertCentric.QUANTISE_ENTRY),
                     ((Problem.ExpertGateUp) valid.problem()).shape().hidden()));
         }
-        return new KernelHandle(valid, generated.specText(), function, resources, align, quantiser);
+        Optional<SlotCombine> combine = Optional.empty();
+        if (valid.combinesAfter() && valid.problem() instanceof Problem.ExpertProblem p) {
+            combine = Optional.of(new SlotCombine(module.function(spec.name() + ExpertCentric.COMBINE_ENTRY), p.shape().hidden(),
+                    p.shape().topk()));
+        }
+        return new KernelHandle(valid, generated.specText(), function, resources, align, quantiser, combine);
     }
 
     /**

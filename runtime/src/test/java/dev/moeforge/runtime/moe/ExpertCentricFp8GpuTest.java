@@ -83,7 +83,10 @@ class ExpertCentricFp8GpuTest extends GpuSession {
                     new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true).withTma(true).withProducer(true)},
             // the producer's gate_up beside a down of three stages (three blocks an SM): bench prefill's fp8_ws_s3
             new ExpertCentric[] {new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
-                    new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true)});
+                    new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true)},
+            // and with down's slots added by the module's combine entry point: bench prefill's fp8_ws_s3_ck
+            new ExpertCentric[] {new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
+                    new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true).withCombineKernel(true)});
 
     record Case(Geometry geometry, int schedule, int tokens, boolean outsideIds) {
         @Override

@@ -2,8 +2,11 @@ package dev.moeforge.runtime.moe;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
+import dev.moeforge.dsl.format.Bf16;
+import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.reference.ExpertReference;
@@ -12,6 +15,7 @@ import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.RoutingPlan;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.util.ArrayList;
@@ -81,7 +85,15 @@ class ExpertCentricGpuTest extends GpuSession {
                     new ExpertCentric(64, 64, 64, 4, 1, 5, 1, true).withTma(true).withProducer(true)},
             // the prefill pair with a producer: two 64-pair slabs, each warpgroup every weight row
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true)});
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true)},
+            // down's slots added by the module's combine entry point: schedule 17's pair, and schedule 0's (every target)
+            new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true),
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true).withCombineKernel(true)},
+            new ExpertCentric[] {new ExpertCentric(64, 64, 64, 2, 2, 4, 8),
+                    new ExpertCentric(64, 128, 64, 2, 2, 4, 8).withCombineKernel(true)});
+
+    /** (in the tiles, by the combine entry point): schedules that differ only in down's combine_kernel. */
+    static final int[][] COMBINE_TWINS = {{17, 18}, {0, 19}};
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -159,7 +171,23 @@ class ExpertCentricGpuTest extends GpuSession {
         cases.add(new Case(QWEN3_30B, 17, 4096, RoutingKind.UNIFORM));
         cases.add(new Case(GPT_OSS, 17, 96, RoutingKind.UNIFORM));
         cases.add(new Case(SMALL, 17, 16384, RoutingKind.UNIFORM));
+        for (int schedule : new int[] {18, 19}) {
+            cases.add(new Case(QWEN3_30B, schedule, 1024, RoutingKind.UNIFORM));
+            cases.add(new Case(GPT_OSS, schedule, 96, RoutingKind.UNIFORM));
+            cases.add(new Case(SMALL, schedule, 16384, RoutingKind.UNIFORM));
+        }
         return cases;
+    }
+
+    /** A geometry, token count and routing each pair of {@link #COMBINE_TWINS} runs on. */
+    static Stream<Arguments> combineTwinCases() {
+        List<Arguments> out = new ArrayList<>();
+        for (int[] twins : COMBINE_TWINS) {
+            out.add(Arguments.of(twins[0], twins[1], new Case(QWEN3_30B, twins[1], 512, RoutingKind.UNIFORM)));
+            out.add(Arguments.of(twins[0], twins[1], new Case(SMALL, twins[1], 300, RoutingKind.OUTSIDE_IDS)));
+            out.add(Arguments.of(twins[0], twins[1], new Case(TOP1, twins[1], 3 * 64 + 40, RoutingKind.BLOCK_EDGES)));
+        }
+        return out.stream();
     }
 
     static Stream<Arguments> arguments() {
@@ -244,6 +272,46 @@ class ExpertCentricGpuTest extends GpuSession {
             }
             checkPlan(where, layer, routing, s);
         }
+    }
+
+    /**
+     * The combine entry point adds each token's slot rows in the in-tile combine's order: the layer
+     * with it writes y byte for byte as its twin that combines in the tiles, on the same inputs.
+     */
+    @ParameterizedTest(name = "schedule {0} against {1}: {2}")
+    @MethodSource("combineTwinCases")
+    void combineKernelWritesTheInTileCombinesBytes(int inTile, int separate, Case c) {
+        Assumptions.assumeTrue(runsHere(c), "wgmma schedules run on sm_90a only");
+        LayerWeights w = weightsFor(c.geometry());
+        ExpertShape s = c.geometry().shape();
+        long seed = System.nanoTime();
+        short[] x = RandomInputs.bf16Normal(seed, c.tokens() * s.hidden(), 1.0);
+        Routing routing = routing(c, seed + 1);
+        String where = c + " seed=" + seed + " weight seed=" + w.seed();
+        short[][] ys = new short[2][];
+        int[] schedules = {inTile, separate};
+        for (int i = 0; i < 2; i++) {
+            ExpertLayerSpecs specs = specs(c.geometry(), schedules[i]);
+            try (ExpertLayer layer = new ExpertLayer(runtime.load(specs.gateUp()), runtime.load(specs.down()),
+                    LaunchOrder.OVERLAPPING_PREVIOUS, c.tokens());
+                 DeviceBuffer dx = uploadBf16(x);
+                 DeviceBuffer ids = DeviceBuffer.allocate(DType.INT32, routing.ids().length);
+                 DeviceBuffer weights = DeviceBuffer.allocate(DType.FP32, routing.weights().length);
+                 DeviceBuffer inter = DeviceBuffer.allocate(DType.BF16, (long) routing.ids().length * s.intermediate());
+                 DeviceBuffer y = DeviceBuffer.allocate(DType.BF16, (long) c.tokens() * s.hidden())) {
+                ids.copyFrom(routing.ids());
+                weights.copyFrom(routing.weights());
+                y.fillBytes16(Bf16.NAN);
+                layer.enqueue(stream, c.tokens(), dx, DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()), ids,
+                        weights, inter, y);
+                stream.synchronize();
+                ys[i] = download(y);
+            }
+        }
+        for (short v : ys[1]) {
+            assertTrue(v != Bf16.NAN, () -> "the combine entry point left y unwritten (NaN poison): " + where);
+        }
+        assertArrayEquals(ys[0], ys[1], () -> "schedule " + separate + " wrote other bytes than " + inTile + ": " + where);
     }
 
     /** The plan the layer's align built (left from its last call) equals the host twin's. */
