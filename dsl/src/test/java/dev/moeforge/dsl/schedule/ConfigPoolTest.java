@@ -50,8 +50,10 @@ class ConfigPoolTest {
             assertTrue(pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.wgmma()), p.kindName());
             assertTrue(pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.tma()), p.kindName());
             assertTrue(pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.producer()), p.kindName());
+            assertEquals(p instanceof Problem.ExpertDown, pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.combineKernel()),
+                    p.kindName() + ": down's producer tiles also with the combine launch, gate_up never");
             total += pool.size();
         }
-        assertEquals(194, total);
+        assertEquals(203, total);
     }
 }
