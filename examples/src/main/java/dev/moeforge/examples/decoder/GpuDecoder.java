@@ -1273,7 +1273,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 Optional<KernelSpec> g = tiles("prompt_dense_gate_up", denseGateUpProblem(c), Epilogues.siluGatedStore(DType.BF16),
                         EXPERT_GATE_UP_TILES, target);
                 Optional<KernelSpec> d = tiles("prompt_dense_down", denseDownProblem(c), Epilogues.combinedStore(DType.BF16),
-                        EXPERT_DOWN_TILES, target);
+                        combiningInTiles(EXPERT_DOWN_TILES), target);
                 if (g.isEmpty() || d.isEmpty()) {
                     return Optional.empty();
                 }
@@ -1327,6 +1327,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      */
     static List<ExpertCentric> takingBias(List<ExpertCentric> tiles, boolean bias) {
         return tiles.stream().filter(t -> !bias || t.blockN() <= 128 || t.warps() < 12).toList();
+    }
+
+    /** {@code tiles} adding down's slots in the tiles: at top-1 (a dense MLP) the combine launch would only copy y. */
+    static List<ExpertCentric> combiningInTiles(List<ExpertCentric> tiles) {
+        return tiles.stream().map(t -> t.withCombineKernel(false)).toList();
     }
 
     /**

@@ -181,8 +181,11 @@ class GpuDecoderKernelsTest {
         assertInstanceOf(dev.moeforge.dsl.schedule.RouterTiled.class, p.router().schedule());
         assertEquals(kernels(1).router().epilogue(), p.router().epilogue());
         ExpertCentric gateUp = assertInstanceOf(ExpertCentric.class, p.gateUp().schedule());
-        assertTrue(gateUp.producer() && assertInstanceOf(ExpertCentric.class, p.down().schedule()).producer());
+        ExpertCentric down = assertInstanceOf(ExpertCentric.class, p.down().schedule());
+        assertTrue(gateUp.producer() && down.producer());
         assertEquals(128, gateUp.blockM());
+        // the experts' k slots are added by the combine launch; the projections (top-1) add theirs in the tiles
+        assertTrue(down.combineKernel() && !qkv.combineKernel(), "combine launch for the experts' down only");
 
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
@@ -208,6 +211,12 @@ class GpuDecoderKernelsTest {
                 true), Target.SM_90A, 1).prompt();
         ExpertCentric biasedDown = assertInstanceOf(ExpertCentric.class, biased.down().schedule());
         assertTrue(biasedDown.wgmma() && !biasedDown.producer());
+        // a dense MLP's down (top-1) adds its one slot in the tiles: the combine launch would only copy y
+        ModelConfig withDense = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
+        assertTrue(withDense.moeLayers().contains(false), "the tiny Qwen3 has a dense layer");
+        GpuDecoder.PromptKernels dense = GpuDecoder.Kernels.of(withDense, MoeBlock.of(withDense, WeightFormat.BF16, GateUpLayout.STACKED,
+                false), Target.SM_90A, 1).prompt();
+        assertTrue(!assertInstanceOf(ExpertCentric.class, dense.denseDown().schedule()).combineKernel(), "in-tile combine at top-1");
     }
 
     /**
