@@ -1001,7 +1001,7 @@ __device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, co
                                                      Out* __restrict__ inter, int num_tokens, Epilogue epi) {
   using T = ExpertTileShape<Config, true>;
   static_assert(kExpertCentricFormat<Config>, "expert_centric takes bf16, FP8 block, NVFP4 or MXFP4 weights");
-  static_assert(!Config::kAtomicCombine, "only down combines a token's slots");
+  static_assert(!Config::kAtomicCombine && !Config::kCombineKernel, "only down combines a token's slots");
   static_assert(std::is_same_v<A, typename ExpertTileCopies<T, Config::kLayout>::AElement> &&
                 std::is_same_v<Out, std::conditional_t<T::kFp8, uint8_t, __nv_bfloat16>>, "rows as the format moves them");
   constexpr GateUpLayout L = Config::kLayout;
@@ -1198,42 +1198,41 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
       }
     }
   }
-  if constexpr (Config::kCombineKernel) {
-    return;  // the combine entry point adds the slot rows once every tile has left
-  }
-  __threadfence();  // the partials are visible before the tickets that announce them
-  __syncthreads();
-  for (int r = threadIdx.x; r < T::BM; r += T::kThreads) {
-    const int pair = table[r];
-    int token = -1;
-    if (pair >= 0) {
-      int* ticket = tickets + static_cast<size_t>(pair / K) * T::kNTiles + n_tile;
-      if (atomicAdd(ticket, 1) == K - 1) {
-        token = pair / K;
-        *ticket = 0;  // every partial has arrived: ready for the next launch
+  if constexpr (!Config::kCombineKernel) {  // with it, the combine entry point adds the slot rows after the kernel
+    __threadfence();  // the partials are visible before the tickets that announce them
+    __syncthreads();
+    for (int r = threadIdx.x; r < T::BM; r += T::kThreads) {
+      const int pair = table[r];
+      int token = -1;
+      if (pair >= 0) {
+        int* ticket = tickets + static_cast<size_t>(pair / K) * T::kNTiles + n_tile;
+        if (atomicAdd(ticket, 1) == K - 1) {
+          token = pair / K;
+          *ticket = 0;  // every partial has arrived: ready for the next launch
+        }
       }
+      reducing[r] = token;
     }
-    reducing[r] = token;
-  }
-  __syncthreads();
-  __threadfence();
-  for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
-    const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
-    const int token = reducing[r];
-    if (token < 0 || n >= H) continue;
-    float4 sum;
-    if constexpr (Config::kAtomicCombine) {
-      float4* at = reinterpret_cast<float4*>(partials + static_cast<size_t>(token) * H + n);
-      sum = __ldcg(at);
-      __stcg(at, make_float4(0.0f, 0.0f, 0.0f, 0.0f));  // zero again for the next launch
-    } else {
-      sum = slot_rows_sum<K, H>(partials, token, n);
+    __syncthreads();
+    __threadfence();
+    for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
+      const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
+      const int token = reducing[r];
+      if (token < 0 || n >= H) continue;
+      float4 sum;
+      if constexpr (Config::kAtomicCombine) {
+        float4* at = reinterpret_cast<float4*>(partials + static_cast<size_t>(token) * H + n);
+        sum = __ldcg(at);
+        __stcg(at, make_float4(0.0f, 0.0f, 0.0f, 0.0f));  // zero again for the next launch
+      } else {
+        sum = slot_rows_sum<K, H>(partials, token, n);
+      }
+      store_bf16x4(y + static_cast<size_t>(token) * H + n, sum, epi);
     }
-    store_bf16x4(y + static_cast<size_t>(token) * H + n, sum, epi);
   }
 }
 
-// down with kCombineKernel: the same body without tickets (the combine entry point adds the slots).
+// down with kCombineKernel: the same body, which takes no tickets (the combine entry point adds the slots).
 template <class Config, class Epilogue, class A>
 __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter, WeightArgs w_down,
                                                     const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,

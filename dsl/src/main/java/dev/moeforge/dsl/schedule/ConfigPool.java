@@ -21,7 +21,7 @@ import java.util.List;
  *       warpgroups side by side over 256, 3-5 stages, GROUP_M 1 or 8; those of up to 8 MMA warps
  *       also with a producer warpgroup (4 or 5 stages, GROUP_M 8), which beat their twins from
  *       256 tokens, and down's of those also with its slots added by the combine launch
- *       ({@code combine_kernel}), 4-7% faster again from 256 tokens.</li>
+ *       ({@code combine_kernel}), which was faster again from 256 tokens (bench/NOTES.md).</li>
  * </ul>
  * Tiles with 64-element slices take their weights by the tensor memory accelerator, faster than
  * cp.async at every batch measured; those with 128-element slices stay on cp.async.

@@ -116,9 +116,7 @@ public final class ExpertHalf implements AutoCloseable {
     void launchDown(CudaStream stream, int tokens, DeviceBuffer inter, DeviceWeights wDown, DeviceBuffer topkIds,
                     DeviceBuffer topkWeights, DeviceBuffer y) {
         launch(stream, tokens, Map.of("inter", inter, "topk_ids", topkIds, "topk_weights", topkWeights, "y", y), "down's weights", wDown);
-        if (kernel.slotCombine().isPresent()) {
-            kernel.slotCombine().get().enqueue(stream, order, tokens, workspace.get(ExpertCentric.PARTIALS), y);
-        }
+        kernel.slotCombine().ifPresent(c -> c.enqueue(stream, order, tokens, workspace.get(ExpertCentric.PARTIALS), y));
     }
 
     private void enqueueOwnPlan(CudaStream stream, int tokens, DeviceBuffer topkIds) {
