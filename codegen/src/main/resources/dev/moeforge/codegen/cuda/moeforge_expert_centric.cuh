@@ -658,6 +658,12 @@ struct NoTileScales {
 template <class T, GateUpLayout L>
 using TileScales = std::conditional_t<T::kFp8, ExpertTileScales<T, L>, NoTileScales>;
 
+// Whether tile row `row` holds a routed pair. The table holds a bucket's pairs as a prefix, so a warp
+// or warpgroup whose first row is padding has no pair at all: it skips its MMAs (its sums stay zero
+// and none of its rows is stored). An expert's last tile is often mostly padding; row 0 never is (a
+// block has a tile only where its bucket has a pair).
+__device__ __forceinline__ bool tile_rows_live(const int* table, int row) { return table[row] >= 0; }
+
 template <class T>
 __device__ __forceinline__ void zero_tile_sums(float (&acc)[T::FM][T::FN][4]) {
 #pragma unroll
@@ -681,6 +687,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
+  const bool live = T::WM == 1 || tile_rows_live(table, row0);  // one warp row: row 0, always a pair
   const TileScales<T, L> scales(a, w, table, e, n0, row0, col0);
   float part[T::FM][T::FN][4];
   zero_tile_sums<T>(acc);
@@ -717,6 +724,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     // the weight rows the MMAs read: the stage's, or (4-bit) the decoded slice's, rows numbered from 0
     const uint32_t w_rows = T::kFourBit ? decoded : stage;
     constexpr int kW0 = T::kFourBit ? 0 : T::BM;
+    if (!live) continue;  // this warp's rows are padding: its sums stay zero
 #pragma unroll
     for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {  // k16 of bf16 or k32 of E4M3: 32 bytes of each row
       uint32_t af[T::FM][4];
@@ -838,6 +846,15 @@ struct WarpgroupRows {
   }
 };
 
+// The MMA warps with a pair in their rows (4 a live warpgroup): the count each stage's `empty` barrier waits for.
+template <class T>
+__device__ __forceinline__ uint32_t live_mma_warps(const int* table) {
+  uint32_t live = 0;
+#pragma unroll
+  for (int m = 0; m < T::BM / 64; ++m) live += m == 0 || tile_rows_live(table, 64 * m) ? 4 * T::WN : 0;
+  return live;
+}
+
 // expert_tile_sums on wgmma: warpgroup g multiplies pair rows [64 m, 64 m + 64) by weight rows
 // [TN n, TN n + TN) of the tile (m = g % (BM / 64), n = g / (BM / 64): warps_n = 1 gives each
 // warpgroup every weight row), one instruction per k step. The pipeline keeps S - 2 slices loading and one
@@ -853,6 +870,7 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int warp = threadIdx.x >> 5;
   const WarpgroupRows<T> rows;
+  const bool live = T::BM == 64 || tile_rows_live(table, warp % T::WM * T::TM / 64 * 64);  // this warpgroup's 64 rows
   const TileScales<T, L> scales(a, w, table, e, n0, warp % T::WM * T::TM, warp / T::WM * T::TN);
   float part[T::FM][T::FN][4];
   zero_tile_sums<T>(acc);
@@ -872,12 +890,14 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
     __syncthreads();  // slice kt is in for every thread; every warpgroup is done with slice kt - 2
     fence_shared_for_async();
     if constexpr (T::kTma) weights.wait(kt);
-    rows.multiply(acc, part, base + kt % S * T::kStageBytes);
-    if constexpr (T::kFp8) {
-      wgmma_wait<0>();
-      ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
-    } else {
-      wgmma_wait<1>();
+    if (live) {
+      rows.multiply(acc, part, base + kt % S * T::kStageBytes);
+      if constexpr (T::kFp8) {
+        wgmma_wait<0>();
+        ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
+      } else {
+        wgmma_wait<1>();
+      }
     }
     const int next = kt + D;
     if (next < T::kKTiles) {
@@ -912,13 +932,13 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
                                                           const WeightArgs& w, uint32_t bars, const int* table, int e, int n0,
                                                           uint32_t base) {
   constexpr int S = T::S;
-  constexpr uint32_t kMmaWarps = T::kMmaThreads / 32;
   const uint32_t full = bars, empty = bars + 8 * S;
   if (threadIdx.x == 0) {
+    const uint32_t live_warps = live_mma_warps<T>(table);
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       mbarrier_init(full + 8 * s, T::kProducerThreads + 1);  // every copier's cp.async, and the weight tile's bytes
-      mbarrier_init(empty + 8 * s, kMmaWarps);
+      mbarrier_init(empty + 8 * s, live_warps);
     }
     fence_barrier_init();
   }
@@ -946,8 +966,11 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
     float part[T::FM][T::FN][4];
     zero_tile_sums<T>(acc);
     zero_tile_sums<T>(part);
+    // a warpgroup of padding rows neither multiplies nor frees stages (the barriers count only live warps)
+    const bool live = T::BM == 64 || tile_rows_live(table, warp % T::WM * T::TM / 64 * 64);
+    const int kt_end = live ? T::kKTiles : 0;
 #pragma unroll 1
-    for (int kt = 0; kt < T::kKTiles; ++kt) {
+    for (int kt = 0; kt < kt_end; ++kt) {
       const auto slice_scales = scales.load(kt);
       const int s = kt % S;
       mbarrier_wait(full + 8 * s, (kt / S) & 1);
@@ -1186,19 +1209,31 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
   }
   __syncthreads();
   constexpr int kPieces = BN / 4;
-  for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) {
+  // top-1 (a dense projection as one expert): a token's one slot row is its y, stored from the tile as the
+  // combine would (its bf16 row added alone), with no partial row, ticket or reload
+  constexpr bool kSlotIsY = K == 1 && !Config::kAtomicCombine && !Config::kCombineKernel;
+  const auto store_piece = [&](int i) {
     const int r = i / kPieces, piece = i % kPieces, n = n0 + piece * 4;
     const int pair = table[r];
     if (pair >= 0 && n < H) {
       const float4 v = *reinterpret_cast<const float4*>(out + r * T::kOutStride + piece * 4);
-      if constexpr (Config::kAtomicCombine) {  // partials is [M][H]: each token's running sum
+      if constexpr (kSlotIsY) {
+        const float4 row = float4_of_bf16x4(bf16x4_of(v));  // added to the slot sum's zero, as the combine does (-0 to +0)
+        store_bf16x4(y + static_cast<size_t>(pair) * H + n, make_float4(0.0f + row.x, 0.0f + row.y, 0.0f + row.z, 0.0f + row.w), epi);
+      } else if constexpr (Config::kAtomicCombine) {  // partials is [M][H]: each token's running sum
         add_float4_at(partials + static_cast<size_t>(pair / K) * H + n, v);
       } else {  // partials is [M*k][H]: each pair's own row
         *reinterpret_cast<uint2*>(partials + static_cast<size_t>(pair) * H + n) = bf16x4_of(v);
       }
     }
+  };
+  if constexpr (kSlotIsY) {
+#pragma unroll 1  // unrolled, the top-1 producer tiles spill at their 168 registers (ptxas 13.0)
+    for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) store_piece(i);
+  } else {
+    for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) store_piece(i);
   }
-  if constexpr (!Config::kCombineKernel) {  // with it, the combine entry point adds the slot rows after the kernel
+  if constexpr (!Config::kCombineKernel && !kSlotIsY) {  // with it, the combine entry point adds the slot rows after the kernel
     __threadfence();  // the partials are visible before the tickets that announce them
     __syncthreads();
     for (int r = threadIdx.x; r < T::BM; r += T::kThreads) {

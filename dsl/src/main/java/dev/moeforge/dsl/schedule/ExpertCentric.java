@@ -682,10 +682,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         String unit = switch (problem) {
             case Problem.ExpertGateUp _ -> "a tile of pairs (token, slot) routed to one expert x " + blockN
                     + " neurons, gate and up rows staged side by side";
-            case Problem.ExpertDown _ -> "a tile of pairs routed to one expert x " + blockN + " hidden outputs; " + (atomicCombine
+            case Problem.ExpertDown d -> "a tile of pairs routed to one expert x " + blockN + " hidden outputs; " + (atomicCombine
                     ? "each pair's weighted row is added atomically into its token's FP32 sum (the order of the additions varies)"
                     : combineKernel ? "each pair's weighted partial (rounded to bf16) goes to scratch; the combine entry point then"
                     + " adds each token's slots in slot order (FP32)"
+                    : d.shape().topk() == 1 ? "top-1: each pair's weighted row (rounded to bf16) is its token's y, stored from the tile"
                     : "each pair's weighted partial (rounded to bf16) goes to scratch and the block completing a token adds its"
                     + " slots in slot order (FP32)");
         };
