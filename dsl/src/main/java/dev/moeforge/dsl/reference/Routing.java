@@ -68,11 +68,15 @@ public record Routing(int tokens, int topk, int[] ids, float[] weights) {
     /**
      * How evenly the routed (token, slot) pairs spread over {@code experts}: the entropy of the
      * expert-load distribution over the natural log of the expert count (1: every expert takes as many
-     * pairs; ln k / ln E: every token on the same k experts). Ids outside [0, E) are not counted.
+     * pairs; ln k / ln E: every token on the same k experts). Ids outside [0, E) are not counted. One
+     * expert (a dense projection as a top-1 layer) takes every pair, as evenly as one can: 1.
      */
     public double balancedness(int experts) {
-        if (experts < 2) {
-            throw new IllegalArgumentException("balancedness needs at least 2 experts, got " + experts);
+        if (experts < 1) {
+            throw new IllegalArgumentException("balancedness needs at least 1 expert, got " + experts);
+        }
+        if (experts == 1) {
+            return 1.0;
         }
         long[] load = new long[experts];
         long total = 0;

@@ -168,6 +168,8 @@ class RandomInputsTest {
             piled[2 * m + 1] = 1;
         }
         assertEquals(Math.log(2) / Math.log(16), new Routing(32, 2, piled, new float[64]).balancedness(16), 1e-12);
+        assertEquals(1.0, new Routing(4, 1, new int[] {0, 0, 0, 0}, new float[4]).balancedness(1), "one expert: as even as it gets");
+        assertThrows(IllegalArgumentException.class, () -> new Routing(4, 1, new int[] {0, 0, 0, 0}, new float[4]).balancedness(0));
     }
 
     @Test
