@@ -238,8 +238,6 @@ __device__ __forceinline__ bool expert_tile_of_block(const int* __restrict__ off
   if (threadIdx.x < 32) {  // warp 0 scans the buckets' tile counts
     const int lane = threadIdx.x;
     if (lane == 0) found[0] = -1;
-    // every bucket's bounds brought to L1 at once, so the scan below waits for L2 once, not once per 32 buckets
-    if (lane * 32 <= T::kBuckets) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(offsets + lane * 32));
     __syncwarp();
     int before = 0;
     for (int b0 = 0; b0 < T::kBuckets && before <= m_tile; b0 += 32) {
