@@ -193,7 +193,7 @@ struct ExpertTileShape {
   static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
   static constexpr int kPipeBytes = S * kStageBytes + kDecodedBytes;
   // one mbarrier per stage (its weight tile has landed; with the producer: its slice has landed), and
-  // with the producer one more per stage (every MMA warp is done with it)
+  // with the producer one more per stage (every MMA warp with a pair in its rows is done with it)
   static constexpr int kBarrierBytes = kTma ? 8 * S * (kProducer ? 2 : 1) : 0;
   // wgmma reads and the copy engine writes the stages in the 128-byte swizzle, whose pattern needs
   // 1024-byte aligned stages: the pipeline starts at the first such address past the table and barriers
@@ -846,12 +846,19 @@ struct WarpgroupRows {
   }
 };
 
+// Whether a warpgroup's 64 rows (row block `block` of the tile) hold a pair: the one rule the MMA warps
+// skip by and the stage barriers count by. Row block 0 always does.
+template <class T>
+__device__ __forceinline__ bool row_block_live(const int* table, int block) {
+  return T::BM == 64 || block == 0 || tile_rows_live(table, 64 * block);
+}
+
 // The MMA warps with a pair in their rows (4 a live warpgroup): the count each stage's `empty` barrier waits for.
 template <class T>
 __device__ __forceinline__ uint32_t live_mma_warps(const int* table) {
   uint32_t live = 0;
 #pragma unroll
-  for (int m = 0; m < T::BM / 64; ++m) live += m == 0 || tile_rows_live(table, 64 * m) ? 4 * T::WN : 0;
+  for (int m = 0; m < T::BM / 64; ++m) live += row_block_live<T>(table, m) ? 4 * T::WN : 0;
   return live;
 }
 
@@ -870,7 +877,7 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int warp = threadIdx.x >> 5;
   const WarpgroupRows<T> rows;
-  const bool live = T::BM == 64 || tile_rows_live(table, warp % T::WM * T::TM / 64 * 64);  // this warpgroup's 64 rows
+  const bool live = row_block_live<T>(table, warp % T::WM * T::TM / 64);  // this warpgroup's 64 rows
   const TileScales<T, L> scales(a, w, table, e, n0, warp % T::WM * T::TM, warp / T::WM * T::TN);
   float part[T::FM][T::FN][4];
   zero_tile_sums<T>(acc);
@@ -923,7 +930,7 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 // expert_tile_sums_wgmma with a producer warpgroup: the threads past the MMA warps fill the stages,
 // the activation rows by cp.async (each thread's copies counted on the stage's `full` barrier) and
 // the weight tile by the copy engine (its bytes on the same barrier), and refill a stage once every
-// MMA warp has marked it `empty`. The MMA warpgroups wait only for the slice they multiply, so no
+// live MMA warp (one with a pair in its rows) has marked it `empty`. The MMA warpgroups wait only for the slice they multiply, so no
 // block barrier ties them to each other or to the copies; each keeps one MMA group in flight and
 // frees slice kt - 1's stage when it has waited for that group (fp8: each slice's group at once,
 // its sums scaled into acc, its stage freed).
@@ -967,7 +974,7 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
     zero_tile_sums<T>(acc);
     zero_tile_sums<T>(part);
     // a warpgroup of padding rows neither multiplies nor frees stages (the barriers count only live warps)
-    const bool live = T::BM == 64 || tile_rows_live(table, warp % T::WM * T::TM / 64 * 64);
+    const bool live = row_block_live<T>(table, warp % T::WM * T::TM / 64);
     const int kt_end = live ? T::kKTiles : 0;
 #pragma unroll 1
     for (int kt = 0; kt < kt_end; ++kt) {
@@ -1151,7 +1158,8 @@ __device__ __forceinline__ void store_bf16x4(__nv_bfloat16* dst, float4 sum, Epi
 // instead: each pair's row is added atomically into its token's sum, which the completing block
 // stores and zeroes (less traffic; the additions' order, so y's last bits, may vary). With
 // kCombineKernel the block leaves once its partials are written (no tickets): the module's combine
-// entry point (add_slot_rows) adds them after the kernel.
+// entry point (add_slot_rows) adds them after the kernel. At top-1 (kSlotIsY) a row is its token's
+// y: the block stores it, no partials or tickets.
 template <class Config, class Epilogue, class A, class Partial>
 __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter, WeightArgs w_down,
                                                     const int* __restrict__ topk_ids, const float* __restrict__ topk_weights,
@@ -1233,7 +1241,7 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
   } else {
     for (int i = threadIdx.x; i < T::BM * kPieces; i += T::kThreads) store_piece(i);
   }
-  if constexpr (!Config::kCombineKernel && !kSlotIsY) {  // with it, the combine entry point adds the slot rows after the kernel
+  if constexpr (!Config::kCombineKernel && !kSlotIsY) {  // else the combine entry point adds the slots, or top-1 stored y
     __threadfence();  // the partials are visible before the tickets that announce them
     __syncthreads();
     for (int r = threadIdx.x; r < T::BM; r += T::kThreads) {

@@ -560,7 +560,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     /**
      * down's scratch: each pair's weighted partial row (bf16; with the atomic combine each token's FP32
      * sum) and a ticket per token and n tile
-     * that counts the slots in (left at zero by the block that completes them).
+     * that counts the slots in (left at zero by the block that completes them). A top-1 down with the
+     * in-tile combine stores y from its tiles and leaves both unused (they stay among its parameters).
      */
     @Override
     public List<Workspace> workspace(Problem.ExpertProblem problem) {

@@ -123,6 +123,8 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                     new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withAtomicCombine(true)),
             // weight tiles by the tensor memory accelerator (64-element slices), beside their cp.async twins above
             withTma("ec_m16_tma", new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 4, 1)),
+            withTma("ec_m16_ck_tma", new ExpertCentric(16, 64, 64, 1, 4, 4, 1),
+                    new ExpertCentric(16, 128, 64, 1, 4, 4, 1).withCombineKernel(true)),
             withTma("ec_m16_d2_tma", new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 2, 8)),
             withTma("ec_m32_tma", new ExpertCentric(32, 64, 64, 2, 2, 4, 1), new ExpertCentric(32, 128, 64, 2, 2, 4, 1)),
             withTma("ec_m16_n128_tma", new ExpertCentric(16, 128, 64, 1, 8, 4, 1), new ExpertCentric(16, 256, 64, 1, 8, 4, 1)),
