@@ -930,10 +930,10 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 // expert_tile_sums_wgmma with a producer warpgroup: the threads past the MMA warps fill the stages,
 // the activation rows by cp.async (each thread's copies counted on the stage's `full` barrier) and
 // the weight tile by the copy engine (its bytes on the same barrier), and refill a stage once every
-// live MMA warp (one with a pair in its rows) has marked it `empty`. The MMA warpgroups wait only for the slice they multiply, so no
-// block barrier ties them to each other or to the copies; each keeps one MMA group in flight and
-// frees slice kt - 1's stage when it has waited for that group (fp8: each slice's group at once,
-// its sums scaled into acc, its stage freed).
+// live MMA warp (one with a pair in its rows) has marked it `empty`. The MMA warpgroups wait only for
+// the slice they multiply, so no block barrier ties them to each other or to the copies; each keeps
+// one MMA group in flight and frees slice kt - 1's stage when it has waited for that group (fp8: each
+// slice's group at once, its sums scaled into acc, its stage freed).
 template <class T, GateUpLayout L, class A>
 __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a,
                                                           const WeightArgs& w, uint32_t bars, const int* table, int e, int n0,
