@@ -34,7 +34,6 @@ enum class GateUpLayout : int {
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int align16(int bytes) { return (bytes + 15) & ~15; }
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
-__host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
 // Programmatic dependent launch (sm_90+). Under a plain launch (LaunchOrder.AFTER_PREVIOUS) both
 // instructions return at once.

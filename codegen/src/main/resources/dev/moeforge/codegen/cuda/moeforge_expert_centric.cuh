@@ -176,14 +176,6 @@ struct ExpertTileShape {
   static constexpr int kRows = GATE_UP ? 2 * BN : BN;
   static constexpr int kMmaThreads = 32 * WM * WN;  // the warps that own the tile's sums
   static constexpr int kThreads = kMmaThreads + kProducerThreads;
-  // W8A8 producer tiles keep two sets of slice sums beside acc: while they multiply, the MMA warps hold
-  // the registers the producer, which needs few, gives up (setmaxnreg); the block's share is what
-  // __launch_bounds__ gives each of its threads
-  static constexpr bool kShiftRegisters = kProducer && kFp8;
-  static constexpr int kBlockRegisters = min_int(65536 / (kThreads * max_int(Config::kMinBlocksPerSm, 1)), 255) / 8 * 8;
-  static constexpr int kProducerRegisters = 40;
-  static constexpr int kMmaRegisters =
-      min_int((kBlockRegisters * kThreads - kProducerRegisters * kProducerThreads) / kMmaThreads / 8 * 8, 256);
   static constexpr int kCopyThreads = kProducer ? kProducerThreads : kThreads;  // the threads that issue the cp.async copies
   static constexpr int TM = BM / WM, TN = kRows / WN;  // one warp's part of the tile
   static constexpr int FM = TM / 16, FN = TN / 8;      // its m16 and n8 fragments
@@ -564,6 +556,7 @@ struct ExpertTileScales {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           acc[i][j][q] = fmaf(part[i][j][q], v.a[i][q >> 1] * v.w[j / 16][kKinds == 2 ? q & 1 : 0], acc[i][j][q]);
+          part[i][j][q] = 0.0f;
         }
   }
 };
@@ -754,10 +747,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
         }
       }
     }
-    if constexpr (T::kFp8) {
-      ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
-      zero_tile_sums<T>(part);
-    }
+    if constexpr (T::kFp8) ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory becomes the output staging
@@ -795,28 +785,21 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 #define MF_WGMMA_N64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33"
 #define MF_WGMMA_N128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65"
 #define MF_WGMMA_N256 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129"
-// One instruction: bf16 with its scale and transpose immediates, E4M3 with scales only. ADD "1" adds to d
-// (scale-d true), "0" replaces it; the accumulator operands last.
-#define MF_WGMMA_ONE(ADD, SHAPE, OPERANDS, ...)                                                                           \
+// One instruction (scale-d true: d is added to): bf16 with its scale and transpose immediates, E4M3 with scales only.
+#define MF_WGMMA(SHAPE, OPERANDS, ACCUMULATORS)                                                                           \
   if constexpr (FP8) {                                                                                                    \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ADD ", 0;\nwgmma.mma_async.sync.aligned." SHAPE "k32.f32.e4m3.e4m3 " \
-                 OPERANDS ", p, 1, 1;\n}\n" : __VA_ARGS__ : "l"(a), "l"(b));                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned." SHAPE "k32.f32.e4m3.e4m3 " OPERANDS \
+                 ", p, 1, 1;\n}\n" : ACCUMULATORS : "l"(a), "l"(b));                                                       \
   } else {                                                                                                                \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ADD ", 0;\nwgmma.mma_async.sync.aligned." SHAPE "k16.f32.bf16.bf16 " \
-                 OPERANDS ", p, 1, 1, 0, 0;\n}\n" : __VA_ARGS__ : "l"(a), "l"(b));                                         \
-  }
-#define MF_WGMMA(SHAPE, OPERANDS, ...)                     \
-  if constexpr (ADD) {                                     \
-    MF_WGMMA_ONE("1", SHAPE, OPERANDS, __VA_ARGS__)        \
-  } else {                                                 \
-    MF_WGMMA_ONE("0", SHAPE, OPERANDS, __VA_ARGS__)        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned." SHAPE "k16.f32.bf16.bf16 " OPERANDS \
+                 ", p, 1, 1, 0, 0;\n}\n" : ACCUMULATORS : "l"(a), "l"(b));                                                 \
   }
 
 // d (this warpgroup's 64 x N FP32, N / 2 per thread in mma.sync's m16n8 order per warp, n8 after n8)
 // += A (64 x k) B (N x k)^T for one k step, both K-major in shared memory: k16 of bf16, or with FP8
-// k32 of E4M3 (ADD false: d = A B^T, what d held dropped). One instruction over all the tile's weight
-// rows: A is read from shared memory once per N columns, not once per 64.
-template <int N, bool FP8, bool ADD = true>
+// k32 of E4M3. One instruction over all the tile's weight rows: A is read from shared memory once per
+// N columns, not once per 64.
+template <int N, bool FP8>
 __device__ __forceinline__ void wgmma_m64(float* d, uint64_t a, uint64_t b) {
   static_assert(N == 64 || N == 128 || N == 256, "wgmma over 64, 128 or 256 weight rows");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -834,7 +817,6 @@ __device__ __forceinline__ void wgmma_m64(float* d, uint64_t a, uint64_t b) {
 #endif
 }
 #undef MF_WGMMA
-#undef MF_WGMMA_ONE
 #undef MF_WGMMA_N256
 #undef MF_WGMMA_N128
 #undef MF_WGMMA_N64
@@ -844,8 +826,7 @@ __device__ __forceinline__ void wgmma_m64(float* d, uint64_t a, uint64_t b) {
 #undef MF_WGMMA_D8
 
 // A warpgroup's rows in a stage (byte offsets): its 64 pairs and its weight rows. multiply issues one
-// slice's MMAs from `stage` as one committed group into `sums`: added to them (bf16's accumulators),
-// or with kFresh in place of what they held (fp8's slice sums, scaled into acc afterwards).
+// slice's MMAs from `stage` as one committed group, into acc (bf16) or into part, to be scaled (fp8).
 template <class T>
 struct WarpgroupRows {
   uint32_t a, w;  // byte offsets in a stage
@@ -854,48 +835,16 @@ struct WarpgroupRows {
     a = group % (T::BM / 64) * 64 * 128;
     w = (T::BM + group / (T::BM / 64) * T::TN) * 128;
   }
-  template <bool kFresh>
-  __device__ __forceinline__ void multiply(float (&sums)[T::FM][T::FN][4], uint32_t stage) const {
+  __device__ __forceinline__ void multiply(float (&acc)[T::FM][T::FN][4], float (&part)[T::FM][T::FN][4], uint32_t stage) const {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {  // k16 of bf16 or k32 of E4M3: 32 bytes of each row
-      const uint64_t a_k = wgmma_descriptor(stage + a + kk * 32), w_k = wgmma_descriptor(stage + w + kk * 32);
-      if (kFresh && kk == 0) {
-        wgmma_m64<T::TN, T::kFp8, false>(&sums[0][0][0], a_k, w_k);
-      } else {
-        wgmma_m64<T::TN, T::kFp8>(&sums[0][0][0], a_k, w_k);
-      }
+    for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {
+      wgmma_m64<T::TN, T::kFp8>(T::kFp8 ? &part[0][0][0] : &acc[0][0][0], wgmma_descriptor(stage + a + kk * 32),
+                                wgmma_descriptor(stage + w + kk * 32));
     }
     wgmma_commit();
   }
 };
-
-// After a wgmma wait: every read of `sums` comes after it (the compiler sees no tie between the wait
-// and the registers an earlier asynchronous MMA wrote).
-template <class T>
-__device__ __forceinline__ void wgmma_hold(float (&sums)[T::FM][T::FN][4]) {
-#pragma unroll
-  for (int i = 0; i < T::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < T::FN; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) asm volatile("" : "+f"(sums[i][j][q])::"memory");
-}
-
-// Registers a thread of a warpgroup may hold (setmaxnreg, sm_90a): the producer of a block that needs
-// few gives them to the MMA warpgroups while they multiply, and takes its share back for the epilogue.
-template <int N>
-__device__ __forceinline__ void registers_up_to() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-#endif
-}
-template <int N>
-__device__ __forceinline__ void registers_down_to() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-#endif
-}
 
 // Whether a warpgroup's 64 rows (row block `block` of the tile) hold a pair: the one rule the MMA warps
 // skip by and the stage barriers count by. Row block 0 always does.
@@ -949,13 +898,11 @@ __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN
     fence_shared_for_async();
     if constexpr (T::kTma) weights.wait(kt);
     if (live) {
+      rows.multiply(acc, part, base + kt % S * T::kStageBytes);
       if constexpr (T::kFp8) {
-        rows.template multiply<true>(part, base + kt % S * T::kStageBytes);
         wgmma_wait<0>();
-        wgmma_hold<T>(part);
         ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
       } else {
-        rows.template multiply<false>(acc, base + kt % S * T::kStageBytes);
         wgmma_wait<1>();
       }
     }
@@ -1004,7 +951,6 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
   }
   __syncthreads();  // the barriers are set up
   if (threadIdx.x >= T::kMmaThreads) {
-    if constexpr (T::kShiftRegisters) registers_down_to<T::kProducerRegisters>();
     const int copier = threadIdx.x - T::kMmaThreads;
     const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0, copier);
 #pragma unroll 1
@@ -1020,62 +966,33 @@ __device__ __forceinline__ void expert_tile_sums_producer(float (&acc)[T::FM][T:
       cp_async_arrive(full + 8 * s);
     }
     cp_async_wait<0>();
-    if constexpr (T::kShiftRegisters) {
-      registers_up_to<T::kBlockRegisters>();  // its share back, for the epilogue
-      // the producer's acc holds nothing; given a value only now, it takes none of the 40 registers above
-      zero_tile_sums<T>(acc);
-    }
   } else {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const WarpgroupRows<T> rows;
+    const TileScales<T, L> scales(a, w, table, e, n0, warp % T::WM * T::TM, warp / T::WM * T::TN);
+    float part[T::FM][T::FN][4];
     zero_tile_sums<T>(acc);
+    zero_tile_sums<T>(part);
     // a warpgroup of padding rows neither multiplies nor frees stages (the barriers count only live warps)
     const bool live = row_block_live<T>(table, warp % T::WM * T::TM / 64);
     const int kt_end = live ? T::kKTiles : 0;
-    auto slice_landed = [&](int kt) {
-      mbarrier_wait(full + 8 * (kt % S), (kt / S) & 1);
+#pragma unroll 1
+    for (int kt = 0; kt < kt_end; ++kt) {
+      const auto slice_scales = scales.load(kt);
+      const int s = kt % S;
+      mbarrier_wait(full + 8 * s, (kt / S) & 1);
       fence_shared_for_async();  // the producer's cp.async rows, seen through the barrier, before wgmma reads them
-      return base + kt % S * T::kStageBytes;
-    };
-    if constexpr (T::kFp8) {
-      // two sets of slice sums in turn: slice kt's MMAs run while slice kt - 1's sums are scaled into acc
-      if constexpr (T::kShiftRegisters) registers_up_to<T::kMmaRegisters>();
-      using Scales = ExpertTileScales<T, L>;
-      const Scales scales(a, w, table, e, n0, warp % T::WM * T::TM, warp / T::WM * T::TN);
-      float part[2][T::FM][T::FN][4];
-      typename Scales::Slice held{};  // slice kt - 1's scales
-      auto slice = [&](int kt, float(&sums)[T::FM][T::FN][4], float(&done)[T::FM][T::FN][4]) {
-        const typename Scales::Slice scales_kt = scales.load(kt);
-        rows.template multiply<true>(sums, slice_landed(kt));
-        if (kt > 0) {
-          wgmma_wait<1>();
-          wgmma_hold<T>(done);
-          if (lane == 0) mbarrier_arrive(empty + 8 * ((kt - 1) % S));
-          Scales::add_scaled(acc, done, held);
-        }
-        held = scales_kt;
-      };
-      if (live) {
-#pragma unroll 1
-        for (int kt = 0; kt < T::kKTiles; kt += 2) {
-          slice(kt, part[0], part[1]);
-          if (kt + 1 < T::kKTiles) slice(kt + 1, part[1], part[0]);
-        }
+      rows.multiply(acc, part, base + s * T::kStageBytes);
+      if constexpr (T::kFp8) {
         wgmma_wait<0>();
-        float(&last)[T::FM][T::FN][4] = part[(T::kKTiles - 1) % 2];
-        wgmma_hold<T>(last);
-        Scales::add_scaled(acc, last, held);
-      }
-      if constexpr (T::kShiftRegisters) registers_down_to<T::kBlockRegisters>();
-    } else {
-#pragma unroll 1
-      for (int kt = 0; kt < kt_end; ++kt) {
-        rows.template multiply<false>(acc, slice_landed(kt));
+        if (lane == 0) mbarrier_arrive(empty + 8 * s);
+        ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
+      } else {
         wgmma_wait<1>();
         if (kt > 0 && lane == 0) mbarrier_arrive(empty + 8 * ((kt - 1) % S));
       }
-      wgmma_wait<0>();
     }
+    wgmma_wait<0>();
   }
   __syncthreads();  // the pipeline's shared memory becomes the output staging
 }

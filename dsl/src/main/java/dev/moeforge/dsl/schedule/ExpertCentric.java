@@ -294,15 +294,12 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     + " weight rows" + (p instanceof Problem.ExpertGateUp ? " (gate and up of block_n neurons)" : "")
                     + " into whole pairs of n8 fragments: rows / warps_n a multiple of 16"));
         }
-        // fp8 keeps a second set, where each slice's sums wait for their scales; beside a producer a third
-        // (two slices' sums in turn), in the registers the producer lends the MMA warps
-        int sets = fp8(p) ? (producer ? 3 : 2) : 1;
-        int maxAccumulators = sets == 3 ? MAX_ACCUMULATORS * 3 / 2 : MAX_ACCUMULATORS;
-        long accumulators = (long) sets * blockM * rows / (32L * warpsM * warpsN);
-        if (accumulators > maxAccumulators) {
-            errors.add(new SpecError("schedule", accumulators + " FP32 accumulators per thread", "at most " + maxAccumulators
-                    + " (block_m x weight rows / threads" + (sets > 1 ? ", " + sets + " sets with fp8 weights" + (producer
-                    ? " and a producer" : "") : "") + "): more warps, or a smaller block_m or block_n"));
+        // fp8 keeps a second set: each slice's sums wait there for their scales
+        long accumulators = (fp8(p) ? 2L : 1L) * blockM * rows / (32L * warpsM * warpsN);
+        if (accumulators > MAX_ACCUMULATORS) {
+            errors.add(new SpecError("schedule", accumulators + " FP32 accumulators per thread", "at most " + MAX_ACCUMULATORS
+                    + " (block_m x weight rows / threads" + (fp8(p) ? ", twice with fp8 weights" : "")
+                    + "): more warps, or a smaller block_m or block_n"));
         }
         if (!ScheduleRules.dimensionsInRange(p.shape())) {
             return;
@@ -665,9 +662,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 + k + " per " + k + " step from the swizzled stages"
                 : warpsM + " x " + warpsN + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8" + k)
                 + (fp8 ? " (FP8 E4M3 in; each slice's sums scaled by the pair's activation scale and the weight block's, then"
-                + " added to the FP32 accumulators" + (producer ? "; two slices' sums in turn, so one slice multiplies while"
-                + " the other is scaled, in registers the producer lends the MMA warps" : "") + ")."
-                : " (bf16 in, FP32 accumulate)."));
+                + " added to the FP32 accumulators)." : " (bf16 in, FP32 accumulate)."));
         if (fourBit(problem)) {
             own.add("Each slice's " + problem.weights().text() + " codes and K-block scales are staged as they are stored and"
                     + " decoded by the block into " + layout.decodedBytes() + " bytes of bf16 weight rows (the scales folded in"

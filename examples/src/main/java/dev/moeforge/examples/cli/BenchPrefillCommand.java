@@ -173,12 +173,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
             new TilePair("fp8_ws_s3", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
                     new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true)),
             new TilePair("fp8_ws_s3_ck", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
-                    new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true).withCombineKernel(true)),
-            // down on 128-pair tiles beside a producer: each weight slice serves twice the pairs
-            new TilePair("fp8_ws_d128_ck", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
-                    new ExpertCentric(128, 128, 128, 8, 1, 4, 8, true).withTma(true).withProducer(true).withCombineKernel(true)),
-            new TilePair("fp8_ws_d128_s5_ck", new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
-                    new ExpertCentric(128, 128, 128, 8, 1, 5, 8, true).withTma(true).withProducer(true).withCombineKernel(true)));
+                    new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true).withCombineKernel(true)));
 
     /**
      * Tile pairs for 4-bit weights (W4A16): mma.sync on cp.async stages of codes and scales, each slice
