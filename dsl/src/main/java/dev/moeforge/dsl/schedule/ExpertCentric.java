@@ -185,6 +185,15 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             }
         }
         all.addAll(fed);
+        if (problem instanceof Problem.ExpertDown) {  // down's slots added in the tiles or by the combine launch
+            List<ExpertCentric> launched = new ArrayList<>();
+            for (ExpertCentric s : all) {
+                if (!s.atomicCombine()) {
+                    launched.add(s.withCombineKernel(true));
+                }
+            }
+            all.addAll(launched);
+        }
         return all;
     }
 

@@ -90,10 +90,13 @@ class ExpertCentricGpuTest extends GpuSession {
             new ExpertCentric[] {new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true),
                     new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true).withCombineKernel(true)},
             new ExpertCentric[] {new ExpertCentric(64, 64, 64, 2, 2, 4, 8),
-                    new ExpertCentric(64, 128, 64, 2, 2, 4, 8).withCombineKernel(true)});
+                    new ExpertCentric(64, 128, 64, 2, 2, 4, 8).withCombineKernel(true)},
+            // the Qwen3-30B-A3B catalogue's decode-batch pair as it ships: schedule 11's with down's combine launch
+            new ExpertCentric[] {new ExpertCentric(16, 64, 64, 1, 4, 4, 1).withTma(true),
+                    new ExpertCentric(16, 128, 64, 1, 4, 4, 1).withTma(true).withCombineKernel(true)});
 
     /** (in the tiles, by the combine entry point): schedules that differ only in down's combine_kernel. */
-    static final int[][] COMBINE_TWINS = {{17, 18}, {0, 19}};
+    static final int[][] COMBINE_TWINS = {{17, 18}, {0, 19}, {11, 20}};
 
     /** How a case's routing is drawn. */
     enum RoutingKind {
@@ -175,6 +178,9 @@ class ExpertCentricGpuTest extends GpuSession {
             cases.add(new Case(QWEN3_30B, schedule, 1024, RoutingKind.UNIFORM));
             cases.add(new Case(GPT_OSS, schedule, 96, RoutingKind.UNIFORM));
             cases.add(new Case(SMALL, schedule, 16384, RoutingKind.UNIFORM));
+        }
+        for (int m : new int[] {5, 8, 64}) {  // the decode batches the decoder runs the pair at
+            cases.add(new Case(QWEN3_30B, 20, m, RoutingKind.UNIFORM));
         }
         return cases;
     }
