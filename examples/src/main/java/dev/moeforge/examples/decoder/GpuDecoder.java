@@ -374,7 +374,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         projected = buffer(oProj.output(), (long) batch * h);
         topkIds = buffer(DType.INT32, (long) batch * c.topk());
         topkWeights = buffer(DType.FP32, (long) batch * c.topk());
-        inter = buffer(DType.BF16, (long) batch * c.topk() * c.expertIntermediate());
+        inter = experts == null ? buffer(DType.BF16, 1) : own(experts.allocateInter(batch));
         moeOut = buffer(DType.BF16, (long) batch * h);
         denseIds = buffer(DType.INT32, batch);
         denseIds.fillWords32(0);
@@ -840,7 +840,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             unitWeight.fillWords32(Float.floatToIntBits(1f));
             topkIds = allocate(DType.INT32, (long) chunk * c.topk());
             topkWeights = allocate(DType.FP32, (long) chunk * c.topk());
-            inter = allocate(DType.BF16, (long) chunk * c.topk() * c.expertIntermediate());
+            // as the experts' kernels take it: bf16 rows, or quantised rows where the tiles are W8A8
+            inter = experts == null ? allocate(DType.BF16, 1) : keep(experts.allocateInter(chunk));
             denseInter = allocate(DType.BF16, (long) chunk * Math.max(1, c.denseIntermediate()));
             moeOut = allocate(DType.BF16, (long) chunk * h);
         }
@@ -1155,10 +1156,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                         .schedule(new RouterGemv(4, loadBytes(h), 8, Math.min(4, c.experts()))).epilogue(block.routingRule())
                         .target(target).build();
                 router = catalogued(plain, batch, experts).orElse(plain);
-                KernelSpec plainGateUp = expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target);
-                gateUp = catalogued(plainGateUp, batch, experts).orElse(plainGateUp);
-                KernelSpec plainDown = expertSpec("experts_down", block.down(), block.downEpilogue(), target);
-                down = catalogued(plainDown, batch, experts).orElse(plainDown);
+                gateUp = expertHalf(expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target), batch, experts);
+                down = expertHalf(expertSpec("experts_down", block.down(), block.downEpilogue(), target), batch, experts);
             }
             KernelSpec denseGateUp = null;
             KernelSpec denseDown = null;
@@ -1312,11 +1311,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /**
      * The experts' gate_up tiles for a prompt: on sm_90a 128 pairs by two warpgroups fed by a producer
      * warpgroup (the fastest measured pair at a chunk of 2,048 tokens; bench/NOTES.md), then 64 pairs
-     * by two warpgroups; then mma.sync tiles (every target).
+     * by two warpgroups; then mma.sync tiles (every target). FP8 block weights lower only the W8A8
+     * tiles of 128-code slices: the fastest measured pair's gate_up on sm_90a, then 16 pairs on mma.sync.
      */
     static final List<ExpertCentric> EXPERT_GATE_UP_TILES = List.of(
             new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true),
             new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true).withTma(true),
+            new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
+            new ExpertCentric(16, 128, 128, 1, 8, 4, 1).withTma(true),
             new ExpertCentric(64, 64, 64, 2, 2, 4, 8),
             new ExpertCentric(16, 64, 32, 1, 4, 3, 1));
     /**
@@ -1341,6 +1343,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     static final List<ExpertCentric> EXPERT_DOWN_TILES = List.of(
             new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true).withCombineKernel(true),
             new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true).withTma(true),
+            new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true).withCombineKernel(true),
+            new ExpertCentric(16, 128, 128, 1, 4, 4, 1).withTma(true).withCombineKernel(true),
             new ExpertCentric(64, 128, 64, 2, 2, 4, 8),
             new ExpertCentric(16, 64, 32, 1, 4, 3, 1));
 
@@ -1400,27 +1404,99 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * either family at every batch.
      */
     static Optional<KernelSpec> catalogued(KernelSpec wanted, int batch, ExpertKernels experts) {
-        List<KernelSpec> same = Arrays.stream(dev.moeforge.generated.BuiltinKernel.values())
-                .map(dev.moeforge.generated.BuiltinKernel::spec)
-                .filter(k -> k.problem().equals(wanted.problem()) && k.epilogue().equals(wanted.epilogue())
-                        && k.target() == wanted.target())
-                .toList();
-        boolean tilesWanted = switch (experts) {
-            case BY_BATCH -> batch >= expertCentricFrom(wanted.problem());
-            case EXPERT_CENTRIC -> true;
-            case OUTPUT_CENTRIC -> false;
-        };
-        if (tilesWanted) {
-            Optional<KernelSpec> tiles = same.stream()
-                    .filter(k -> k.schedule() instanceof ExpertCentric e && e.blockM() == EXPERT_TILE_PAIRS).findFirst();
+        List<KernelSpec> same = sameFunction(wanted);
+        if (tilesWanted(wanted.problem(), batch, experts)) {
+            Optional<KernelSpec> tiles = same.stream().filter(k -> isDecodeTile(k.schedule())).findFirst();
             if (tiles.isPresent()) {
                 return tiles;
             }
         }
-        int tile = batch <= 2 ? 1 : batch <= 16 ? 8 : 32;
+        int tile = tokenTileForBatch(batch);
         return same.stream().filter(k -> tokenTile(k) > 0)
                 .min(java.util.Comparator.comparingInt(k -> Math.abs(Integer.numberOfTrailingZeros(tokenTile(k))
                         - Integer.numberOfTrailingZeros(tile))));
+    }
+
+    /**
+     * A decode step's expert half: the catalogue's kernel for the same function where it has the kind
+     * the batch wants (the 16-pair expert-centric tile, else the token tile of {@link #tokenTileForBatch}
+     * where that is more than one token and the catalogue's nearest kernel is no tensor-core decode);
+     * else the catalogue's schedule of that kind carried to this model's geometry and format (one of the
+     * same weights format first), where it lowers and takes the activations as they are: a W8A8 tile
+     * would make a step's numbers depend on its batch; else the catalogue's nearest tile ({@link #catalogued}),
+     * else {@code plain}. So a model off the catalogue also reads each picked expert once per tile of
+     * tokens, not once per token.
+     */
+    static KernelSpec expertHalf(KernelSpec plain, int batch, ExpertKernels experts) {
+        List<KernelSpec> same = sameFunction(plain);
+        List<java.util.function.Predicate<Schedule<?>>> kinds = new ArrayList<>();
+        if (tilesWanted(plain.problem(), batch, experts)) {
+            kinds.add(GpuDecoder::isDecodeTile);
+        }
+        int tile = tokenTileForBatch(batch);
+        Optional<KernelSpec> nearest = catalogued(plain, batch, experts);
+        // one token a block takes the catalogue's nearest tile, else plain's own schedule; and a
+        // tensor-core decode the catalogue holds stays ahead of CUDA-core token tiles (measured on NVFP4)
+        if (tile > 1 && nearest.map(k -> k.schedule() instanceof OutputCentric).orElse(true)) {
+            kinds.add(s -> s instanceof OutputCentric oc && oc.tokensPerCta() == tile);
+        }
+        for (var kind : kinds) {
+            Optional<KernelSpec> catalogued = same.stream().filter(k -> kind.test(k.schedule())).findFirst();
+            if (catalogued.isPresent()) {
+                return catalogued.get();
+            }
+            Optional<KernelSpec> carried = carriedSchedules(plain).filter(kind)
+                    .map(plain::withSchedule).filter(k -> takesActivationsAsTheyAre(k) && Validator.errors(k).isEmpty()).findFirst();
+            if (carried.isPresent()) {
+                return carried.get();
+            }
+        }
+        return nearest.orElse(plain);
+    }
+
+    /** The catalogue's kernels computing the same function as {@code wanted} (problem, epilogue, target). */
+    private static List<KernelSpec> sameFunction(KernelSpec wanted) {
+        return Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
+                .filter(k -> k.problem().equals(wanted.problem()) && k.epilogue().equals(wanted.epilogue())
+                        && k.target() == wanted.target())
+                .toList();
+    }
+
+    /**
+     * The schedules of the catalogue's kernels of the same half (gate_up or down) and target as
+     * {@code wanted}, those of its weights format first, each once.
+     */
+    private static java.util.stream.Stream<Schedule<?>> carriedSchedules(KernelSpec wanted) {
+        WeightFormat format = ((Problem.ExpertProblem) wanted.problem()).weights();
+        return Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
+                .filter(k -> k.target() == wanted.target() && k.problem().getClass() == wanted.problem().getClass())
+                .sorted(java.util.Comparator.comparing(k -> ((Problem.ExpertProblem) k.problem()).weights().equals(format) ? 0 : 1))
+                .<Schedule<?>>map(KernelSpec::schedule).distinct();
+    }
+
+    /** Whether the kernel multiplies the activations as they arrive (not quantised to FP8 first, as W8A8 tiles do). */
+    @SuppressWarnings("unchecked")
+    private static boolean takesActivationsAsTheyAre(KernelSpec k) {
+        return !((Schedule<Problem.ExpertProblem>) k.schedule()).quantisesActivations((Problem.ExpertProblem) k.problem());
+    }
+
+    /** The decode batches' expert-centric tile: {@link #EXPERT_TILE_PAIRS} routed pairs of one expert. */
+    private static boolean isDecodeTile(Schedule<?> s) {
+        return s instanceof ExpertCentric e && e.blockM() == EXPERT_TILE_PAIRS;
+    }
+
+    /** Whether an expert half of this batch wants the expert-centric tiles ({@link #expertCentricFrom}), or {@code experts} forces a family. */
+    private static boolean tilesWanted(Problem problem, int batch, ExpertKernels experts) {
+        return switch (experts) {
+            case BY_BATCH -> batch >= expertCentricFrom(problem);
+            case EXPERT_CENTRIC -> true;
+            case OUTPUT_CENTRIC -> false;
+        };
+    }
+
+    /** The output-centric token tile a batch takes: 1 token per block up to 2 tokens, then 8 up to 16, then 32. */
+    private static int tokenTileForBatch(int batch) {
+        return batch <= 2 ? 1 : batch <= 16 ? 8 : 32;
     }
 
     /** Tokens per block of a decode kernel: an output-centric tile, 1 for the decode routers and the 4-bit tensor-core decode; 0 for any other kind. */
