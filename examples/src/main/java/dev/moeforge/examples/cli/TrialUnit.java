@@ -107,7 +107,13 @@ sealed interface TrialUnit {
     }
 
     private static boolean sameFunction(KernelSpec a, KernelSpec b) {
-        return a.problem().equals(b.problem()) && a.epilogue().equals(b.epilogue());
+        return a.problem().equals(b.problem()) && a.epilogue().equals(b.epilogue())
+                && quantisesActivations(a) == quantisesActivations(b);
+    }
+
+    /** Whether the kernel multiplies FP8-quantised activations (W8A8): its outputs are another function's than W8A16's. */
+    private static boolean quantisesActivations(KernelSpec k) {
+        return Validator.errors(k).isEmpty() && Validator.check(k).quantisesActivations();
     }
 
     /**

@@ -1422,8 +1422,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * the batch wants (the 16-pair expert-centric tile, else the token tile of {@link #tokenTileForBatch}
      * where that is more than one token and the catalogue's nearest kernel is no tensor-core decode);
      * else the catalogue's schedule of that kind carried to this model's geometry and format (one of the
-     * same weights format first), where it lowers and takes the activations as they are: a W8A8 tile
-     * would make a step's numbers depend on its batch; else the catalogue's nearest tile ({@link #catalogued}),
+     * same weights format first: FP8 block weights take W8A8 tiles, whose activations are quantised
+     * per token in groups of 128, as the prompt's are), where it lowers; else the catalogue's nearest tile ({@link #catalogued}),
      * else {@code plain}. So a model off the catalogue also reads each picked expert once per tile of
      * tokens, not once per token.
      */
@@ -1446,7 +1446,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 return catalogued.get();
             }
             Optional<KernelSpec> carried = carriedSchedules(plain).filter(kind)
-                    .map(plain::withSchedule).filter(k -> takesActivationsAsTheyAre(k) && Validator.errors(k).isEmpty()).findFirst();
+                    .map(plain::withSchedule).filter(k -> Validator.errors(k).isEmpty()).findFirst();
             if (carried.isPresent()) {
                 return carried.get();
             }
@@ -1472,12 +1472,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 .filter(k -> k.target() == wanted.target() && k.problem().getClass() == wanted.problem().getClass())
                 .sorted(java.util.Comparator.comparing(k -> ((Problem.ExpertProblem) k.problem()).weights().equals(format) ? 0 : 1))
                 .<Schedule<?>>map(KernelSpec::schedule).distinct();
-    }
-
-    /** Whether the kernel multiplies the activations as they arrive (not quantised to FP8 first, as W8A8 tiles do). */
-    @SuppressWarnings("unchecked")
-    private static boolean takesActivationsAsTheyAre(KernelSpec k) {
-        return !((Schedule<Problem.ExpertProblem>) k.schedule()).quantisesActivations((Problem.ExpertProblem) k.problem());
     }
 
     /** The decode batches' expert-centric tile: {@link #EXPERT_TILE_PAIRS} routed pairs of one expert. */

@@ -63,6 +63,32 @@ class GpuDecoderKernelsTest {
         GpuDecoder.Kernels nvfp4Batch = GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, GpuDecoder.FOUR_BIT_EXPERT_CENTRIC_FROM);
         assertEquals("qwen3_30b_a3b_nvfp4_gate_up_m16", nvfp4Batch.gateUp().name());
         assertEquals("qwen3_30b_a3b_nvfp4_down_m16", nvfp4Batch.down().name());
+        // FP8 block experts: the catalogue's one-token pair, then its W8A8 16-pair pair from 5 sequences
+        MoeBlock fp8 = MoeBlock.of(c, WeightFormat.FP8_BLOCK128, GateUpLayout.STACKED, false);
+        assertEquals("qwen3_30b_a3b_fp8_e4m3_block128_gate_up", GpuDecoder.Kernels.of(c, fp8, Target.SM_90A, 1).gateUp().name());
+        GpuDecoder.Kernels fp8Batch = GpuDecoder.Kernels.of(c, fp8, Target.SM_90A, GpuDecoder.EXPERT_CENTRIC_FROM);
+        assertEquals("qwen3_30b_a3b_fp8_e4m3_block128_gate_up_m16", fp8Batch.gateUp().name());
+        assertEquals("qwen3_30b_a3b_fp8_e4m3_block128_down_m16", fp8Batch.down().name());
+    }
+
+    /**
+     * A model off the catalogue: its expert halves take the catalogue's schedule of the kind the batch
+     * wants, carried to its geometry (token tiles of 8 from 3 sequences, the 16-pair tiles from 5),
+     * not one token a block at every batch; one token a block keeps its own schedule.
+     */
+    @Test
+    void aModelOffTheCatalogueTakesTheCataloguesTilesCarried() {
+        ModelConfig olmoe = ModelConfig.parse(RandomModel.config(ModelPreset.of(Architecture.OLMOE, "olmoe-1b-7b"),
+                SafetensorsDType.BF16, new ObjectMapper()));
+        MoeBlock block = MoeBlock.of(olmoe, WeightFormat.BF16, GateUpLayout.STACKED, false);
+        assertEquals(1, assertInstanceOf(OutputCentric.class, GpuDecoder.Kernels.of(olmoe, block, Target.SM_90A, 1).gateUp().schedule())
+                .tokensPerCta());
+        GpuDecoder.Kernels three = GpuDecoder.Kernels.of(olmoe, block, Target.SM_90A, 3);
+        assertEquals("experts_gate_up", three.gateUp().name());
+        assertEquals(8, assertInstanceOf(OutputCentric.class, three.gateUp().schedule()).tokensPerCta());
+        GpuDecoder.Kernels many = GpuDecoder.Kernels.of(olmoe, block, Target.SM_90A, 32);
+        assertEquals(16, assertInstanceOf(ExpertCentric.class, many.gateUp().schedule()).blockM());
+        assertEquals(16, assertInstanceOf(ExpertCentric.class, many.down().schedule()).blockM());
     }
 
     /**
