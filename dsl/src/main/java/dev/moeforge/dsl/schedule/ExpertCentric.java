@@ -156,6 +156,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      * each with weights by cp.async or by the tensor memory accelerator, and the wgmma tiles whose
      * weights come by the tensor memory accelerator also with a producer warpgroup. With FP8 weights
      * only the tiles of 128-byte slices, as W8A8 tiles of 128 codes by the tensor memory accelerator.
+     * down's tiles without the atomic combine come both ways: its slots added in the tiles, or by the
+     * combine launch.
      */
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> copies = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),

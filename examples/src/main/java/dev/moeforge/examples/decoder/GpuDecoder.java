@@ -686,11 +686,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** A decode step's expert halves: the decoder's choice by batch, or one family at every batch (`bench decode --experts`). */
     public enum ExpertKernels {
-        /** The catalogue's output-centric token tiles below {@link #expertCentricFrom} sequences (5, or 8 for 4-bit experts), its expert-centric tiles from there. */
+        /** Output-centric token tiles below {@link #expertCentricFrom} sequences (5, or 8 for 4-bit experts), expert-centric tiles from there ({@link #expertHalf}). */
         BY_BATCH,
         /** The catalogue's output-centric token tiles at every batch. */
         OUTPUT_CENTRIC,
-        /** The catalogue's expert-centric tiles of {@link #EXPERT_TILE_PAIRS} pairs at every batch, where it has them for the model. */
+        /** Expert-centric tiles of {@link #EXPERT_TILE_PAIRS} pairs at every batch: the catalogue's, or its schedule carried ({@link #expertHalf}). */
         EXPERT_CENTRIC
     }
 
@@ -1156,8 +1156,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                         .schedule(new RouterGemv(4, loadBytes(h), 8, Math.min(4, c.experts()))).epilogue(block.routingRule())
                         .target(target).build();
                 router = catalogued(plain, batch, experts).orElse(plain);
-                gateUp = expertHalf(expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target), batch, experts);
-                down = expertHalf(expertSpec("experts_down", block.down(), block.downEpilogue(), target), batch, experts);
+                KernelSpec plainGateUp = expertSpec("experts_gate_up", block.gateUp(), block.gateUpEpilogue(), target);
+                KernelSpec plainDown = expertSpec("experts_down", block.down(), block.downEpilogue(), target);
+                gateUp = expertHalf(plainGateUp, batch, experts);
+                down = expertHalf(plainDown, batch, experts);
+                if (quantisesActivations(gateUp) != quantisesActivations(down)) {  // a W8A8 half hands its rows to a W8A8 half only
+                    gateUp = plainGateUp;
+                    down = plainDown;
+                }
             }
             KernelSpec denseGateUp = null;
             KernelSpec denseDown = null;
@@ -1312,13 +1318,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * The experts' gate_up tiles for a prompt: on sm_90a 128 pairs by two warpgroups fed by a producer
      * warpgroup (the fastest measured pair at a chunk of 2,048 tokens; bench/NOTES.md), then 64 pairs
      * by two warpgroups; then mma.sync tiles (every target). FP8 block weights lower only the W8A8
-     * tiles of 128-code slices: the fastest measured pair's gate_up on sm_90a, then 16 pairs on mma.sync.
+     * tiles of 128-code slices: the fastest measured pair's gate_up on sm_90a, then the catalogue's
+     * 16-pair gate_up (two stages: it fits sm_120a's shared memory).
      */
     static final List<ExpertCentric> EXPERT_GATE_UP_TILES = List.of(
             new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true),
             new ExpertCentric(64, 128, 64, 4, 2, 5, 8, true).withTma(true),
             new ExpertCentric(64, 128, 128, 4, 2, 4, 8, true).withTma(true).withProducer(true),
-            new ExpertCentric(16, 128, 128, 1, 8, 4, 1).withTma(true),
+            new ExpertCentric(16, 128, 128, 1, 8, 2, 1).withTma(true),
             new ExpertCentric(64, 64, 64, 2, 2, 4, 8),
             new ExpertCentric(16, 64, 32, 1, 4, 3, 1));
     /**
@@ -1337,8 +1344,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     }
 
     /**
-     * The experts' down tiles for a prompt, as {@link #EXPERT_GATE_UP_TILES}; the first leaves each
-     * token's slot rows to its module's combine entry point, which adds them after the tiles.
+     * The experts' down tiles for a prompt, as {@link #EXPERT_GATE_UP_TILES}; the producer tile and the
+     * W8A8 ones leave each token's slot rows to their module's combine entry point, which adds them
+     * after the tiles.
      */
     static final List<ExpertCentric> EXPERT_DOWN_TILES = List.of(
             new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true).withCombineKernel(true),
@@ -1404,7 +1412,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * either family at every batch.
      */
     static Optional<KernelSpec> catalogued(KernelSpec wanted, int batch, ExpertKernels experts) {
-        List<KernelSpec> same = sameFunction(wanted);
+        List<KernelSpec> same = sameProblemAndEpilogue(wanted);
         if (tilesWanted(wanted.problem(), batch, experts)) {
             Optional<KernelSpec> tiles = same.stream().filter(k -> isDecodeTile(k.schedule())).findFirst();
             if (tiles.isPresent()) {
@@ -1420,32 +1428,33 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /**
      * A decode step's expert half: the catalogue's kernel for the same function where it has the kind
      * the batch wants (the 16-pair expert-centric tile, else the token tile of {@link #tokenTileForBatch}
-     * where that is more than one token and the catalogue's nearest kernel is no tensor-core decode);
-     * else the catalogue's schedule of that kind carried to this model's geometry and format (one of the
+     * where that is more than one token); else, unless the catalogue's nearest kernel for the function is
+     * a tensor-core decode, the catalogue's schedule of that kind carried to this model's geometry and format (one of the
      * same weights format first: FP8 block weights take W8A8 tiles, whose activations are quantised
      * per token in groups of 128, as the prompt's are), where it lowers; else the catalogue's nearest tile ({@link #catalogued}),
      * else {@code plain}. So a model off the catalogue also reads each picked expert once per tile of
      * tokens, not once per token.
      */
     static KernelSpec expertHalf(KernelSpec plain, int batch, ExpertKernels experts) {
-        List<KernelSpec> same = sameFunction(plain);
+        List<KernelSpec> same = sameProblemAndEpilogue(plain);
         List<java.util.function.Predicate<Schedule<?>>> kinds = new ArrayList<>();
         if (tilesWanted(plain.problem(), batch, experts)) {
             kinds.add(GpuDecoder::isDecodeTile);
         }
         int tile = tokenTileForBatch(batch);
-        Optional<KernelSpec> nearest = catalogued(plain, batch, experts);
-        // one token a block takes the catalogue's nearest tile, else plain's own schedule; and a
-        // tensor-core decode the catalogue holds stays ahead of CUDA-core token tiles (measured on NVFP4)
-        if (tile > 1 && nearest.map(k -> k.schedule() instanceof OutputCentric).orElse(true)) {
+        if (tile > 1) {  // one token a block takes the catalogue's nearest tile, else plain's own schedule
             kinds.add(s -> s instanceof OutputCentric oc && oc.tokensPerCta() == tile);
         }
+        Optional<KernelSpec> nearest = catalogued(plain, batch, experts);
+        // a tensor-core decode the catalogue holds for the function stays ahead of schedules carried from
+        // other formats (measured on NVFP4 against token tiles; 4-bit tiles trailed MXFP4's at 32 tokens)
+        boolean carry = nearest.map(k -> k.schedule() instanceof OutputCentric || isDecodeTile(k.schedule())).orElse(true);
         for (var kind : kinds) {
             Optional<KernelSpec> catalogued = same.stream().filter(k -> kind.test(k.schedule())).findFirst();
             if (catalogued.isPresent()) {
                 return catalogued.get();
             }
-            Optional<KernelSpec> carried = carriedSchedules(plain).filter(kind)
+            Optional<KernelSpec> carried = !carry ? Optional.empty() : carriedSchedules(plain).filter(kind)
                     .map(plain::withSchedule).filter(k -> Validator.errors(k).isEmpty()).findFirst();
             if (carried.isPresent()) {
                 return carried.get();
@@ -1455,7 +1464,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     }
 
     /** The catalogue's kernels computing the same function as {@code wanted} (problem, epilogue, target). */
-    private static List<KernelSpec> sameFunction(KernelSpec wanted) {
+    private static List<KernelSpec> sameProblemAndEpilogue(KernelSpec wanted) {
         return Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
                 .filter(k -> k.problem().equals(wanted.problem()) && k.epilogue().equals(wanted.epilogue())
                         && k.target() == wanted.target())
@@ -1472,6 +1481,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 .filter(k -> k.target() == wanted.target() && k.problem().getClass() == wanted.problem().getClass())
                 .sorted(java.util.Comparator.comparing(k -> ((Problem.ExpertProblem) k.problem()).weights().equals(format) ? 0 : 1))
                 .<Schedule<?>>map(KernelSpec::schedule).distinct();
+    }
+
+    /** Whether the expert half multiplies FP8-quantised activations (W8A8) and hands on quantised rows. */
+    @SuppressWarnings("unchecked")
+    private static boolean quantisesActivations(KernelSpec k) {
+        return ((Schedule<Problem.ExpertProblem>) k.schedule()).quantisesActivations((Problem.ExpertProblem) k.problem());
     }
 
     /** The decode batches' expert-centric tile: {@link #EXPERT_TILE_PAIRS} routed pairs of one expert. */

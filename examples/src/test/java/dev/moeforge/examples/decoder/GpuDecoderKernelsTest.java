@@ -63,6 +63,10 @@ class GpuDecoderKernelsTest {
         GpuDecoder.Kernels nvfp4Batch = GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, GpuDecoder.FOUR_BIT_EXPERT_CENTRIC_FROM);
         assertEquals("qwen3_30b_a3b_nvfp4_gate_up_m16", nvfp4Batch.gateUp().name());
         assertEquals("qwen3_30b_a3b_nvfp4_down_m16", nvfp4Batch.down().name());
+        // MXFP4 experts keep the catalogue's tensor-core decode at every batch: no tile is carried over it
+        MoeBlock mxfp4 = MoeBlock.of(c, WeightFormat.MXFP4, GateUpLayout.STACKED, false);
+        assertEquals("qwen3_30b_a3b_mxfp4_gate_up", GpuDecoder.Kernels.of(c, mxfp4, Target.SM_90A, 32).gateUp().name());
+        assertEquals("qwen3_30b_a3b_mxfp4_down", GpuDecoder.Kernels.of(c, mxfp4, Target.SM_90A, 32).down().name());
         // FP8 block experts: the catalogue's one-token pair, then its W8A8 16-pair pair from 5 sequences
         MoeBlock fp8 = MoeBlock.of(c, WeightFormat.FP8_BLOCK128, GateUpLayout.STACKED, false);
         assertEquals("qwen3_30b_a3b_fp8_e4m3_block128_gate_up", GpuDecoder.Kernels.of(c, fp8, Target.SM_90A, 1).gateUp().name());
