@@ -17,7 +17,7 @@ import java.util.List;
  *       tiles of 8 or 32 tokens, with and without a one-block occupancy promise;</li>
  *   <li>expert_centric on mma.sync: six tile families from 16 pairs x 128 weight rows to 128 x 256
  *       (the shapes `bench prefill` found best per batch), 2-4 stages, GROUP_M 1 or 8; down's 16-pair
- *       tiles also with the combine launch ({@code combine_kernel}), faster from 32 tokens on the
+ *       tiles also with the combine launch ({@code combine_kernel}), faster from 8 tokens on the
  *       16 x 128 tile (bench/NOTES.md);</li>
  *   <li>expert_centric on wgmma (sm_90a): one or two warpgroups x 128 or 256 weight rows, or two
  *       warpgroups side by side over 256, 3-5 stages, GROUP_M 1 or 8; those of up to 8 MMA warps

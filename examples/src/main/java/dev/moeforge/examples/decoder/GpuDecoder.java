@@ -1160,7 +1160,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 KernelSpec plainDown = expertSpec("experts_down", block.down(), block.downEpilogue(), target);
                 gateUp = expertHalf(plainGateUp, batch, experts);
                 down = expertHalf(plainDown, batch, experts);
-                if (quantisesActivations(gateUp) != quantisesActivations(down)) {  // a W8A8 half hands its rows to a W8A8 half only
+                // a W8A8 half hands its quantised rows to a W8A8 half only
+                if (Validator.check(gateUp).quantisesActivations() != Validator.check(down).quantisesActivations()) {
                     gateUp = plainGateUp;
                     down = plainDown;
                 }
@@ -1345,14 +1346,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /**
      * The experts' down tiles for a prompt, as {@link #EXPERT_GATE_UP_TILES}; the producer tile and the
-     * W8A8 ones leave each token's slot rows to their module's combine entry point, which adds them
-     * after the tiles.
+     * W8A8 wgmma tile leave each token's slot rows to their module's combine entry point, which adds
+     * them after the tiles (the 16-pair W8A8 down is the catalogue's, adding them in the tiles).
      */
     static final List<ExpertCentric> EXPERT_DOWN_TILES = List.of(
             new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withTma(true).withProducer(true).withCombineKernel(true),
             new ExpertCentric(64, 256, 64, 4, 2, 5, 8, true).withTma(true),
             new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true).withCombineKernel(true),
-            new ExpertCentric(16, 128, 128, 1, 4, 4, 1).withTma(true).withCombineKernel(true),
+            new ExpertCentric(16, 128, 128, 1, 4, 4, 1).withTma(true),
             new ExpertCentric(64, 128, 64, 2, 2, 4, 8),
             new ExpertCentric(16, 64, 32, 1, 4, 3, 1));
 
@@ -1405,7 +1406,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /**
      * The built-in catalogue's decode kernel for the same function (problem, epilogue, target), tuned
-     * for its model: a router, or for an expert half from {@link #expertCentricFrom} tokens the
+     * for its model (the routers' choice, and the fallback of {@link #expertHalf}): a router, or for an
+     * expert half from {@link #expertCentricFrom} tokens the
      * 16-pair expert-centric tile (where `bench decode --experts` finds it ahead of the output-centric
      * tiles), else the output-centric half whose token tile suits the batch (1 token per block up to 2 tokens,
      * then 8 up to 16, then 32), else the nearest tile the catalogue has; {@code experts} may force
@@ -1428,12 +1430,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /**
      * A decode step's expert half: the catalogue's kernel for the same function where it has the kind
      * the batch wants (the 16-pair expert-centric tile, else the token tile of {@link #tokenTileForBatch}
-     * where that is more than one token); else, unless the catalogue's nearest kernel for the function is
-     * a tensor-core decode, the catalogue's schedule of that kind carried to this model's geometry and format (one of the
-     * same weights format first: FP8 block weights take W8A8 tiles, whose activations are quantised
-     * per token in groups of 128, as the prompt's are), where it lowers; else the catalogue's nearest tile ({@link #catalogued}),
-     * else {@code plain}. So a model off the catalogue also reads each picked expert once per tile of
-     * tokens, not once per token.
+     * where that is more than one token); else, unless the catalogue's nearest kernel for the function
+     * is a tensor-core decode, the catalogue's schedule of that kind carried to this model's geometry
+     * and format (one of the same weights format first; FP8 block weights take W8A8 tiles, whose
+     * activations are quantised per token in groups of 128, as the prompt's are), where it lowers; else
+     * the catalogue's nearest tile ({@link #catalogued}), else {@code plain}. So a model off the
+     * catalogue also reads each picked expert once per tile of tokens, not once per token.
      */
     static KernelSpec expertHalf(KernelSpec plain, int batch, ExpertKernels experts) {
         List<KernelSpec> same = sameProblemAndEpilogue(plain);
@@ -1447,7 +1449,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
         Optional<KernelSpec> nearest = catalogued(plain, batch, experts);
         // a tensor-core decode the catalogue holds for the function stays ahead of schedules carried from
-        // other formats (measured on NVFP4 against token tiles; 4-bit tiles trailed MXFP4's at 32 tokens)
+        // other formats (bench/NOTES.md: NVFP4's against token tiles, MXFP4's against 4-bit tiles)
         boolean carry = nearest.map(k -> k.schedule() instanceof OutputCentric || isDecodeTile(k.schedule())).orElse(true);
         for (var kind : kinds) {
             Optional<KernelSpec> catalogued = same.stream().filter(k -> kind.test(k.schedule())).findFirst();
@@ -1481,12 +1483,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 .filter(k -> k.target() == wanted.target() && k.problem().getClass() == wanted.problem().getClass())
                 .sorted(java.util.Comparator.comparing(k -> ((Problem.ExpertProblem) k.problem()).weights().equals(format) ? 0 : 1))
                 .<Schedule<?>>map(KernelSpec::schedule).distinct();
-    }
-
-    /** Whether the expert half multiplies FP8-quantised activations (W8A8) and hands on quantised rows. */
-    @SuppressWarnings("unchecked")
-    private static boolean quantisesActivations(KernelSpec k) {
-        return ((Schedule<Problem.ExpertProblem>) k.schedule()).quantisesActivations((Problem.ExpertProblem) k.problem());
     }
 
     /** The decode batches' expert-centric tile: {@link #EXPERT_TILE_PAIRS} routed pairs of one expert. */
