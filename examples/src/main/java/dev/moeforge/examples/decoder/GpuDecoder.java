@@ -756,6 +756,16 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         return kernels.prompt() != null && PROMPT_HEAD_DIMS.contains(c.headDim());
     }
 
+    /**
+     * Whether the MoE layers' expert kernels multiply FP8 activations (W8A8), quantising x and the
+     * intermediate per token in groups of 128: those of a decode step, or ({@code prompt}) those of a
+     * prompt in chunks.
+     */
+    boolean expertsQuantiseActivations(boolean prompt) {
+        KernelSpec gateUp = prompt ? (kernels.prompt() == null ? null : kernels.prompt().gateUp()) : kernels.gateUp();
+        return gateUp != null && Validator.check(gateUp).quantisesActivations();
+    }
+
     /** Prompt tokens per chunk from now on (at most the context; the default {@link #PROMPT_CHUNK}): a smaller one for tests. */
     void promptChunk(int tokens) {
         if (tokens < 1) {

@@ -1,5 +1,6 @@
 package dev.moeforge.examples.decoder;
 
+import dev.moeforge.dsl.format.Fp8ActivationRows;
 import dev.moeforge.dsl.reference.ExpertReference;
 import dev.moeforge.dsl.reference.RouterReference;
 import dev.moeforge.dsl.reference.Routing;
@@ -24,6 +25,7 @@ public final class ReferenceDecoder implements TokenModel {
     private final float ropeScaling;
     private int position;
     private double routerMargin = Double.POSITIVE_INFINITY;
+    private boolean expertActivationsQuantised;
 
     public ReferenceDecoder(ModelConfig config, ModelWeights weights, int context) {
         if (context <= 0) {
@@ -55,6 +57,19 @@ public final class ReferenceDecoder implements TokenModel {
             out[i] = (float) logits[i];
         }
         return out;
+    }
+
+    /**
+     * From the next {@link #forward} on, the experts quantise x and the intermediate as W8A8 kernels
+     * do (per token in groups of 128, {@link Fp8ActivationRows}), or not: the reference of a GPU path
+     * whose expert kernels multiply FP8 activations.
+     */
+    public void quantiseExpertActivations(boolean quantised) {
+        if (quantised && (c.hidden() % Fp8ActivationRows.GROUP != 0 || c.expertIntermediate() % Fp8ActivationRows.GROUP != 0)) {
+            throw new IllegalArgumentException("W8A8 activations come in groups of " + Fp8ActivationRows.GROUP
+                    + ": hidden " + c.hidden() + " and expert intermediate " + c.expertIntermediate() + " must be multiples");
+        }
+        expertActivationsQuantised = quantised;
     }
 
     @Override
@@ -162,7 +177,13 @@ public final class ReferenceDecoder implements TokenModel {
             weights[j] = (float) chosen.values()[j];
         }
         Routing routing = new Routing(1, c.topk(), chosen.ids(), weights);
-        double[] inter = ExpertReference.gateUp(b.gateUp(), b.gateUpEpilogue(), h, moe.gateUp(), routing).exact();
+        if (!expertActivationsQuantised) {
+            double[] inter = ExpertReference.gateUp(b.gateUp(), b.gateUpEpilogue(), h, moe.gateUp(), routing).exact();
+            return ExpertReference.down(b.down(), b.downEpilogue(), inter, moe.down(), routing).exact();
+        }
+        double[] x = Fp8ActivationRows.quantise(h, 1, c.hidden());
+        double[] inter = Fp8ActivationRows.quantise(ExpertReference.gateUp(b.gateUp(), b.gateUpEpilogue(), x, moe.gateUp(), routing)
+                .exact(), c.topk(), c.expertIntermediate());
         return ExpertReference.down(b.down(), b.downEpilogue(), inter, moe.down(), routing).exact();
     }
 

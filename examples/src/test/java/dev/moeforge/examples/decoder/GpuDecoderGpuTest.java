@@ -32,6 +32,13 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     private static final int PROMPT_LENGTH = 5;
     /** bf16 rounding of weights, activations and the cache, through a few layers: the logits stay within 2% (relative L2). */
     private static final double LOGITS_L2 = 2e-2;
+    /**
+     * Where experts quantise their activations (W8A8) the logits are fixed only to the quantisation's
+     * own error: on the reference of the widened Qwen3 below, moving the experts' input by 0.3%
+     * (bf16's error through a few layers) before it is quantised moves the logits by 1.8-3.0%, as much
+     * as W8A8 moves them from exact activations (2.0-3.6%); a wrong scale or block moves them by tens of percent.
+     */
+    private static final double W8A8_LOGITS_L2 = 5e-2;
     /** Router logits closer than this may be ordered the other way by bf16 activations. */
     private static final double ROUTER_NEAR_TIE = 2e-2;
 
@@ -50,6 +57,29 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     @CsvSource({"QWEN3_MOE, nvfp4", "MIXTRAL, mxfp8", "GPT_OSS, mxfp4", "MIXTRAL, nvfp4"})
     void expertsInAnotherFormat(Architecture arch, String format) {
         compare(arch, Optional.of(WeightFormat.ALL.stream().filter(f -> f.text().equals(format)).findFirst().orElseThrow()));
+    }
+
+    /**
+     * The tiny Qwen3 widened to H = I = 128, the narrowest geometry FP8 block weights' W8A8 tiles take
+     * (whole 128 x 128 scale blocks and activation groups of 128).
+     */
+    static final ModelPreset WIDE_QWEN3 = new ModelPreset("tiny-128", Architecture.QWEN3_MOE, 128, 128, 256, 2, 4, 2, 32,
+            8, 2, List.of(), 0, 0, 4096);
+
+    /**
+     * FP8 block experts (the format of Qwen3's FP8 checkpoints): the prompt on the W8A8 prefill tiles,
+     * then decode steps on one-token W8A16 kernels (1 sequence) or on the 16-pair W8A8 tiles carried
+     * from the catalogue (8 sequences); the reference quantises the experts' activations wherever
+     * the GPU's kernels do.
+     */
+    @ParameterizedTest
+    @CsvSource({"1, true, false", "8, true, true"})
+    void fp8BlockExpertsWhereTheirKernelsQuantiseActivations(int batch, boolean promptW8a8, boolean stepW8a8) {
+        compare(RandomModelTest.written(WIDE_QWEN3), Optional.of(WeightFormat.FP8_BLOCK128), PROMPT_LENGTH + STEPS + 1, batch,
+                PROMPT_LENGTH, GpuDecoder.PROMPT_CHUNK, gpu -> {
+                    assertEquals(promptW8a8, gpu.expertsQuantiseActivations(true), "the prompt's experts multiply FP8 activations");
+                    assertEquals(stepW8a8, gpu.expertsQuantiseActivations(false), "the steps' experts multiply FP8 activations");
+                });
     }
 
     /** NVFP4 experts on the 4-bit expert-centric tiles through a prompt of 70 tokens in chunks of 32. */
@@ -110,23 +140,35 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
      * the tensor cores, then single tokens through the decode layers.
      */
     private static void compare(Architecture arch, Optional<WeightFormat> format, int context, int batch, int promptLength, int chunk) {
-        Path model = RandomModelTest.tiny(arch);
+        compare(RandomModelTest.tiny(arch), format, context, batch, promptLength, chunk, gpu -> { });
+    }
+
+    /** As above on the model at {@code model}, after {@code check} has looked at the decoder's kernels. */
+    private static void compare(Path model, Optional<WeightFormat> format, int context, int batch, int promptLength, int chunk,
+                                java.util.function.Consumer<GpuDecoder> check) {
         ModelConfig c = ModelConfig.read(model);
+        Architecture arch = c.arch();
         try (Checkpoint ckpt = Checkpoint.open(model);
              GpuDecoder gpu = new GpuDecoder(c, new GpuDecoder.Weights.FromCheckpoint(ckpt, format), runtime, stream, batch, context,
                      STEPS + 1, l -> { })) {
             assertTrue(gpu.promptsInChunks(), arch + ": the prompt runs in chunks");
+            check.accept(gpu);
             gpu.promptChunk(chunk);
             ModelWeights weights = ModelWeights.load(c, ckpt, format, l -> { });
-            int[] prompt = promptWithoutRouterTies(c, weights, context, promptLength);
+            ExpertActivations quantised = new ExpertActivations(gpu.expertsQuantiseActivations(true),
+                    gpu.expertsQuantiseActivations(false));
+            int[] prompt = promptWithoutRouterTies(c, weights, context, promptLength, quantised);
             ReferenceDecoder ref = new ReferenceDecoder(c, weights, context);
+            ref.quantiseExpertActivations(quantised.prompt());
             float[] want = ref.forward(prompt);
+            ref.quantiseExpertActivations(quantised.step());
             float[] got = gpu.forward(prompt);
+            double bound = quantised.prompt() || quantised.step() ? W8A8_LOGITS_L2 : LOGITS_L2;
             double worst = 0;
             for (int s = 0; s < STEPS; s++) {
                 ErrorStats e = ErrorStats.of(widen(want), got);
                 worst = Math.max(worst, e.relativeL2());
-                assertTrue(e.relativeL2() < LOGITS_L2, arch + " " + format.map(WeightFormat::text).orElse("") + " step " + s
+                assertTrue(e.relativeL2() < bound, arch + " " + format.map(WeightFormat::text).orElse("") + " step " + s
                         + ": logits " + e);
                 int token = Sampler.argmax(want);
                 want = ref.forward(new int[] {token});
@@ -138,13 +180,17 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
         }
     }
 
+    /** Whether the GPU's expert kernels quantise their activations (W8A8) in the prompt and in the decode steps. */
+    private record ExpertActivations(boolean prompt, boolean step) {}
+
     /**
      * A random prompt whose tokens and greedy continuation never bring the reference's router to a
      * near-tie (where bf16 activations may route a token elsewhere and the two runs part for good):
      * drawn token by token (a long prompt drawn whole almost always holds a tie somewhere), each
      * kept where the prompt so far stays clear.
      */
-    private static int[] promptWithoutRouterTies(ModelConfig c, ModelWeights weights, int context, int length) {
+    private static int[] promptWithoutRouterTies(ModelConfig c, ModelWeights weights, int context, int length,
+                                                 ExpertActivations quantised) {
         java.util.SplittableRandom random = new java.util.SplittableRandom(2026);
         for (int attempt = 0; attempt < 50; attempt++) {
             int[] prompt = new int[0];
@@ -152,13 +198,16 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
                 int[] longer = java.util.Arrays.copyOf(prompt, prompt.length + 1);
                 longer[prompt.length] = random.nextInt(151643);
                 ReferenceDecoder ref = new ReferenceDecoder(c, weights, context);
+                ref.quantiseExpertActivations(quantised.prompt());
                 ref.forward(longer);
                 if (ref.lastRouterMargin() >= ROUTER_NEAR_TIE) {
                     prompt = longer;
                 }
             }
             ReferenceDecoder ref = new ReferenceDecoder(c, weights, context);
+            ref.quantiseExpertActivations(quantised.prompt());
             float[] logits = ref.forward(prompt);
+            ref.quantiseExpertActivations(quantised.step());
             boolean clear = prompt.length == length;
             for (int s = 0; clear && s < STEPS; s++) {
                 logits = ref.forward(new int[] {Sampler.argmax(logits)});

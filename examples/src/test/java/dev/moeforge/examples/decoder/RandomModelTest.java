@@ -16,7 +16,6 @@ import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.EnumMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
@@ -33,8 +32,8 @@ import org.junit.jupiter.params.provider.EnumSource;
 public class RandomModelTest {
     private static final long SHARD = 5_000_000_000L;
 
-    /** Each architecture's tiny model, seed 0, written once per test JVM (40 MB and about a second each). */
-    private static final Map<Architecture, Path> TINY = new EnumMap<>(Architecture.class);
+    /** Each preset's model, seed 0, written once per test JVM (the tiny ones 40 MB and about a second each). */
+    private static final Map<ModelPreset, Path> WRITTEN = new java.util.HashMap<>();
     private static Path tinyRoot;
 
     @TempDir
@@ -44,8 +43,13 @@ public class RandomModelTest {
      * The tiny model of {@code arch} (seed 0, BF16), shared by every test class of this JVM: copy it
      * before changing anything. Deleted when the JVM exits.
      */
-    public static synchronized Path tiny(Architecture arch) {
-        Path dir = TINY.get(arch);
+    public static Path tiny(Architecture arch) {
+        return written(ModelPreset.of(arch, "tiny"));
+    }
+
+    /** The model of {@code preset} (seed 0, BF16), written once per test JVM and shared as {@link #tiny} is. */
+    public static synchronized Path written(ModelPreset preset) {
+        Path dir = WRITTEN.get(preset);
         if (dir == null) {
             try {
                 if (tinyRoot == null) {
@@ -56,11 +60,11 @@ public class RandomModelTest {
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
-            dir = tinyRoot.resolve(arch.modelType());
-            List<Path> files = RandomModel.write(ModelPreset.of(arch, "tiny"), 0, SafetensorsDType.BF16, SHARD, dir);
+            dir = tinyRoot.resolve(preset.arch().modelType() + "-" + preset.name() + "-" + WRITTEN.size());
+            List<Path> files = RandomModel.write(preset, 0, SafetensorsDType.BF16, SHARD, dir);
             assertEquals(List.of(dir.resolve("model.safetensors"), dir.resolve("config.json"),
                     dir.resolve("generation_config.json"), dir.resolve("tokenizer.json")), files);
-            TINY.put(arch, dir);
+            WRITTEN.put(preset, dir);
         }
         return dir;
     }
