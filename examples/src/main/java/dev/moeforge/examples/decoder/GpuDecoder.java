@@ -452,43 +452,20 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * step) or sequences 0 .. copies-1 (a prompt's rows, shared by the batch).
      */
     private void enqueueQkNormRope(CudaFunction kernel, int l, LayerOnDevice w, int rows, DeviceBuffer qkvRows,
-                                   DeviceBuffer rowPositions, DeviceBuffer qOut, int copies, L2Ahead ahead) {
+                                   DeviceBuffer rowPositions, DeviceBuffer qOut, int copies) {
         int qkvDim = (c.heads() + 2 * c.kvHeads()) * c.headDim();
         float eps = (float) c.rmsEps();
-        DeviceBuffer weightsAhead = ahead.weights() ? w.o().buffers().getFirst() : null;
-        long weightsAheadBytes = weightsAhead == null ? 0L : weightsAhead.bytes();
-        int cacheAhead = ahead.cache() ? 1 : 0;
         if (c.arch() == Architecture.OLMOE) {
             kernel.launch(ORDER, rows, 1, 1, ROW_THREADS, 1, 1, qkvDim * 4, stream, qkvRows, w.qNorm(), w.kNorm(),
                     (float) c.clipQkv().orElse(0), eps, rowPositions, invFreq, c.rope().attentionScaling(), qOut, kCache.get(l),
-                    vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, copies, ptr(weightsAhead), weightsAheadBytes,
-                    cacheAhead);
+                    vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, copies);
         } else {
             int perHeadNorm = c.arch() == Architecture.QWEN3_MOE ? 1 : 0;
             kernel.launch(ORDER, c.heads() + 2 * c.kvHeads(), rows, 1, 32 * Math.ceilDiv(c.headDim(), 32), 1, 1, 0, stream, qkvRows,
                     ptr(w.qNorm()), ptr(w.kNorm()), perHeadNorm, eps, rowPositions, invFreq, c.rope().attentionScaling(), qOut,
-                    kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, copies, ptr(weightsAhead),
-                    weightsAheadBytes, cacheAhead);
+                    kCache.get(l), vCache.get(l), c.heads(), c.kvHeads(), c.headDim(), context, copies);
         }
     }
-
-    /** Probe: what a decode step's q/k norm kernel asks of L2 (MOEFORGE_L2_AHEAD = none, weights, cache or both). */
-    record L2Ahead(boolean weights, boolean cache) {
-        static final L2Ahead NONE = new L2Ahead(false, false);
-
-        static L2Ahead fromEnvironment() {
-            String v = System.getenv().getOrDefault("MOEFORGE_L2_AHEAD", "both");
-            return switch (v) {
-                case "none" -> NONE;
-                case "weights" -> new L2Ahead(true, false);
-                case "cache" -> new L2Ahead(false, true);
-                case "both" -> new L2Ahead(true, true);
-                default -> throw new IllegalArgumentException("MOEFORGE_L2_AHEAD=" + v + ": none, weights, cache or both");
-            };
-        }
-    }
-
-    private static final L2Ahead L2_AHEAD = L2Ahead.fromEnvironment();
 
     /** A projection's weights as its kernels read them: the matrix, then its bias where it has one. */
     private static DeviceWeights projectionWeights(DeviceBuffer w, DeviceBuffer bias) {
@@ -910,7 +887,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             for (int l = 0; l < c.layers(); l++) {
                 LayerOnDevice w = layers.get(l);
                 qkvProj.enqueueDownOnPlan(stream, rows, normed, w.qkv(), oneExpert, unitWeight, qkv);
-                enqueueQkNormRope(qkNormRope, l, w, rows, qkv, rowPositions, q, batch, L2Ahead.NONE);
+                enqueueQkNormRope(qkNormRope, l, w, rows, qkv, rowPositions, q, batch);
                 attention.launch(ORDER, c.heads(), Math.ceilDiv(rows, PROMPT_ATTENTION_ROWS), 1, 128, 1, 1, attentionBytes, stream, q, kCache.get(l),
                         vCache.get(l), ptr(w.sinks()), attnOut, rows, firstPosition, c.heads(), c.kvHeads(),
                         c.slidingLayers().get(l) ? c.slidingWindow() : 0, (float) (1 / Math.sqrt(c.headDim())));
@@ -1086,8 +1063,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             enqueueProjection(qkvProj, normed, w.qkv(), qkv);
         }
         if (attention) {
-            enqueueQkNormRope(qkNormRope, l, w, batch, qkv, positions, q, 0,
-                    projections ? L2_AHEAD : new L2Ahead(false, L2_AHEAD.cache()));
+            enqueueQkNormRope(qkNormRope, l, w, batch, qkv, positions, q, 0);
             this.attention.launch(ORDER, decodeAttention.blocks(), decodeAttention.slices(), batch, DECODE_ATTENTION_THREADS, 1, 1,
                     decodeAttention.sharedBytes(), stream, q, kCache.get(l), vCache.get(l),
                     positions, ptr(w.sinks()), attnParts, attnTickets, attnOut, c.heads(), c.kvHeads(), context,

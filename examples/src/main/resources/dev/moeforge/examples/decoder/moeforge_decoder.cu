@@ -39,37 +39,6 @@ __device__ __forceinline__ void begin_after_previous_kernel() {
   wait_for_previous_kernel();
 }
 
-// Part `part` of `parts` of the bytes at p asked of L2 by the calling warp in 16 KB bulk prefetches
-// (16-byte aligned; a tail under 16 bytes is left out). The q/k norm kernel asks for what the
-// layer's next kernels read while q/k norm and attention, which wait on latency, leave the memory
-// idle. A hint: nothing waits for it, and it holds no register.
-__device__ __forceinline__ void prefetch_l2_part(const void* p, long long bytes, int part, int parts) {
-  constexpr long long kChunk = 16384;
-  const char* base = static_cast<const char*>(p);
-  const long long stride = static_cast<long long>(parts) * 32 * kChunk;
-  for (long long at = (static_cast<long long>(part) * 32 + (threadIdx.x & 31)) * kChunk; at < bytes; at += stride) {
-    const unsigned n = static_cast<unsigned>(min(kChunk, bytes - at)) & ~15u;
-    if (n > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base + at), "r"(n) : "memory");
-  }
-}
-
-// What a decode step's q/k norm block (part `part` of `parts`, for sequence b) asks of L2: its
-// share of `ahead` (the o projection's weights), and with `cache_ahead` its share of sequence b's
-// cache rows before `pos` (attention's keys and values; the token's own row is written here).
-__device__ __forceinline__ void prefetch_layer_ahead(const void* ahead, long long ahead_bytes, int cache_ahead,
-                                                     const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, int b,
-                                                     int pos, int context, int kn, int part, int parts,
-                                                     int part_of_sequence, int parts_of_sequence) {
-  if (threadIdx.x >= 32) return;
-  if (ahead_bytes > 0) prefetch_l2_part(ahead, ahead_bytes, part, parts);
-  if (cache_ahead) {
-    const size_t first = static_cast<size_t>(b) * context * kn;
-    const long long bytes = static_cast<long long>(pos) * kn * sizeof(__nv_bfloat16);
-    prefetch_l2_part(k_cache + first, bytes, part_of_sequence, parts_of_sequence);
-    prefetch_l2_part(v_cache + first, bytes, part_of_sequence, parts_of_sequence);
-  }
-}
-
 }  // namespace
 
 // x[b][:] = table[ids[b]][:] in FP32. Grid: tokens; block: any.
@@ -229,11 +198,8 @@ __device__ __forceinline__ void qk_norm_rope_row(
       const IN* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, float clip,        \
       float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling,                  \
       float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, int heads, \
-      int kv_heads, int head_dim, int context, int copies, const void* __restrict__ ahead, long long ahead_bytes,       \
-      int cache_ahead) {                                                                                                \
+      int kv_heads, int head_dim, int context, int copies) {                                                            \
     begin_after_previous_kernel();                                                                                      \
-    prefetch_layer_ahead(ahead, ahead_bytes, cache_ahead, k_cache, v_cache, blockIdx.x, __ldca(positions + blockIdx.x),  \
-                         context, kv_heads * head_dim, blockIdx.x, gridDim.x, 0, 1);                                    \
     qk_norm_rope_row(qkv, q_norm, k_norm, clip, eps, positions, inv_freq, scaling, q_out, k_cache, v_cache, heads,      \
                      kv_heads, head_dim, context, copies);                                                              \
   }
@@ -249,8 +215,7 @@ __device__ __forceinline__ void qk_norm_rope_head(
     const In* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,
     float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling,
     float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, int heads,
-    int kv_heads, int head_dim, int context, int copies, const void* __restrict__ ahead, long long ahead_bytes,
-    int cache_ahead) {
+    int kv_heads, int head_dim, int context, int copies) {
   __shared__ float head[256];
   __shared__ float scratch[32];
   const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
@@ -266,8 +231,6 @@ __device__ __forceinline__ void qk_norm_rope_head(
   const float v = in ? value_of(__ldca(qkv + static_cast<size_t>(b) * n + static_cast<size_t>(h) * head_dim + d)) : 0.0f;
   const int pos = __ldca(positions + b);
   const int kn = kv_heads * head_dim;
-  prefetch_layer_ahead(ahead, ahead_bytes, cache_ahead, k_cache, v_cache, b, pos, context, kn, b * gridDim.x + h,
-                       gridDim.x * gridDim.y, h, gridDim.x);
   if (!roped_head) {  // a v head: to the cache as it is
     if (in) cache_store(v_cache, b, copies, pos, context, kn, (h - heads - kv_heads) * head_dim + d, v);
     return;
@@ -295,11 +258,10 @@ __device__ __forceinline__ void qk_norm_rope_head(
       const IN* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm, int norm_mode,     \
       float eps, const int* __restrict__ positions, const float* __restrict__ inv_freq, float scaling,                  \
       float* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache, int heads, \
-      int kv_heads, int head_dim, int context, int copies, const void* __restrict__ ahead, long long ahead_bytes,       \
-      int cache_ahead) {                                                                                                \
+      int kv_heads, int head_dim, int context, int copies) {                                                            \
     let_next_kernel_launch();                                                                                           \
     qk_norm_rope_head(qkv, q_norm, k_norm, norm_mode, eps, positions, inv_freq, scaling, q_out, k_cache, v_cache,       \
-                      heads, kv_heads, head_dim, context, copies, ahead, ahead_bytes, cache_ahead);                     \
+                      heads, kv_heads, head_dim, context, copies);                                                      \
   }
 MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads, float)
 MOEFORGE_QK_NORM_ROPE_HEAD(qk_norm_rope_cache_heads_bf16, __nv_bfloat16)
