@@ -864,14 +864,14 @@ __device__ __forceinline__ uint32_t live_mma_warps(const int* table) {
 
 // expert_tile_sums on wgmma: warpgroup g multiplies pair rows [64 m, 64 m + 64) by weight rows
 // [TN n, TN n + TN) of the tile (m = g % (BM / 64), n = g / (BM / 64): warps_n = 1 gives each
-// warpgroup every weight row), one instruction per k step. The pipeline keeps S - 2 slices loading and one
+// warpgroup every weight row), one instruction per k step. bf16 keeps S - 2 slices loading and one
 // warpgroup MMA group in flight: slice kt + S - 2 refills the stage of slice kt - 2, whose MMAs
 // every warpgroup has waited for before the barrier of step kt. fp8 waits for each slice's group
-// at once, to scale its sums into acc.
+// at once, to scale its sums into acc, so slice kt - 1's stage is free at that barrier: S - 1 slices load.
 template <class T, GateUpLayout L, class A>
 __device__ __forceinline__ void expert_tile_sums_wgmma(float (&acc)[T::FM][T::FN][4], const A* __restrict__ a, const WeightArgs& w,
                                                        uint32_t bars, const int* table, int e, int n0, uint32_t base) {
-  constexpr int S = T::S, D = S - 2;
+  constexpr int S = T::S, D = T::kFp8 ? S - 1 : S - 2;
   const ExpertTileCopies<T, L> copies(a, w.codes, table, e, n0, threadIdx.x);
   const ExpertTileWeights<T> weights(w.map, bars, n0, e);
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
