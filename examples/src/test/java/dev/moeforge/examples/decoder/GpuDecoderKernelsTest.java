@@ -278,6 +278,8 @@ class GpuDecoderKernelsTest {
             for (int batch : new int[] {1, 8}) {
                 assertFileHolds("builtin-nvfp4-b" + batch + ".moe", GpuDecoder.Kernels.of(builtin, MoeBlock.of(builtin, WeightFormat.NVFP4,
                         GateUpLayout.STACKED, false), Target.SM_90A, batch));
+                assertFileHolds("builtin-fp8-b" + batch + ".moe", GpuDecoder.Kernels.of(builtin, MoeBlock.of(builtin,
+                        WeightFormat.FP8_BLOCK128, GateUpLayout.STACKED, false), Target.SM_90A, batch));
                 ModelConfig wide = ModelConfig.read(RandomModelTest.written(GpuDecoderGpuTest.WIDE_QWEN3));
                 assertFileHolds("qwen3_moe-tiny128-fp8-b" + batch + ".moe", GpuDecoder.Kernels.of(wide, MoeBlock.of(wide,
                         WeightFormat.FP8_BLOCK128, GateUpLayout.STACKED, false), Target.SM_90A, batch));
