@@ -16,9 +16,10 @@ import java.util.List;
  *   <li>output_centric: 4 or 8 warps, 16-byte loads, 4 or 8 loads in flight, one token per warp or
  *       tiles of 8 or 32 tokens, with and without a one-block occupancy promise;</li>
  *   <li>expert_centric on mma.sync: six tile families from 16 pairs x 128 weight rows to 128 x 256
- *       (the shapes `bench prefill` found best per batch), 2-4 stages, GROUP_M 1 or 8; down's 16-pair
- *       tiles also with the combine launch ({@code combine_kernel}), faster from 8 tokens on the
- *       16 x 128 tile (bench/NOTES.md);</li>
+ *       (the shapes `bench prefill` found best per batch), 2-4 stages, GROUP_M 1 or 8; down's tiles
+ *       also with the combine launch ({@code combine_kernel}), faster from 8 tokens on the 16 x 128
+ *       tile, and the 32-pair down without it was still ahead at some batches of a profile
+ *       (bench/NOTES.md);</li>
  *   <li>expert_centric on wgmma (sm_90a): one or two warpgroups x 128 or 256 weight rows, or two
  *       warpgroups side by side over 256, 3-5 stages, GROUP_M 1 or 8; those of up to 8 MMA warps
  *       also with a producer warpgroup (4 or 5 stages, GROUP_M 8), which beat their twins from
@@ -43,9 +44,6 @@ public final class ConfigPool {
      */
     private static final int MAX_FED_MMA_WARPS = 12;
 
-    /** The pairs of the decode batches' mma.sync tiles, whose downs are also offered with the combine launch. */
-    private static final int DECODE_BLOCK_M = 16;
-
     private ConfigPool() {}
 
     /** The pool for {@code problem} on {@code target}, output-centric first, in a stable order. */
@@ -65,7 +63,7 @@ public final class ConfigPool {
                 for (int groupM : List.of(1, 8)) {
                     ExpertCentric tile = expertCentric(problem, t, stages, groupM, false);
                     proposed.add(tile);
-                    if (problem instanceof Problem.ExpertDown && t.blockM() == DECODE_BLOCK_M) {  // decode batches' tiles
+                    if (problem instanceof Problem.ExpertDown) {
                         proposed.add(tile.withCombineKernel(true));
                     }
                 }

@@ -51,9 +51,9 @@ class ConfigPoolTest {
             assertTrue(pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.tma()), p.kindName());
             assertTrue(pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.producer()), p.kindName());
             assertEquals(p instanceof Problem.ExpertDown, pool.stream().anyMatch(s -> s instanceof ExpertCentric e && e.combineKernel()),
-                    p.kindName() + ": down's producer and 16-pair tiles also with the combine launch, gate_up never");
+                    p.kindName() + ": down's producer and mma.sync tiles also with the combine launch, gate_up never");
             total += pool.size();
         }
-        assertEquals(213, total);
+        assertEquals(235, total);
     }
 }
