@@ -17,9 +17,8 @@ import java.util.List;
  *       tiles of 8 or 32 tokens, with and without a one-block occupancy promise;</li>
  *   <li>expert_centric on mma.sync: six tile families from 16 pairs x 128 weight rows to 128 x 256
  *       (the shapes `bench prefill` found best per batch), 2-4 stages, GROUP_M 1 or 8; down's tiles
- *       also with the combine launch ({@code combine_kernel}), faster from 8 tokens on the 16 x 128
- *       tile, and the 32-pair down without it was still ahead at some batches of a profile
- *       (bench/NOTES.md);</li>
+ *       also with the combine launch ({@code combine_kernel}), whose downs were the fastest at nearly
+ *       every profiled point from 32 tokens (bench/NOTES.md);</li>
  *   <li>expert_centric on wgmma (sm_90a): one or two warpgroups x 128 or 256 weight rows, or two
  *       warpgroups side by side over 256, 3-5 stages, GROUP_M 1 or 8; those of up to 8 MMA warps
  *       also with a producer warpgroup (4 or 5 stages, GROUP_M 8), which beat their twins from

@@ -150,6 +150,41 @@ class ReferenceDecoderTest {
                 .contains("no tokens"));
     }
 
+    /**
+     * The experts' activations quantised as W8A8 kernels quantise them: refused where the widths are not
+     * whole groups of 128; on the tiny Qwen3 widened to 128 the logits move by the quantisation's error
+     * (percents, not zero and not tens of percent), and switching back gives the unquantised logits again.
+     */
+    @Test
+    void expertActivationsQuantisedAsW8a8KernelsDo() {
+        ReferenceDecoder narrow = decoder(Architecture.QWEN3_MOE, 8);
+        String m = assertThrows(IllegalArgumentException.class, () -> narrow.quantiseExpertActivations(true)).getMessage();
+        assertTrue(m.contains("groups of 128") && m.contains("hidden 64"), m);
+        Path dir = RandomModelTest.written(GpuDecoderGpuTest.WIDE_QWEN3);
+        ModelConfig c = ModelConfig.read(dir);
+        try (Checkpoint ckpt = Checkpoint.open(dir)) {
+            ModelWeights w = ModelWeights.load(c, ckpt, java.util.Optional.of(dev.moeforge.dsl.ir.WeightFormat.FP8_BLOCK128), l -> { });
+            int[] prompt = Arrays.copyOf(PROMPT, 5);
+            float[] plain = new ReferenceDecoder(c, w, 8).forward(prompt);
+            ReferenceDecoder quantised = new ReferenceDecoder(c, w, 8);
+            quantised.quantiseExpertActivations(true);
+            double moved = dev.moeforge.dsl.reference.ErrorStats.of(widen(plain), quantised.forward(prompt)).relativeL2();
+            assertTrue(moved > 1e-3 && moved < 1e-1, "W8A8 moved the logits by " + moved);
+            ReferenceDecoder back = new ReferenceDecoder(c, w, 8);
+            back.quantiseExpertActivations(true);
+            back.quantiseExpertActivations(false);
+            assertArrayEquals(plain, back.forward(prompt));
+        }
+    }
+
+    private static double[] widen(float[] v) {
+        double[] d = new double[v.length];
+        for (int i = 0; i < v.length; i++) {
+            d[i] = v[i];
+        }
+        return d;
+    }
+
     @Test
     void tokensOutsideTheVocabularyAreRefused() {
         ReferenceDecoder d = decoder(Architecture.MIXTRAL, 8);
