@@ -944,7 +944,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * Each part of a step on its own: a graph of only that part's kernels over every layer, captured
      * and replayed ({@code reps} times after {@code warmup}), in microseconds per replay (median).
      * Parts overlap in a whole step, so the sum is not the step; the state they leave (the cache
-     * row of the current position, the residual stream) is what a step leaves.
+     * row of the current position, the residual stream) is what a step leaves. Without the routers
+     * the experts part runs every layer on the ids the last router left (the last layer's routing),
+     * so its time stands for the step's experts only as far as the layers route alike.
      */
     public Map<StepPart, Double> timeParts(int warmup, int reps) {
         Map<StepPart, Double> out = new EnumMap<>(StepPart.class);
