@@ -46,10 +46,8 @@ public final class ExpertReference {
                     + " disagree on the intermediate: one multiplies FP8 activations (W8A8), the other does not");
         }
         if (w8a8) {  // x and inter as the kernels quantise them
-            int tokens = routing.tokens();
-            double[] xq = Fp8ActivationRows.quantise(widen(x, 0, x.length), tokens, gateUpShape.hidden());
-            double[] interQ = Fp8ActivationRows.quantise(gateUp(gateUpSpec, xq, gateUp, routing).exact(),
-                    tokens * gateUpShape.topk(), gateUpShape.intermediate());
+            double[] interQ = quantisedInter((Problem.ExpertGateUp) gateUpSpec.problem(), gateUpSpec.epilogue(),
+                    widen(x, 0, x.length), gateUp, routing);
             short[] interBf16 = new short[interQ.length];
             for (int i = 0; i < interQ.length; i++) {
                 interBf16[i] = Bf16.fromDouble(interQ[i]);
@@ -78,6 +76,16 @@ public final class ExpertReference {
     /** gate_up of a problem and its epilogue, whatever kernel will compute it (the decoder's CPU path). */
     public static Result gateUp(Problem.ExpertGateUp p, EpilogueNode epilogue, double[] x, WeightRows w, Routing routing) {
         return gateUp(p.shape(), p.layout(), p.bias(), epilogue, x, w, routing);
+    }
+
+    /**
+     * The intermediate a W8A8 gate_up hands down: x (exact values) quantised per token in groups of
+     * 128, gate_up on it, and its output quantised per (token, slot) row ({@link Fp8ActivationRows}).
+     */
+    public static double[] quantisedInter(Problem.ExpertGateUp p, EpilogueNode epilogue, double[] x, WeightRows w, Routing routing) {
+        ExpertShape s = p.shape();
+        double[] xq = Fp8ActivationRows.quantise(x, routing.tokens(), s.hidden());
+        return Fp8ActivationRows.quantise(gateUp(p, epilogue, xq, w, routing).exact(), routing.tokens() * s.topk(), s.intermediate());
     }
 
     /** gate_up of a shape and layout, its epilogue the tree {@code epilogue} (a store); x exact. */

@@ -1389,7 +1389,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         if (!(decode.problem() instanceof Problem.Router r)) {
             return Optional.empty();
         }
-        return Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
+        return catalogue()
                 .filter(k -> k.schedule() instanceof dev.moeforge.dsl.schedule.RouterTiled && k.target() == decode.target()
                         && k.problem() instanceof Problem.Router t && t.hidden() == r.hidden() && t.experts() == r.experts())
                 .map(k -> new KernelSpec("prompt_router", r, k.schedule(), decode.epilogue(), decode.target()))
@@ -1477,9 +1477,14 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         return nearest.orElse(plain);
     }
 
+    /** The built-in catalogue's kernel specs, in its order. */
+    private static java.util.stream.Stream<KernelSpec> catalogue() {
+        return Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec);
+    }
+
     /** The catalogue's kernels computing the same function as {@code wanted} (problem, epilogue, target). */
     private static List<KernelSpec> sameProblemAndEpilogue(KernelSpec wanted) {
-        return Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
+        return catalogue()
                 .filter(k -> k.problem().equals(wanted.problem()) && k.epilogue().equals(wanted.epilogue())
                         && k.target() == wanted.target())
                 .toList();
@@ -1491,7 +1496,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      */
     private static java.util.stream.Stream<Schedule<?>> carriedSchedules(KernelSpec wanted) {
         WeightFormat format = ((Problem.ExpertProblem) wanted.problem()).weights();
-        return Arrays.stream(dev.moeforge.generated.BuiltinKernel.values()).map(dev.moeforge.generated.BuiltinKernel::spec)
+        return catalogue()
                 .filter(k -> k.target() == wanted.target() && k.problem().getClass() == wanted.problem().getClass())
                 .sorted(java.util.Comparator.comparing(k -> ((Problem.ExpertProblem) k.problem()).weights().equals(format) ? 0 : 1))
                 .<Schedule<?>>map(KernelSpec::schedule).distinct();

@@ -177,13 +177,9 @@ public final class ReferenceDecoder implements TokenModel {
             weights[j] = (float) chosen.values()[j];
         }
         Routing routing = new Routing(1, c.topk(), chosen.ids(), weights);
-        if (!expertActivationsQuantised) {
-            double[] inter = ExpertReference.gateUp(b.gateUp(), b.gateUpEpilogue(), h, moe.gateUp(), routing).exact();
-            return ExpertReference.down(b.down(), b.downEpilogue(), inter, moe.down(), routing).exact();
-        }
-        double[] x = Fp8ActivationRows.quantise(h, 1, c.hidden());
-        double[] inter = Fp8ActivationRows.quantise(ExpertReference.gateUp(b.gateUp(), b.gateUpEpilogue(), x, moe.gateUp(), routing)
-                .exact(), c.topk(), c.expertIntermediate());
+        double[] inter = expertActivationsQuantised
+                ? ExpertReference.quantisedInter(b.gateUp(), b.gateUpEpilogue(), h, moe.gateUp(), routing)
+                : ExpertReference.gateUp(b.gateUp(), b.gateUpEpilogue(), h, moe.gateUp(), routing).exact();
         return ExpertReference.down(b.down(), b.downEpilogue(), inter, moe.down(), routing).exact();
     }
 

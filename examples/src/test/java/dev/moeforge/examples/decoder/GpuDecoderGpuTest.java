@@ -8,8 +8,6 @@ import dev.moeforge.checkpoint.Checkpoint;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.nio.file.Path;
-import java.util.ArrayList;
-import java.util.List;
 import java.util.Locale;
 import java.util.Optional;
 import dev.moeforge.dsl.ir.WeightFormat;
@@ -60,13 +58,6 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     }
 
     /**
-     * The tiny Qwen3 widened to H = I = 128, the narrowest geometry FP8 block weights' W8A8 tiles take
-     * (whole 128 x 128 scale blocks and activation groups of 128).
-     */
-    static final ModelPreset WIDE_QWEN3 = new ModelPreset("tiny-128", Architecture.QWEN3_MOE, 128, 128, 256, 2, 4, 2, 32,
-            8, 2, List.of(), 0, 0, 4096);
-
-    /**
      * FP8 block experts (the format of Qwen3's FP8 checkpoints): the prompt on the W8A8 prefill tiles,
      * then decode steps on one-token W8A16 kernels (1 sequence) or on the 16-pair W8A8 tiles carried
      * from the catalogue (8 sequences); the reference quantises the experts' activations wherever
@@ -75,7 +66,7 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     @ParameterizedTest
     @CsvSource({"1, true, false", "8, true, true"})
     void fp8BlockExpertsWhereTheirKernelsQuantiseActivations(int batch, boolean promptW8a8, boolean stepW8a8) {
-        compare(RandomModelTest.written(WIDE_QWEN3), Optional.of(WeightFormat.FP8_BLOCK128), PROMPT_LENGTH + STEPS + 1, batch,
+        compare(RandomModelTest.written(RandomModelTest.WIDE_QWEN3), Optional.of(WeightFormat.FP8_BLOCK128), PROMPT_LENGTH + STEPS + 1, batch,
                 PROMPT_LENGTH, GpuDecoder.PROMPT_CHUNK, gpu -> {
                     assertEquals(promptW8a8, gpu.expertsQuantiseActivations(true), "the prompt's experts multiply FP8 activations");
                     assertEquals(stepW8a8, gpu.expertsQuantiseActivations(false), "the steps' experts multiply FP8 activations");

@@ -280,7 +280,7 @@ class GpuDecoderKernelsTest {
                         GateUpLayout.STACKED, false), Target.SM_90A, batch));
                 assertFileHolds("builtin-fp8-b" + batch + ".moe", GpuDecoder.Kernels.of(builtin, MoeBlock.of(builtin,
                         WeightFormat.FP8_BLOCK128, GateUpLayout.STACKED, false), Target.SM_90A, batch));
-                ModelConfig wide = ModelConfig.read(RandomModelTest.written(GpuDecoderGpuTest.WIDE_QWEN3));
+                ModelConfig wide = ModelConfig.read(RandomModelTest.written(RandomModelTest.WIDE_QWEN3));
                 assertFileHolds("qwen3_moe-tiny128-fp8-b" + batch + ".moe", GpuDecoder.Kernels.of(wide, MoeBlock.of(wide,
                         WeightFormat.FP8_BLOCK128, GateUpLayout.STACKED, false), Target.SM_90A, batch));
             }

@@ -32,6 +32,13 @@ import org.junit.jupiter.params.provider.EnumSource;
 public class RandomModelTest {
     private static final long SHARD = 5_000_000_000L;
 
+    /**
+     * The tiny Qwen3 widened to H = I = 128, the narrowest geometry FP8 block weights' W8A8 tiles take
+     * (whole 128 x 128 scale blocks and activation groups of 128).
+     */
+    public static final ModelPreset WIDE_QWEN3 = new ModelPreset("tiny-128", Architecture.QWEN3_MOE, 128, 128, 256, 2, 4, 2, 32,
+            8, 2, List.of(), 0, 0, 4096);
+
     /** Each preset's model, seed 0, written once per test JVM (the tiny ones 40 MB and about a second each). */
     private static final Map<ModelPreset, Path> WRITTEN = new java.util.HashMap<>();
     private static Path tinyRoot;
