@@ -2,7 +2,7 @@
 //
 // kernel gpt_oss_20b_shape_gate_up_m64 {
 //   problem expert_gate_up(hidden=2880, intermediate=2880, experts=32, topk=4, weights=bf16, activations=bf16, layout=interleaved)
-//   schedule expert_centric(block_m=64, block_n=64, block_k=64, warps_m=2, warps_n=2, stages=4, group_m=8, wgmma=false, atomic_combine=false, tma=false, producer=false, combine_kernel=false)
+//   schedule expert_centric(block_m=64, block_n=64, block_k=64, warps_m=2, warps_n=2, stages=4, group_m=8, wgmma=false, atomic_combine=false, tma=false, producer=false, combine_kernel=false, swap_ab=false)
 //   epilogue store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 //   target sm_90a
 // }
@@ -39,6 +39,7 @@ struct Config {
   static constexpr bool kCombineKernel = false;
   static constexpr bool kTma = false;
   static constexpr int kProducerWarps = 0;
+  static constexpr bool kSwapAb = false;
   static constexpr int kThreadsPerCta = 128;
   static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kSharedBytes = 98816;

@@ -2,7 +2,7 @@
 //
 // kernel qwen3_prefill_down_tma {
 //   problem expert_down(hidden=2048, intermediate=768, experts=128, topk=8, weights=bf16, activations=bf16)
-//   schedule expert_centric(block_m=128, block_n=256, block_k=64, warps_m=8, warps_n=1, stages=4, group_m=8, wgmma=true, atomic_combine=false, tma=true, producer=false, combine_kernel=false)
+//   schedule expert_centric(block_m=128, block_n=256, block_k=64, warps_m=8, warps_n=1, stages=4, group_m=8, wgmma=true, atomic_combine=false, tma=true, producer=false, combine_kernel=false, swap_ab=false)
 //   epilogue store(combine(acc), dtype=bf16)
 //   target sm_90a
 // }
@@ -38,6 +38,7 @@ struct Config {
   static constexpr bool kCombineKernel = false;
   static constexpr bool kTma = true;
   static constexpr int kProducerWarps = 0;
+  static constexpr bool kSwapAb = false;
   static constexpr int kThreadsPerCta = 256;
   static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kSharedBytes = 198688;

@@ -2,7 +2,7 @@
 //
 // kernel qwen3_prefill_gate_up_producer {
 //   problem expert_gate_up(hidden=2048, intermediate=768, experts=128, topk=8, weights=bf16, activations=bf16, layout=stacked)
-//   schedule expert_centric(block_m=64, block_n=128, block_k=64, warps_m=4, warps_n=2, stages=5, group_m=8, wgmma=true, atomic_combine=false, tma=true, producer=true, combine_kernel=false)
+//   schedule expert_centric(block_m=64, block_n=128, block_k=64, warps_m=4, warps_n=2, stages=5, group_m=8, wgmma=true, atomic_combine=false, tma=true, producer=true, combine_kernel=false, swap_ab=false)
 //   epilogue store(gated(silu, acc(gate), acc(up)), dtype=bf16)
 //   target sm_90a
 // }
@@ -39,6 +39,7 @@ struct Config {
   static constexpr bool kCombineKernel = false;
   static constexpr bool kTma = true;
   static constexpr int kProducerWarps = 4;
+  static constexpr bool kSwapAb = false;
   static constexpr int kThreadsPerCta = 384;
   static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kSharedBytes = 206416;

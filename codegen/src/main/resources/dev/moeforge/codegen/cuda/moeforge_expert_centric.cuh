@@ -155,6 +155,9 @@ struct ExpertTileShape {
   static constexpr int WM = Config::kWarpsM, WN = Config::kWarpsN, S = Config::kStages, GM = Config::kGroupM;
   static constexpr bool kWgmma = Config::kWgmma;
   static constexpr bool kTma = Config::kTma;  // weight tiles by the copy engine
+  // swap-AB (wgmma, bf16): the tile's weight rows are the MMA's M side, 64 a slab, and its BM pairs the
+  // N side; every warp takes all the pairs, warpgroups split the weight rows
+  static constexpr bool kSwapAb = Config::kSwapAb;
   // producer warps after the MMA warps fill the stages (activation rows by cp.async, weight tiles by
   // the copy engine) and stage barriers replace the block barrier of each slice
   static constexpr int kProducerThreads = 32 * Config::kProducerWarps;
@@ -178,7 +181,9 @@ struct ExpertTileShape {
   static constexpr int kThreads = kMmaThreads + kProducerThreads;
   static constexpr int kCopyThreads = kProducer ? kProducerThreads : kThreads;  // the threads that issue the cp.async copies
   static constexpr int TM = BM / WM, TN = kRows / WN;  // one warp's part of the tile
-  static constexpr int FM = TM / 16, FN = TN / 8;      // its m16 and n8 fragments
+  // its m16 and n8 fragments; swap-AB: m16 along its weight rows (one per 64-row slab), n8 along the pairs
+  static constexpr int FM = kSwapAb ? TN / 16 : TM / 16, FN = kSwapAb ? BM / 8 : TN / 8;
+  static constexpr int kSwapGroupRows = kSwapAb ? kRows / (WN / 4) : 0;  // swap-AB: a warpgroup's weight rows
   static constexpr int kRowBytes = BK * kElementBytes;  // a staged row of a slice
   static constexpr int P = kRowBytes / 16;              // its 16-byte pieces
   static constexpr int kCodeRowBytes = kFourBit ? BK / 2 : 0;                  // a weight row's codes in a slice
@@ -203,7 +208,8 @@ struct ExpertTileShape {
   static constexpr int kKTiles = ceil_div(kReduce, BK);
   static constexpr int kNTiles = ceil_div(kOutputs, BN);
   static constexpr int kBuckets = GATE_UP ? E : E + 1;  // gate_up skips the ids outside [0, E)
-  static_assert(BM % 16 == 0 && TM % 16 == 0 && WM * TM == BM, "a warp owns whole m16 rows of the tile");
+  static_assert(kSwapAb ? BM % 8 == 0 && WM == 1 : BM % 16 == 0 && TM % 16 == 0 && WM * TM == BM,
+                "a warp owns whole m16 rows of the tile (swap-AB: every pair, in n8 columns)");
   static_assert(TN % 16 == 0 && WN * TN == kRows, "a warp owns whole pairs of n8 columns of the tile");
   static_assert(kRowBytes == 64 || kRowBytes == 128 || kRowBytes == 256, "a staged row is 4, 8 or 16 16-byte pieces");
   static_assert(BN % 8 == 0 && kReduce % 8 == 0 && kOutputs % 8 == 0, "rows move in 16-byte pieces");
@@ -214,8 +220,11 @@ struct ExpertTileShape {
   static_assert(!kFp8 || TN % 128 == 0 || 128 % TN == 0, "fp8: a warp's columns cover whole scale blocks or lie in one");
   static_assert(!kFourBit || (!kTma && !kWgmma && (BK == 64 || BK == 128) && kReduce % BK == 0 && kScaleRowBytes >= 4),
                 "4-bit weights: mma.sync on cp.async stages, slices of 64 or 128 in whole slices of K, 4 or 8 scale bytes a row");
-  static_assert(!kWgmma || (kRowBytes == 128 && (WN == 1 || WN == 2) && TM == 16 && WM % 4 == 0 && TN % 64 == 0 && TN <= 256 && S >= 3),
+  static_assert(!kWgmma || kSwapAb || (kRowBytes == 128 && (WN == 1 || WN == 2) && TM == 16 && WM % 4 == 0 && TN % 64 == 0 && TN <= 256 && S >= 3),
                 "wgmma: 128-byte rows, a warpgroup per 64 rows owning every weight row or half of them, at least three stages");
+  static_assert(!kSwapAb || (kWgmma && !kFp8 && !kFourBit && kRowBytes == 128 && (WN == 4 || WN == 8) && kSwapGroupRows % 64 == 0 &&
+                             (BM == 8 || BM == 16 || BM == 32 || BM == 64) && S >= 3),
+                "swap-AB: wgmma on bf16, one or two warpgroups of whole 64-row slabs, 8 to 64 pairs, at least three stages");
   static_assert(!kProducer || (kWgmma && kTma), "the producer feeds wgmma tiles whose weights come by the copy engine");
   static_assert(Config::kThreadsPerCta == kThreads, "the block is the warps the schedule names");
   static_assert(Config::kSharedBytes == kSharedBytes, "the schedule's Layout (Java) and ExpertTileShape disagree on shared memory");
@@ -777,11 +786,16 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-// The operands of one warpgroup MMA over N weight rows: N / 2 accumulators per thread, then the descriptors.
+// The operands of one warpgroup MMA over N columns: N / 2 accumulators per thread, then the descriptors.
+#define MF_WGMMA_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define MF_WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define MF_WGMMA_D16(i) MF_WGMMA_D8(i), MF_WGMMA_D8(i + 8)
 #define MF_WGMMA_D32(i) MF_WGMMA_D8(i), MF_WGMMA_D8(i + 8), MF_WGMMA_D8(i + 16), MF_WGMMA_D8(i + 24)
 #define MF_WGMMA_D64 MF_WGMMA_D32(0), MF_WGMMA_D32(32)
 #define MF_WGMMA_D128 MF_WGMMA_D64, MF_WGMMA_D32(64), MF_WGMMA_D32(96)
+#define MF_WGMMA_N8 "{%0, %1, %2, %3}, %4, %5"
+#define MF_WGMMA_N16 "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9"
+#define MF_WGMMA_N32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17"
 #define MF_WGMMA_N64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33"
 #define MF_WGMMA_N128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65"
 #define MF_WGMMA_N256 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129"
@@ -799,10 +813,20 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 // += A (64 x k) B (N x k)^T for one k step, both K-major in shared memory: k16 of bf16, or with FP8
 // k32 of E4M3. One instruction over all the tile's weight rows: A is read from shared memory once per
 // N columns, not once per 64.
+// Swap-AB tiles take A from a 64-row slab of weight rows and B from their 8 to 64 pairs.
 template <int N, bool FP8>
 __device__ __forceinline__ void wgmma_m64(float* d, uint64_t a, uint64_t b) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma over 64, 128 or 256 weight rows");
+  static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 256, "wgmma over 8 to 256 columns");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (N == 8) {
+    MF_WGMMA("m64n8", MF_WGMMA_N8, MF_WGMMA_D4(0))
+  }
+  if constexpr (N == 16) {
+    MF_WGMMA("m64n16", MF_WGMMA_N16, MF_WGMMA_D8(0))
+  }
+  if constexpr (N == 32) {
+    MF_WGMMA("m64n32", MF_WGMMA_N32, MF_WGMMA_D16(0))
+  }
   if constexpr (N == 64) {
     MF_WGMMA("m64n64", MF_WGMMA_N64, MF_WGMMA_D32(0))
   }
@@ -820,31 +844,58 @@ __device__ __forceinline__ void wgmma_m64(float* d, uint64_t a, uint64_t b) {
 #undef MF_WGMMA_N256
 #undef MF_WGMMA_N128
 #undef MF_WGMMA_N64
+#undef MF_WGMMA_N32
+#undef MF_WGMMA_N16
+#undef MF_WGMMA_N8
 #undef MF_WGMMA_D128
 #undef MF_WGMMA_D64
 #undef MF_WGMMA_D32
+#undef MF_WGMMA_D16
 #undef MF_WGMMA_D8
+#undef MF_WGMMA_D4
 
-// A warpgroup's rows in a stage (byte offsets): its 64 pairs and its weight rows. multiply issues one
-// slice's MMAs from `stage` as one committed group, into acc (bf16) or into part, to be scaled (fp8).
+// A warpgroup's rows in a stage (byte offsets): its 64 pairs and its weight rows (swap-AB: every pair,
+// and its slabs of 64 weight rows). multiply issues one slice's MMAs from `stage` as one committed
+// group, into acc (bf16) or into part, to be scaled (fp8).
 template <class T>
 struct WarpgroupRows {
   uint32_t a, w;  // byte offsets in a stage
   __device__ __forceinline__ WarpgroupRows() {
     const int group = threadIdx.x >> 7;
-    a = group % (T::BM / 64) * 64 * 128;
-    w = (T::BM + group / (T::BM / 64) * T::TN) * 128;
+    if constexpr (T::kSwapAb) {
+      a = 0;
+      w = (T::BM + group * T::kSwapGroupRows) * 128;
+    } else {
+      a = group % (T::BM / 64) * 64 * 128;
+      w = (T::BM + group / (T::BM / 64) * T::TN) * 128;
+    }
   }
   __device__ __forceinline__ void multiply(float (&acc)[T::FM][T::FN][4], float (&part)[T::FM][T::FN][4], uint32_t stage) const {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {
-      wgmma_m64<T::TN, T::kFp8>(T::kFp8 ? &part[0][0][0] : &acc[0][0][0], wgmma_descriptor(stage + a + kk * 32),
-                                wgmma_descriptor(stage + w + kk * 32));
+      if constexpr (T::kSwapAb) {  // slab f: weight rows [64 f, 64 f + 64) of the warpgroup's, times every pair
+#pragma unroll
+        for (int f = 0; f < T::FM; ++f) {
+          wgmma_m64<T::BM, false>(&acc[f][0][0], wgmma_descriptor(stage + w + f * 64 * 128 + kk * 32),
+                                  wgmma_descriptor(stage + a + kk * 32));
+        }
+      } else {
+        wgmma_m64<T::TN, T::kFp8>(T::kFp8 ? &part[0][0][0] : &acc[0][0][0], wgmma_descriptor(stage + a + kk * 32),
+                                  wgmma_descriptor(stage + w + kk * 32));
+      }
     }
     wgmma_commit();
   }
 };
+
+// Swap-AB: the tile weight row of this thread's sums acc[f][.][2 h + .] (rows g and g + 8 of its warp's
+// 16 in slab f of its warpgroup's); their pair columns are 8 j + 2 t + c, as mma.sync's n8 fragments.
+template <class T>
+__device__ __forceinline__ int swap_tile_row(int f, int h) {
+  const int lane = threadIdx.x & 31;
+  return (threadIdx.x >> 7) * T::kSwapGroupRows + 64 * f + 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2) + 8 * h;
+}
 
 // Whether a warpgroup's 64 rows (row block `block` of the tile) hold a pair: the one rule the MMA warps
 // skip by and the stage barriers count by. Row block 0 always does.
@@ -856,6 +907,7 @@ __device__ __forceinline__ bool row_block_live(const int* table, int block) {
 // The MMA warps with a pair in their rows (4 a live warpgroup): the count each stage's `empty` barrier waits for.
 template <class T>
 __device__ __forceinline__ uint32_t live_mma_warps(const int* table) {
+  if constexpr (T::kSwapAb) return T::WN;  // every warp takes all the pairs
   uint32_t live = 0;
 #pragma unroll
   for (int m = 0; m < T::BM / 64; ++m) live += row_block_live<T>(table, m) ? 4 * T::WN : 0;
@@ -1051,7 +1103,32 @@ __device__ __forceinline__ void gate_up_expert_tiles(const A* __restrict__ a, co
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
   __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(pipe);
-  if (threadIdx.x < T::kMmaThreads) {  // the MMA warps' sums (not the producer's)
+  if constexpr (T::kSwapAb) {
+    // a neuron's gate row (even tile row) and up row (the next) sit in lanes 4 apart: the gate's lane
+    // takes the up sum from its neighbour and stores the activation for its pair columns
+    if (threadIdx.x < T::kMmaThreads) {
+#pragma unroll
+      for (int f = 0; f < T::FM; ++f)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int local = swap_tile_row<T>(f, h) >> 1;
+          const int neuron = n0 + local;
+          const bool real = neuron < I;
+          const float gate_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, gate_row_of<L>(neuron, I)) : 0.0f;
+          const float up_bias = real ? load_bias<BIAS, 2 * I>(w_gate_up, e, up_row_of<L>(neuron, I)) : 0.0f;
+#pragma unroll
+          for (int j = 0; j < T::FN; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const float up = __shfl_xor_sync(kFullMask, acc[f][j][2 * h + c], 4);
+              if ((g & 1) == 0) {
+                const float v = epi(add_bias<BIAS>(acc[f][j][2 * h + c], gate_bias), add_bias<BIAS>(up, up_bias));
+                out[(8 * j + 2 * t + c) * T::kOutStride + local] = __float2bfloat16_rn(v);
+              }
+            }
+        }
+    }
+  } else if (threadIdx.x < T::kMmaThreads) {  // the MMA warps' sums (not the producer's)
 #pragma unroll
     for (int j = 0; j < T::FN; ++j) {
       const int local = (col0 + 8 * j + 2 * t) >> 1;  // the neuron of this thread's (gate, up) pair
@@ -1193,7 +1270,30 @@ __device__ __forceinline__ void down_expert_centric(const A* __restrict__ inter,
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
   float* out = reinterpret_cast<float*>(pipe);
-  if (threadIdx.x < T::kMmaThreads) {  // the MMA warps' sums (not the producer's)
+  if constexpr (T::kSwapAb) {  // this thread's sums are outputs swap_tile_row of pairs 8 j + 2 t + c
+    if (threadIdx.x < T::kMmaThreads) {
+      float weight[T::FN][2];
+#pragma unroll
+      for (int j = 0; j < T::FN; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int pair = table[8 * j + 2 * t + c];
+          weight[j][c] = routed && pair >= 0 ? __ldg(topk_weights + pair) : 0.0f;
+        }
+#pragma unroll
+      for (int f = 0; f < T::FM; ++f)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int col = swap_tile_row<T>(f, h);
+          const bool real = routed && n0 + col < H;
+          const float b = real ? load_bias<BIAS, H>(w_down, e, n0 + col) : 0.0f;
+#pragma unroll
+          for (int j = 0; j < T::FN; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) out[(8 * j + 2 * t + c) * T::kOutStride + col] = weight[j][c] * add_bias<BIAS>(acc[f][j][2 * h + c], b);
+        }
+    }
+  } else if (threadIdx.x < T::kMmaThreads) {  // the MMA warps' sums (not the producer's)
 #pragma unroll
     for (int i = 0; i < T::FM; ++i)
 #pragma unroll

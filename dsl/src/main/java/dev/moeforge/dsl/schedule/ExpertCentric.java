@@ -35,7 +35,7 @@ import java.util.Optional;
  * scales (a quarter of bf16's bytes), which the block decodes into one bf16 slice of weight rows
  * before its MMAs; the tensor's factor multiplies the sums in the epilogue.
  *
- * @param blockM  pairs per tile (the mma's M side), a multiple of 16
+ * @param blockM  pairs per tile (the mma's M side), a multiple of 16 (with swap_ab the N side: 8, 16, 32 or 64)
  * @param blockN  outputs per tile: gate_up neurons (twice as many weight rows), down hidden units
  * @param blockK  K slice per pipeline stage: 32, 64 or 128 elements (fp8: 128, one scale block; nvfp4: 64 or
  *                128; mxfp4: 128, so that a row's scales of a slice fill one 4-byte copy)
@@ -62,9 +62,13 @@ import java.util.Optional;
  *                its own (the module's {@link #COMBINE_ENTRY} entry point, launched right after) adds each
  *                token's k rows in slot order, the same sums in the same order as the in-tile combine, so
  *                the same y. The tiles then wait on no fence, ticket or reload of partial rows
+ * @param swapAb  with wgmma (bf16 weights): the tile's weight rows are the M side of the warpgroup MMA (64 a
+ *                slab) and its block_m pairs (8, 16, 32 or 64) the N side, so a handful of pairs per expert
+ *                is padded to 8, not to 64 rows; warps_m = 1 and one or two warpgroups (warps_n 4 or 8)
+ *                split the weight rows
  */
 public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
-                            boolean atomicCombine, boolean tma, boolean producer, boolean combineKernel)
+                            boolean atomicCombine, boolean tma, boolean producer, boolean combineKernel, boolean swapAb)
         implements Schedule<Problem.ExpertProblem> {
 
     public static final ScheduleKind<ExpertCentric, Problem.ExpertProblem> KIND = new ScheduleKind<>("expert_centric",
@@ -90,48 +94,54 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /** On mma.sync, with the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, false, false, false, false, false, false);
     }
 
     /** With the ordered combine, weights by cp.async. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, false, false, false, false, false);
     }
 
     /** Without producer warps, the combine in the tiles. */
     public ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int warpsN, int stages, int groupM, boolean wgmma,
                          boolean atomicCombine, boolean tma) {
-        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, false, false);
+        this(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, false, false, false);
     }
 
     /** This schedule with another GROUP_M, everything else the same. */
     public ExpertCentric withGroupM(int groupM) {
         return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
-                combineKernel);
+                combineKernel, swapAb);
     }
 
     /** This schedule with down's atomic combine (or the ordered one), everything else the same. */
     public ExpertCentric withAtomicCombine(boolean atomicCombine) {
         return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
-                combineKernel);
+                combineKernel, swapAb);
     }
 
     /** This schedule with its weight tiles by the tensor memory accelerator (or not), everything else the same. */
     public ExpertCentric withTma(boolean tma) {
         return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
-                combineKernel);
+                combineKernel, swapAb);
     }
 
     /** This schedule with a producer warpgroup filling the stages (or not), everything else the same. */
     public ExpertCentric withProducer(boolean producer) {
         return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
-                combineKernel);
+                combineKernel, swapAb);
     }
 
     /** This schedule with down's slots added by a kernel of their own after the tiles (or in them), everything else the same. */
     public ExpertCentric withCombineKernel(boolean combineKernel) {
         return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
-                combineKernel);
+                combineKernel, swapAb);
+    }
+
+    /** This schedule with the weight rows on the warpgroup MMA's M side and the pairs on its N side (or not). */
+    public ExpertCentric withSwapAb(boolean swapAb) {
+        return new ExpertCentric(blockM, blockN, blockK, warpsM, warpsN, stages, groupM, wgmma, atomicCombine, tma, producer,
+                combineKernel, swapAb);
     }
 
     /** Warps of a block: the MMA warps, and the producer's. */
@@ -152,7 +162,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /**
      * mma.sync: tiles of 16-128 pairs and 16-256 outputs, slices of 32-128, warp grids of up to 8
-     * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages;
+     * warps, 2-5 stages, GROUP_M 1, 8 or 32; on sm_90a also wgmma: one or two warpgroups, 3-5 stages, and
+     * swap-AB tiles of 8 to 64 pairs with one or two warpgroups over the weight rows (weights by the copy engine);
      * each with weights by cp.async or by the tensor memory accelerator, and the wgmma tiles whose
      * weights come by the tensor memory accelerator also with a producer warpgroup. With FP8 weights
      * only the tiles of 128-byte slices, as W8A8 tiles of 128 codes by the tensor memory accelerator.
@@ -162,11 +173,16 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     private static List<ExpertCentric> space(Problem.ExpertProblem problem, Target target) {
         List<ExpertCentric> copies = new ArrayList<>(ScheduleRules.grid(KIND, List.of(List.of(16, 32, 64, 128),
                 List.of(16, 32, 64, 128, 256), List.of(32, 64, 128), List.of(1, 2, 4), List.of(1, 2, 4, 8), List.of(2, 3, 4, 5),
-                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false), List.of(false), List.of(false))));
+                List.of(1, 8, 32), List.of(false), List.of(false, true), List.of(false), List.of(false), List.of(false),
+                List.of(false))));
         if (target == Target.SM_90A) {
             copies.addAll(ScheduleRules.grid(KIND, List.of(List.of(64, 128), List.of(32, 64, 128, 256), List.of(64), List.of(4, 8),
                     List.of(1, 2), List.of(3, 4, 5), List.of(1, 8, 32), List.of(true), List.of(false, true), List.of(false),
-                    List.of(false), List.of(false))));
+                    List.of(false), List.of(false), List.of(false))));
+            // swap-AB: the weight rows on wgmma's M side, a handful of pairs on its N side; weights by the copy engine
+            copies.addAll(ScheduleRules.grid(KIND, List.of(SWAP_AB_BLOCK_M, List.of(32, 64, 128, 256), List.of(64), List.of(1),
+                    List.of(4, 8), List.of(3, 4, 5), List.of(1, 8), List.of(true), List.of(false), List.of(true), List.of(false),
+                    List.of(false), List.of(true))));
         }
         if (fourBit(problem)) {  // mma.sync on cp.async stages, slices of whole K-blocks' scale words
             return copies.stream().filter(s -> !s.tma()
@@ -175,9 +191,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
         List<ExpertCentric> all = new ArrayList<>(fp8(problem) ? List.of() : copies);
         for (ExpertCentric s : copies) {
-            if (s.blockK() == TMA_BLOCK_K) {  // fp8: the same 128-byte rows hold 128 codes, one scale block
+            if (s.blockK() == TMA_BLOCK_K && !s.tma()) {  // fp8: the same 128-byte rows hold 128 codes, one scale block
                 all.add(new ExpertCentric(s.blockM, s.blockN, swizzledSliceWidth(problem), s.warpsM, s.warpsN, s.stages, s.groupM,
-                        s.wgmma, s.atomicCombine, true));
+                        s.wgmma, s.atomicCombine, true, s.producer, s.combineKernel, s.swapAb));
             }
         }
         List<ExpertCentric> fed = new ArrayList<>();
@@ -198,6 +214,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         }
         return all;
     }
+
+    /** Pairs per tile with swap_ab: the N of a warpgroup MMA over them. */
+    static final List<Integer> SWAP_AB_BLOCK_M = List.of(8, 16, 32, 64);
 
     /** Whether the problem's weights are FP8 in 128 x 128 blocks, which this kind multiplies as W8A8. */
     static boolean fp8(Problem.ExpertProblem problem) {
@@ -251,7 +270,13 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             errors.add(new SpecError("problem.activations", p.activations().text(), "bf16 under " + KIND.name()));
         }
         boolean tileOk = true;
-        if (blockM < 16 || blockM > 256 || blockM % 16 != 0) {
+        if (swapAb) {
+            if (!SWAP_AB_BLOCK_M.contains(blockM)) {
+                errors.add(new SpecError("schedule.block_m", Integer.toString(blockM), "8, 16, 32 or 64 with swap_ab (the pairs are "
+                        + "the N side of a warpgroup MMA)"));
+                tileOk = false;
+            }
+        } else if (blockM < 16 || blockM > 256 || blockM % 16 != 0) {
             errors.add(new SpecError("schedule.block_m", Integer.toString(blockM), "a multiple of 16 (the mma's M) from 16 to 256"));
             tileOk = false;
         }
@@ -270,6 +295,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         range(errors, "schedule.group_m", groupM, 1, 64);
         if (wgmma) {
             checkWgmma(p, target, errors);
+        }
+        if (swapAb) {
+            checkSwapAb(p, errors);
         }
         if (producer && !(wgmma && tma)) {
             errors.add(new SpecError("schedule.producer", "true", "false, or wgmma = true and tma = true: the producer warpgroup "
@@ -296,11 +324,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             return;
         }
         int rows = weightRows(p);
-        if (blockM % (16 * warpsM) != 0) {
+        if (!swapAb && blockM % (16 * warpsM) != 0) {
             errors.add(new SpecError("schedule.warps_m", Integer.toString(warpsM), "a count that splits block_m (" + blockM
                     + ") into whole m16 fragments: block_m / warps_m a multiple of 16"));
         }
-        if (rows % (16 * warpsN) != 0) {
+        if (!swapAb && rows % (16 * warpsN) != 0) {
             errors.add(new SpecError("schedule.warps_n", Integer.toString(warpsN), "a count that splits the tile's " + rows
                     + " weight rows" + (p instanceof Problem.ExpertGateUp ? " (gate and up of block_n neurons)" : "")
                     + " into whole pairs of n8 fragments: rows / warps_n a multiple of 16"));
@@ -334,14 +362,16 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             errors.add(new SpecError("schedule.wgmma", "true", "false on " + target.text()
                     + ": warpgroup MMA is sm_90a's; mma.sync runs on every target"));
         }
-        if (blockM != 64 && blockM != 128) {
+        if (swapAb) {
+            // swap_ab states its own block_m, warps and weight-row rules (checkSwapAb)
+        } else if (blockM != 64 && blockM != 128) {
             errors.add(new SpecError("schedule.block_m", Integer.toString(blockM), "64 or 128 with wgmma (one warpgroup per 64 pairs)"));
         } else if (warpsM != blockM / 16 || (warpsN != 1 && warpsN != 2)) {
             errors.add(new SpecError("schedule", "warps_m = " + warpsM + ", warps_n = " + warpsN, "warps_m = "
                     + blockM / 16 + ", warps_n = 1 or 2 with wgmma (a warpgroup of four warps per 64 pairs owns every weight row,"
                     + " or with warps_n = 2 half of them)"));
         }
-        if (blockN >= 8 && blockN <= 256 && blockN % 8 == 0 && (warpsN == 1 || warpsN == 2)) {
+        if (!swapAb && blockN >= 8 && blockN <= 256 && blockN % 8 == 0 && (warpsN == 1 || warpsN == 2)) {
             int rows = weightRows(p);
             if (rows % (64 * warpsN) != 0 || rows / warpsN > 256) {
                 errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a tile of 64, 128 or 256 weight rows per"
@@ -352,6 +382,36 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (stages < 3) {
             errors.add(new SpecError("schedule.stages", Integer.toString(stages), "3..8 with wgmma (one stage under the MMAs, "
                     + "one they still read, the rest loading)"));
+        }
+    }
+
+    /**
+     * What swap_ab asks: warpgroup MMA (its M side of 64 rows takes the weight rows), bf16 weights, one
+     * warp along the pairs and one or two warpgroups along the weight rows, each warpgroup's rows in
+     * whole slabs of 64.
+     */
+    private void checkSwapAb(Problem.ExpertProblem p, List<SpecError> errors) {
+        if (!wgmma) {
+            errors.add(new SpecError("schedule.swap_ab", "true", "false without wgmma: swap-AB puts the weight rows on the 64-row"
+                    + " side of a warpgroup MMA"));
+        }
+        if (!(p.weights() instanceof WeightFormat.Bf16)) {
+            errors.add(new SpecError("schedule.swap_ab", "true", "false with " + p.weights().text() + " weights (swap-AB tiles"
+                    + " multiply bf16 weights)"));
+        }
+        if (warpsM != 1 || (warpsN != 4 && warpsN != 8)) {
+            errors.add(new SpecError("schedule", "warps_m = " + warpsM + ", warps_n = " + warpsN, "warps_m = 1, warps_n = 4 or 8"
+                    + " with swap_ab (every warp takes all the tile's pairs; one or two warpgroups split the weight rows)"));
+            return;
+        }
+        if (blockN >= 8 && blockN <= 256 && blockN % 8 == 0) {
+            int rows = weightRows(p);
+            int groups = warpsN / 4;
+            if (rows % (64 * groups) != 0) {
+                errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a tile whose " + rows + " weight rows"
+                        + (p instanceof Problem.ExpertGateUp ? " (gate and up of block_n neurons)" : "") + " split into slabs of 64"
+                        + " rows per warpgroup with swap_ab (" + groups + " warpgroup(s) here)"));
+            }
         }
     }
 
@@ -668,7 +728,11 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         List<String> own = new ArrayList<>();
         boolean fp8 = fp8(problem);
         String k = fp8 ? "k32" : "k16";
-        own.add("A block: " + blockM + " routed pairs of one expert x " + rows + " weight rows, " + (wgmma
+        own.add("A block: " + blockM + " routed pairs of one expert x " + rows + " weight rows, " + (swapAb
+                ? (warpsN / 4) + " warpgroup(s) of " + rows / (warpsN / 4) + " weight rows x the " + blockM + " pairs, one wgmma m64n"
+                + blockM + k + " per 64 weight rows and " + k + " step (swap-AB: the weight rows on the MMA's M side, the pairs"
+                + " on its N side)"
+                : wgmma
                 ? (blockM / 64 * warpsN) + " warpgroup(s) of 64 x " + rows / warpsN + ", one wgmma m64n" + rows / warpsN
                 + k + " per " + k + " step from the swizzled stages"
                 : warpsM + " x " + warpsN + " warps of " + (blockM / warpsM) + " x " + (rows / warpsN) + ", mma.sync m16n8" + k)
@@ -719,7 +783,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 ConfigConstant.bool("kAtomicCombine", atomicCombine),
                 ConfigConstant.bool("kCombineKernel", combineKernel),
                 ConfigConstant.bool("kTma", tma),
-                ConfigConstant.integer("kProducerWarps", producer ? PRODUCER_WARPS : 0)),
+                ConfigConstant.integer("kProducerWarps", producer ? PRODUCER_WARPS : 0),
+                ConfigConstant.bool("kSwapAb", swapAb)),
                 notes, 1, 1, Optional.empty(), DeviceLibrary.EXPERT_CENTRIC);
     }
 

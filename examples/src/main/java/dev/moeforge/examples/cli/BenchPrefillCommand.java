@@ -151,7 +151,17 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                     new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true)),
             // the same with down's slots added by the module's combine entry point after the tiles
             withProducer("wg_m128_ws_ck", new ExpertCentric(128, 128, 64, 8, 1, 4, 8, true),
-                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withCombineKernel(true)));
+                    new ExpertCentric(128, 256, 64, 8, 1, 4, 8, true).withCombineKernel(true)),
+            // swap-AB: the weight rows on wgmma's M side, 8 to 64 pairs on its N side; down's slots by the combine launch
+            swapped("sw_m8", new ExpertCentric(8, 64, 64, 1, 4, 4, 1, true), new ExpertCentric(8, 128, 64, 1, 4, 4, 1, true)),
+            swapped("sw_m16", new ExpertCentric(16, 64, 64, 1, 4, 4, 1, true), new ExpertCentric(16, 128, 64, 1, 4, 4, 1, true)),
+            swapped("sw_m16_n128", new ExpertCentric(16, 128, 64, 1, 8, 4, 1, true), new ExpertCentric(16, 256, 64, 1, 8, 4, 1, true)),
+            swapped("sw_m32", new ExpertCentric(32, 64, 64, 1, 4, 4, 1, true), new ExpertCentric(32, 128, 64, 1, 4, 4, 1, true)),
+            swapped("sw_m64", new ExpertCentric(64, 64, 64, 1, 4, 4, 8, true), new ExpertCentric(64, 128, 64, 1, 4, 4, 8, true)),
+            swapped("sw_m16_ws", new ExpertCentric(16, 64, 64, 1, 4, 5, 1, true).withProducer(true),
+                    new ExpertCentric(16, 128, 64, 1, 4, 5, 1, true).withProducer(true)),
+            swapped("sw_m32_ws", new ExpertCentric(32, 128, 64, 1, 8, 5, 8, true).withProducer(true),
+                    new ExpertCentric(32, 128, 64, 1, 4, 5, 8, true).withProducer(true)));
 
     /**
      * W8A8 tile pairs for FP8 block weights: 128-code slices (one scale block each) by the copy engine;
@@ -199,6 +209,10 @@ public final class BenchPrefillCommand implements Callable<Integer> {
 
     private static TilePair withTma(String name, ExpertCentric gateUp, ExpertCentric down) {
         return new TilePair(name, gateUp.withTma(true), down.withTma(true));
+    }
+
+    private static TilePair swapped(String name, ExpertCentric gateUp, ExpertCentric down) {
+        return new TilePair(name, gateUp.withTma(true).withSwapAb(true), down.withTma(true).withSwapAb(true).withCombineKernel(true));
     }
 
     private static TilePair withProducer(String name, ExpertCentric gateUp, ExpertCentric down) {

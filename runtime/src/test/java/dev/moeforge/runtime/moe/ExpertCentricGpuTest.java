@@ -94,7 +94,15 @@ class ExpertCentricGpuTest extends GpuSession {
                     new ExpertCentric(64, 128, 64, 2, 2, 4, 8).withCombineKernel(true)},
             // the catalogue's decode-batch pair as it ships: schedule 13's with down's combine launch
             new ExpertCentric[] {new ExpertCentric(16, 64, 64, 1, 4, 4, 1).withTma(true),
-                    new ExpertCentric(16, 128, 64, 1, 4, 4, 1).withTma(true).withCombineKernel(true)});
+                    new ExpertCentric(16, 128, 64, 1, 4, 4, 1).withTma(true).withCombineKernel(true)},
+            // 21-23, swap-AB: the weight rows on wgmma's M side, 8, 32 and 64 pairs on its N side
+            new ExpertCentric[] {new ExpertCentric(8, 64, 64, 1, 4, 4, 1, true).withTma(true).withSwapAb(true),
+                    new ExpertCentric(8, 128, 64, 1, 4, 4, 1, true).withTma(true).withSwapAb(true)},
+            new ExpertCentric[] {new ExpertCentric(32, 128, 64, 1, 8, 5, 8, true).withTma(true).withProducer(true).withSwapAb(true),
+                    new ExpertCentric(32, 128, 64, 1, 4, 4, 8, true).withTma(true).withProducer(true).withSwapAb(true)
+                            .withCombineKernel(true)},
+            new ExpertCentric[] {new ExpertCentric(64, 32, 64, 1, 4, 3, 1, true).withTma(true).withSwapAb(true),
+                    new ExpertCentric(64, 64, 64, 1, 4, 3, 1, true).withTma(true).withSwapAb(true)});
 
     /** (in the tiles, by the combine entry point): schedules that differ only in down's combine_kernel. */
     static final int[][] COMBINE_TWINS = {{17, 18}, {0, 19}, {13, 20}};
@@ -182,6 +190,12 @@ class ExpertCentricGpuTest extends GpuSession {
         }
         for (int m : new int[] {5, 8, 64}) {  // the decode batches the decoder runs the pair at
             cases.add(new Case(QWEN3_30B, 20, m, RoutingKind.UNIFORM));
+        }
+        for (int schedule : new int[] {21, 22, 23}) {
+            for (int m : new int[] {8, 64, 256}) {
+                cases.add(new Case(QWEN3_30B, schedule, m, RoutingKind.UNIFORM));
+            }
+            cases.add(new Case(GPT_OSS, schedule, 48, RoutingKind.UNIFORM));
         }
         return cases;
     }
