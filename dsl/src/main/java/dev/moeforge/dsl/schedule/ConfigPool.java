@@ -23,13 +23,12 @@ import java.util.List;
  *       warpgroups side by side over 256, 3-5 stages, GROUP_M 1 or 8; those of up to 8 MMA warps
  *       also with a producer warpgroup (4 or 5 stages, GROUP_M 8), which beat their twins from
  *       256 tokens, and down's of those also with its slots added by the combine launch
- *       ({@code combine_kernel}), which was faster again from 256 tokens (bench/NOTES.md);</li>
- *   <li>swap-AB wgmma tiles (sm_90a, bf16): 8 pairs x 128 weight rows and 32 x 256, 4 stages with GROUP_M 1
- *       or 8, and with a producer warpgroup; down's also with the combine launch. Level with the
- *       16-pair mma.sync tiles up to 64 tokens and ahead of them at 256 in `bench prefill` (bench/NOTES.md).</li>
+ *       ({@code combine_kernel}), which was faster again from 256 tokens (bench/NOTES.md).</li>
  * </ul>
  * Tiles with 64-element slices take their weights by the tensor memory accelerator, faster than
- * cp.async at every batch measured; those with 128-element slices stay on cp.async.
+ * cp.async at every batch measured; those with 128-element slices stay on cp.async. Swap-AB tiles
+ * stay out: profiled in the pool (two tile families, 18 configs) they were the fastest half at one
+ * of 72 points, by 0.4% (bench/NOTES.md).
  */
 public final class ConfigPool {
     /** A tile family of the expert-centric pool: pairs, weight rows, slice width and warp grid. */
@@ -37,8 +36,6 @@ public final class ConfigPool {
 
     private static final List<Tile> MMA_SYNC_TILES = List.of(new Tile(16, 128, 64, 1, 4), new Tile(16, 256, 128, 1, 8),
             new Tile(32, 128, 64, 2, 2), new Tile(32, 256, 128, 2, 4), new Tile(64, 128, 64, 2, 2), new Tile(128, 256, 64, 2, 4));
-    /** Swap-AB tiles: 8 pairs x 128 weight rows on one warpgroup, 32 x 256 on two. */
-    private static final List<Tile> SWAP_AB_TILES = List.of(new Tile(8, 128, 64, 1, 4), new Tile(32, 256, 64, 1, 8));
     private static final List<Tile> WGMMA_TILES = List.of(new Tile(64, 128, 64, 4, 1), new Tile(64, 256, 64, 4, 1),
             new Tile(128, 128, 64, 8, 1), new Tile(128, 256, 64, 8, 1), new Tile(64, 256, 64, 4, 2), new Tile(128, 256, 64, 8, 2));
 
@@ -89,19 +86,6 @@ public final class ConfigPool {
                         if (problem instanceof Problem.ExpertDown) {  // prefill tiles: the slots added by a launch of their own
                             proposed.add(fed.withCombineKernel(true));
                         }
-                    }
-                }
-            }
-            for (Tile t : SWAP_AB_TILES) {  // 4 stages, both GROUP_M, and with a producer warpgroup (5 stages)
-                List<ExpertCentric> tiles = new ArrayList<>();
-                for (int groupM : List.of(1, 8)) {
-                    tiles.add(expertCentric(problem, t, 4, groupM, true).withSwapAb(true));
-                }
-                tiles.add(expertCentric(problem, t, 5, 8, true).withSwapAb(true).withProducer(true));
-                for (ExpertCentric tile : tiles) {
-                    proposed.add(tile);
-                    if (problem instanceof Problem.ExpertDown) {
-                        proposed.add(tile.withCombineKernel(true));
                     }
                 }
             }
