@@ -11,6 +11,7 @@ import dev.moeforge.runtime.dispatch.DispatchTable;
 import dev.moeforge.runtime.dispatch.PoolFit;
 import dev.moeforge.runtime.dispatch.WaveCostModel;
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.PrintWriter;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -20,6 +21,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.Callable;
+import java.util.zip.GZIPInputStream;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Parameters;
@@ -38,7 +40,7 @@ import picocli.CommandLine.Spec;
 public final class FitCommand implements Callable<Integer> {
     static final String FILE = "fit.json";
 
-    @Parameters(index = "0", paramLabel = "DIR", description = "The pool's directory, with profile.json from `moeforge profile`.")
+    @Parameters(index = "0", paramLabel = "DIR", description = "The pool's directory, with profile.json from `moeforge profile` (or profile.json.gz, the same gzipped).")
     Path dir;
 
     @Spec
@@ -69,7 +71,7 @@ public final class FitCommand implements Callable<Integer> {
             row.put("terms", terms);
             for (var where : List.of(Map.entry("held_out", fit.heldOut()), Map.entry("profiled", fit.profiled()))) {
                 PoolFit.Regret r = PoolFit.Regret.of(fit.choices(models, where.getValue()));
-                row.put(where.getKey(), Map.of("points", r.points(), "mean", r.mean(), "p95", r.p95(), "max", r.max()));
+                row.put(where.getKey(), JsonObjects.ordered("points", r.points(), "mean", r.mean(), "p95", r.p95(), "max", r.max()));
                 out.printf(Locale.ROOT, "%-6d %-12s %7d %8.2f%% %8.2f%% %8.2f%%%n", terms, where.getKey(), r.points(), 100 * r.mean(),
                         100 * r.p95(), 100 * r.max());
             }
@@ -78,7 +80,7 @@ public final class FitCommand implements Callable<Integer> {
         doc.put("ablation", ablation);
         Map<String, WaveCostModel> models = fit.fit(WaveCostModel.MAX_TERMS);
         Map<String, Object> coefficients = new LinkedHashMap<>();
-        models.forEach((name, m) -> coefficients.put(name, Map.of("a", m.a(), "b", m.b(), "c", m.c(), "d", m.d(), "e", m.e(),
+        models.forEach((name, m) -> coefficients.put(name, JsonObjects.ordered("a", m.a(), "b", m.b(), "c", m.c(), "d", m.d(), "e", m.e(),
                 "terms", m.terms())));
         doc.put("models", coefficients);
         List<PoolFit.Choice> choices = fit.choices(models, fit.heldOut());
@@ -114,9 +116,9 @@ public final class FitCommand implements Callable<Integer> {
         }
         double geomean = vsStatic.isEmpty() ? Double.NaN : Math.exp(logSum / vsStatic.size());
         out.printf(Locale.ROOT, "  geomean %.3fx over %d points, worst %.3fx%n", geomean, vsStatic.size(), worst);
-        doc.put("against_static", Map.of("rows", staticRows, "geomean_speedup", geomean, "worst_speedup", worst));
+        doc.put("against_static", JsonObjects.ordered("rows", staticRows, "geomean_speedup", geomean, "worst_speedup", worst));
         DispatchTable table = DispatchTable.of(fit, models);
-        doc.put("dispatch", Map.of("gate_up", table.gateUp().stream().map(DispatchTable.Row::name).toList(),
+        doc.put("dispatch", JsonObjects.ordered("gate_up", table.gateUp().stream().map(DispatchTable.Row::name).toList(),
                 "down", table.down().stream().map(DispatchTable.Row::name).toList()));
         out.printf(Locale.ROOT, "dispatch candidates (the configs the model picks at some point): %d for gate_up, %d for down%n",
                 table.gateUp().size(), table.down().size());
@@ -158,10 +160,19 @@ public final class FitCommand implements Callable<Integer> {
      */
     static Profiled load(Path dir) throws IOException {
         Path profileFile = dir.resolve(ProfileCommand.FILE);
-        if (!Files.isRegularFile(profileFile)) {
-            throw new IllegalArgumentException(profileFile + " does not exist: run `moeforge profile " + dir + "` on a GPU first");
+        Path gzipped = dir.resolve(ProfileCommand.FILE + ".gz");  // a profile kept compressed (JSON packs about tenfold)
+        JsonNode profile;
+        if (Files.isRegularFile(profileFile)) {
+            profile = new ObjectMapper().readTree(profileFile.toFile());
+        } else if (Files.isRegularFile(gzipped)) {
+            try (InputStream in = new GZIPInputStream(Files.newInputStream(gzipped))) {
+                profile = new ObjectMapper().readTree(in);
+            }
+            profileFile = gzipped;
+        } else {
+            throw new IllegalArgumentException(profileFile + " does not exist (nor " + gzipped.getFileName()
+                    + "): run `moeforge profile " + dir + "` on a GPU first");
         }
-        JsonNode profile = new ObjectMapper().readTree(profileFile.toFile());
         if (!ProfileCommand.FORMAT.equals(profile.path("format").asText())) {
             throw new IllegalArgumentException(profileFile + " is not a profile of this version (format " + profile.path("format").asText()
                     + ", expected " + ProfileCommand.FORMAT + ")");

@@ -147,7 +147,7 @@ public final class PoolCommand implements Callable<Integer> {
         Files.writeString(moe, kernels.toString());
         Map<String, Object> doc = new LinkedHashMap<>();
         doc.put("model", name);
-        doc.put("shape", Map.of("hidden", shape.hidden(), "intermediate", shape.intermediate(), "experts", shape.experts(),
+        doc.put("shape", JsonObjects.ordered("hidden", shape.hidden(), "intermediate", shape.intermediate(), "experts", shape.experts(),
                 "topk", shape.topk(), "layout", layout.text()));
         doc.put("format", weights.text());
         doc.put("target", t.text());

@@ -135,6 +135,17 @@ class FitCommandTest {
             assertArrayEquals(new byte[] {(byte) 0x89, 'P', 'N', 'G'}, head, png + " is a PNG");
         }
         assertTrue(run.out().contains("routing-aware dispatch against the static pair per batch"), run.out());
+        // the same profile kept gzipped: the same fit
+        Path json = dir.resolve(ProfileCommand.FILE);
+        try (var out = new java.util.zip.GZIPOutputStream(Files.newOutputStream(dir.resolve(ProfileCommand.FILE + ".gz")))) {
+            Files.copy(json, out);
+        }
+        Files.delete(json);
+        String plain = Files.readString(dir.resolve(FitCommand.FILE));
+        Files.delete(dir.resolve(FitCommand.FILE));
+        CliRun gzipped = CliRun.of("fit", dir.toString());
+        assertEquals(0, gzipped.exitCode(), gzipped.err() + gzipped.out());
+        assertEquals(plain, Files.readString(dir.resolve(FitCommand.FILE)), "the fit of the gzipped profile");
     }
 
     @Test
