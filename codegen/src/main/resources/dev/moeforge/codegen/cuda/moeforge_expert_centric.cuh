@@ -183,7 +183,7 @@ struct ExpertTileShape {
   static constexpr int TM = BM / WM, TN = kRows / WN;  // one warp's part of the tile
   // its m16 and n8 fragments; swap-AB: m16 along its weight rows (one per 64-row slab), n8 along the pairs
   static constexpr int FM = kSwapAb ? TN / 16 : TM / 16, FN = kSwapAb ? BM / 8 : TN / 8;
-  static constexpr int kSwapGroupRows = kSwapAb ? kRows / (WN / 4) : 0;  // swap-AB: a warpgroup's weight rows
+  static constexpr int kSwapGroupRows = kSwapAb && WN >= 4 ? kRows / (WN / 4) : 0;  // swap-AB: a warpgroup's weight rows
   static constexpr int kRowBytes = BK * kElementBytes;  // a staged row of a slice
   static constexpr int P = kRowBytes / 16;              // its 16-byte pieces
   static constexpr int kCodeRowBytes = kFourBit ? BK / 2 : 0;                  // a weight row's codes in a slice

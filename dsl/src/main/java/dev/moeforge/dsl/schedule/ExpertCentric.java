@@ -49,7 +49,7 @@ import java.util.Optional;
  * @param wgmma   sm_90a only: Hopper's warpgroup MMA ({@code wgmma.mma_async}, operands straight from the
  *                swizzled stages) instead of {@code mma.sync}: a warpgroup of four warps per 64 pairs
  *                (warps_m = block_m / 16), owning every weight row of the tile (warps_n = 1) or one half
- *                (warps_n = 2), block_k 64, at least three stages
+ *                (warps_n = 2), block_k 64, at least three stages; with swap_ab its own warps (below)
  * @param tma     the weight tile of each slice comes by the tensor memory accelerator (one
  *                {@code cp.async.bulk.tensor} per slice from one thread, completion on an mbarrier) instead of
  *                every thread's 16-byte cp.async; the gathered activation rows stay on cp.async. block_k 64
@@ -408,9 +408,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             int rows = weightRows(p);
             int groups = warpsN / 4;
             if (rows % (64 * groups) != 0) {
-                errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a tile whose " + rows + " weight rows"
-                        + (p instanceof Problem.ExpertGateUp ? " (gate and up of block_n neurons)" : "") + " split into slabs of 64"
-                        + " rows per warpgroup with swap_ab (" + groups + " warpgroup(s) here)"));
+                errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a tile whose weight rows"
+                        + (p instanceof Problem.ExpertGateUp ? " (gate and up of block_n neurons)" : "") + " are a multiple of "
+                        + 64 * groups + " with swap_ab (whole slabs of 64 rows for each of the " + groups + " warpgroup(s); "
+                        + rows + " here)"));
             }
         }
     }
