@@ -27,8 +27,7 @@ import java.util.List;
  * </ul>
  * Tiles with 64-element slices take their weights by the tensor memory accelerator, faster than
  * cp.async at every batch measured; those with 128-element slices stay on cp.async. Swap-AB tiles
- * stay out: profiled in the pool (two tile families, 18 configs) they were the fastest half at one
- * of 72 points, by 0.4% (bench/NOTES.md).
+ * stay out: profiled in the pool they were almost never the fastest half (bench/NOTES.md, "Swap-AB").
  */
 public final class ConfigPool {
     /** A tile family of the expert-centric pool: pairs, weight rows, slice width and warp grid. */

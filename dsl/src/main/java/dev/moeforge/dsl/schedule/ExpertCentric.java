@@ -62,7 +62,7 @@ import java.util.Optional;
  *                its own (the module's {@link #COMBINE_ENTRY} entry point, launched right after) adds each
  *                token's k rows in slot order, the same sums in the same order as the in-tile combine, so
  *                the same y. The tiles then wait on no fence, ticket or reload of partial rows
- * @param swapAb  with wgmma (bf16 weights): the tile's weight rows are the M side of the warpgroup MMA (64 a
+ * @param swapAb  with wgmma and tma (bf16 weights): the tile's weight rows are the M side of the warpgroup MMA (64 a
  *                slab) and its block_m pairs (8, 16, 32 or 64) the N side, so a handful of pairs per expert
  *                is padded to 8, not to 64 rows; warps_m = 1 and one or two warpgroups (warps_n 4 or 8)
  *                split the weight rows
@@ -362,16 +362,21 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             errors.add(new SpecError("schedule.wgmma", "true", "false on " + target.text()
                     + ": warpgroup MMA is sm_90a's; mma.sync runs on every target"));
         }
+        if (stages < 3) {
+            errors.add(new SpecError("schedule.stages", Integer.toString(stages), "3..8 with wgmma (one stage under the MMAs, "
+                    + "one they still read, the rest loading)"));
+        }
         if (swapAb) {
-            // swap_ab states its own block_m, warps and weight-row rules (checkSwapAb)
-        } else if (blockM != 64 && blockM != 128) {
+            return;  // swap_ab states its own block_m, warps and weight-row rules (checkSwapAb)
+        }
+        if (blockM != 64 && blockM != 128) {
             errors.add(new SpecError("schedule.block_m", Integer.toString(blockM), "64 or 128 with wgmma (one warpgroup per 64 pairs)"));
         } else if (warpsM != blockM / 16 || (warpsN != 1 && warpsN != 2)) {
             errors.add(new SpecError("schedule", "warps_m = " + warpsM + ", warps_n = " + warpsN, "warps_m = "
                     + blockM / 16 + ", warps_n = 1 or 2 with wgmma (a warpgroup of four warps per 64 pairs owns every weight row,"
                     + " or with warps_n = 2 half of them)"));
         }
-        if (!swapAb && blockN >= 8 && blockN <= 256 && blockN % 8 == 0 && (warpsN == 1 || warpsN == 2)) {
+        if (blockN >= 8 && blockN <= 256 && blockN % 8 == 0 && (warpsN == 1 || warpsN == 2)) {
             int rows = weightRows(p);
             if (rows % (64 * warpsN) != 0 || rows / warpsN > 256) {
                 errors.add(new SpecError("schedule.block_n", Integer.toString(blockN), "a tile of 64, 128 or 256 weight rows per"
@@ -379,16 +384,12 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                         + (p instanceof Problem.ExpertGateUp ? "; gate_up has the gate and up row of each neuron" : "") + ")"));
             }
         }
-        if (stages < 3) {
-            errors.add(new SpecError("schedule.stages", Integer.toString(stages), "3..8 with wgmma (one stage under the MMAs, "
-                    + "one they still read, the rest loading)"));
-        }
     }
 
     /**
-     * What swap_ab asks: warpgroup MMA (its M side of 64 rows takes the weight rows), bf16 weights, one
-     * warp along the pairs and one or two warpgroups along the weight rows, each warpgroup's rows in
-     * whole slabs of 64.
+     * What swap_ab asks: warpgroup MMA (its M side of 64 rows takes the weight rows), bf16 weights by the
+     * tensor memory accelerator (the form run against the reference), one warp along the pairs and one
+     * or two warpgroups along the weight rows, each warpgroup's rows in whole slabs of 64.
      */
     private void checkSwapAb(Problem.ExpertProblem p, List<SpecError> errors) {
         if (!wgmma) {
@@ -398,6 +399,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (!(p.weights() instanceof WeightFormat.Bf16)) {
             errors.add(new SpecError("schedule.swap_ab", "true", "false with " + p.weights().text() + " weights (swap-AB tiles"
                     + " multiply bf16 weights)"));
+        }
+        if (!tma) {
+            errors.add(new SpecError("schedule.tma", "false", "true with swap_ab (its weight tiles come by the tensor memory"
+                    + " accelerator)"));
         }
         if (warpsM != 1 || (warpsN != 4 && warpsN != 8)) {
             errors.add(new SpecError("schedule", "warps_m = " + warpsM + ", warps_n = " + warpsN, "warps_m = 1, warps_n = 4 or 8"
