@@ -101,12 +101,25 @@ __device__ __forceinline__ void routing_align_scatter(const int* __restrict__ to
 
 // Byte offset of 16-byte piece p of staged row r: rows of 4 pieces swizzle in pairs, longer rows
 // XOR the piece's low three bits with r % 8, so ldmatrix's 8 rows at one logical piece hit 8
-// distinct bank groups. Rows of 8 pieces are exactly wgmma's 128-byte swizzle.
-template <int P>
+// distinct bank groups. Rows of 8 pieces are exactly wgmma's 128-byte swizzle. PIECE_READS (the
+// 4-bit tiles' activation rows, read a 16-byte piece a lane, rows g and g + 1 in one quarter warp
+// at pieces 4c..4c + 3): consecutive rows XOR opposite halves of the eight bank groups.
+template <int P, bool PIECE_READS = false>
 __device__ __forceinline__ uint32_t tile_swizzled(int row, int piece) {
   static_assert(P == 4 || P == 8 || P == 16, "rows of 4, 8 or 16 pieces");
-  const int mix = P == 4 ? (row >> 1) & 3 : row & 7;
+  static_assert(!PIECE_READS || P >= 8, "piece reads: rows of 8 or 16 pieces");
+  const int mix = P == 4 ? (row >> 1) & 3 : PIECE_READS ? (row & 1) << 2 | (row >> 1) & 3 : row & 7;
   return 16u * static_cast<uint32_t>(row * P + (piece ^ mix));
+}
+
+// Byte offset of 16-byte piece p of a staged row of 4-bit codes (PIECES of them): each lane of an
+// n8 fragment reads one word of its row's piece, so the fragment's 8 rows must fill 8 distinct
+// bank groups; the piece is XORed with the row bits above those that already spread the rows.
+template <int PIECES>
+__device__ __forceinline__ uint32_t code_swizzled(int row, int piece) {
+  static_assert(PIECES == 2 || PIECES == 4, "code rows of 32 or 64 bytes");
+  const int mix = PIECES == 4 ? (row >> 1) & 3 : (row >> 2) & 1;
+  return 16u * static_cast<uint32_t>(row * PIECES + (piece ^ mix));
 }
 
 // W8A8 activation rows (Fp8ActivationRows, Java): a row of n values as E4M3 codes in groups of 128,
@@ -166,10 +179,10 @@ struct ExpertTileShape {
   // slice is one block, whose sums are scaled before they join the accumulators
   static constexpr bool kFp8 = Config::Format::kElement == Element::kE4M3;
   // 4-bit weights (E2M1 codes with E4M3 or E8M0 K-block scales): a stage holds a slice's codes and
-  // scales, which the block decodes into one bf16 slice of weight rows that the MMAs then read
+  // scales, which each warp decodes into the B fragments of its own columns (four_bit_slice_mmas)
   static constexpr bool kFourBit = Config::Format::kElement == Element::kE2M1;
   using Format = typename Config::Format;
-  static constexpr int kElementBytes = kFp8 ? 1 : 2;  // a staged activation element (and a decoded weight's)
+  static constexpr int kElementBytes = kFp8 ? 1 : 2;  // a staged activation element
   static constexpr bool kGateUp = GATE_UP;
   static constexpr int kReduce = GATE_UP ? H : I;          // the GEMM's K
   static constexpr int kOutputs = GATE_UP ? I : H;         // outputs per pair
@@ -189,14 +202,13 @@ struct ExpertTileShape {
   static constexpr int kCodeRowBytes = kFourBit ? BK / 2 : 0;                  // a weight row's codes in a slice
   static constexpr int kScaleRowBytes = kFourBit ? BK / Config::Format::kBlock : 0;  // and its K-block scales
   static constexpr int kStageBytes = kFourBit ? BM * kRowBytes + kRows * (kCodeRowBytes + kScaleRowBytes) : (BM + kRows) * kRowBytes;
-  static constexpr int kDecodedBytes = kFourBit ? kRows * kRowBytes : 0;  // 4-bit: the slice's weight rows as bf16
   // elements between consecutive activation rows: x or inter rows, or their quantised rows (codes, then scales)
   static constexpr int kAStride = kFp8 ? fp8_row_bytes(kReduce) : kReduce;
   static constexpr int kOutRowElements = kFp8 ? fp8_row_bytes(kOutputs) : kOutputs;  // gate_up's rows of inter
   static constexpr int kOutStride = GATE_UP ? BN + 8 : BN + 4;  // staged output row, in elements
   static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
   static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
-  static constexpr int kPipeBytes = S * kStageBytes + kDecodedBytes;
+  static constexpr int kPipeBytes = S * kStageBytes;
   // one mbarrier per stage (its weight tile has landed; with the producer: its slice has landed), and
   // with the producer one more per stage (every MMA warp with a pair in its rows is done with it)
   static constexpr int kBarrierBytes = kTma ? 8 * S * (kProducer ? 2 : 1) : 0;
@@ -347,7 +359,7 @@ struct ExpertTileCopies {
     }
   }
 
-  __device__ __forceinline__ uint32_t place(int r) const { return tile_swizzled<P>(r, column / kPieceElements); }
+  __device__ __forceinline__ uint32_t place(int r) const { return tile_swizzled<P, T::kFourBit>(r, column / kPieceElements); }
 
   // Slice [k0, k0 + BK) into the stage at shared address `stage`.
   __device__ __forceinline__ void issue(uint32_t stage, int k0) const {
@@ -382,8 +394,8 @@ __device__ __forceinline__ void cp_async_small(uint32_t dst, const void* src, bo
 }
 
 // 4-bit weights: the copies of a slice's codes and K-block scales into a stage, after its
-// activation rows: the codes of the tile's weight rows (kCodeRowBytes each, unswizzled: only the
-// decode reads them, a 16-byte piece a thread), then their scales (kScaleRowBytes each). As in
+// activation rows: the codes of the tile's weight rows (kCodeRowBytes each, pieces placed by
+// code_swizzled), then their scales (kScaleRowBytes each). As in
 // ExpertTileCopies a thread keeps one piece column and every kStep-th row, so a slice costs an add
 // per copy; rows past the outputs arrive as zeros (codes and scales 0: zero weights).
 template <class T, GateUpLayout L>
@@ -392,7 +404,7 @@ struct ExpertTileCodes {
   static constexpr int kPieces = T::kCodeRowBytes / 16;
   static_assert(T::kCopyThreads % kPieces == 0, "each thread keeps one piece column of the codes");
   static constexpr int kStep = T::kCopyThreads / kPieces;
-  static_assert(kStep % 2 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows");
+  static_assert(kStep % 8 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows; one code swizzle for them all");
   static constexpr int kCopies = ceil_div(T::kRows, kStep);
   static constexpr int kScaleCopies = ceil_div(T::kRows, T::kCopyThreads);
   static constexpr int kWRowStep = kExpertTileWeightRowStep<T, L, kStep>;
@@ -424,12 +436,13 @@ struct ExpertTileCodes {
   __device__ __forceinline__ void issue(uint32_t stage, int k0) const {
     const uint32_t codes = stage + T::BM * T::kRowBytes;
     const uint32_t scales = codes + T::kRows * T::kCodeRowBytes;
+    const uint32_t at = codes + code_swizzled<kPieces>(row, piece);  // kStep rows on: the same swizzle
 #pragma unroll
     for (int j = 0; j < kCopies; ++j) {
       if (j >= present) break;
       const bool ok = j < live;
       const unsigned char* src = code_src + static_cast<size_t>(j) * kWRowStep * kCodeBytes;
-      cp_async_16(codes + (row + j * kStep) * T::kCodeRowBytes + 16 * piece, ok ? src + k0 / 2 : code_src, ok);
+      cp_async_16(at + j * kStep * T::kCodeRowBytes, ok ? src + k0 / 2 : code_src, ok);
     }
     const int copier = row * kPieces + piece;
 #pragma unroll
@@ -442,42 +455,72 @@ struct ExpertTileCodes {
   }
 };
 
-// 4-bit weights: the block decodes the slice's codes in `stage` into bf16 weight rows at `decoded`,
-// in the swizzled order the bf16 stages have, so the MMAs read them as they read bf16 weights. The
-// K-block scales fold into the bf16 values exactly (TileDecode); the power of two left and the
-// tensor's factor multiply the sums in the epilogue (expert_tile_factor). A thread takes 32 codes
-// of a row at a time: four 16-byte pieces of the row out.
+// 4-bit weights: one warp's MMAs of a slice, straight from the codes and scales in `stage`. The
+// order of K inside an mma is free as long as A and B agree: lane t of a quad takes word t of each
+// 32-code chunk of its column's row (codes 8t..8t + 7), whose nibbles j and j + 4 form one bf16x2
+// (decode_e2m1_word), and the same 8 activations of its rows, paired alike (pair_activation_word),
+// feed two mmas. The K-block scales fold into the bf16 codes exactly; the power of two left and the
+// tensor's factor multiply the sums in the epilogue (expert_tile_factor).
 template <class T>
-__device__ __forceinline__ void decode_weight_slice(uint32_t stage, uint32_t decoded) {
+__device__ __forceinline__ void four_bit_slice_mmas(float (&acc)[T::FM][T::FN][4], uint32_t stage, int row0, int col0) {
   using F = typename T::Format;
-  constexpr int kPerRow = T::kCodeRowBytes / 16;
+  constexpr int kChunks = T::BK / 32;
+  constexpr int kPieces = T::kCodeRowBytes / 16;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint32_t codes = stage + T::BM * T::kRowBytes;
   const uint32_t scales = codes + T::kRows * T::kCodeRowBytes;
-  for (int c = threadIdx.x; c < T::kRows * kPerRow; c += T::kThreads) {
-    const int r = c / kPerRow, q = c % kPerRow;
-    Lane<16> chunk;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(chunk.w[0]), "=r"(chunk.w[1]), "=r"(chunk.w[2]), "=r"(chunk.w[3])
-                 : "r"(codes + r * T::kCodeRowBytes + 16 * q)
-                 : "memory");
-    uint32_t raw;  // NVFP4: the chunk's two E4M3 scales; MXFP4: its one E8M0 scale
-    if constexpr (F::kBlock == 16) {
-      unsigned short two;
-      asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(two) : "r"(scales + r * T::kScaleRowBytes + 2 * q) : "memory");
-      raw = two;
-    } else {
-      static_assert(F::kBlock == 32, "a chunk of 32 codes spans one or two K-blocks");
-      asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(raw) : "r"(scales + r * T::kScaleRowBytes + q) : "memory");
-    }
-    uint32_t p[16];  // pair j of word w: codes 8w + j and 8w + j + 4
-    decode_tile_chunk<F>(chunk, raw, p);
+  uint32_t scale[T::FN][kChunks];  // column g of fragment j: the folded scale of lane t's codes of chunk c
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {  // word w's 8 codes in row order: one 16-byte piece
-      const uint32_t* v = p + 4 * w;
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(decoded + tile_swizzled<T::P>(r, 4 * q + w)),
-                   "r"(__byte_perm(v[0], v[1], 0x5410)), "r"(__byte_perm(v[2], v[3], 0x5410)), "r"(__byte_perm(v[0], v[1], 0x7632)),
-                   "r"(__byte_perm(v[2], v[3], 0x7632))
-                   : "memory");
+  for (int j = 0; j < T::FN; ++j) {
+    const uint32_t at = scales + (col0 + 8 * j + g) * T::kScaleRowBytes;
+    uint32_t lo, hi = 0u;  // the row's K-block scales of the slice, 4 or 8 bytes
+    if constexpr (T::kScaleRowBytes == 8) {
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(lo), "=r"(hi) : "r"(at) : "memory");
+    } else {
+      static_assert(T::kScaleRowBytes == 4, "4 or 8 scale bytes a row");
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(lo) : "r"(at) : "memory");
+    }
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      if constexpr (F::kBlock == 16) {  // NVFP4: lane t's codes of chunk c lie in block 2c + t / 2
+        if (c % 2 == 0) {
+          const int b = 2 * c + (t >> 1);
+          e4m3_scale_pair_bf16x2(__byte_perm(lo, hi, b | (b + 2) << 4), scale[j][c], scale[j][c + 1]);
+        }
+      } else {
+        static_assert(F::kBlock == 32, "MXFP4: chunk c is block c");
+        scale[j][c] = e8m0_scale_bf16x2(lo >> 8 * c & 0xffu);
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    uint32_t a[T::FM][2][4];  // rows g and g + 8 of each m16 fragment: activations 32c + 8t..8t + 7, paired
+#pragma unroll
+    for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(stage + tile_swizzled<T::P, true>(row0 + 16 * i + 8 * h + g, 4 * c + t))
+                     : "memory");
+        v = pair_activation_word(v);
+        a[i][h][0] = v.x, a[i][h][1] = v.y, a[i][h][2] = v.z, a[i][h][3] = v.w;
+      }
+#pragma unroll
+    for (int j = 0; j < T::FN; ++j) {
+      uint32_t w;
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w) : "r"(codes + code_swizzled<kPieces>(col0 + 8 * j + g, c) + 4 * t) : "memory");
+      uint32_t b[4];
+      decode_e2m1_word<F>(w, scale[j][c], b);
+#pragma unroll
+      for (int i = 0; i < T::FM; ++i) {
+        const uint32_t a0[4] = {a[i][0][0], a[i][1][0], a[i][0][1], a[i][1][1]};
+        const uint32_t a1[4] = {a[i][0][2], a[i][1][2], a[i][0][3], a[i][1][3]};
+        mma_bf16_16816(acc[i][j], a0, b[0], b[1]);
+        mma_bf16_16816(acc[i][j], a1, b[2], b[3]);
+      }
     }
   }
 }
@@ -691,8 +734,6 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   const ExpertTileWeights<T> weights(w.map, bars, n0, e);
   using Codes = std::conditional_t<T::kFourBit, ExpertTileCodes<T, L>, NoTileCodes>;
   const Codes codes(w, e, n0, threadIdx.x);
-  // 4-bit: the slice's weight rows decoded to bf16, after the stages; else the stage's own weight rows
-  const uint32_t decoded = base + T::S * T::kStageBytes;
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
@@ -726,14 +767,11 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     }
     cp_async_commit();
     const uint32_t stage = base + kt % S * T::kStageBytes;
-    if constexpr (T::kFourBit) {
-      decode_weight_slice<T>(stage, decoded);
-      __syncthreads();  // every row is decoded before any warp reads it
-    }
-    // the weight rows the MMAs read: the stage's, or (4-bit) the decoded slice's, rows numbered from 0
-    const uint32_t w_rows = T::kFourBit ? decoded : stage;
-    constexpr int kW0 = T::kFourBit ? 0 : T::BM;
     if (!live) continue;  // this warp's rows are padding: its sums stay zero
+    if constexpr (T::kFourBit) {
+      four_bit_slice_mmas<T>(acc, stage, row0, col0);
+      continue;
+    }
 #pragma unroll
     for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {  // k16 of bf16 or k32 of E4M3: 32 bytes of each row
       uint32_t af[T::FM][4];
@@ -743,7 +781,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
       for (int j = 0; j < T::FN / 2; ++j) {
         uint32_t b[4];
         const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
-        ldmatrix_x4(b, w_rows + tile_swizzled<P>(kW0 + n, 2 * kk + ((lane >> 3) & 1)));
+        ldmatrix_x4(b, stage + tile_swizzled<P>(T::BM + n, 2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
         for (int i = 0; i < T::FM; ++i) {
           if constexpr (T::kFp8) {
@@ -1070,7 +1108,7 @@ __device__ __forceinline__ void expert_tile_table(int* table, const int* __restr
   __syncthreads();
 }
 
-// The formats expert_centric multiplies: bf16, FP8 blocks as W8A8, and NVFP4 and MXFP4 decoded to bf16 slice by slice.
+// The formats expert_centric multiplies: bf16, FP8 blocks as W8A8, and NVFP4 and MXFP4 decoded to bf16 fragments by the warps that multiply them.
 template <class Config>
 constexpr bool kExpertCentricFormat =
     std::is_same_v<typename Config::Format, Bf16Weights> || std::is_same_v<typename Config::Format, Fp8Block128Weights> ||
