@@ -179,8 +179,12 @@ struct ExpertTileShape {
   // slice is one block, whose sums are scaled before they join the accumulators
   static constexpr bool kFp8 = Config::Format::kElement == Element::kE4M3;
   // 4-bit weights (E2M1 codes with E4M3 or E8M0 K-block scales): a stage holds a slice's codes and
-  // scales, which each warp decodes into the B fragments of its own columns (four_bit_slice_mmas)
+  // scales. With one warp row each warp decodes the B fragments of its own columns in registers
+  // (four_bit_slice_mmas); with several, whose warps share columns, the block decodes the slice once
+  // into bf16 weight rows that the MMAs then read (decode_weight_slice)
   static constexpr bool kFourBit = Config::Format::kElement == Element::kE2M1;
+  static constexpr bool kDecodeInRegisters = kFourBit && WM == 1;
+  static constexpr bool kDecodeSlice = kFourBit && WM > 1;
   using Format = typename Config::Format;
   static constexpr int kElementBytes = kFp8 ? 1 : 2;  // a staged activation element
   static constexpr bool kGateUp = GATE_UP;
@@ -202,13 +206,14 @@ struct ExpertTileShape {
   static constexpr int kCodeRowBytes = kFourBit ? BK / 2 : 0;                  // a weight row's codes in a slice
   static constexpr int kScaleRowBytes = kFourBit ? BK / Config::Format::kBlock : 0;  // and its K-block scales
   static constexpr int kStageBytes = kFourBit ? BM * kRowBytes + kRows * (kCodeRowBytes + kScaleRowBytes) : (BM + kRows) * kRowBytes;
+  static constexpr int kDecodedBytes = kDecodeSlice ? kRows * kRowBytes : 0;  // the slice's weight rows as bf16
   // elements between consecutive activation rows: x or inter rows, or their quantised rows (codes, then scales)
   static constexpr int kAStride = kFp8 ? fp8_row_bytes(kReduce) : kReduce;
   static constexpr int kOutRowElements = kFp8 ? fp8_row_bytes(kOutputs) : kOutputs;  // gate_up's rows of inter
   static constexpr int kOutStride = GATE_UP ? BN + 8 : BN + 4;  // staged output row, in elements
   static constexpr int kOutBytes = BM * kOutStride * (GATE_UP ? 2 : 4);
   static constexpr int kTableBytes = 8 * BM;  // each row's pair (or -1), then down's reducing token (or -1)
-  static constexpr int kPipeBytes = S * kStageBytes;
+  static constexpr int kPipeBytes = S * kStageBytes + kDecodedBytes;
   // one mbarrier per stage (its weight tile has landed; with the producer: its slice has landed), and
   // with the producer one more per stage (every MMA warp with a pair in its rows is done with it)
   static constexpr int kBarrierBytes = kTma ? 8 * S * (kProducer ? 2 : 1) : 0;
@@ -359,7 +364,7 @@ struct ExpertTileCopies {
     }
   }
 
-  __device__ __forceinline__ uint32_t place(int r) const { return tile_swizzled<P, T::kFourBit>(r, column / kPieceElements); }
+  __device__ __forceinline__ uint32_t place(int r) const { return tile_swizzled<P, T::kDecodeInRegisters>(r, column / kPieceElements); }
 
   // Slice [k0, k0 + BK) into the stage at shared address `stage`.
   __device__ __forceinline__ void issue(uint32_t stage, int k0) const {
@@ -455,12 +460,55 @@ struct ExpertTileCodes {
   }
 };
 
-// 4-bit weights: one warp's MMAs of a slice, straight from the codes and scales in `stage`. The
+// 4-bit weights on tiles of several warp rows (kDecodeSlice): the block decodes the slice's codes in
+// `stage` once into bf16 weight rows at `decoded`,
+// in the swizzled order the bf16 stages have, so the MMAs read them as they read bf16 weights. The
+// K-block scales fold into the bf16 values exactly (TileDecode); the power of two left and the
+// tensor's factor multiply the sums in the epilogue (expert_tile_factor). A thread takes 32 codes
+// of a row at a time: four 16-byte pieces of the row out.
+template <class T>
+__device__ __forceinline__ void decode_weight_slice(uint32_t stage, uint32_t decoded) {
+  using F = typename T::Format;
+  constexpr int kPerRow = T::kCodeRowBytes / 16;
+  const uint32_t codes = stage + T::BM * T::kRowBytes;
+  const uint32_t scales = codes + T::kRows * T::kCodeRowBytes;
+  for (int c = threadIdx.x; c < T::kRows * kPerRow; c += T::kThreads) {
+    const int r = c / kPerRow, q = c % kPerRow;
+    Lane<16> chunk;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(chunk.w[0]), "=r"(chunk.w[1]), "=r"(chunk.w[2]), "=r"(chunk.w[3])
+                 : "r"(codes + code_swizzled<kPerRow>(r, q))
+                 : "memory");
+    uint32_t raw;  // NVFP4: the chunk's two E4M3 scales; MXFP4: its one E8M0 scale
+    if constexpr (F::kBlock == 16) {
+      unsigned short two;
+      asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(two) : "r"(scales + r * T::kScaleRowBytes + 2 * q) : "memory");
+      raw = two;
+    } else {
+      static_assert(F::kBlock == 32, "a chunk of 32 codes spans one or two K-blocks");
+      asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(raw) : "r"(scales + r * T::kScaleRowBytes + q) : "memory");
+    }
+    uint32_t p[16];  // pair j of word w: codes 8w + j and 8w + j + 4
+    decode_tile_chunk<F>(chunk, raw, p);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {  // word w's 8 codes in row order: one 16-byte piece
+      const uint32_t* v = p + 4 * w;
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(decoded + tile_swizzled<T::P>(r, 4 * q + w)),
+                   "r"(__byte_perm(v[0], v[1], 0x5410)), "r"(__byte_perm(v[2], v[3], 0x5410)), "r"(__byte_perm(v[0], v[1], 0x7632)),
+                   "r"(__byte_perm(v[2], v[3], 0x7632))
+                   : "memory");
+    }
+  }
+}
+
+// 4-bit weights on tiles of one warp row (kDecodeInRegisters, where each weight column belongs to
+// one warp): one warp's MMAs of a slice, straight from the codes and scales in `stage`. The
 // order of K inside an mma is free as long as A and B agree: lane t of a quad takes word t of each
 // 32-code chunk of its column's row (codes 8t..8t + 7), whose nibbles j and j + 4 form one bf16x2
 // (decode_e2m1_word), and the same 8 activations of its rows, paired alike (pair_activation_word),
 // feed two mmas. The K-block scales fold into the bf16 codes exactly; the power of two left and the
-// tensor's factor multiply the sums in the epilogue (expert_tile_factor).
+// tensor's factor multiply the sums in the epilogue (expert_tile_factor). A chunk's shared memory
+// loads are issued together and one chunk ahead of its MMAs, so their latencies overlap.
 template <class T>
 __device__ __forceinline__ void four_bit_slice_mmas(float (&acc)[T::FM][T::FN][4], uint32_t stage, int row0, int col0) {
   using F = typename T::Format;
@@ -493,27 +541,41 @@ __device__ __forceinline__ void four_bit_slice_mmas(float (&acc)[T::FM][T::FN][4
       }
     }
   }
+  struct Chunk {
+    uint4 a[T::FM][2];  // rows g and g + 8 of each m16 fragment: activations 32c + 8t..8t + 7
+    uint32_t w[T::FN];  // each n8 fragment's column g: code word t of chunk c
+  };
+  const auto load = [&](int c, Chunk& k) {
+#pragma unroll
+    for (int i = 0; i < T::FM; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(k.a[i][h].x), "=r"(k.a[i][h].y), "=r"(k.a[i][h].z), "=r"(k.a[i][h].w)
+                     : "r"(stage + tile_swizzled<T::P, true>(row0 + 16 * i + 8 * h + g, 4 * c + t))
+                     : "memory");
+#pragma unroll
+    for (int j = 0; j < T::FN; ++j)
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(k.w[j]) : "r"(codes + code_swizzled<kPieces>(col0 + 8 * j + g, c) + 4 * t) : "memory");
+  };
+  Chunk chunks[2];
+  load(0, chunks[0]);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    uint32_t a[T::FM][2][4];  // rows g and g + 8 of each m16 fragment: activations 32c + 8t..8t + 7, paired
+    if (c + 1 < kChunks) load(c + 1, chunks[(c + 1) % 2]);
+    const Chunk& k = chunks[c % 2];
+    uint32_t a[T::FM][2][4];  // paired as the codes are (pair_activation_word)
 #pragma unroll
     for (int i = 0; i < T::FM; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        uint4 v;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "r"(stage + tile_swizzled<T::P, true>(row0 + 16 * i + 8 * h + g, 4 * c + t))
-                     : "memory");
-        v = pair_activation_word(v);
+        const uint4 v = pair_activation_word(k.a[i][h]);
         a[i][h][0] = v.x, a[i][h][1] = v.y, a[i][h][2] = v.z, a[i][h][3] = v.w;
       }
 #pragma unroll
     for (int j = 0; j < T::FN; ++j) {
-      uint32_t w;
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w) : "r"(codes + code_swizzled<kPieces>(col0 + 8 * j + g, c) + 4 * t) : "memory");
       uint32_t b[4];
-      decode_e2m1_word<F>(w, scale[j][c], b);
+      decode_e2m1_word<F>(k.w[j], scale[j][c], b);
 #pragma unroll
       for (int i = 0; i < T::FM; ++i) {
         const uint32_t a0[4] = {a[i][0][0], a[i][1][0], a[i][0][1], a[i][1][1]};
@@ -734,6 +796,8 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   const ExpertTileWeights<T> weights(w.map, bars, n0, e);
   using Codes = std::conditional_t<T::kFourBit, ExpertTileCodes<T, L>, NoTileCodes>;
   const Codes codes(w, e, n0, threadIdx.x);
+  // decoding a slice: its weight rows in bf16, after the stages; else the stage's own weight rows
+  const uint32_t decoded = base + T::S * T::kStageBytes;
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
@@ -767,8 +831,15 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     }
     cp_async_commit();
     const uint32_t stage = base + kt % S * T::kStageBytes;
+    if constexpr (T::kDecodeSlice) {
+      decode_weight_slice<T>(stage, decoded);
+      __syncthreads();  // every row is decoded before any warp reads it
+    }
+    // the weight rows the MMAs read: the stage's, or the decoded slice's, rows numbered from 0
+    const uint32_t w_rows = T::kDecodeSlice ? decoded : stage;
+    constexpr int kW0 = T::kDecodeSlice ? 0 : T::BM;
     if (!live) continue;  // this warp's rows are padding: its sums stay zero
-    if constexpr (T::kFourBit) {
+    if constexpr (T::kDecodeInRegisters) {
       four_bit_slice_mmas<T>(acc, stage, row0, col0);
       continue;
     }
@@ -781,7 +852,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
       for (int j = 0; j < T::FN / 2; ++j) {
         uint32_t b[4];
         const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
-        ldmatrix_x4(b, stage + tile_swizzled<P>(T::BM + n, 2 * kk + ((lane >> 3) & 1)));
+        ldmatrix_x4(b, w_rows + tile_swizzled<P>(kW0 + n, 2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
         for (int i = 0; i < T::FM; ++i) {
           if constexpr (T::kFp8) {
@@ -1108,7 +1179,7 @@ __device__ __forceinline__ void expert_tile_table(int* table, const int* __restr
   __syncthreads();
 }
 
-// The formats expert_centric multiplies: bf16, FP8 blocks as W8A8, and NVFP4 and MXFP4 decoded to bf16 fragments by the warps that multiply them.
+// The formats expert_centric multiplies: bf16, FP8 blocks as W8A8, and NVFP4 and MXFP4 decoded to bf16.
 template <class Config>
 constexpr bool kExpertCentricFormat =
     std::is_same_v<typename Config::Format, Bf16Weights> || std::is_same_v<typename Config::Format, Fp8Block128Weights> ||

@@ -33,7 +33,8 @@ import java.util.Optional;
  * block's scale before they join the FP32 accumulators; and with {@code nvfp4} or {@code mxfp4}
  * weights on {@code mma.sync} (W4A16): each stage holds a slice's 4-bit codes and their K-block
  * scales (a quarter of bf16's bytes), which each warp decodes into the bf16 MMA fragments of its own
- * columns in registers; the tensor's factor multiplies the sums in the epilogue.
+ * columns in registers (with several warp rows, which share columns, the block decodes the slice once
+ * into bf16 weight rows); the tensor's factor multiplies the sums in the epilogue.
  *
  * @param blockM  pairs per tile (the mma's M side), a multiple of 16 (with swap_ab the N side: 8, 16, 32 or 64)
  * @param blockN  outputs per tile: gate_up neurons (twice as many weight rows), down hidden units
@@ -223,7 +224,16 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         return problem.weights().equals(WeightFormat.FP8_BLOCK128);
     }
 
-    /** Whether the problem's weights are E2M1 codes with E4M3 or E8M0 K-block scales, decoded to bf16 MMA fragments by the warps. */
+    /**
+     * 4-bit weights on several warp rows, whose warps share weight columns: the block decodes each slice
+     * once into bf16 weight rows in shared memory. On one warp row each warp decodes its own columns'
+     * codes into its MMA fragments in registers, with no decoded slice and no barrier for it.
+     */
+    static boolean decodesSlice(Problem.ExpertProblem problem, ExpertCentric s) {
+        return fourBit(problem) && s.warpsM() > 1;
+    }
+
+    /** Whether the problem's weights are E2M1 codes with E4M3 or E8M0 K-block scales, decoded to bf16. */
     static boolean fourBit(Problem.ExpertProblem problem) {
         return problem.weights().equals(WeightFormat.NVFP4) || problem.weights().equals(WeightFormat.MXFP4);
     }
@@ -258,7 +268,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
         if (!(p.weights() instanceof WeightFormat.Bf16) && !fp8(p) && !fourBit(p)) {
             errors.add(new SpecError("problem.weights", p.weights().text(), "bf16, " + WeightFormat.FP8_BLOCK128.text()
                     + " (multiplied as FP8 x FP8), " + WeightFormat.NVFP4.text() + " or " + WeightFormat.MXFP4.text()
-                    + " (decoded to bf16 in registers) under " + KIND.name() + "; other formats take output_centric or output_tensor_core"));
+                    + " (decoded to bf16) under " + KIND.name() + "; other formats take output_centric or output_tensor_core"));
         }
         if (fp8(p)) {
             checkFp8(p, errors);
@@ -486,8 +496,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
     private void checkFourBit(Problem.ExpertProblem p, List<SpecError> errors) {
         String format = p.weights().text();
         if (wgmma) {
-            errors.add(new SpecError("schedule.wgmma", "true", "false with " + format + " weights (the warps decode each slice's "
-                    + "codes into bf16 mma.sync fragments)"));
+            errors.add(new SpecError("schedule.wgmma", "true", "false with " + format + " weights (their codes are decoded "
+                    + "into bf16 mma.sync operands)"));
         }
         if (tma) {
             errors.add(new SpecError("schedule.tma", "true", "false with " + format + " weights (their codes and scales come by "
@@ -533,11 +543,13 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
      *                      with the producer two (the slice has landed; every MMA warp is done with it)
      * @param stageBytes    one slice: blockM activation rows and the weight rows, blockK elements each (bf16 or FP8);
      *                      with 4-bit weights the rows' codes (blockK / 2 bytes) and K-block scales instead of the weight rows
+     * @param decodedBytes  4-bit weights on several warp rows: the slice's weight rows decoded to bf16 once by the
+     *                      block, after the stages (else 0: one warp row decodes each warp's fragments in registers)
      * @param stagingBytes  the finished tile: bf16 (gate_up) or FP32 (down) rows, padded against bank conflicts
-     * @param sharedBytes   table + barriers + max(stages x stage, staging), and with wgmma or tma 1024
+     * @param sharedBytes   table + barriers + max(stages x stage + decoded, staging), and with wgmma or tma 1024
      *                      bytes to align the stages (the 128-byte swizzle repeats every 1024 bytes)
      */
-    public record Layout(int tableBytes, int barrierBytes, int stageBytes, int stagingBytes, long sharedBytes) {
+    public record Layout(int tableBytes, int barrierBytes, int stageBytes, int decodedBytes, int stagingBytes, long sharedBytes) {
         public static Layout of(Problem.ExpertProblem problem, ExpertCentric s) {
             int rows = s.weightRows(problem);
             int table = 8 * s.blockM();
@@ -545,6 +557,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             int stage = fourBit(problem)
                     ? s.blockM() * rowBytes + rows * (s.blockK() / 2 + s.blockK() / problem.weights().blockScale().block())
                     : (s.blockM() + rows) * rowBytes;
+            int decoded = decodesSlice(problem, s) ? rows * rowBytes : 0;
             int staging = switch (problem) {
                 case Problem.ExpertGateUp _ -> s.blockM() * (s.blockN() + 8) * 2;
                 case Problem.ExpertDown _ -> s.blockM() * (s.blockN() + 4) * 4;
@@ -552,7 +565,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             int barriers = s.tma() ? 8 * s.stages() * (s.producer() ? 2 : 1) : 0;
             // the swizzled stages wgmma reads and the copy engine writes start on a 1024-byte boundary
             int slack = s.wgmma() || s.tma() ? 1024 : 0;
-            return new Layout(table, barriers, stage, staging, table + barriers + slack + Math.max((long) s.stages() * stage, staging));
+            return new Layout(table, barriers, stage, decoded, staging,
+                    table + barriers + slack + Math.max((long) s.stages() * stage + decoded, staging));
         }
     }
 
@@ -742,9 +756,10 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 + (fp8 ? " (FP8 E4M3 in; each slice's sums scaled by the pair's activation scale and the weight block's, then"
                 + " added to the FP32 accumulators)." : " (bf16 in, FP32 accumulate)."));
         if (fourBit(problem)) {
-            own.add("Each slice's " + problem.weights().text() + " codes and K-block scales are staged as they are stored;"
-                    + " each warp decodes its columns' codes into bf16 MMA fragments in registers (the scales folded in exactly),"
-                    + " and the tensor's factor multiplies the sums before the epilogue.");
+            own.add("Each slice's " + problem.weights().text() + " codes and K-block scales are staged as they are stored and "
+                    + (decodesSlice(problem, this) ? "decoded by the block into " + layout.decodedBytes() + " bytes of bf16 weight rows"
+                    + " (its warp rows share them)" : "decoded by each warp into the bf16 MMA fragments of its own columns, in registers")
+                    + " (the scales folded in exactly); the tensor's factor multiplies the sums before the epilogue.");
         }
         if (fp8) {
             own.add(switch (problem) {

@@ -82,7 +82,7 @@ public final class BenchPrefillCommand implements Callable<Integer> {
 
     @Option(names = "--format", defaultValue = "bf16", paramLabel = "FORMAT",
             description = "bf16 (default); fp8_e4m3_block128: FP8 block weights (quantised once on the host) multiplied as "
-                    + "FP8 x FP8 by the fp8_* tile pairs; nvfp4 or mxfp4: 4-bit weights decoded slice by slice by the fp4_* tile "
+                    + "FP8 x FP8 by the fp8_* tile pairs; nvfp4 or mxfp4: 4-bit weights decoded to bf16 by the fp4_* tile "
                     + "pairs, beside the catalogue's 4-bit decode pair up to 64 tokens. PyTorch's layer stays BF16.")
     String formatText;
 
