@@ -186,12 +186,18 @@ public final class BenchPrefillCommand implements Callable<Integer> {
                     new ExpertCentric(64, 128, 128, 4, 1, 3, 8, true).withTma(true).withCombineKernel(true)));
 
     /**
-     * Tile pairs for 4-bit weights (W4A16): mma.sync on cp.async stages of codes and scales, each slice
-     * decoded to bf16 by the block. 64-wide slices only for NVFP4 (an MXFP4 row's scales of one are 2
-     * bytes, under cp.async's 4); the pairs a format does not lower are skipped with a line saying why.
+     * Tile pairs for 4-bit weights (W4A16): mma.sync on cp.async stages of codes and scales, decoded to
+     * bf16 by each warp (one warp row) or by the block (several). 64-wide slices only for NVFP4 (an MXFP4
+     * row's scales of one are 2 bytes, under cp.async's 4); the pairs a format does not lower are
+     * skipped with a line saying why. The 16-pair variants with 8 warps, half the outputs or 6 stages
+     * are for a decode step's few tiles, where each block's chain of slices sets the pace.
      */
     static final List<TilePair> FOUR_BIT_TILE_PAIRS = List.of(
             new TilePair("fp4_m16", new ExpertCentric(16, 64, 128, 1, 4, 4, 1), new ExpertCentric(16, 128, 128, 1, 4, 4, 1)),
+            new TilePair("fp4_m16_w8", new ExpertCentric(16, 64, 128, 1, 8, 4, 1), new ExpertCentric(16, 128, 128, 1, 8, 4, 1)),
+            new TilePair("fp4_m16_n32", new ExpertCentric(16, 32, 128, 1, 4, 4, 1), new ExpertCentric(16, 64, 128, 1, 4, 4, 1)),
+            new TilePair("fp4_m16_s6", new ExpertCentric(16, 64, 128, 1, 4, 6, 1), new ExpertCentric(16, 128, 128, 1, 4, 6, 1)),
+            new TilePair("fp4_m16_k64_w8", new ExpertCentric(16, 64, 64, 1, 8, 6, 1), new ExpertCentric(16, 128, 64, 1, 8, 6, 1)),
             new TilePair("fp4_m16_k64", new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 4, 1)),
             new TilePair("fp4_m16_k64_s6", new ExpertCentric(16, 64, 64, 1, 4, 6, 1), new ExpertCentric(16, 128, 64, 1, 4, 6, 1)),
             new TilePair("fp4_m32_k64", new ExpertCentric(32, 64, 64, 2, 2, 4, 1), new ExpertCentric(32, 128, 64, 2, 2, 4, 1)),
