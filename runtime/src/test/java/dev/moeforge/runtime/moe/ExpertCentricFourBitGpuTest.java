@@ -40,19 +40,21 @@ class ExpertCentricFourBitGpuTest extends GpuSession {
     static final Geometry PAST_OUTPUTS = new Geometry("fp4_past_384x384_e6_k2", new ExpertShape(384, 384, 6, 2), GateUpLayout.STACKED);
 
     /**
-     * (gate_up, down): the catalogue's NVFP4 decode-batch pair, the same with 64-wide slices (NVFP4
+     * (gate_up, down): the catalogue's NVFP4 decode-batch pair, 16-pair tiles with 64-wide slices (NVFP4
      * only: an MXFP4 row's scales of a 64-wide slice are 2 bytes), the decoder's prompt pair, 64-pair
      * tiles of 128-wide slices, 128-pair tiles with down's atomic combine (over sm_120a's shared
-     * memory), and wide tiles whose outputs may end inside a tile.
+     * memory), wide tiles whose outputs may end inside a tile, and 16-pair tiles of twice the
+     * catalogue's outputs. The 16-pair tiles (one warp row) decode in registers, the others in shared memory.
      */
     static final List<ExpertCentric[]> SCHEDULES = List.of(
-            new ExpertCentric[] {new ExpertCentric(16, 64, 128, 1, 4, 4, 1), new ExpertCentric(16, 128, 128, 1, 4, 4, 1)},
+            new ExpertCentric[] {new ExpertCentric(16, 32, 128, 1, 4, 4, 1), new ExpertCentric(16, 64, 128, 1, 4, 4, 1)},
             new ExpertCentric[] {new ExpertCentric(16, 64, 64, 1, 4, 4, 1), new ExpertCentric(16, 128, 64, 1, 4, 4, 1)},
             new ExpertCentric[] {new ExpertCentric(64, 64, 64, 2, 2, 4, 8), new ExpertCentric(64, 128, 64, 2, 2, 4, 8)},
             new ExpertCentric[] {new ExpertCentric(64, 64, 128, 2, 2, 3, 8), new ExpertCentric(64, 128, 128, 2, 2, 3, 8)},
             new ExpertCentric[] {new ExpertCentric(128, 64, 128, 4, 2, 3, 8),
                     new ExpertCentric(128, 128, 128, 4, 2, 3, 8).withAtomicCombine(true)},
-            new ExpertCentric[] {new ExpertCentric(32, 128, 64, 2, 4, 3, 1), new ExpertCentric(32, 256, 64, 2, 4, 3, 1)});
+            new ExpertCentric[] {new ExpertCentric(32, 128, 64, 2, 4, 3, 1), new ExpertCentric(32, 256, 64, 2, 4, 3, 1)},
+            new ExpertCentric[] {new ExpertCentric(16, 64, 128, 1, 4, 4, 1), new ExpertCentric(16, 128, 128, 1, 4, 4, 1)});
 
     static final List<WeightFormat> FORMATS = List.of(WeightFormat.NVFP4, WeightFormat.MXFP4);
 
@@ -86,6 +88,7 @@ class ExpertCentricFourBitGpuTest extends GpuSession {
             }
             cases.add(new Case(f, QWEN3_30B, 0, 8, RoutingKind.UNIFORM));  // the catalogue's decode-batch pair
             cases.add(new Case(f, QWEN3_30B, 0, 32, RoutingKind.UNIFORM));
+            cases.add(new Case(f, QWEN3_30B, 6, 8, RoutingKind.UNIFORM));
             cases.add(new Case(f, QWEN3_30B, 3, 256, RoutingKind.UNIFORM));
         }
         cases.add(new Case(WeightFormat.NVFP4, QWEN3_30B, 2, 256, RoutingKind.UNIFORM));  // the decoder's prompt pair
