@@ -186,7 +186,7 @@ struct ExpertTileShape {
   static constexpr bool kDecodeInRegisters = kFourBit && WM == 1;
   static constexpr bool kDecodeSlice = kFourBit && WM > 1;
   using Format = typename Config::Format;
-  static constexpr int kElementBytes = kFp8 ? 1 : 2;  // a staged activation element
+  static constexpr int kElementBytes = kFp8 ? 1 : 2;  // a staged activation element (and a decoded slice's weight)
   static constexpr bool kGateUp = GATE_UP;
   static constexpr int kReduce = GATE_UP ? H : I;          // the GEMM's K
   static constexpr int kOutputs = GATE_UP ? I : H;         // outputs per pair
@@ -409,7 +409,7 @@ struct ExpertTileCodes {
   static constexpr int kPieces = T::kCodeRowBytes / 16;
   static_assert(T::kCopyThreads % kPieces == 0, "each thread keeps one piece column of the codes");
   static constexpr int kStep = T::kCopyThreads / kPieces;
-  static_assert(kStep % 8 == 0, "gate_up: a thread's weight rows are all gate rows or all up rows; one code swizzle for them all");
+  static_assert(kStep % 8 == 0, "a thread's code rows 8 apart: one code swizzle for them all (and gate_up's all gate or all up rows)");
   static constexpr int kCopies = ceil_div(T::kRows, kStep);
   static constexpr int kScaleCopies = ceil_div(T::kRows, T::kCopyThreads);
   static constexpr int kWRowStep = kExpertTileWeightRowStep<T, L, kStep>;
@@ -460,9 +460,9 @@ struct ExpertTileCodes {
   }
 };
 
-// 4-bit weights on tiles of several warp rows (kDecodeSlice): the block decodes the slice's codes in
-// `stage` once into bf16 weight rows at `decoded`,
-// in the swizzled order the bf16 stages have, so the MMAs read them as they read bf16 weights. The
+// 4-bit weights on tiles of several warp rows (kDecodeSlice), whose warps share columns: the block
+// decodes the slice's codes in `stage` once into bf16 weight rows at `decoded`, in the swizzled order
+// the bf16 stages have, so the MMAs read them as they read bf16 weights. The
 // K-block scales fold into the bf16 values exactly (TileDecode); the power of two left and the
 // tensor's factor multiply the sums in the epilogue (expert_tile_factor). A thread takes 32 codes
 // of a row at a time: four 16-byte pieces of the row out.
@@ -501,14 +501,11 @@ __device__ __forceinline__ void decode_weight_slice(uint32_t stage, uint32_t dec
   }
 }
 
-// 4-bit weights on tiles of one warp row (kDecodeInRegisters, where each weight column belongs to
-// one warp): one warp's MMAs of a slice, straight from the codes and scales in `stage`. The
-// order of K inside an mma is free as long as A and B agree: lane t of a quad takes word t of each
-// 32-code chunk of its column's row (codes 8t..8t + 7), whose nibbles j and j + 4 form one bf16x2
-// (decode_e2m1_word), and the same 8 activations of its rows, paired alike (pair_activation_word),
-// feed two mmas. The K-block scales fold into the bf16 codes exactly; the power of two left and the
-// tensor's factor multiply the sums in the epilogue (expert_tile_factor). A chunk's shared memory
-// loads are issued together and one chunk ahead of its MMAs, so their latencies overlap.
+// 4-bit weights on tiles of one warp row (kDecodeInRegisters), where each weight column belongs to
+// one warp: its MMAs of a slice straight from the codes in `stage`, no shared bf16 slice and no
+// barrier for one. K inside an mma is in any order A and B agree on: lane t of a quad takes code word
+// t of each 32-code chunk (nibbles j and j + 4 one bf16x2) and the same 8 activations, paired alike.
+// A chunk's loads are issued one chunk ahead of its MMAs, so their latencies overlap.
 template <class T>
 __device__ __forceinline__ void four_bit_slice_mmas(float (&acc)[T::FM][T::FN][4], uint32_t stage, int row0, int col0) {
   using F = typename T::Format;
@@ -545,37 +542,37 @@ __device__ __forceinline__ void four_bit_slice_mmas(float (&acc)[T::FM][T::FN][4
     uint4 a[T::FM][2];  // rows g and g + 8 of each m16 fragment: activations 32c + 8t..8t + 7
     uint32_t w[T::FN];  // each n8 fragment's column g: code word t of chunk c
   };
-  const auto load = [&](int c, Chunk& k) {
+  const auto load = [&](int c, Chunk& into) {
 #pragma unroll
     for (int i = 0; i < T::FM; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(k.a[i][h].x), "=r"(k.a[i][h].y), "=r"(k.a[i][h].z), "=r"(k.a[i][h].w)
+                     : "=r"(into.a[i][h].x), "=r"(into.a[i][h].y), "=r"(into.a[i][h].z), "=r"(into.a[i][h].w)
                      : "r"(stage + tile_swizzled<T::P, true>(row0 + 16 * i + 8 * h + g, 4 * c + t))
                      : "memory");
 #pragma unroll
     for (int j = 0; j < T::FN; ++j)
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(k.w[j]) : "r"(codes + code_swizzled<kPieces>(col0 + 8 * j + g, c) + 4 * t) : "memory");
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(into.w[j]) : "r"(codes + code_swizzled<kPieces>(col0 + 8 * j + g, c) + 4 * t) : "memory");
   };
   Chunk chunks[2];
   load(0, chunks[0]);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     if (c + 1 < kChunks) load(c + 1, chunks[(c + 1) % 2]);
-    const Chunk& k = chunks[c % 2];
+    const Chunk& now = chunks[c % 2];
     uint32_t a[T::FM][2][4];  // paired as the codes are (pair_activation_word)
 #pragma unroll
     for (int i = 0; i < T::FM; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint4 v = pair_activation_word(k.a[i][h]);
+        const uint4 v = pair_activation_word(now.a[i][h]);
         a[i][h][0] = v.x, a[i][h][1] = v.y, a[i][h][2] = v.z, a[i][h][3] = v.w;
       }
 #pragma unroll
     for (int j = 0; j < T::FN; ++j) {
       uint32_t b[4];
-      decode_e2m1_word<F>(k.w[j], scale[j][c], b);
+      decode_e2m1_word<F>(now.w[j], scale[j][c], b);
 #pragma unroll
       for (int i = 0; i < T::FM; ++i) {
         const uint32_t a0[4] = {a[i][0][0], a[i][1][0], a[i][0][1], a[i][1][1]};
@@ -796,7 +793,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   const ExpertTileWeights<T> weights(w.map, bars, n0, e);
   using Codes = std::conditional_t<T::kFourBit, ExpertTileCodes<T, L>, NoTileCodes>;
   const Codes codes(w, e, n0, threadIdx.x);
-  // decoding a slice: its weight rows in bf16, after the stages; else the stage's own weight rows
+  // decoding a slice in shared memory: its weight rows in bf16, after the stages
   const uint32_t decoded = base + T::S * T::kStageBytes;
   if constexpr (T::kTma) __syncthreads();  // the barriers are set up
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -835,37 +832,37 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
       decode_weight_slice<T>(stage, decoded);
       __syncthreads();  // every row is decoded before any warp reads it
     }
-    // the weight rows the MMAs read: the stage's, or the decoded slice's, rows numbered from 0
-    const uint32_t w_rows = T::kDecodeSlice ? decoded : stage;
-    constexpr int kW0 = T::kDecodeSlice ? 0 : T::BM;
     if (!live) continue;  // this warp's rows are padding: its sums stay zero
     if constexpr (T::kDecodeInRegisters) {
       four_bit_slice_mmas<T>(acc, stage, row0, col0);
-      continue;
-    }
+    } else {
+      // the weight rows the MMAs read: the stage's, or the decoded slice's, rows numbered from 0
+      const uint32_t w_rows = T::kDecodeSlice ? decoded : stage;
+      constexpr int kW0 = T::kDecodeSlice ? 0 : T::BM;
 #pragma unroll
-    for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {  // k16 of bf16 or k32 of E4M3: 32 bytes of each row
-      uint32_t af[T::FM][4];
+      for (int kk = 0; kk < T::kRowBytes / 32; ++kk) {  // k16 of bf16 or k32 of E4M3: 32 bytes of each row
+        uint32_t af[T::FM][4];
 #pragma unroll
-      for (int i = 0; i < T::FM; ++i) ldmatrix_x4(af[i], stage + tile_swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
+        for (int i = 0; i < T::FM; ++i) ldmatrix_x4(af[i], stage + tile_swizzled<P>(row0 + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
 #pragma unroll
-      for (int j = 0; j < T::FN / 2; ++j) {
-        uint32_t b[4];
-        const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
-        ldmatrix_x4(b, w_rows + tile_swizzled<P>(kW0 + n, 2 * kk + ((lane >> 3) & 1)));
+        for (int j = 0; j < T::FN / 2; ++j) {
+          uint32_t b[4];
+          const int n = col0 + 16 * j + ((lane >> 4) << 3) + (lane & 7);
+          ldmatrix_x4(b, w_rows + tile_swizzled<P>(kW0 + n, 2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
-        for (int i = 0; i < T::FM; ++i) {
-          if constexpr (T::kFp8) {
-            mma_e4m3_16832(part[i][2 * j], af[i], b[0], b[1]);
-            mma_e4m3_16832(part[i][2 * j + 1], af[i], b[2], b[3]);
-          } else {
-            mma_bf16_16816(acc[i][2 * j], af[i], b[0], b[1]);
-            mma_bf16_16816(acc[i][2 * j + 1], af[i], b[2], b[3]);
+          for (int i = 0; i < T::FM; ++i) {
+            if constexpr (T::kFp8) {
+              mma_e4m3_16832(part[i][2 * j], af[i], b[0], b[1]);
+              mma_e4m3_16832(part[i][2 * j + 1], af[i], b[2], b[3]);
+            } else {
+              mma_bf16_16816(acc[i][2 * j], af[i], b[0], b[1]);
+              mma_bf16_16816(acc[i][2 * j + 1], af[i], b[2], b[3]);
+            }
           }
         }
       }
+      if constexpr (T::kFp8) ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
     }
-    if constexpr (T::kFp8) ExpertTileScales<T, L>::add_scaled(acc, part, slice_scales);
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory becomes the output staging

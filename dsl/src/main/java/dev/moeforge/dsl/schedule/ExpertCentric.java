@@ -90,6 +90,8 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
 
     /** FP32 accumulators one thread may hold before ptxas runs out of registers for the rest. */
     public static final int MAX_ACCUMULATORS = 128;
+    /** The same for 4-bit weights on one warp row, whose warps hold decoded code words and the next chunk's operands too. */
+    public static final int MAX_REGISTER_DECODE_ACCUMULATORS = 64;
     /** The largest token count one launch takes (the down kernel's scratch grows with it). */
     public static final int MAX_TOKENS = 65_536;
 
@@ -349,6 +351,12 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
             errors.add(new SpecError("schedule", accumulators + " FP32 accumulators per thread", "at most " + MAX_ACCUMULATORS
                     + " (block_m x weight rows / threads" + (fp8(p) ? ", twice with fp8 weights" : "")
                     + "): more warps, or a smaller block_m or block_n"));
+        }
+        // 4-bit weights on one warp row decode in registers, where the next chunk's operands live beside the sums
+        if (fourBit(p) && warpsM == 1 && accumulators > MAX_REGISTER_DECODE_ACCUMULATORS && accumulators <= MAX_ACCUMULATORS) {
+            errors.add(new SpecError("schedule", accumulators + " FP32 accumulators per thread", "at most " + MAX_REGISTER_DECODE_ACCUMULATORS
+                    + " with " + p.weights().text() + " weights on one warp row (each warp decodes its columns' codes in registers):"
+                    + " more warps_n, a smaller block_m or block_n, or warps_m > 1 (the block then decodes each slice in shared memory)"));
         }
         if (!ScheduleRules.dimensionsInRange(p.shape())) {
             return;
@@ -757,9 +765,9 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                 + " added to the FP32 accumulators)." : " (bf16 in, FP32 accumulate)."));
         if (fourBit(problem)) {
             own.add("Each slice's " + problem.weights().text() + " codes and K-block scales are staged as they are stored and "
-                    + (decodesSlice(problem, this) ? "decoded by the block into " + layout.decodedBytes() + " bytes of bf16 weight rows"
-                    + " (its warp rows share them)" : "decoded by each warp into the bf16 MMA fragments of its own columns, in registers")
-                    + " (the scales folded in exactly); the tensor's factor multiplies the sums before the epilogue.");
+                    + (decodesSlice(problem, this) ? "decoded once by the block into " + layout.decodedBytes() + " bytes of bf16 weight"
+                    + " rows, which its warp rows share" : "decoded by each warp into the bf16 MMA fragments of its own columns, in"
+                    + " registers") + ", the scales folded in exactly; the tensor's factor multiplies the sums before the epilogue.");
         }
         if (fp8) {
             own.add(switch (problem) {

@@ -43,7 +43,7 @@ import picocli.CommandLine.Option;
  * dense cuBLAS GEMM of the layer's FLOPs (the tensor-core ceiling). With {@code --format
  * fp8_e4m3_block128} the layer's weights are FP8 blocks and the {@code fp8_*} tile pairs multiply
  * them as FP8 x FP8 (W8A8); with {@code --format nvfp4} or {@code mxfp4} the {@code fp4_*} tile pairs
- * decode each slice of 4-bit weights to bf16 beside the catalogue's 4-bit decode pair (up to 64
+ * decode 4-bit weights to bf16 as they multiply them, beside the catalogue's 4-bit decode pair (up to 64
  * tokens). PyTorch's layer stays BF16. Writes {@code <out>/<date>-<device>-prefill.json} (BF16) or
  * {@code ...-prefill-<format>.json}.
  */

@@ -22,7 +22,8 @@ import org.junit.jupiter.params.provider.MethodSource;
 
 /**
  * The expert-centric layer with NVFP4 and MXFP4 weights (each slice's codes and scales decoded to
- * bf16 by the block, then mma.sync) on the GPU against the FP64 reference of the same codes, on
+ * bf16 mma.sync operands: in registers by each warp on one warp row, in shared memory by the block
+ * on several) on the GPU against the FP64 reference of the same codes, on
  * fresh random inputs and weights each run, outputs poisoned first: gate_up's intermediate and y
  * within the bf16 output bounds, a graph replay writing the same bytes, and the plan the host
  * twin's. Routings: uniform, one expert taking every token, experts with exactly block_m and
