@@ -1068,19 +1068,20 @@ __device__ __forceinline__ uint32_t e8m0_scale_bf16x2(uint32_t b) {
   return s | (s << 16);
 }
 
-// A word of 8 E2M1 codes as 4 bf16x2 (pair j: nibbles j and j + 4), its K-block's folded scale
-// applied: an E4M3 scale from e4m3_scale_pair_bf16x2, an E8M0 one from e8m0_scale_bf16x2.
-template <class F>
-__device__ __forceinline__ void decode_e2m1_word(uint32_t w, uint32_t scale, uint32_t (&p)[4]) {
+// A word of 8 E2M1 codes as 4 bf16x2 (pair j: nibbles j and j + 4), before their K-block's scale.
+__device__ __forceinline__ void e2m1_word_pairs(uint32_t w, uint32_t* p) {
   p[0] = e2m1_pair_bf16<0>(w); p[1] = e2m1_pair_bf16<1>(w); p[2] = e2m1_pair_bf16<2>(w); p[3] = e2m1_pair_bf16<3>(w);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if constexpr (F::kBlockScale == BlockScale::kE4M3) {
-      p[j] = bf16x2_mul(p[j], scale);
-    } else {
-      static_assert(F::kBlockScale == BlockScale::kE8M0, "E2M1 takes E4M3 or E8M0 block scales");
-      p[j] = bf16x2_mul(bf16x2_mul(p[j], kE2m1Unbias), scale);
-    }
+}
+
+// A decoded E2M1 pair times its K-block's folded scale: an E4M3 scale from e4m3_scale_pair_bf16x2,
+// an E8M0 one from e8m0_scale_bf16x2.
+template <class F>
+__device__ __forceinline__ uint32_t fold_block_scale(uint32_t pair, uint32_t scale) {
+  if constexpr (F::kBlockScale == BlockScale::kE4M3) {
+    return bf16x2_mul(pair, scale);
+  } else {
+    static_assert(F::kBlockScale == BlockScale::kE8M0, "E2M1 takes E4M3 or E8M0 block scales");
+    return bf16x2_mul(bf16x2_mul(pair, kE2m1Unbias), scale);
   }
 }
 
@@ -1088,16 +1089,13 @@ __device__ __forceinline__ void decode_e2m1_word(uint32_t w, uint32_t scale, uin
 template <class F>
 __device__ __forceinline__ void decode_tile_chunk(const Lane<16>& codes, uint32_t raw_scales, uint32_t (&p)[16]) {
   if constexpr (F::kElement == Element::kE2M1) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) e2m1_word_pairs(codes.w[q], p + 4 * q);
     uint32_t s0, s1;  // NVFP4: words 0-1 are block 0, words 2-3 block 1; MXFP4: one block
     if constexpr (F::kBlockScale == BlockScale::kE4M3) e4m3_scale_pair_bf16x2(raw_scales, s0, s1);
     else s0 = s1 = e8m0_scale_bf16x2(raw_scales & 0xffu);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint32_t w[4];
-      decode_e2m1_word<F>(codes.w[q], q < 2 ? s0 : s1, w);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) p[4 * q + j] = w[j];
-    }
+    for (int i = 0; i < 16; ++i) p[i] = fold_block_scale<F>(p[i], i < 8 ? s0 : s1);
   } else {
     static_assert(F::kElement == Element::kInt4, "tensor-core decode takes E2M1 or INT4 codes");
 #pragma unroll

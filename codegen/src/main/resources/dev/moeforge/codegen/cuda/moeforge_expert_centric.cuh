@@ -572,7 +572,9 @@ __device__ __forceinline__ void four_bit_slice_mmas(float (&acc)[T::FM][T::FN][4
 #pragma unroll
     for (int j = 0; j < T::FN; ++j) {
       uint32_t b[4];
-      decode_e2m1_word<F>(now.w[j], scale[j][c], b);
+      e2m1_word_pairs(now.w[j], b);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) b[q] = fold_block_scale<F>(b[q], scale[j][c]);
 #pragma unroll
       for (int i = 0; i < T::FM; ++i) {
         const uint32_t a0[4] = {a[i][0][0], a[i][1][0], a[i][0][1], a[i][1][1]};

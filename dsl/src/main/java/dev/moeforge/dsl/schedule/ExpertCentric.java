@@ -353,7 +353,7 @@ public record ExpertCentric(int blockM, int blockN, int blockK, int warpsM, int 
                     + "): more warps, or a smaller block_m or block_n"));
         }
         // 4-bit weights on one warp row decode in registers, where the next chunk's operands live beside the sums
-        if (fourBit(p) && warpsM == 1 && accumulators > MAX_REGISTER_DECODE_ACCUMULATORS && accumulators <= MAX_ACCUMULATORS) {
+        if (fourBit(p) && !decodesSlice(p, this) && accumulators > MAX_REGISTER_DECODE_ACCUMULATORS && accumulators <= MAX_ACCUMULATORS) {
             errors.add(new SpecError("schedule", accumulators + " FP32 accumulators per thread", "at most " + MAX_REGISTER_DECODE_ACCUMULATORS
                     + " with " + p.weights().text() + " weights on one warp row (each warp decodes its columns' codes in registers):"
                     + " more warps_n, a smaller block_m or block_n, or warps_m > 1 (the block then decodes each slice in shared memory)"));
