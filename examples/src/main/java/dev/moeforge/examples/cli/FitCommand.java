@@ -127,6 +127,7 @@ public final class FitCommand implements Callable<Integer> {
             pictures = FitPlots.write(dir, fit, models, choices, sms);
         } catch (RuntimeException | LinkageError | InternalError e) {
             // a JVM without fonts (a GPU host's minimal runtime) draws no text: the numbers stand without the pictures
+            FitPlots.removeStale(dir);
             out.println("pictures not drawn (" + e.getMessage() + "); `moeforge fit " + dir + "` on a desktop machine draws them");
         }
         doc.put("plots", pictures.stream().map(p -> p.getFileName().toString()).toList());

@@ -2,7 +2,9 @@ package dev.moeforge.examples.cli;
 
 import dev.moeforge.runtime.dispatch.PoolFit;
 import dev.moeforge.runtime.dispatch.WaveCostModel;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -23,21 +25,37 @@ final class FitPlots {
     private static final int WIDTH = 1000;
     private static final int HEIGHT = 650;
 
+    /** The pictures, in the order {@link #write} draws them. */
+    static final List<String> NAMES = List.of("regret-cdf.png", "winners.png", "predicted.png");
+
     private FitPlots() {}
 
     static List<Path> write(Path dir, PoolFit fit, Map<String, WaveCostModel> models, List<PoolFit.Choice> heldOut, int sms)
             throws IOException {
         System.setProperty("java.awt.headless", "true");
+        // every picture drawn before any is written: a runtime that cannot draw leaves no half-written file
+        Map<String, byte[]> drawn = new LinkedHashMap<>();
+        drawn.put(NAMES.get(0), png(regretCdf(fit)));
+        drawn.put(NAMES.get(1), png(winners(fit)));
+        drawn.put(NAMES.get(2), png(predicted(fit, models, sms)));
         List<Path> files = new ArrayList<>();
-        files.add(save(dir.resolve("regret-cdf.png"), regretCdf(fit)));
-        files.add(save(dir.resolve("winners.png"), winners(fit)));
-        files.add(save(dir.resolve("predicted.png"), predicted(fit, models, sms)));
+        for (Map.Entry<String, byte[]> picture : drawn.entrySet()) {
+            files.add(Files.write(dir.resolve(picture.getKey()), picture.getValue()));
+        }
         return files;
     }
 
-    private static Path save(Path file, JFreeChart chart) throws IOException {
-        ChartUtils.saveChartAsPNG(file.toFile(), chart, WIDTH, HEIGHT);
-        return file;
+    /** Removes the pictures of an earlier fit from {@code dir}, which would no longer show this one. */
+    static void removeStale(Path dir) throws IOException {
+        for (String name : NAMES) {
+            Files.deleteIfExists(dir.resolve(name));
+        }
+    }
+
+    private static byte[] png(JFreeChart chart) throws IOException {
+        ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+        ChartUtils.writeChartAsPNG(bytes, chart, WIDTH, HEIGHT);
+        return bytes.toByteArray();
     }
 
     /** The held-out regret's cumulative distribution, one line per model size (the ablation). */

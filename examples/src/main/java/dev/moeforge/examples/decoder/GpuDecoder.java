@@ -686,7 +686,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** A decode step's expert halves: the decoder's choice by batch, or one family at every batch (`bench decode --experts`). */
     public enum ExpertKernels {
-        /** Output-centric token tiles below {@link #expertCentricFrom} sequences (5, or 8 for 4-bit experts), expert-centric tiles from there ({@link #expertHalf}). */
+        /** Output-centric token tiles below {@link #EXPERT_CENTRIC_FROM} sequences, expert-centric tiles from there ({@link #expertHalf}). */
         BY_BATCH,
         /** The catalogue's output-centric token tiles at every batch. */
         OUTPUT_CENTRIC,
@@ -1399,27 +1399,18 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /**
      * From this batch an expert half takes the catalogue's expert-centric tile of {@link #EXPERT_TILE_PAIRS}
      * where it has one: in a decode step the router's picks crowd onto fewer experts than a uniform
-     * routing's, and from 5 sequences the tiles, which read each picked expert once, were ahead.
+     * routing's, and from 5 sequences the tiles, which read each picked expert once, were ahead; with
+     * 4-bit experts too, once their tiles decoded the codes into the MMAs' registers (against the
+     * tensor-core decode pair: behind at 4 sequences, ahead from 5).
      */
     static final int EXPERT_CENTRIC_FROM = 5;
-    /**
-     * The same for 4-bit experts, whose tiles decode every weight before their MMAs: against the
-     * tensor-core decode pair they lost a step at 5 sequences and won at 8.
-     */
-    static final int FOUR_BIT_EXPERT_CENTRIC_FROM = 8;
-
-    /** From which batch an expert half takes the catalogue's expert-centric tiles: later for 4-bit weights. */
-    static int expertCentricFrom(Problem problem) {
-        return problem instanceof Problem.ExpertProblem p && p.weights().element().bits() == 4 ? FOUR_BIT_EXPERT_CENTRIC_FROM
-                : EXPERT_CENTRIC_FROM;
-    }
     /** Routed pairs per tile of the catalogue's decode-batch expert-centric pairs. */
     static final int EXPERT_TILE_PAIRS = 16;
 
     /**
      * The built-in catalogue's decode kernel for the same function (problem, epilogue, target), tuned
      * for its model (the routers' choice, and the fallback of {@link #expertHalf}): a router, or for an
-     * expert half from {@link #expertCentricFrom} tokens the
+     * expert half from {@link #EXPERT_CENTRIC_FROM} tokens the
      * 16-pair expert-centric tile (where `bench decode --experts` finds it ahead of the output-centric
      * tiles), else the output-centric half whose token tile suits the batch (1 token per block up to 2 tokens,
      * then 8 up to 16, then 32), else the nearest tile the catalogue has; {@code experts} may force
@@ -1427,7 +1418,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      */
     static Optional<KernelSpec> catalogued(KernelSpec wanted, int batch, ExpertKernels experts) {
         List<KernelSpec> same = sameProblemAndEpilogue(wanted);
-        if (tilesWanted(wanted.problem(), batch, experts)) {
+        if (tilesWanted(batch, experts)) {
             Optional<KernelSpec> tiles = same.stream().filter(k -> isDecodeTile(k.schedule())).findFirst();
             if (tiles.isPresent()) {
                 return tiles;
@@ -1452,7 +1443,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     static KernelSpec expertHalf(KernelSpec plain, int batch, ExpertKernels experts) {
         List<KernelSpec> same = sameProblemAndEpilogue(plain);
         List<java.util.function.Predicate<Schedule<?>>> kinds = new ArrayList<>();
-        if (tilesWanted(plain.problem(), batch, experts)) {
+        if (tilesWanted(batch, experts)) {
             kinds.add(GpuDecoder::isDecodeTile);
         }
         int tile = tokenTileForBatch(batch);
@@ -1507,10 +1498,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         return s instanceof ExpertCentric e && e.blockM() == EXPERT_TILE_PAIRS;
     }
 
-    /** Whether an expert half of this batch wants the expert-centric tiles ({@link #expertCentricFrom}), or {@code experts} forces a family. */
-    private static boolean tilesWanted(Problem problem, int batch, ExpertKernels experts) {
+    /** Whether an expert half of this batch wants the expert-centric tiles ({@link #EXPERT_CENTRIC_FROM}), or {@code experts} forces a family. */
+    private static boolean tilesWanted(int batch, ExpertKernels experts) {
         return switch (experts) {
-            case BY_BATCH -> batch >= expertCentricFrom(problem);
+            case BY_BATCH -> batch >= EXPERT_CENTRIC_FROM;
             case EXPERT_CENTRIC -> true;
             case OUTPUT_CENTRIC -> false;
         };

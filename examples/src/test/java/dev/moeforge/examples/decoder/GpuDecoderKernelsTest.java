@@ -55,12 +55,12 @@ class GpuDecoderKernelsTest {
         assertEquals(kernels(2).router(), tiles.router());
         GpuDecoder.Kernels warps = GpuDecoder.Kernels.of(c, block, Target.SM_90A, 32, BY_BATCH, GpuDecoder.ExpertKernels.OUTPUT_CENTRIC);
         assertEquals(32, assertInstanceOf(OutputCentric.class, warps.gateUp().schedule()).tokensPerCta());
-        // NVFP4 experts: the tensor-core decode pair up to 7 sequences, the 4-bit expert-centric pair from 8
+        // NVFP4 experts: the tensor-core decode pair up to 4 sequences, the 4-bit expert-centric pair from 5
         MoeBlock nvfp4 = MoeBlock.of(c, WeightFormat.NVFP4, GateUpLayout.STACKED, false);
         assertEquals("qwen3_30b_a3b_nvfp4_gate_up", GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, 1).gateUp().name());
         assertEquals("qwen3_30b_a3b_nvfp4_gate_up",
-                GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, GpuDecoder.FOUR_BIT_EXPERT_CENTRIC_FROM - 1).gateUp().name());
-        GpuDecoder.Kernels nvfp4Batch = GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, GpuDecoder.FOUR_BIT_EXPERT_CENTRIC_FROM);
+                GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, GpuDecoder.EXPERT_CENTRIC_FROM - 1).gateUp().name());
+        GpuDecoder.Kernels nvfp4Batch = GpuDecoder.Kernels.of(c, nvfp4, Target.SM_90A, GpuDecoder.EXPERT_CENTRIC_FROM);
         assertEquals("qwen3_30b_a3b_nvfp4_gate_up_m16", nvfp4Batch.gateUp().name());
         assertEquals("qwen3_30b_a3b_nvfp4_down_m16", nvfp4Batch.down().name());
         // MXFP4 experts keep the catalogue's tensor-core decode at every batch: no tile is carried over it
