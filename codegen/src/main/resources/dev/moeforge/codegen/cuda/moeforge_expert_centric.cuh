@@ -366,29 +366,25 @@ struct ExpertTileCopies {
 
   __device__ __forceinline__ uint32_t place(int r) const { return tile_swizzled<P, T::kDecodeInRegisters>(r, column / kPieceElements); }
 
-  // Slice [k0, k0 + BK) into the stage at shared address `stage`. A thread's first row is under kStep
-  // (its copier index is under kCopyThreads), so where kStep divides the rows every thread has all its
-  // copies and the loop needs no exit. With K in whole slices a dead row's source is its base plus k0,
-  // still inside the buffer: a pointer chosen once per tile, not per slice.
+  // Slice [k0, k0 + BK) into the stage at shared address `stage`.
   __device__ __forceinline__ void issue(uint32_t stage, int k0) const {
-    constexpr bool kWholeK = T::kReduce % T::BK == 0;
-    const bool in_k = kWholeK || k0 + column < T::kReduce;
+    const bool in_k = T::kReduce % T::BK == 0 || k0 + column < T::kReduce;
     const uint32_t a_at = stage + place(row), w_at = stage + place(T::BM + row);
 #pragma unroll
     for (int j = 0; j < kACopies; ++j) {
-      if (T::BM % kStep != 0 && j >= a_present) break;
+      if (j >= a_present) break;
       const bool live = in_k && (kMask ? (a_live >> j & Mask{1}) != 0 : pairs[row + j * kStep] >= 0);
       // kStep a multiple of 8: the same swizzle every piece, so a fixed stride
       const uint32_t at = kStep % 8 == 0 ? a_at + 16u * j * kStep * P : stage + place(row + j * kStep);
-      cp_async_16(at, kWholeK || live ? a_src[j] + k0 : a_src[j], live);
+      cp_async_16(at, live ? a_src[j] + k0 : a_src[j], live);
     }
 #pragma unroll
     for (int j = 0; j < kWCopies; ++j) {
-      if (T::kRows % kStep != 0 && j >= w_present) break;
+      if (j >= w_present) break;
       const bool live = in_k && j < w_live;
       const uint32_t at = kStep % 8 == 0 ? w_at + 16u * j * kStep * P : stage + place(T::BM + row + j * kStep);
-      const __nv_bfloat16* src = j < w_live ? w_src + static_cast<size_t>(j) * kWRowStep * T::kReduce : w_src;
-      cp_async_16(at, kWholeK || live ? src + k0 : w_src, live);
+      const __nv_bfloat16* src = w_src + static_cast<size_t>(j) * kWRowStep * T::kReduce;
+      cp_async_16(at, live ? src + k0 : w_src, live);
     }
   }
 };
@@ -421,11 +417,10 @@ struct ExpertTileCodes {
   static constexpr int kScaleBytes = T::kReduce / F::kBlock;        // and its scales
   const unsigned char* code_src;                 // piece 0's row at k = 0
   const unsigned char* scale_src[kScaleCopies];  // each scale row's at k = 0
-  int copier, row, piece, present, live;         // this thread among the copiers, first tile row, piece column, pieces in the tile, of real outputs
+  int row, piece, present, live;                 // first tile row, piece column, pieces in the tile, of real outputs
   unsigned scale_live = 0;                       // bit j: scale row j is of a real output
 
-  __device__ __forceinline__ ExpertTileCodes(const WeightArgs& w, int e, int n0, int copier_index) {
-    copier = copier_index;
+  __device__ __forceinline__ ExpertTileCodes(const WeightArgs& w, int e, int n0, int copier) {
     row = copier / kPieces;
     piece = copier % kPieces;
     present = row < T::kRows ? ceil_div(T::kRows - row, kStep) : 0;
@@ -442,26 +437,25 @@ struct ExpertTileCodes {
     }
   }
 
-  // Slice [k0, k0 + BK)'s codes and scales into the stage at shared address `stage`. The kernel's K is
-  // whole slices, so a dead row's source is row 0's at k0, inside the buffer: one pointer per row and
-  // tile, an add per copy and slice (as ExpertTileCopies).
+  // Slice [k0, k0 + BK)'s codes and scales into the stage at shared address `stage`.
   __device__ __forceinline__ void issue(uint32_t stage, int k0) const {
     const uint32_t codes = stage + T::BM * T::kRowBytes;
     const uint32_t scales = codes + T::kRows * T::kCodeRowBytes;
     const uint32_t at = codes + code_swizzled<kPieces>(row, piece);  // kStep rows on: the same swizzle
 #pragma unroll
     for (int j = 0; j < kCopies; ++j) {
-      if (T::kRows % kStep != 0 && j >= present) break;
+      if (j >= present) break;
       const bool ok = j < live;
-      const unsigned char* src = ok ? code_src + static_cast<size_t>(j) * kWRowStep * kCodeBytes : code_src;
-      cp_async_16(at + j * kStep * T::kCodeRowBytes, src + k0 / 2, ok);
+      const unsigned char* src = code_src + static_cast<size_t>(j) * kWRowStep * kCodeBytes;
+      cp_async_16(at + j * kStep * T::kCodeRowBytes, ok ? src + k0 / 2 : code_src, ok);
     }
+    const int copier = row * kPieces + piece;
 #pragma unroll
     for (int j = 0; j < kScaleCopies; ++j) {
       const int r = copier + j * T::kCopyThreads;
       if (r >= T::kRows) break;
       const bool ok = (scale_live >> j & 1u) != 0;
-      cp_async_small<T::kScaleRowBytes>(scales + r * T::kScaleRowBytes, (ok ? scale_src[j] : scale_src[0]) + k0 / F::kBlock, ok);
+      cp_async_small<T::kScaleRowBytes>(scales + r * T::kScaleRowBytes, ok ? scale_src[j] + k0 / F::kBlock : scale_src[0], ok);
     }
   }
 };
@@ -512,11 +506,8 @@ __device__ __forceinline__ void decode_weight_slice(uint32_t stage, uint32_t dec
 // barrier for one. K inside an mma is in any order A and B agree on: lane t of a quad takes code word
 // t of each 32-code chunk (nibbles j and j + 4 one bf16x2) and the same 8 activations, paired alike.
 // A chunk's loads are issued one chunk ahead of its MMAs, so their latencies overlap.
-// UPPER == false: the tile's rows 8-15 (one m16 fragment) are padding, zeros for the MMAs, so they are
-// neither loaded nor paired (a decode step's tiles hold a few pairs; the warp is bound by issue).
-template <class T, bool UPPER>
+template <class T>
 __device__ __forceinline__ void four_bit_slice_mmas(float (&acc)[T::FM][T::FN][4], uint32_t stage, int row0, int col0) {
-  static_assert(UPPER || T::FM == 1, "padding rows are left out of one m16 fragment only");
   using F = typename T::Format;
   constexpr int kChunks = T::BK / 32;
   constexpr int kPieces = T::kCodeRowBytes / 16;
@@ -555,7 +546,7 @@ __device__ __forceinline__ void four_bit_slice_mmas(float (&acc)[T::FM][T::FN][4
 #pragma unroll
     for (int i = 0; i < T::FM; ++i)
 #pragma unroll
-      for (int h = 0; h < (UPPER ? 2 : 1); ++h)
+      for (int h = 0; h < 2; ++h)
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(into.a[i][h].x), "=r"(into.a[i][h].y), "=r"(into.a[i][h].z), "=r"(into.a[i][h].w)
                      : "r"(stage + tile_swizzled<T::P, true>(row0 + 16 * i + 8 * h + g, 4 * c + t))
@@ -575,7 +566,7 @@ __device__ __forceinline__ void four_bit_slice_mmas(float (&acc)[T::FM][T::FN][4
     for (int i = 0; i < T::FM; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint4 v = UPPER || h == 0 ? pair_activation_word(now.a[i][h]) : make_uint4(0u, 0u, 0u, 0u);
+        const uint4 v = pair_activation_word(now.a[i][h]);
         a[i][h][0] = v.x, a[i][h][1] = v.y, a[i][h][2] = v.z, a[i][h][3] = v.w;
       }
 #pragma unroll
@@ -810,7 +801,6 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = warp % T::WM * T::TM, col0 = warp / T::WM * T::TN;
   const bool live = T::WM == 1 || tile_rows_live(table, row0);  // one warp row: row 0, always a pair
-  const bool upper_live = T::kDecodeInRegisters && tile_rows_live(table, row0 + 8);  // its rows 8-15 hold a pair
   const TileScales<T, L> scales(a, w, table, e, n0, row0, col0);
   float part[T::FM][T::FN][4];
   zero_tile_sums<T>(acc);
@@ -846,11 +836,7 @@ __device__ __forceinline__ void expert_tile_sums(float (&acc)[T::FM][T::FN][4], 
     }
     if (!live) continue;  // this warp's rows are padding: its sums stay zero
     if constexpr (T::kDecodeInRegisters) {
-      if (T::FM > 1 || upper_live) {
-        four_bit_slice_mmas<T, true>(acc, stage, row0, col0);
-      } else if constexpr (T::FM == 1) {
-        four_bit_slice_mmas<T, false>(acc, stage, row0, col0);
-      }
+      four_bit_slice_mmas<T>(acc, stage, row0, col0);
     } else {
       // the weight rows the MMAs read: the stage's, or the decoded slice's, rows numbered from 0
       const uint32_t w_rows = T::kDecodeSlice ? decoded : stage;
