@@ -122,6 +122,7 @@ public final class FitCommand implements Callable<Integer> {
                 "down", table.down().stream().map(DispatchTable.Row::name).toList()));
         out.printf(Locale.ROOT, "dispatch candidates (the configs the model picks at some point): %d for gate_up, %d for down%n",
                 table.gateUp().size(), table.down().size());
+        doc.put("keyed_on_tokens", keyedOnTokens(out, fit, table, sms));
         List<Path> pictures = List.of();
         try {
             pictures = FitPlots.write(dir, fit, models, choices, sms);
@@ -159,6 +160,49 @@ public final class FitCommand implements Callable<Integer> {
      * The pool's configs (from pool.moe) and the profile's points and timings. A profile of another
      * pool is refused by name.
      */
+    /**
+     * The pair a {@code TokenKeyedLayer} runs for each batch ({@link DispatchTable#keyedOnTokens}: chosen on
+     * the host from the token count alone) against the best measured pair, at every point of the profile.
+     */
+    private static Map<String, Object> keyedOnTokens(PrintWriter out, PoolFit fit, DispatchTable table, int sms) {
+        int topk = fit.configs().getFirst().problem().shape().topk();
+        Map<String, PoolFit.Config> byName = new LinkedHashMap<>();
+        fit.configs().forEach(c -> byName.put(c.name(), c));
+        out.println();
+        out.println("the pair keyed on the token count (chosen on the host, nothing decided on the device) against the best measured pair");
+        Map<Integer, int[]> keyed = new LinkedHashMap<>();
+        List<Map<String, Object>> rows = new ArrayList<>();
+        Map<Boolean, List<Double>> regrets = new LinkedHashMap<>(Map.of(true, new ArrayList<>(), false, new ArrayList<>()));
+        for (PoolFit.Point p : fit.points()) {
+            int[] pair = keyed.computeIfAbsent(p.batch(), m -> table.keyedOnTokens(m, topk, sms));
+            PoolFit.Config up = byName.get(table.gateUp().get(pair[0]).name());
+            PoolFit.Config down = byName.get(table.down().get(pair[1]).name());
+            java.util.Optional<Double> upUs = fit.measured(up, p);
+            java.util.Optional<Double> downUs = fit.measured(down, p);
+            if (upUs.isEmpty() || downUs.isEmpty()) {
+                continue;  // a config the profile did not time at this point
+            }
+            double us = upUs.get() + downUs.get();
+            double best = fit.measured(fit.best(PoolFit.Half.GATE_UP, p), p).orElseThrow()
+                    + fit.measured(fit.best(PoolFit.Half.DOWN, p), p).orElseThrow();
+            regrets.get(p.heldOut()).add(us / best - 1);
+            rows.add(JsonObjects.ordered("point", p.key(), "batch", p.batch(), "balancedness", p.balancedness(), "held_out", p.heldOut(),
+                    "pair", up.name() + " + " + down.name(), "us", us, "best_us", best));
+            out.printf(Locale.ROOT, "  M=%-5d beta=%.2f%s  %8.1f vs %8.1f  (%+.2f%%)  %s + %s%n", p.batch(), p.balancedness(),
+                    p.heldOut() ? " (held out)" : "           ", us, best, 100 * (us / best - 1), up.name(), down.name());
+        }
+        Map<String, Object> summary = new LinkedHashMap<>();
+        for (boolean heldOut : List.of(true, false)) {
+            List<Double> r = regrets.get(heldOut).stream().sorted().toList();
+            double mean = r.stream().mapToDouble(Double::doubleValue).average().orElse(Double.NaN);
+            double max = r.isEmpty() ? Double.NaN : r.getLast();
+            summary.put(heldOut ? "held_out" : "profiled", JsonObjects.ordered("points", r.size(), "mean", mean, "max", max));
+            out.printf(Locale.ROOT, "  %s: %d points, regret mean %.2f%%, max %.2f%%%n", heldOut ? "held out" : "profiled", r.size(),
+                    100 * mean, 100 * max);
+        }
+        return JsonObjects.ordered("rows", rows, "regret", summary);
+    }
+
     static Profiled load(Path dir) throws IOException {
         Path profileFile = dir.resolve(ProfileCommand.FILE);
         Path gzipped = dir.resolve(ProfileCommand.FILE + ".gz");  // a profile kept compressed (JSON packs about tenfold)

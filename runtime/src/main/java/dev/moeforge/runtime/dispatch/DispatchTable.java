@@ -13,7 +13,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.function.Consumer;
+import java.util.function.ToDoubleFunction;
 import java.util.stream.IntStream;
 
 /**
@@ -138,21 +138,36 @@ public final class DispatchTable {
      * table's order; {@link #origin} maps a choice among them back to this table's rows.
      */
     public DispatchTable narrowedTo(int tokens, int topk, int sms) {
-        if (tokens < 1) {
-            throw new IllegalArgumentException("tokens = " + tokens + ": at least 1");
-        }
         BitSet ups = new BitSet();
         BitSet downs = new BitSet();
-        Consumer<int[]> price = load -> {
+        for (int[] load : routingsOf(tokens, topk)) {
             int[] c = choose(load, tokens, sms);
             ups.set(c[0]);
             downs.set(c[1]);
-        };
+        }
+        int[] upRows = ups.stream().toArray();
+        int[] downRows = downs.stream().toArray();
+        return new DispatchTable(experts, Arrays.stream(upRows).mapToObj(gateUp::get).toList(),
+                Arrays.stream(downRows).mapToObj(down::get).toList(), Arrays.stream(upRows).map(r -> gateUpOrigin[r]).toArray(),
+                Arrays.stream(downRows).map(r -> downOrigin[r]).toArray());
+    }
+
+    /**
+     * The expert histograms a batch of {@code tokens} tokens is priced on, by {@link #narrowedTo} and
+     * {@link #keyedOnTokens}: every token on the same top-k experts, then {@link #NARROWING_LEVELS}
+     * balancedness levels from the least to the most balanced the batch reaches,
+     * {@link #NARROWING_ROUTINGS_PER_LEVEL} routings each.
+     */
+    List<int[]> routingsOf(int tokens, int topk) {
+        if (tokens < 1) {
+            throw new IllegalArgumentException("tokens = " + tokens + ": at least 1");
+        }
+        List<int[]> loads = new ArrayList<>();
         int[] piled = new int[experts];
         for (int e = 0; e < Math.min(topk, experts); e++) {
             piled[e] = tokens;
         }
-        price.accept(piled);
+        loads.add(piled);
         for (int seed = 0; seed < NARROWING_ROUTINGS_PER_LEVEL; seed++) {
             RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(seed, tokens, experts, topk);
             for (int level = 0; level < NARROWING_LEVELS; level++) {
@@ -161,14 +176,24 @@ public final class DispatchTable {
                 for (int id : RandomInputs.skewedRouting(seed, tokens, experts, topk, beta).ids()) {
                     load[id]++;
                 }
-                price.accept(load);
+                loads.add(load);
             }
         }
-        int[] upRows = ups.stream().toArray();
-        int[] downRows = downs.stream().toArray();
-        return new DispatchTable(experts, Arrays.stream(upRows).mapToObj(gateUp::get).toList(),
-                Arrays.stream(downRows).mapToObj(down::get).toList(), Arrays.stream(upRows).map(r -> gateUpOrigin[r]).toArray(),
-                Arrays.stream(downRows).map(r -> downOrigin[r]).toArray());
+        return loads;
+    }
+
+    /**
+     * The pair for a batch of {@code tokens} tokens chosen on the host, once, from the token count alone:
+     * for each half the row with the least mean predicted time over {@link #routingsOf} that many tokens
+     * (first on a tie), among the rows whose kernels take them. A graph captured for that token count runs
+     * this pair whatever the routing: no decision on the device, so nothing is added to the layer; what it
+     * gives up against {@link #choose} is the spread between the best pair of one routing and the best on
+     * average over the batch's routings.
+     */
+    public int[] keyedOnTokens(int tokens, int topk, int sms) {
+        List<int[]> loads = routingsOf(tokens, topk);
+        ToDoubleFunction<Row> total = r -> loads.stream().mapToDouble(load -> r.cost(load, tokens, sms)).sum();
+        return new int[] {cheapest(gateUp, tokens, total), cheapest(down, tokens, total)};
     }
 
     /** Gate_up row {@code row}'s number in the table this one was narrowed from. */
@@ -245,20 +270,22 @@ public final class DispatchTable {
         if (load.length != experts) {
             throw new IllegalArgumentException("a histogram of " + load.length + " experts for a table of " + experts);
         }
-        return new int[] {cheapest(gateUp, load, tokens, sms), cheapest(down, load, tokens, sms)};
+        ToDoubleFunction<Row> here = r -> r.cost(load, tokens, sms);
+        return new int[] {cheapest(gateUp, tokens, here), cheapest(down, tokens, here)};
     }
 
-    private static int cheapest(List<Row> rows, int[] load, int tokens, int sms) {
+    /** The row of least {@code cost} (first on a tie) among those whose kernels take {@code tokens} tokens. */
+    private static int cheapest(List<Row> rows, int tokens, ToDoubleFunction<Row> cost) {
         int best = -1;
         double bestCost = Double.POSITIVE_INFINITY;
         for (int r = 0; r < rows.size(); r++) {
             if (!rows.get(r).runs(tokens)) {
                 continue;
             }
-            double cost = rows.get(r).cost(load, tokens, sms);
-            if (best < 0 || cost < bestCost) {
+            double c = cost.applyAsDouble(rows.get(r));
+            if (best < 0 || c < bestCost) {
                 best = r;
-                bestCost = cost;
+                bestCost = c;
             }
         }
         if (best < 0) {

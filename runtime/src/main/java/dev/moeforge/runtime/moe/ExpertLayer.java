@@ -21,7 +21,7 @@ import java.util.Optional;
  * (expert_centric), the layer first builds that plan on the device (two small launches, once per
  * layer call) and owns its buffers and the kernels' scratch, sized for {@link #capacity()} tokens.
  */
-public final class ExpertLayer implements AutoCloseable {
+public final class ExpertLayer implements Experts, AutoCloseable {
     /** Tokens a layer with expert-centric kernels holds scratch for unless told otherwise. */
     public static final int DEFAULT_CAPACITY = 4096;
 
@@ -78,10 +78,12 @@ public final class ExpertLayer implements AutoCloseable {
     }
 
     /** How each kernel is ordered after the one before it. */
+    @Override
     public LaunchOrder order() {
         return order;
     }
 
+    @Override
     public ExpertShape shape() {
         return shape;
     }
@@ -95,6 +97,7 @@ public final class ExpertLayer implements AutoCloseable {
     }
 
     /** The most tokens one call takes: the kernels' limit, or the scratch's where a kernel has scratch. */
+    @Override
     public int maxTokens() {
         return Math.min(gateUpHalf.maxTokens(), downHalf.maxTokens());
     }
@@ -108,6 +111,7 @@ public final class ExpertLayer implements AutoCloseable {
      * A buffer for the intermediate gate_up hands to down, for up to {@code tokens} tokens, as the
      * kernels take it: bf16 [M][k][I], or with FP8 activations (W8A8) each (token, slot)'s quantised row.
      */
+    @Override
     public DeviceBuffer allocateInter(int tokens) {
         if (tokens < 1) {
             throw new IllegalArgumentException("tokens = " + tokens + ": at least 1");
@@ -128,6 +132,7 @@ public final class ExpertLayer implements AutoCloseable {
     }
 
     /** As above, with the weights in the kernels' format (codes and scales). */
+    @Override
     public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceWeights wDown,
                         DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
         enqueuePlan(stream, tokens, topkIds);

@@ -9,13 +9,14 @@ import java.util.Map;
 /**
  * The whole MoE layer as one unit: router, then gate_up, then down, all on the device with no host
  * synchronisation between them, so one CUDA graph captures a decode step's layer. The router is
- * launched in the expert layer's {@link ExpertLayer#order()}.
+ * launched in the expert layer's {@link Experts#order()}.
  */
 public final class MoeLayer {
     private final RouterKernel router;
-    private final ExpertLayer experts;
+    private final Experts experts;
 
-    public MoeLayer(RouterKernel router, ExpertLayer experts) {
+    /** {@code experts}: one pair ({@link ExpertLayer}), or a tuned pool's pair per token count ({@link TokenKeyedLayer}). */
+    public MoeLayer(RouterKernel router, Experts experts) {
         int k = router.topk().orElseThrow(() -> new IllegalArgumentException("router "
                 + router.handle().spec().name() + " stores a dense row; the expert layer needs a top-k table"));
         if (k != experts.shape().topk()) {
@@ -37,7 +38,7 @@ public final class MoeLayer {
         return router;
     }
 
-    public ExpertLayer experts() {
+    public Experts experts() {
         return experts;
     }
 

@@ -209,4 +209,45 @@ class DispatchTableTest {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> none.choose(many, 9, 132));
         assertTrue(e.getMessage().contains("small (at most 8)"), e.getMessage());
     }
+
+    /**
+     * The pair keyed on the token count is each half's row of least mean predicted time over the batch's
+     * routings: a row that wins only when the batch is piled onto a few experts loses to one that is a
+     * little dearer there but far cheaper on the balanced routings; a row cheaper on every routing is
+     * taken; a row whose kernel does not take the batch never is; the routings are the batch's pairs.
+     */
+    @Test
+    void thePairKeyedOnTokensIsTheCheapestOnAverageOverTheBatchsRoutings() {
+        // blocks of 16 pairs, 4 groups: G grows with the distinct experts the routing touches
+        DispatchTable.Row perBlock = new DispatchTable.Row("per_block", DispatchTable.Kind.TILES, 16, 4,
+                new WaveCostModel(5, 0, 1.0, 0, 0, 3), Integer.MAX_VALUE);
+        DispatchTable.Row flat = new DispatchTable.Row("flat", DispatchTable.Kind.TILES, 16, 4,
+                new WaveCostModel(150, 0, 0, 0, 0, 1), Integer.MAX_VALUE);
+        DispatchTable table = new DispatchTable(SHAPE.experts(), List.of(perBlock, flat), List.of(flat));
+        int tokens = 64;
+        int[] piled = new int[SHAPE.experts()];
+        for (int e = 0; e < SHAPE.topk(); e++) {
+            piled[e] = tokens;
+        }
+        int[] uniform = load(RandomInputs.uniformRouting(5, tokens, SHAPE.experts(), SHAPE.topk()));
+        assertEquals(0, table.choose(piled, tokens, 132)[0], "piled onto k experts: few blocks, the per-block row wins");
+        assertEquals(1, table.choose(uniform, tokens, 132)[0], "balanced: many blocks, the flat row wins");
+        double perBlockMean = table.routingsOf(tokens, SHAPE.topk()).stream().mapToDouble(l -> perBlock.cost(l, tokens, 132)).average()
+                .orElseThrow();
+        assertTrue(perBlockMean > 150, "the per-block row is dearer on average (" + perBlockMean + " us)");
+        assertArrayEquals(new int[] {1, 0}, table.keyedOnTokens(tokens, SHAPE.topk(), 132));
+        // one token: at most k experts, so the per-block row is the cheaper at every routing
+        assertArrayEquals(new int[] {0, 0}, table.keyedOnTokens(1, SHAPE.topk(), 132));
+        DispatchTable.Row cheapButSmall = new DispatchTable.Row("small", DispatchTable.Kind.TILES, 16, 4,
+                new WaveCostModel(1, 0, 0, 0, 0, 2), 8);
+        DispatchTable limited = new DispatchTable(SHAPE.experts(), List.of(cheapButSmall, flat), List.of(flat));
+        assertEquals(0, limited.keyedOnTokens(8, SHAPE.topk(), 132)[0]);
+        assertEquals(1, limited.keyedOnTokens(9, SHAPE.topk(), 132)[0], "the cheap row's kernel takes 8 tokens at most");
+        assertThrows(IllegalArgumentException.class, () -> table.keyedOnTokens(0, SHAPE.topk(), 132));
+        assertEquals(1 + DispatchTable.NARROWING_LEVELS * DispatchTable.NARROWING_ROUTINGS_PER_LEVEL,
+                table.routingsOf(tokens, SHAPE.topk()).size());
+        for (int[] load : table.routingsOf(tokens, SHAPE.topk())) {
+            assertEquals((long) tokens * SHAPE.topk(), java.util.Arrays.stream(load).asLongStream().sum(), "every routing is the batch's pairs");
+        }
+    }
 }

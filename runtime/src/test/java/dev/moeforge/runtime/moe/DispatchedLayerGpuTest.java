@@ -3,6 +3,8 @@ package dev.moeforge.runtime.moe;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.ir.DType;
@@ -21,6 +23,7 @@ import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import dev.moeforge.runtime.dispatch.DispatchTable;
 import dev.moeforge.runtime.dispatch.WaveCostModel;
@@ -75,7 +78,8 @@ class DispatchedLayerGpuTest extends GpuSession {
         return new DispatchTable(SHAPE.experts(), up, down);
     }
 
-    static DispatchedLayer layer(int capacity) throws Exception {
+    /** Every candidate's kernels, compiled, by name. */
+    static Map<String, KernelSpec> compiledCandidates() throws Exception {
         Map<String, KernelSpec> byName = new LinkedHashMap<>();
         for (Candidate c : CANDIDATES) {
             ExpertLayerSpecs s = specs(c);
@@ -83,6 +87,11 @@ class DispatchedLayerGpuTest extends GpuSession {
             byName.put(s.down().name(), s.down());
         }
         compileAll(new ArrayList<>(byName.values()));
+        return byName;
+    }
+
+    static DispatchedLayer layer(int capacity) throws Exception {
+        Map<String, KernelSpec> byName = compiledCandidates();
         return new DispatchedLayer(runtime, table(), name -> runtime.load(byName.get(name)), capacity);
     }
 
@@ -215,6 +224,56 @@ class DispatchedLayerGpuTest extends GpuSession {
                 BF16_OUTPUT.check(ErrorStats.of(r1.y().exact(), download(b1.y())), () -> "y of the second layer, " + where);
             }
         }
+    }
+
+    /**
+     * No decision on the device: a {@link TokenKeyedLayer} runs, for each token count, the pair the host
+     * keys on that count ({@link DispatchTable#keyedOnTokens}), captured in a graph of its two kernels and
+     * the plan alone, on a spread and a piled routing, and matches the reference; the made-up models key
+     * different pairs to different token counts.
+     */
+    @Test
+    void aLayerKeyedOnTokensRunsTheHostsPairForEachTokenCountAndMatchesTheReference() throws Exception {
+        long seed = System.nanoTime();
+        LayerWeights w = layerWeights(SHAPE, seed);
+        Map<String, KernelSpec> byName = compiledCandidates();
+        DispatchTable table = table();
+        ExpertLayerSpecs ref = specs(CANDIDATES.get(2));
+        WeightRows gu = WeightRows.bf16(w.gateUp(), SHAPE.experts(), 2 * SHAPE.intermediate(), SHAPE.hidden());
+        WeightRows dn = WeightRows.bf16(w.down(), SHAPE.experts(), SHAPE.hidden(), SHAPE.intermediate());
+        List<String> picks = new ArrayList<>();
+        try (TokenKeyedLayer layer = new TokenKeyedLayer(runtime, table, SHAPE, name -> runtime.load(byName.get(name)),
+                LaunchOrder.OVERLAPPING_PREVIOUS, 300)) {
+            for (int tokens : new int[] {1, 5, 40, 300}) {
+                int[] keyed = table.keyedOnTokens(tokens, SHAPE.topk(), runtime.context().smCount());
+                ExpertLayer pair = layer.layerFor(tokens);
+                assertEquals(table.gateUp().get(keyed[0]).name(), pair.gateUp().spec().name(), "gate_up at M=" + tokens);
+                assertEquals(table.down().get(keyed[1]).name(), pair.down().spec().name(), "down at M=" + tokens);
+                picks.add(pair.gateUp().spec().name());
+                short[] x = RandomInputs.bf16Normal(seed + tokens, tokens * SHAPE.hidden(), 1.0);
+                Map<String, Routing> routings = Map.of("uniform", RandomInputs.uniformRouting(seed + 2L * tokens, tokens, SHAPE.experts(),
+                        SHAPE.topk()), "piled", piled(tokens, seed + 2L * tokens + 1));
+                for (Map.Entry<String, Routing> routing : routings.entrySet()) {
+                    Routing r = routing.getValue();
+                    ExpertReference.LayerResult expected = ExpertReference.layer(ref.gateUp(), ref.down(), x, gu, dn, r);
+                    String where = "M=" + tokens + " " + routing.getKey() + " on " + pair.gateUp().spec().name() + " + "
+                            + pair.down().spec().name() + ", seed=" + seed;
+                    try (LayerBuffers b = LayerBuffers.of(x, r, expected);
+                         CudaGraph graph = CudaGraph.capture(stream, () -> layer.enqueue(stream, tokens, b.x(),
+                                 DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()), b.ids(), b.weights(),
+                                 b.inter(), b.y()))) {
+                        b.poison();
+                        graph.launch(stream);
+                        stream.synchronize();
+                        ErrorStats e = ErrorStats.of(expected.y().exact(), download(b.y()));
+                        System.out.println(where + ": y " + e);
+                        BF16_OUTPUT.check(e, () -> "y of " + where);
+                    }
+                }
+            }
+            assertThrows(IllegalArgumentException.class, () -> layer.layerFor(301), "past the layer's capacity");
+        }
+        assertTrue(picks.stream().distinct().count() >= 2, "the token count keys more than one gate_up: " + picks);
     }
 
     static DispatchedLayer.LayerIo io(LayerBuffers b, LayerWeights w) {

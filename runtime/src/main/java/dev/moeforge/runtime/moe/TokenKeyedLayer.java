@@ -1,0 +1,118 @@
+package dev.moeforge.runtime.moe;
+
+import dev.moeforge.dsl.ir.ExpertShape;
+import dev.moeforge.dsl.ir.Problem;
+import dev.moeforge.runtime.cuda.CudaStream;
+import dev.moeforge.runtime.cuda.DeviceBuffer;
+import dev.moeforge.runtime.cuda.LaunchOrder;
+import dev.moeforge.runtime.dispatch.DispatchTable;
+import dev.moeforge.runtime.kernel.KernelHandle;
+import dev.moeforge.runtime.kernel.KernelRuntime;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.function.Function;
+
+/**
+ * A tuned pool's expert layer with its pair chosen on the host for each token count
+ * ({@link DispatchTable#keyedOnTokens}): a call, or a CUDA graph captured for M tokens, runs the pair
+ * the fitted cost models price cheapest on average over the routings M tokens take. Nothing is decided
+ * or read back on the device, so the layer costs what its pair costs. Each pair's kernels load on
+ * first use; a pair holds its own routing plan and scratch.
+ */
+public final class TokenKeyedLayer implements Experts, AutoCloseable {
+    /** Rows of the table: the gate_up row and the down row. */
+    private record Pair(int gateUp, int down) {}
+
+    private final DispatchTable table;
+    private final ExpertShape shape;
+    private final Function<String, KernelHandle> kernels;
+    private final LaunchOrder order;
+    private final int capacity;
+    private final int sms;
+    private final Map<Integer, Pair> chosen = new HashMap<>();
+    private final Map<Pair, ExpertLayer> layers = new LinkedHashMap<>();
+
+    /**
+     * @param table    the pool's candidates with their fitted models ({@link DispatchTable#of})
+     * @param shape    the layer's geometry, which every candidate's kernel must have
+     * @param kernels  the kernel of each candidate, by the name its row carries
+     * @param capacity the most tokens a call takes
+     */
+    public TokenKeyedLayer(KernelRuntime runtime, DispatchTable table, ExpertShape shape, Function<String, KernelHandle> kernels,
+                           LaunchOrder order, int capacity) {
+        if (table.experts() != shape.experts()) {
+            throw new IllegalArgumentException("a dispatch table of " + table.experts() + " experts for a layer of " + shape.experts());
+        }
+        if (capacity < 1) {
+            throw new IllegalArgumentException("capacity = " + capacity + ": at least 1");
+        }
+        this.table = table;
+        this.shape = shape;
+        this.kernels = kernels;
+        this.order = order;
+        this.capacity = capacity;
+        this.sms = runtime.context().smCount();
+    }
+
+    /** The pair a call of {@code tokens} tokens runs, its kernels loaded. */
+    public ExpertLayer layerFor(int tokens) {
+        if (tokens < 1 || tokens > capacity) {
+            throw new IllegalArgumentException("tokens = " + tokens + ": this layer takes 1.." + capacity);
+        }
+        Pair pair = chosen.computeIfAbsent(tokens, t -> {
+            int[] rows = table.keyedOnTokens(t, shape.topk(), sms);
+            return new Pair(rows[0], rows[1]);
+        });
+        ExpertLayer layer = layers.get(pair);
+        if (layer == null) {
+            KernelHandle up = candidate(table.gateUp().get(pair.gateUp()).name());
+            KernelHandle down = candidate(table.down().get(pair.down()).name());
+            layer = new ExpertLayer(up, down, order, Math.min(capacity, Math.min(up.maxTokens(), down.maxTokens())));
+            layers.put(pair, layer);
+        }
+        return layer;
+    }
+
+    private KernelHandle candidate(String name) {
+        KernelHandle k = kernels.apply(name);
+        if (!(k.spec().problem() instanceof Problem.ExpertProblem p) || !p.shape().equals(shape)) {
+            throw new IllegalArgumentException("candidate " + name + " is not of the layer's geometry " + shape);
+        }
+        return k;
+    }
+
+    @Override
+    public LaunchOrder order() {
+        return order;
+    }
+
+    @Override
+    public ExpertShape shape() {
+        return shape;
+    }
+
+    /** The most tokens a call takes (each pair's kernels may take fewer: a call beyond its pair's limit is refused by it). */
+    @Override
+    public int maxTokens() {
+        return capacity;
+    }
+
+    /** The intermediate of the pair {@code tokens} tokens run. */
+    @Override
+    public DeviceBuffer allocateInter(int tokens) {
+        return layerFor(tokens).allocateInter(tokens);
+    }
+
+    @Override
+    public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceWeights wDown,
+                        DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
+        layerFor(tokens).enqueue(stream, tokens, x, wGateUp, wDown, topkIds, topkWeights, inter, y);
+    }
+
+    @Override
+    public void close() {
+        layers.values().forEach(ExpertLayer::close);
+        layers.clear();
+    }
+}
