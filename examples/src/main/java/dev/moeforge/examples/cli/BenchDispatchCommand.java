@@ -19,6 +19,7 @@ import dev.moeforge.runtime.dispatch.WaveCostModel;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.DispatchedLayer;
 import dev.moeforge.runtime.moe.ExpertLayer;
+import dev.moeforge.runtime.moe.TokenKeyedLayer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -82,12 +83,14 @@ public final class BenchDispatchCommand implements Callable<Integer> {
              KernelRuntime runtime = new KernelRuntime(ctx, cache);
              BenchKernels kernels = new BenchKernels(runtime);
              DispatchedLayer dispatched = new DispatchedLayer(runtime, table, name -> runtime.load(specs.get(name)), maxBatch);
+             TokenKeyedLayer keyed = new TokenKeyedLayer(runtime, table, shape, name -> runtime.load(specs.get(name)),
+                     LaunchOrder.OVERLAPPING_PREVIOUS, maxBatch);
              HalfProfiler bench = new HalfProfiler(kernels, stream, shape, layers, maxBatch, seed)) {
             System.out.printf(Locale.ROOT, "dispatch of %s on %s: %d gate_up and %d down candidates, %d layers rotated%n",
                     profile.get("model").asText(), ctx.deviceName(), table.gateUp().size(), table.down().size(), layers);
-            System.out.printf(Locale.ROOT, "%-6s %-6s %12s %10s %12s %10s %12s %10s %8s %8s %8s %8s  %s%n", "M", "beta", "dispatched",
-                    "per step", "static", "speedup", "chosen plain", "overhead", "serial", "decision", "+choice", "plan",
-                    "chosen / static");
+            System.out.printf(Locale.ROOT, "%-6s %-6s %12s %10s %12s %10s %10s %12s %10s %8s %8s %8s %8s  %s%n", "M", "beta", "dispatched",
+                    "per step", "static", "speedup", "keyed", "chosen plain", "overhead", "serial", "decision", "+choice", "plan",
+                    "chosen / static / keyed");
             for (int m : batches) {
                 PoolFit.Point balanced = fit.profiled().stream().filter(p -> p.batch() == m)
                         .max(java.util.Comparator.comparingDouble(PoolFit.Point::balancedness)).orElseThrow();
@@ -118,6 +121,10 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         String chosenDown = table.down().get(chosen[1]).name();
                         Timing staticPair = bench.timeLayers(stream, l -> fixed.enqueue(stream, m, bench.x(), bench.gateUpWeights(l),
                                 bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()), options.warmup, options.reps);
+                        // the pair keyed on the token count: no decision on the device
+                        Timing keyedPair = bench.timeLayers(stream, l -> keyed.enqueue(stream, m, bench.x(), bench.gateUpWeights(l),
+                                bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()), options.warmup, options.reps);
+                        ExpertLayer keyedLayer = keyed.layerFor(m);
                         Timing chosenPlain;
                         try (ExpertLayer plain = new ExpertLayer(runtime.load(specs.get(chosenUp)), runtime.load(specs.get(chosenDown)),
                                 LaunchOrder.OVERLAPPING_PREVIOUS, m)) {
@@ -149,6 +156,9 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         row.put("chosen", chosenUp + " + " + chosenDown);
                         row.put("candidates_at_batch", Map.of("gate_up", dispatched.candidatesAt(m).gateUp().size(), "down",
                                 dispatched.candidatesAt(m).down().size()));
+                        row.put("keyed_us", keyedPair.medianMicros());
+                        row.put("keyed", keyedLayer.gateUp().spec().name() + " + " + keyedLayer.down().spec().name());
+                        row.put("speedup_keyed_over_static", staticPair.medianMicros() / keyedPair.medianMicros());
                         row.put("chosen_plain_us", chosenPlain.medianMicros());
                         row.put("dispatch_overhead_us", withDispatch.medianMicros() - chosenPlain.medianMicros());
                         row.put("dispatch_overhead_per_step_us", perStep.medianMicros() - chosenPlain.medianMicros());
@@ -158,12 +168,13 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         row.put("decision_us", decision);
                         row.put("static", staticUp + " + " + staticDown);
                         rows.add(row);
-                        System.out.printf(Locale.ROOT, "%-6d %-6.2f %12.1f %10.1f %12.1f %9.3fx %12.1f %10.1f %8.1f %8.1f %8.1f %8.1f  %s / %s%n",
+                        System.out.printf(Locale.ROOT, "%-6d %-6.2f %12.1f %10.1f %12.1f %9.3fx %10.1f %12.1f %10.1f %8.1f %8.1f %8.1f %8.1f  %s / %s / %s%n",
                                 m, beta, withDispatch.medianMicros(), perStep.medianMicros(), staticPair.medianMicros(),
-                                staticPair.medianMicros() / withDispatch.medianMicros(), chosenPlain.medianMicros(),
+                                staticPair.medianMicros() / withDispatch.medianMicros(), keyedPair.medianMicros(), chosenPlain.medianMicros(),
                                 withDispatch.medianMicros() - chosenPlain.medianMicros(), chosenSerial.medianMicros(), decision,
                                 planAndChoice, plan, shortName(chosenUp) + " + " + shortName(chosenDown),
-                                shortName(staticUp) + " + " + shortName(staticDown));
+                                shortName(staticUp) + " + " + shortName(staticDown),
+                                shortName(keyedLayer.gateUp().spec().name()) + " + " + shortName(keyedLayer.down().spec().name()));
                         System.out.printf(Locale.ROOT, "       candidates at %d tokens: %d gate_up, %d down%n", m,
                                 dispatched.candidatesAt(m).gateUp().size(), dispatched.candidatesAt(m).down().size());
                     }
@@ -179,7 +190,8 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                             + "every layer (its plan, gate_up, down) with that pair", "static", "the best measured pair at the "
                             + "batch's most balanced profiled point", "overhead", "dispatched minus a plain graph of the pair the dispatch "
                             + "chose (its kernels launched as programmatic dependents); serial: that pair launched without; decision: "
-                            + "the plan with the choice and the switch, bodies empty; +choice: without the switch; plan: the plan alone"));
+                            + "the plan with the choice and the switch, bodies empty; +choice: without the switch; plan: the plan alone", "keyed",
+                    "the pair keyed on the token count (DispatchTable.keyedOnTokens, chosen on the host) as a plain graph"));
             doc.put("candidates", Map.of("gate_up", table.gateUp().stream().map(DispatchTable.Row::name).toList(),
                     "down", table.down().stream().map(DispatchTable.Row::name).toList()));
             doc.put("results", rows);
