@@ -122,9 +122,9 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                         Timing staticPair = bench.timeLayers(stream, l -> fixed.enqueue(stream, m, bench.x(), bench.gateUpWeights(l),
                                 bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()), options.warmup, options.reps);
                         // the pair keyed on the token count: no decision on the device
+                        ExpertLayer keyedLayer = keyed.prepare(m);
                         Timing keyedPair = bench.timeLayers(stream, l -> keyed.enqueue(stream, m, bench.x(), bench.gateUpWeights(l),
                                 bench.downWeights(l), bench.ids(), bench.weights(), bench.inter(), bench.y()), options.warmup, options.reps);
-                        ExpertLayer keyedLayer = keyed.layerFor(m);
                         Timing chosenPlain;
                         try (ExpertLayer plain = new ExpertLayer(runtime.load(specs.get(chosenUp)), runtime.load(specs.get(chosenDown)),
                                 LaunchOrder.OVERLAPPING_PREVIOUS, m)) {

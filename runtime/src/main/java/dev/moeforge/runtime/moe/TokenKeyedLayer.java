@@ -17,8 +17,8 @@ import java.util.function.Function;
  * A tuned pool's expert layer with its pair chosen on the host for each token count
  * ({@link DispatchTable#keyedOnTokens}): a call, or a CUDA graph captured for M tokens, runs the pair
  * the fitted cost models price cheapest on average over the routings M tokens take. Nothing is decided
- * or read back on the device, so the layer costs what its pair costs. Each pair's kernels load on
- * first use; a pair holds its own routing plan and scratch.
+ * or read back on the device, so the layer costs what its pair costs. {@link #prepare} chooses and
+ * loads a token count's pair before its first call or capture; a pair holds its own routing plan and scratch.
  */
 public final class TokenKeyedLayer implements Experts, AutoCloseable {
     /** Rows of the table: the gate_up row and the down row. */
@@ -55,8 +55,12 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
         this.sms = runtime.context().smCount();
     }
 
-    /** The pair a call of {@code tokens} tokens runs, its kernels loaded. */
-    public ExpertLayer layerFor(int tokens) {
+    /**
+     * Chooses the pair for {@code tokens} tokens and loads it (its kernels, its routing plan and scratch):
+     * once per token count, before a call or a graph of that many tokens, as nothing may be allocated
+     * during a capture. Returns the pair.
+     */
+    public ExpertLayer prepare(int tokens) {
         if (tokens < 1 || tokens > capacity) {
             throw new IllegalArgumentException("tokens = " + tokens + ": this layer takes 1.." + capacity);
         }
@@ -72,6 +76,15 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
             layers.put(pair, layer);
         }
         return layer;
+    }
+
+    private ExpertLayer prepared(int tokens) {
+        Pair pair = chosen.get(tokens);
+        if (pair == null) {
+            throw new IllegalStateException("call prepare(" + tokens + ") before a call or a graph of " + tokens + " tokens (loading "
+                    + "its pair allocates the pair's routing plan, which a capture may not)");
+        }
+        return layers.get(pair);
     }
 
     private KernelHandle candidate(String name) {
@@ -98,16 +111,16 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
         return capacity;
     }
 
-    /** The intermediate of the pair {@code tokens} tokens run. */
+    /** The intermediate of the pair {@code tokens} tokens run (prepared here). */
     @Override
     public DeviceBuffer allocateInter(int tokens) {
-        return layerFor(tokens).allocateInter(tokens);
+        return prepare(tokens).allocateInter(tokens);
     }
 
     @Override
     public void enqueue(CudaStream stream, int tokens, DeviceBuffer x, DeviceWeights wGateUp, DeviceWeights wDown,
                         DeviceBuffer topkIds, DeviceBuffer topkWeights, DeviceBuffer inter, DeviceBuffer y) {
-        layerFor(tokens).enqueue(stream, tokens, x, wGateUp, wDown, topkIds, topkWeights, inter, y);
+        prepared(tokens).enqueue(stream, tokens, x, wGateUp, wDown, topkIds, topkWeights, inter, y);
     }
 
     @Override

@@ -246,7 +246,7 @@ class DispatchedLayerGpuTest extends GpuSession {
                 LaunchOrder.OVERLAPPING_PREVIOUS, 300)) {
             for (int tokens : new int[] {1, 5, 40, 300}) {
                 int[] keyed = table.keyedOnTokens(tokens, SHAPE.topk(), runtime.context().smCount());
-                ExpertLayer pair = layer.layerFor(tokens);
+                ExpertLayer pair = layer.prepare(tokens);
                 assertEquals(table.gateUp().get(keyed[0]).name(), pair.gateUp().spec().name(), "gate_up at M=" + tokens);
                 assertEquals(table.down().get(keyed[1]).name(), pair.down().spec().name(), "down at M=" + tokens);
                 picks.add(pair.gateUp().spec().name());
@@ -271,7 +271,9 @@ class DispatchedLayerGpuTest extends GpuSession {
                     }
                 }
             }
-            assertThrows(IllegalArgumentException.class, () -> layer.layerFor(301), "past the layer's capacity");
+            assertThrows(IllegalArgumentException.class, () -> layer.prepare(301), "past the layer's capacity");
+            assertThrows(IllegalStateException.class, () -> layer.enqueue(stream, 2, null, null, null, null, null, null, null),
+                    "a token count not prepared");
         }
         assertTrue(picks.stream().distinct().count() >= 2, "the token count keys more than one gate_up: " + picks);
     }
