@@ -36,7 +36,8 @@ import org.junit.jupiter.api.Test;
 /**
  * Routing-aware dispatch decided on the GPU: one graph per token count, replayed on new routings,
  * chooses on the device what the host twin ({@link DispatchedLayer#hostChoice}) chooses, and the layer
- * it runs matches the FP64 reference with its outputs poisoned first.
+ * it runs matches the FP64 reference with its outputs poisoned first. And the same candidates keyed on
+ * the token count on the host ({@link TokenKeyedLayer}).
  */
 @RequiresGpu
 class DispatchedLayerGpuTest extends GpuSession {
