@@ -157,12 +157,9 @@ public final class FitCommand implements Callable<Integer> {
     record Profiled(PoolFit fit, JsonNode profile) {}
 
     /**
-     * The pool's configs (from pool.moe) and the profile's points and timings. A profile of another
-     * pool is refused by name.
-     */
-    /**
      * The pair a {@code TokenKeyedLayer} runs for each batch ({@link DispatchTable#keyedOnTokens}: chosen on
-     * the host from the token count alone) against the best measured pair, at every point of the profile.
+     * the host from the token count alone) against the best measured pair, at every point of the profile
+     * where both of its configs were timed.
      */
     private static Map<String, Object> keyedOnTokens(PrintWriter out, PoolFit fit, DispatchTable table, int sms) {
         int topk = fit.configs().getFirst().problem().shape().topk();
@@ -173,6 +170,7 @@ public final class FitCommand implements Callable<Integer> {
         Map<Integer, int[]> keyed = new LinkedHashMap<>();
         List<Map<String, Object>> rows = new ArrayList<>();
         Map<Boolean, List<Double>> regrets = new LinkedHashMap<>(Map.of(true, new ArrayList<>(), false, new ArrayList<>()));
+        int untimed = 0;
         for (PoolFit.Point p : fit.points()) {
             int[] pair = keyed.computeIfAbsent(p.batch(), m -> table.keyedOnTokens(m, topk, sms));
             PoolFit.Config up = byName.get(table.gateUp().get(pair[0]).name());
@@ -180,7 +178,8 @@ public final class FitCommand implements Callable<Integer> {
             java.util.Optional<Double> upUs = fit.measured(up, p);
             java.util.Optional<Double> downUs = fit.measured(down, p);
             if (upUs.isEmpty() || downUs.isEmpty()) {
-                continue;  // a config the profile did not time at this point
+                untimed++;  // a config the profile did not time at this point
+                continue;
             }
             double us = upUs.get() + downUs.get();
             double best = fit.measured(fit.best(PoolFit.Half.GATE_UP, p), p).orElseThrow()
@@ -200,9 +199,16 @@ public final class FitCommand implements Callable<Integer> {
             out.printf(Locale.ROOT, "  %s: %d points, regret mean %.2f%%, max %.2f%%%n", heldOut ? "held out" : "profiled", r.size(),
                     100 * mean, 100 * max);
         }
-        return JsonObjects.ordered("rows", rows, "regret", summary);
+        if (untimed > 0) {
+            out.printf(Locale.ROOT, "  (%d points left out: the profile did not time the keyed pair there)%n", untimed);
+        }
+        return JsonObjects.ordered("rows", rows, "regret", summary, "points_untimed", untimed);
     }
 
+    /**
+     * The pool's configs (from pool.moe) and the profile's points and timings. A profile of another
+     * pool is refused by name.
+     */
     static Profiled load(Path dir) throws IOException {
         Path profileFile = dir.resolve(ProfileCommand.FILE);
         Path gzipped = dir.resolve(ProfileCommand.FILE + ".gz");  // a profile kept compressed (JSON packs about tenfold)

@@ -124,9 +124,9 @@ public final class DispatchTable {
         }
     }
 
-    /** Routings per balancedness level {@link #narrowedTo} prices. */
+    /** Routings per balancedness level {@link #routingsOf} holds ({@link #narrowedTo}, {@link #keyedOnTokens}). */
     static final int NARROWING_ROUTINGS_PER_LEVEL = 4;
-    /** Balancedness levels, from the least to the most balanced a batch reaches, {@link #narrowedTo} prices. */
+    /** Balancedness levels, from the least to the most balanced a batch reaches, {@link #routingsOf} holds. */
     static final int NARROWING_LEVELS = 16;
 
     /**

@@ -1,5 +1,6 @@
 package dev.moeforge.runtime.moe;
 
+import dev.moeforge.codegen.cuda.KernelParam;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.runtime.cuda.CudaStream;
@@ -10,6 +11,7 @@ import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.function.Function;
 
@@ -32,6 +34,8 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
     private final int sms;
     private final Map<Integer, Pair> chosen = new HashMap<>();
     private final Map<Pair, ExpertLayer> layers = new LinkedHashMap<>();
+    /** The intermediate the loaded pairs hand down, which every pair must share (one buffer serves all). */
+    private KernelParam inter;
 
     /**
      * @param table    the pool's candidates with their fitted models ({@link DispatchTable#of})
@@ -44,8 +48,9 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
         if (table.experts() != shape.experts()) {
             throw new IllegalArgumentException("a dispatch table of " + table.experts() + " experts for a layer of " + shape.experts());
         }
-        if (capacity < 1) {
-            throw new IllegalArgumentException("capacity = " + capacity + ": at least 1");
+        int most = Math.min(mostTokens(table.gateUp()), mostTokens(table.down()));
+        if (capacity < 1 || capacity > most) {
+            throw new IllegalArgumentException("capacity = " + capacity + ": the candidates take 1.." + most + " tokens");
         }
         this.table = table;
         this.shape = shape;
@@ -64,18 +69,32 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
         if (tokens < 1 || tokens > capacity) {
             throw new IllegalArgumentException("tokens = " + tokens + ": this layer takes 1.." + capacity);
         }
-        Pair pair = chosen.computeIfAbsent(tokens, t -> {
-            int[] rows = table.keyedOnTokens(t, shape.topk(), sms);
-            return new Pair(rows[0], rows[1]);
-        });
+        Pair pair = chosen.get(tokens);
+        if (pair == null) {
+            int[] rows = table.keyedOnTokens(tokens, shape.topk(), sms);
+            pair = new Pair(rows[0], rows[1]);
+        }
         ExpertLayer layer = layers.get(pair);
         if (layer == null) {
             KernelHandle up = candidate(table.gateUp().get(pair.gateUp()).name());
             KernelHandle down = candidate(table.down().get(pair.down()).name());
+            KernelParam inter = up.signature().param("inter");
+            if (this.inter != null && (inter.elementType() != this.inter.elementType() || !inter.shape().equals(this.inter.shape()))) {
+                throw new IllegalArgumentException("candidate " + up.spec().name() + " hands down its intermediate as "
+                        + inter.elementType().text() + " " + inter.shapeText() + ", another pair of this layer as "
+                        + this.inter.elementType().text() + " " + this.inter.shapeText() + ": a layer keyed on the token count takes "
+                        + "a pool whose pairs share one intermediate (one format)");
+            }
             layer = new ExpertLayer(up, down, order, Math.min(capacity, Math.min(up.maxTokens(), down.maxTokens())));
             layers.put(pair, layer);
+            this.inter = inter;
         }
+        chosen.put(tokens, pair);  // only once its pair is loaded
         return layer;
+    }
+
+    private static int mostTokens(List<DispatchTable.Row> rows) {
+        return rows.stream().mapToInt(DispatchTable.Row::maxTokens).max().orElse(0);
     }
 
     private ExpertLayer prepared(int tokens) {
@@ -105,7 +124,7 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
         return shape;
     }
 
-    /** The most tokens a call takes (each pair's kernels may take fewer: a call beyond its pair's limit is refused by it). */
+    /** The most tokens a call takes: at most the most any gate_up and any down candidate take. */
     @Override
     public int maxTokens() {
         return capacity;
@@ -125,7 +144,22 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
 
     @Override
     public void close() {
-        layers.values().forEach(ExpertLayer::close);
+        RuntimeException first = null;
+        for (ExpertLayer layer : layers.values()) {
+            try {
+                layer.close();
+            } catch (RuntimeException e) {
+                if (first == null) {
+                    first = e;
+                } else {
+                    first.addSuppressed(e);
+                }
+            }
+        }
         layers.clear();
+        chosen.clear();
+        if (first != null) {
+            throw first;
+        }
     }
 }
