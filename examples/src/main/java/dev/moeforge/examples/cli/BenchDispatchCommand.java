@@ -5,10 +5,10 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
-import dev.moeforge.dsl.text.SpecParser;
 import dev.moeforge.examples.bench.BenchKernels;
 import dev.moeforge.examples.bench.GpuTimer.Timing;
 import dev.moeforge.examples.bench.HalfProfiler;
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
@@ -20,7 +20,6 @@ import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.moe.DispatchedLayer;
 import dev.moeforge.runtime.moe.ExpertLayer;
 import dev.moeforge.runtime.moe.TokenKeyedLayer;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -62,16 +61,13 @@ public final class BenchDispatchCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        FitCommand.Profiled profiled = FitCommand.load(dir);
+        PoolDirectory.Loaded profiled = PoolDirectory.load(dir);
         PoolFit fit = profiled.fit();
         JsonNode profile = profiled.profile();
         options.require("bench dispatch");
         Map<String, WaveCostModel> models = fit.fit(WaveCostModel.MAX_TERMS);
         DispatchTable table = DispatchTable.of(fit, models);
-        Map<String, KernelSpec> specs = new LinkedHashMap<>();
-        for (KernelSpec s : SpecParser.parseAll(Files.readString(dir.resolve(PoolCommand.KERNELS_FILE)), PoolCommand.KERNELS_FILE)) {
-            specs.put(s.name(), s);
-        }
+        Map<String, KernelSpec> specs = profiled.kernels();
         ExpertShape shape = fit.configs().getFirst().problem().shape();
         List<Integer> batches = fit.profiled().stream().map(PoolFit.Point::batch).distinct().sorted().toList();
         int maxBatch = batches.getLast();

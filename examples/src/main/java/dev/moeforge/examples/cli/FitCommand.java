@@ -3,17 +3,11 @@ package dev.moeforge.examples.cli;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.SerializationFeature;
-import dev.moeforge.dsl.ir.KernelSpec;
-import dev.moeforge.dsl.ir.Problem;
-import dev.moeforge.dsl.schedule.Schedule;
-import dev.moeforge.dsl.text.SpecParser;
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.dispatch.DispatchTable;
 import dev.moeforge.runtime.dispatch.PoolFit;
 import dev.moeforge.runtime.dispatch.WaveCostModel;
-import java.io.IOException;
-import java.io.InputStream;
 import java.io.PrintWriter;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -21,7 +15,6 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.Callable;
-import java.util.zip.GZIPInputStream;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Parameters;
@@ -49,7 +42,7 @@ public final class FitCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         PrintWriter out = command.commandLine().getOut();
-        Profiled profiled = load(dir);
+        PoolDirectory.Loaded profiled = PoolDirectory.load(dir);
         PoolFit fit = profiled.fit();
         JsonNode profile = profiled.profile();
         int sms = profile.get("sm_count").asInt();
@@ -153,9 +146,6 @@ public final class FitCommand implements Callable<Integer> {
         return row;
     }
 
-    /** A pool's configs with its profile's points and timings, and the profile as read. */
-    record Profiled(PoolFit fit, JsonNode profile) {}
-
     /**
      * The pair a {@code TokenKeyedLayer} runs for each batch ({@link DispatchTable#keyedOnTokens}: chosen on
      * the host from the token count alone) against the best measured pair, at every point of the profile
@@ -205,60 +195,4 @@ public final class FitCommand implements Callable<Integer> {
         return JsonObjects.ordered("rows", rows, "regret", summary, "points_untimed", untimed);
     }
 
-    /**
-     * The pool's configs (from pool.moe) and the profile's points and timings. A profile of another
-     * pool is refused by name.
-     */
-    static Profiled load(Path dir) throws IOException {
-        Path profileFile = dir.resolve(ProfileCommand.FILE);
-        Path gzipped = dir.resolve(ProfileCommand.FILE + ".gz");  // a profile kept compressed (JSON packs about tenfold)
-        JsonNode profile;
-        if (Files.isRegularFile(profileFile)) {
-            profile = new ObjectMapper().readTree(profileFile.toFile());
-        } else if (Files.isRegularFile(gzipped)) {
-            try (InputStream in = new GZIPInputStream(Files.newInputStream(gzipped))) {
-                profile = new ObjectMapper().readTree(in);
-            }
-            profileFile = gzipped;
-        } else {
-            throw new IllegalArgumentException(profileFile + " does not exist (nor " + gzipped.getFileName()
-                    + "): run `moeforge profile " + dir + "` on a GPU first");
-        }
-        if (!ProfileCommand.FORMAT.equals(profile.path("format").asText())) {
-            throw new IllegalArgumentException(profileFile + " is not a profile of this version (format " + profile.path("format").asText()
-                    + ", expected " + ProfileCommand.FORMAT + ")");
-        }
-        String kernelsText = Files.readString(dir.resolve(PoolCommand.KERNELS_FILE));
-        if (!PoolCommand.sha256(kernelsText).equals(profile.path("pool_sha256").asText())) {
-            throw new IllegalArgumentException(profileFile + " is a profile of another pool than " + dir.resolve(PoolCommand.KERNELS_FILE)
-                    + " (its pool_sha256 differs): profile this pool again");
-        }
-        List<PoolFit.Config> configs = new ArrayList<>();
-        for (KernelSpec spec : SpecParser.parseAll(kernelsText, PoolCommand.KERNELS_FILE)) {
-            if (!(spec.problem() instanceof Problem.ExpertProblem p)) {
-                throw new IllegalArgumentException(spec.name() + " in " + PoolCommand.KERNELS_FILE + " is not a gate_up or down kernel");
-            }
-            @SuppressWarnings("unchecked")
-            Schedule<Problem.ExpertProblem> s = (Schedule<Problem.ExpertProblem>) spec.schedule();
-            configs.add(new PoolFit.Config(spec.name(), p instanceof Problem.ExpertGateUp ? PoolFit.Half.GATE_UP : PoolFit.Half.DOWN, p, s));
-        }
-        List<PoolFit.Point> points = new ArrayList<>();
-        for (JsonNode p : profile.get("points")) {
-            int[] load = new int[p.get("expert_load").size()];
-            for (int i = 0; i < load.length; i++) {
-                load[i] = p.get("expert_load").get(i).asInt();
-            }
-            points.add(new PoolFit.Point(p.get("key").asText(), p.get("batch").asInt(), p.get("balancedness").asDouble(),
-                    p.get("held_out").asBoolean(), load));
-        }
-        List<PoolFit.Measured> measured = new ArrayList<>();
-        for (JsonNode t : profile.get("timings")) {
-            measured.add(new PoolFit.Measured(t.get("config").asText(), t.get("point").asText(), t.get("us").asDouble()));
-        }
-        if (points.stream().noneMatch(PoolFit.Point::heldOut)) {
-            throw new IllegalArgumentException(profileFile + " has no held-out points yet (the profile stopped before them?): "
-                    + "run `moeforge profile " + dir + "` again to finish it");
-        }
-        return new Profiled(new PoolFit(configs, points, measured, profile.get("sm_count").asInt()), profile);
-    }
 }

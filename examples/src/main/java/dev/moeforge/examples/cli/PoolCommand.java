@@ -17,6 +17,7 @@ import dev.moeforge.dsl.schedule.Candidates;
 import dev.moeforge.dsl.schedule.ConfigPool;
 import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.text.SpecPrinter;
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.compile.CompileResult;
 import dev.moeforge.runtime.compile.CudaSource;
@@ -83,19 +84,6 @@ public final class PoolCommand implements Callable<Integer> {
     @Spec
     CommandSpec command;
 
-    /** The pool's kernels beside pool.json, in the textual form (what `profile` loads, and `precompile --into` takes). */
-    static final String KERNELS_FILE = "pool.moe";
-
-    /** Hex SHA-256 of the kernels' text: a profile names the pool it timed by it. */
-    static String sha256(String text) {
-        try {
-            return java.util.HexFormat.of().formatHex(java.security.MessageDigest.getInstance("SHA-256")
-                    .digest(text.getBytes(java.nio.charset.StandardCharsets.UTF_8)));
-        } catch (java.security.NoSuchAlgorithmException e) {
-            throw new IllegalStateException(e);
-        }
-    }
-
     /** One configuration of the pool: the half it computes, its family and schedule, and its kernel. */
     record Config(String half, String family, Schedule<?> schedule, KernelSpec spec) {}
 
@@ -143,7 +131,7 @@ public final class PoolCommand implements Callable<Integer> {
                 kernels.append(SpecPrinter.print(c.spec())).append('\n');
             }
         }
-        Path moe = out.resolve(KERNELS_FILE);
+        Path moe = out.resolve(PoolDirectory.KERNELS_FILE);
         Files.writeString(moe, kernels.toString());
         Map<String, Object> doc = new LinkedHashMap<>();
         doc.put("model", name);
@@ -151,8 +139,8 @@ public final class PoolCommand implements Callable<Integer> {
                 "topk", shape.topk(), "layout", layout.text()));
         doc.put("format", weights.text());
         doc.put("target", t.text());
-        doc.put("kernels", KERNELS_FILE);
-        doc.put("kernels_sha256", sha256(kernels.toString()));
+        doc.put("kernels", PoolDirectory.KERNELS_FILE);
+        doc.put("kernels_sha256", PoolDirectory.sha256(kernels.toString()));
         doc.put("configs", kept);
         doc.put("dropped_for_spills", dropped);
         Path file = out.resolve("pool.json");

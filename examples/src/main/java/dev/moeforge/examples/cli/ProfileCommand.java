@@ -13,6 +13,7 @@ import dev.moeforge.examples.bench.BenchKernels;
 import dev.moeforge.examples.bench.GpuTimer.Timing;
 import dev.moeforge.examples.bench.HalfProfiler;
 import dev.moeforge.examples.bench.HalfProfiler.Half;
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
@@ -51,9 +52,6 @@ import picocli.CommandLine.Spec;
                 + "(the entropy of the expert load over ln E), weights rotated beyond L2, graph-replayed; resumable; writes "
                 + "DIR/profile.json.")
 public final class ProfileCommand implements Callable<Integer> {
-    /** The format of profile.json; a profile of another format is not resumed. */
-    static final String FORMAT = "moeforge-profile/1";
-    static final String FILE = "profile.json";
 
     @Parameters(index = "0", paramLabel = "DIR", description = "The pool's directory (pool.json and pool.moe).")
     Path dir;
@@ -111,10 +109,10 @@ public final class ProfileCommand implements Callable<Integer> {
         PrintWriter out = command.commandLine().getOut();
         checkOptions();
         JsonNode pool = readPool();
-        String kernelsText = Files.readString(dir.resolve(pool.path("kernels").asText(PoolCommand.KERNELS_FILE)));
-        String poolSha = PoolCommand.sha256(kernelsText);
+        String kernelsText = Files.readString(dir.resolve(pool.path("kernels").asText(PoolDirectory.KERNELS_FILE)));
+        String poolSha = PoolDirectory.sha256(kernelsText);
         if (!poolSha.equals(pool.path("kernels_sha256").asText())) {
-            throw new IllegalArgumentException(dir.resolve(PoolCommand.KERNELS_FILE) + " is not the file pool.json lists (its SHA-256 "
+            throw new IllegalArgumentException(dir.resolve(PoolDirectory.KERNELS_FILE) + " is not the file pool.json lists (its SHA-256 "
                     + "differs): run `moeforge pool` again");
         }
         JsonNode shapeNode = pool.get("shape");
@@ -124,13 +122,13 @@ public final class ProfileCommand implements Callable<Integer> {
             throw new IllegalArgumentException("profile times bf16 pools; " + dir.resolve("pool.json") + " is "
                     + pool.path("format").asText() + " (its weights would need the format's encoder on the device)");
         }
-        List<KernelSpec> specs = SpecParser.parseAll(kernelsText, PoolCommand.KERNELS_FILE);
+        List<KernelSpec> specs = SpecParser.parseAll(kernelsText, PoolDirectory.KERNELS_FILE);
         if (!Gpu.available()) {
             throw new IllegalStateException("profile needs a CUDA device: " + Gpu.unavailableReason());
         }
         List<Point> points = points(shape);
         int maxBatch = points.stream().mapToInt(Point::batch).max().orElseThrow();
-        Path file = dir.resolve(FILE);
+        Path file = dir.resolve(PoolDirectory.PROFILE_FILE);
         try (CudaContext ctx = CudaContext.create(0);
              CudaStream stream = CudaStream.create();
              KernelRuntime runtime = new KernelRuntime(ctx, KernelCache.defaultCache());
@@ -317,7 +315,7 @@ public final class ProfileCommand implements Callable<Integer> {
             @SuppressWarnings("unchecked")
             Map<String, Object> old = json.readValue(file.toFile(), Map.class);
             List<String> mismatches = new ArrayList<>();
-            compare(mismatches, "format", old.get("format"), FORMAT);
+            compare(mismatches, "format", old.get("format"), PoolDirectory.PROFILE_FORMAT);
             compare(mismatches, "pool (kernels_sha256)", old.get("pool_sha256"), poolSha);
             compare(mismatches, "target", old.get("target"), runtime.target().text());
             compare(mismatches, "device", old.get("device") instanceof Map<?, ?> d ? d.get("name") : null, ctx.deviceName());
@@ -334,7 +332,7 @@ public final class ProfileCommand implements Callable<Integer> {
                     + "device (" + ctx.deviceName() + ") runs " + runtime.target().text() + " kernels");
         }
         Map<String, Object> doc = BenchReports.header("profile", ctx);
-        doc.put("format", FORMAT);
+        doc.put("format", PoolDirectory.PROFILE_FORMAT);
         doc.put("model", pool.get("model").asText());
         doc.put("shape", json.convertValue(pool.get("shape"), Map.class));
         doc.put("target", runtime.target().text());

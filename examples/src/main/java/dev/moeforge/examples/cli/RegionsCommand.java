@@ -5,6 +5,7 @@ import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.schedule.ExpertCentric;
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.dispatch.PerformanceRegions;
 import dev.moeforge.runtime.dispatch.PoolFit;
 import java.io.PrintWriter;
@@ -127,7 +128,7 @@ public final class RegionsCommand implements Callable<Integer> {
             }
         }
         if (profile != null) {
-            check(out, r, FitCommand.load(profile).fit());
+            check(out, r, PoolDirectory.load(profile).fit());
         }
         return 0;
     }

@@ -1,5 +1,6 @@
 package dev.moeforge.examples.cli;
 
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -73,7 +74,7 @@ class FitCommandTest {
             "pool_down_warps", new double[] {6, 0.5, 0.010});
 
     private void writeProfile(String poolSha, int[] batches, double[] levels, int[] heldBatches, double[] heldLevels) throws Exception {
-        Files.writeString(dir.resolve(PoolCommand.KERNELS_FILE), POOL);
+        Files.writeString(dir.resolve(PoolDirectory.KERNELS_FILE), POOL);
         List<KernelSpec> specs = SpecParser.parseAll(POOL);
         List<Map<String, Object>> points = new ArrayList<>();
         List<Map<String, Object>> timings = new ArrayList<>();
@@ -104,14 +105,14 @@ class FitCommandTest {
             }
         }
         Map<String, Object> doc = new LinkedHashMap<>();
-        doc.put("format", ProfileCommand.FORMAT);
+        doc.put("format", PoolDirectory.PROFILE_FORMAT);
         doc.put("model", "made_up");
         doc.put("device", Map.of("name", "none"));
         doc.put("sm_count", SMS);
-        doc.put("pool_sha256", poolSha == null ? PoolCommand.sha256(POOL) : poolSha);
+        doc.put("pool_sha256", poolSha == null ? PoolDirectory.sha256(POOL) : poolSha);
         doc.put("points", points);
         doc.put("timings", timings);
-        new ObjectMapper().writeValue(dir.resolve(ProfileCommand.FILE).toFile(), doc);
+        new ObjectMapper().writeValue(dir.resolve(PoolDirectory.PROFILE_FILE).toFile(), doc);
     }
 
     @Test
@@ -135,9 +136,15 @@ class FitCommandTest {
             assertArrayEquals(new byte[] {(byte) 0x89, 'P', 'N', 'G'}, head, png + " is a PNG");
         }
         assertTrue(run.out().contains("routing-aware dispatch against the static pair per batch"), run.out());
+        // the pair keyed on the token count, at every point where both its configs were timed, never under the best
+        JsonNode keyed = fit.get("keyed_on_tokens");
+        assertEquals(fit.get("held_out_choices").size(), keyed.get("regret").get("held_out").get("points").asInt(), run.out());
+        for (JsonNode row : keyed.get("rows")) {
+            assertTrue(row.get("us").asDouble() >= row.get("best_us").asDouble() - 1e-9, row.toString());
+        }
         // the same profile kept gzipped: the same fit
-        Path json = dir.resolve(ProfileCommand.FILE);
-        try (var out = new java.util.zip.GZIPOutputStream(Files.newOutputStream(dir.resolve(ProfileCommand.FILE + ".gz")))) {
+        Path json = dir.resolve(PoolDirectory.PROFILE_FILE);
+        try (var out = new java.util.zip.GZIPOutputStream(Files.newOutputStream(dir.resolve(PoolDirectory.PROFILE_FILE + ".gz")))) {
             Files.copy(json, out);
         }
         Files.delete(json);
@@ -158,7 +165,7 @@ class FitCommandTest {
         CliRun few = CliRun.of("fit", dir.toString());
         assertEquals(1, few.exitCode());
         assertTrue(few.err().contains("config pool_gate_up_small: 2 samples for a model of 2 terms: at least 3"), few.err());
-        Files.delete(dir.resolve(ProfileCommand.FILE));
+        Files.delete(dir.resolve(PoolDirectory.PROFILE_FILE));
         CliRun none = CliRun.of("fit", dir.toString());
         assertTrue(none.err().contains("run `moeforge profile " + dir + "` on a GPU first"), none.err());
     }

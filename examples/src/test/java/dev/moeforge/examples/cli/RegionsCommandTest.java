@@ -1,5 +1,6 @@
 package dev.moeforge.examples.cli;
 
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -64,7 +65,7 @@ class RegionsCommandTest {
     void saysWhenTheProfileContradictsAPrediction() throws Exception {
         String pool = kernel("gu_flat", "gate_up", 1) + kernel("gu_grouped", "gate_up", 8) + kernel("dn_flat", "down", 1)
                 + kernel("dn_grouped", "down", 8);
-        Files.writeString(dir.resolve(PoolCommand.KERNELS_FILE), pool);
+        Files.writeString(dir.resolve(PoolDirectory.KERNELS_FILE), pool);
         List<Map<String, Object>> points = new ArrayList<>();
         List<Map<String, Object>> timings = new ArrayList<>();
         for (int m : new int[] {8, 64, 512}) {
@@ -79,13 +80,13 @@ class RegionsCommandTest {
             }
         }
         Map<String, Object> doc = new LinkedHashMap<>();
-        doc.put("format", ProfileCommand.FORMAT);
+        doc.put("format", PoolDirectory.PROFILE_FORMAT);
         doc.put("model", "made_up");
         doc.put("sm_count", 132);
-        doc.put("pool_sha256", PoolCommand.sha256(pool));
+        doc.put("pool_sha256", PoolDirectory.sha256(pool));
         doc.put("points", points);
         doc.put("timings", timings);
-        new ObjectMapper().writeValue(dir.resolve(ProfileCommand.FILE).toFile(), doc);
+        new ObjectMapper().writeValue(dir.resolve(PoolDirectory.PROFILE_FILE).toFile(), doc);
         CliRun run = CliRun.of("regions", "--shape", "256,128,16,4", "--batches", "8", "--profile", dir.toString());
         assertEquals(0, run.exitCode(), run.err() + run.out());
         assertTrue(run.out().contains("GROUP_M: 2 pairs of configs that differ only in group_m, 12 timings"), run.out());

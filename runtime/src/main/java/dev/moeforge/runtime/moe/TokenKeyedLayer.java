@@ -7,8 +7,12 @@ import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.dispatch.DispatchTable;
+import dev.moeforge.runtime.dispatch.PoolDirectory;
+import dev.moeforge.runtime.dispatch.WaveCostModel;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
+import java.io.IOException;
+import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -58,6 +62,18 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
         this.order = order;
         this.capacity = capacity;
         this.sms = runtime.context().smCount();
+    }
+
+    /**
+     * The layer of a tuned pool's directory ({@code moeforge tune}, or {@code pool} then {@code profile}):
+     * the 5-term cost models fitted on its profile, the candidates they pick somewhere
+     * ({@link DispatchTable#of}), and the pool's kernels loaded by name through {@code runtime}.
+     */
+    public static TokenKeyedLayer ofPool(KernelRuntime runtime, Path dir, LaunchOrder order, int capacity) throws IOException {
+        PoolDirectory.Loaded pool = PoolDirectory.load(dir);
+        DispatchTable table = DispatchTable.of(pool.fit(), pool.fit().fit(WaveCostModel.MAX_TERMS));
+        ExpertShape shape = pool.fit().configs().getFirst().problem().shape();
+        return new TokenKeyedLayer(runtime, table, shape, name -> runtime.load(pool.kernels().get(name)), order, capacity);
     }
 
     /**

@@ -279,6 +279,81 @@ class DispatchedLayerGpuTest extends GpuSession {
         assertTrue(picks.stream().distinct().count() >= 2, "the token count keys more than one gate_up: " + picks);
     }
 
+    /**
+     * A tuned pool's directory makes the layer in one call ({@link TokenKeyedLayer#ofPool}): the candidates'
+     * kernels as pool.moe and a profile whose timings follow the made-up models, read back, fitted, and
+     * keyed per token count; at 1 and 300 tokens the layer runs the pair its own table keys there and
+     * matches the reference.
+     */
+    @Test
+    void aTunedPoolsDirectoryMakesTheLayerKeyedOnTokens(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        Map<String, KernelSpec> byName = compiledCandidates();
+        String kernels = dev.moeforge.dsl.text.SpecPrinter.printAll(new ArrayList<>(byName.values()));
+        java.nio.file.Files.writeString(dir.resolve(dev.moeforge.runtime.dispatch.PoolDirectory.KERNELS_FILE), kernels);
+        Map<String, WaveCostModel> truth = new LinkedHashMap<>();
+        for (Candidate c : CANDIDATES) {
+            truth.put(specs(c).gateUp().name(), c.model());
+            truth.put(specs(c).down().name(), c.model());
+        }
+        int sms = runtime.context().smCount();
+        List<Map<String, Object>> points = new ArrayList<>();
+        List<Map<String, Object>> timings = new ArrayList<>();
+        for (boolean held : new boolean[] {false, true}) {
+            for (int m : held ? new int[] {16, 100} : new int[] {1, 4, 40, 300}) {
+                for (double beta : new double[] {1.0, 0.7}) {
+                    RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(m, m, SHAPE.experts(), SHAPE.topk());
+                    Routing r = RandomInputs.skewedRouting(m, m, SHAPE.experts(), SHAPE.topk(), range.clamp(beta));
+                    String key = m + "@" + beta + (held ? "/held-out" : "");
+                    points.add(Map.of("key", key, "batch", m, "balancedness", r.balancedness(SHAPE.experts()), "held_out", held,
+                            "expert_load", load(r)));
+                    for (KernelSpec k : byName.values()) {
+                        @SuppressWarnings("unchecked")
+                        Schedule<Problem.ExpertProblem> schedule = (Schedule<Problem.ExpertProblem>) k.schedule();
+                        Problem.ExpertProblem p = (Problem.ExpertProblem) k.problem();
+                        if (m <= schedule.maxTokens(p)) {
+                            timings.add(Map.of("config", k.name(), "point", key, "us",
+                                    truth.get(k.name()).predict(schedule.workBlocks(p, m, load(r)), (long) m * SHAPE.topk(), sms)));
+                        }
+                    }
+                }
+            }
+        }
+        Map<String, Object> profile = new LinkedHashMap<>();
+        profile.put("format", dev.moeforge.runtime.dispatch.PoolDirectory.PROFILE_FORMAT);
+        profile.put("model", "made_up");
+        profile.put("sm_count", sms);
+        profile.put("pool_sha256", dev.moeforge.runtime.dispatch.PoolDirectory.sha256(kernels));
+        profile.put("points", points);
+        profile.put("timings", timings);
+        new com.fasterxml.jackson.databind.ObjectMapper().writeValue(dir.resolve(dev.moeforge.runtime.dispatch.PoolDirectory.PROFILE_FILE)
+                .toFile(), profile);
+        long seed = System.nanoTime();
+        LayerWeights w = layerWeights(SHAPE, seed);
+        ExpertLayerSpecs ref = specs(CANDIDATES.get(2));
+        WeightRows gu = WeightRows.bf16(w.gateUp(), SHAPE.experts(), 2 * SHAPE.intermediate(), SHAPE.hidden());
+        WeightRows dn = WeightRows.bf16(w.down(), SHAPE.experts(), SHAPE.hidden(), SHAPE.intermediate());
+        try (TokenKeyedLayer layer = TokenKeyedLayer.ofPool(runtime, dir, LaunchOrder.OVERLAPPING_PREVIOUS, 300)) {
+            for (int tokens : new int[] {1, 300}) {
+                ExpertLayer pair = layer.prepare(tokens);
+                short[] x = RandomInputs.bf16Normal(seed + tokens, tokens * SHAPE.hidden(), 1.0);
+                Routing r = RandomInputs.uniformRouting(seed + 3L * tokens, tokens, SHAPE.experts(), SHAPE.topk());
+                ExpertReference.LayerResult expected = ExpertReference.layer(ref.gateUp(), ref.down(), x, gu, dn, r);
+                String where = "M=" + tokens + " on " + pair.gateUp().spec().name() + " + " + pair.down().spec().name() + ", seed=" + seed;
+                try (LayerBuffers b = LayerBuffers.of(x, r, expected)) {
+                    b.poison();
+                    layer.enqueue(stream, tokens, b.x(), DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()), b.ids(),
+                            b.weights(), b.inter(), b.y());
+                    stream.synchronize();
+                    ErrorStats e = ErrorStats.of(expected.y().exact(), download(b.y()));
+                    System.out.println(where + " (from the pool's directory): y " + e);
+                    BF16_OUTPUT.check(e, () -> "y of " + where);
+                }
+            }
+            assertNotEquals(layer.prepare(1).gateUp().spec().name(), layer.prepare(300).gateUp().spec().name(),
+                    "the fitted models key one token and 300 tokens to the same gate_up");
+        }
+    }
+
     static DispatchedLayer.LayerIo io(LayerBuffers b, LayerWeights w) {
         return new DispatchedLayer.LayerIo(b.x(), DeviceWeights.bf16(w.deviceGateUp()), DeviceWeights.bf16(w.deviceDown()), b.ids(),
                 b.weights(), b.inter(), b.y());
