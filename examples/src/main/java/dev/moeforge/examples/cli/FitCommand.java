@@ -3,8 +3,8 @@ package dev.moeforge.examples.cli;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.SerializationFeature;
-import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.dispatch.DispatchTable;
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.dispatch.PoolFit;
 import dev.moeforge.runtime.dispatch.WaveCostModel;
 import java.io.PrintWriter;
@@ -14,6 +14,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Optional;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Model.CommandSpec;
@@ -80,10 +81,7 @@ public final class FitCommand implements Callable<Integer> {
         doc.put("held_out_choices", choices.stream().map(FitCommand::choiceRow).toList());
         out.println();
         out.println("held-out points: the model's pair against the best measured pair (us per layer)");
-        for (PoolFit.Choice c : choices) {
-            out.printf(Locale.ROOT, "  M=%-5d beta=%.2f  %8.1f vs %8.1f  (%+.2f%%)  %s + %s%n", c.point().batch(), c.point().balancedness(),
-                    c.micros(), c.bestMicros(), 100 * c.regret(), c.gateUp(), c.down());
-        }
+        choices.forEach(c -> printChoice(out, c));
         List<PoolFit.AgainstStatic> vsStatic = new ArrayList<>(fit.againstStatic(models, fit.heldOut()));
         vsStatic.addAll(fit.againstStatic(models, fit.profiled()));
         double logSum = 0;
@@ -158,41 +156,44 @@ public final class FitCommand implements Callable<Integer> {
         out.println();
         out.println("the pair keyed on the token count (chosen on the host, nothing decided on the device) against the best measured pair");
         Map<Integer, int[]> keyed = new LinkedHashMap<>();
-        List<Map<String, Object>> rows = new ArrayList<>();
-        Map<Boolean, List<Double>> regrets = new LinkedHashMap<>(Map.of(true, new ArrayList<>(), false, new ArrayList<>()));
+        Map<Boolean, List<PoolFit.Choice>> choices = new LinkedHashMap<>(Map.of(true, new ArrayList<>(), false, new ArrayList<>()));
         int untimed = 0;
         for (PoolFit.Point p : fit.points()) {
             int[] pair = keyed.computeIfAbsent(p.batch(), m -> table.keyedOnTokens(m, topk, sms));
             PoolFit.Config up = byName.get(table.gateUp().get(pair[0]).name());
             PoolFit.Config down = byName.get(table.down().get(pair[1]).name());
-            java.util.Optional<Double> upUs = fit.measured(up, p);
-            java.util.Optional<Double> downUs = fit.measured(down, p);
+            Optional<Double> upUs = fit.measured(up, p);
+            Optional<Double> downUs = fit.measured(down, p);
             if (upUs.isEmpty() || downUs.isEmpty()) {
                 untimed++;  // a config the profile did not time at this point
                 continue;
             }
-            double us = upUs.get() + downUs.get();
-            double best = fit.measured(fit.best(PoolFit.Half.GATE_UP, p), p).orElseThrow()
-                    + fit.measured(fit.best(PoolFit.Half.DOWN, p), p).orElseThrow();
-            regrets.get(p.heldOut()).add(us / best - 1);
-            rows.add(JsonObjects.ordered("point", p.key(), "batch", p.batch(), "balancedness", p.balancedness(), "held_out", p.heldOut(),
-                    "pair", up.name() + " + " + down.name(), "us", us, "best_us", best));
-            out.printf(Locale.ROOT, "  M=%-5d beta=%.2f%s  %8.1f vs %8.1f  (%+.2f%%)  %s + %s%n", p.batch(), p.balancedness(),
-                    p.heldOut() ? " (held out)" : "           ", us, best, 100 * (us / best - 1), up.name(), down.name());
+            PoolFit.Config bestUp = fit.best(PoolFit.Half.GATE_UP, p);
+            PoolFit.Config bestDown = fit.best(PoolFit.Half.DOWN, p);
+            PoolFit.Choice c = new PoolFit.Choice(p, up.name(), down.name(), upUs.get() + downUs.get(), bestUp.name(), bestDown.name(),
+                    fit.measured(bestUp, p).orElseThrow() + fit.measured(bestDown, p).orElseThrow());
+            choices.get(p.heldOut()).add(c);
+            printChoice(out, c);
         }
-        Map<String, Object> summary = new LinkedHashMap<>();
+        Map<String, Object> regret = new LinkedHashMap<>();
         for (boolean heldOut : List.of(true, false)) {
-            List<Double> r = regrets.get(heldOut).stream().sorted().toList();
-            double mean = r.stream().mapToDouble(Double::doubleValue).average().orElse(Double.NaN);
-            double max = r.isEmpty() ? Double.NaN : r.getLast();
-            summary.put(heldOut ? "held_out" : "profiled", JsonObjects.ordered("points", r.size(), "mean", mean, "max", max));
-            out.printf(Locale.ROOT, "  %s: %d points, regret mean %.2f%%, max %.2f%%%n", heldOut ? "held out" : "profiled", r.size(),
-                    100 * mean, 100 * max);
+            PoolFit.Regret r = PoolFit.Regret.of(choices.get(heldOut));
+            regret.put(heldOut ? "held_out" : "profiled", JsonObjects.ordered("points", r.points(), "mean", r.mean(), "p95", r.p95(),
+                    "max", r.max()));
+            out.printf(Locale.ROOT, "  %s: %d points, regret mean %.2f%%, p95 %.2f%%, max %.2f%%%n", heldOut ? "held out" : "profiled",
+                    r.points(), 100 * r.mean(), 100 * r.p95(), 100 * r.max());
         }
         if (untimed > 0) {
             out.printf(Locale.ROOT, "  (%d points left out: the profile did not time the keyed pair there)%n", untimed);
         }
-        return JsonObjects.ordered("rows", rows, "regret", summary, "points_untimed", untimed);
+        List<Map<String, Object>> rows = new ArrayList<>();
+        choices.values().forEach(list -> list.forEach(c -> rows.add(choiceRow(c))));
+        return JsonObjects.ordered("rows", rows, "regret", regret, "points_untimed", untimed);
     }
 
+    /** A choice against the best measured pair at its point, as the report prints it. */
+    private static void printChoice(PrintWriter out, PoolFit.Choice c) {
+        out.printf(Locale.ROOT, "  M=%-5d beta=%.2f%s  %8.1f vs %8.1f  (%+.2f%%)  %s + %s%n", c.point().batch(), c.point().balancedness(),
+                c.point().heldOut() ? " (held out)" : "", c.micros(), c.bestMicros(), 100 * c.regret(), c.gateUp(), c.down());
+    }
 }

@@ -1,6 +1,5 @@
 package dev.moeforge.examples.cli;
 
-import dev.moeforge.runtime.dispatch.PoolDirectory;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -14,6 +13,7 @@ import dev.moeforge.dsl.reference.RandomInputs;
 import dev.moeforge.dsl.reference.Routing;
 import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.text.SpecParser;
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -140,7 +140,7 @@ class FitCommandTest {
         JsonNode keyed = fit.get("keyed_on_tokens");
         assertEquals(fit.get("held_out_choices").size(), keyed.get("regret").get("held_out").get("points").asInt(), run.out());
         for (JsonNode row : keyed.get("rows")) {
-            assertTrue(row.get("us").asDouble() >= row.get("best_us").asDouble() - 1e-9, row.toString());
+            assertTrue(row.get("chosen_us").asDouble() >= row.get("best_us").asDouble() - 1e-9, row.toString());
         }
         // the same profile kept gzipped: the same fit
         Path json = dir.resolve(PoolDirectory.PROFILE_FILE);

@@ -1,6 +1,5 @@
 package dev.moeforge.examples.cli;
 
-import dev.moeforge.runtime.dispatch.PoolDirectory;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -8,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.reference.RandomInputs;
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;

@@ -57,7 +57,7 @@ public final class ExpertLayer implements Experts, AutoCloseable {
         }
         KernelParam handed = gateUp.signature().param("inter");
         KernelParam taken = down.signature().param("inter");
-        if (handed.elementType() != taken.elementType() || !handed.shape().equals(taken.shape())) {
+        if (!sameLayout(handed, taken)) {
             throw new IllegalArgumentException("gate_up " + gateUp.spec().name() + " writes inter as " + handed.elementType().text() + " "
                     + handed.shapeText() + " but down " + down.spec().name() + " reads " + taken.elementType().text() + " "
                     + taken.shapeText() + ": pair kernels that both multiply FP8 activations (W8A8) or neither");
@@ -75,6 +75,11 @@ public final class ExpertLayer implements Experts, AutoCloseable {
         this.plan = align.map(a -> a.allocate(capacity)).orElse(null);
         this.gateUpHalf = ExpertHalf.sharing(gateUp, order, capacity, plan);
         this.downHalf = ExpertHalf.sharing(down, order, capacity, plan);
+    }
+
+    /** Whether two kernels' buffers of one name hold the same elements in the same shape (one buffer serves both). */
+    static boolean sameLayout(KernelParam a, KernelParam b) {
+        return a.elementType() == b.elementType() && a.shape().equals(b.shape());
     }
 
     /** How each kernel is ordered after the one before it. */

@@ -95,7 +95,7 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
             KernelHandle up = candidate(table.gateUp().get(pair.gateUp()).name());
             KernelHandle down = candidate(table.down().get(pair.down()).name());
             KernelParam inter = up.signature().param("inter");
-            if (this.inter != null && (inter.elementType() != this.inter.elementType() || !inter.shape().equals(this.inter.shape()))) {
+            if (this.inter != null && !ExpertLayer.sameLayout(inter, this.inter)) {
                 throw new IllegalArgumentException("candidate " + up.spec().name() + " hands down its intermediate as "
                         + inter.elementType().text() + " " + inter.shapeText() + ", another pair of this layer as "
                         + this.inter.elementType().text() + " " + this.inter.shapeText() + ": a layer keyed on the token count takes "

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
@@ -20,18 +21,23 @@ import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.Schedule;
+import dev.moeforge.dsl.text.SpecPrinter;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import dev.moeforge.runtime.dispatch.DispatchTable;
+import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.dispatch.WaveCostModel;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * Routing-aware dispatch decided on the GPU: one graph per token count, replayed on new routings,
@@ -286,10 +292,10 @@ class DispatchedLayerGpuTest extends GpuSession {
      * matches the reference.
      */
     @Test
-    void aTunedPoolsDirectoryMakesTheLayerKeyedOnTokens(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+    void aTunedPoolsDirectoryMakesTheLayerKeyedOnTokens(@TempDir Path dir) throws Exception {
         Map<String, KernelSpec> byName = compiledCandidates();
-        String kernels = dev.moeforge.dsl.text.SpecPrinter.printAll(new ArrayList<>(byName.values()));
-        java.nio.file.Files.writeString(dir.resolve(dev.moeforge.runtime.dispatch.PoolDirectory.KERNELS_FILE), kernels);
+        String kernels = SpecPrinter.printAll(new ArrayList<>(byName.values()));
+        Files.writeString(dir.resolve(PoolDirectory.KERNELS_FILE), kernels);
         Map<String, WaveCostModel> truth = new LinkedHashMap<>();
         for (Candidate c : CANDIDATES) {
             truth.put(specs(c).gateUp().name(), c.model());
@@ -319,14 +325,13 @@ class DispatchedLayerGpuTest extends GpuSession {
             }
         }
         Map<String, Object> profile = new LinkedHashMap<>();
-        profile.put("format", dev.moeforge.runtime.dispatch.PoolDirectory.PROFILE_FORMAT);
+        profile.put("format", PoolDirectory.PROFILE_FORMAT);
         profile.put("model", "made_up");
         profile.put("sm_count", sms);
-        profile.put("pool_sha256", dev.moeforge.runtime.dispatch.PoolDirectory.sha256(kernels));
+        profile.put("pool_sha256", PoolDirectory.sha256(kernels));
         profile.put("points", points);
         profile.put("timings", timings);
-        new com.fasterxml.jackson.databind.ObjectMapper().writeValue(dir.resolve(dev.moeforge.runtime.dispatch.PoolDirectory.PROFILE_FILE)
-                .toFile(), profile);
+        new ObjectMapper().writeValue(dir.resolve(PoolDirectory.PROFILE_FILE).toFile(), profile);
         long seed = System.nanoTime();
         LayerWeights w = layerWeights(SHAPE, seed);
         ExpertLayerSpecs ref = specs(CANDIDATES.get(2));
