@@ -3,6 +3,7 @@ package dev.moeforge.examples.cli;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.moeforge.checkpoint.SafetensorsDType;
+import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.examples.bench.BenchKernels;
 import dev.moeforge.examples.bench.GpuTimer;
 import dev.moeforge.examples.decoder.Architecture;
@@ -110,6 +111,12 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + "at every batch to compare them. Any but by-batch adds -experts-KIND to the file's name.")
     String experts;
 
+    @Option(names = "--tuned", paramLabel = "DIR",
+            description = "A tuned pool's directory (`moeforge tune` of the built-in model's geometry, H=2048, I=768, E=128, top-8, "
+                    + "in --experts-format): the decode steps' experts run the pair its cost models price cheapest at each batch. "
+                    + "Adds -tuned to the file's name.")
+    Path tuned;
+
     @Option(names = "--out", defaultValue = "bench/results", paramLabel = "DIR", description = "Where the JSON goes (default ${DEFAULT-VALUE}).")
     Path out;
 
@@ -129,7 +136,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
         GpuDecoder.KernelChoice choice = new GpuDecoder.KernelChoice(
                 kebab(GpuDecoder.ProjectionKernels.class, "--projections", projections),
                 kebab(GpuDecoder.AttentionKernels.class, "--attention", attention),
-                kebab(GpuDecoder.ExpertKernels.class, "--experts", experts));
+                kebab(GpuDecoder.ExpertKernels.class, "--experts", experts), java.util.Optional.ofNullable(tuned));
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
         dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat("--experts-format", expertsFormat);
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
@@ -193,6 +200,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     row.put("floor_us", floorUs);
                     row.put("fraction_of_uniform_floor", uniformBytes / readBw * 1e6 / stepUs);
                     row.put("fraction_of_floor", floorUs / stepUs);
+                    List<String> expertKernels = d.stepExpertKernels().stream().map(KernelSpec::name).toList();
+                    row.put("expert_kernels", expertKernels);
                     Map<GpuDecoder.StepPart, Double> parts = d.timeParts(3, PART_REPS);
                     Map<String, Object> split = new LinkedHashMap<>();
                     parts.forEach((part, us) -> split.put(part.name().toLowerCase(Locale.ROOT) + "_us", us));
@@ -205,6 +214,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                             + "rest %.1f%n", parts.get(GpuDecoder.StepPart.PROJECTIONS), parts.get(GpuDecoder.StepPart.ATTENTION),
                             parts.get(GpuDecoder.StepPart.ROUTER),
                             parts.get(GpuDecoder.StepPart.EXPERTS), parts.get(GpuDecoder.StepPart.REST));
+                    System.out.println("       experts: " + String.join(" + ", expertKernels));
                 }
             }
             doc = BenchReports.header("decode", ctx);
@@ -215,6 +225,9 @@ final class BenchDecodeCommand implements Callable<Integer> {
             doc.put("projections", projections);
             doc.put("attention", attention);
             doc.put("experts", experts);
+            if (tuned != null) {
+                doc.put("tuned_pool", tuned.toString());
+            }
             doc.put("prompt_tokens", prompt.length);
             doc.put("context", prompt.length + tokens);
             doc.put("tokens", tokens);
@@ -257,7 +270,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
             String suffix = (format.equals(dev.moeforge.dsl.ir.WeightFormat.BF16) ? "decode" : "decode-" + format.text())
                     + (choice.projections() == GpuDecoder.ProjectionKernels.BY_BATCH ? "" : "-projections-" + projections)
                     + (choice.attention() == GpuDecoder.AttentionKernels.BY_BATCH ? "" : "-attention-" + attention)
-                    + (choice.experts() == GpuDecoder.ExpertKernels.BY_BATCH ? "" : "-experts-" + experts);
+                    + (choice.experts() == GpuDecoder.ExpertKernels.BY_BATCH ? "" : "-experts-" + experts)
+                    + (tuned == null ? "" : "-tuned");
             System.out.println("wrote " + BenchReports.write(out, ctx, suffix, doc));
         }
         return 0;

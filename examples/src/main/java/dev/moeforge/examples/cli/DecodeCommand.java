@@ -6,30 +6,32 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.moeforge.checkpoint.Checkpoint;
 import dev.moeforge.checkpoint.SafetensorsDType;
+import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.examples.decoder.Architecture;
 import dev.moeforge.examples.decoder.Generation;
 import dev.moeforge.examples.decoder.GpuDecoder;
+import dev.moeforge.examples.decoder.ModelConfig;
 import dev.moeforge.examples.decoder.ModelPreset;
+import dev.moeforge.examples.decoder.ModelWeights;
 import dev.moeforge.examples.decoder.RandomModel;
+import dev.moeforge.examples.decoder.ReferenceDecoder;
+import dev.moeforge.examples.decoder.Sampler;
+import dev.moeforge.examples.decoder.TextTokenizer;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.Gpu;
 import dev.moeforge.runtime.kernel.KernelRuntime;
-import java.util.Arrays;
-import dev.moeforge.examples.decoder.ModelConfig;
-import dev.moeforge.examples.decoder.ModelWeights;
-import dev.moeforge.examples.decoder.ReferenceDecoder;
-import dev.moeforge.examples.decoder.Sampler;
-import dev.moeforge.examples.decoder.TextTokenizer;
 import java.io.IOException;
 import java.io.PrintWriter;
 import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.Callable;
+import java.util.stream.Collectors;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
@@ -93,6 +95,11 @@ public final class DecodeCommand implements Callable<Integer> {
                     + "the built-in model draws one layer's experts on the host, encodes them and copies them to every layer).")
     String expertsFormat;
 
+    @Option(names = "--tuned", paramLabel = "DIR",
+            description = "A tuned pool's directory (`moeforge tune` for the model's expert geometry and format): the decode "
+                    + "steps' experts run the pair its cost models price cheapest at --batch tokens, not the catalogue's (GPU only).")
+    Path tuned;
+
     @Override
     public Integer call() {
         PrintWriter out = spec.commandLine().getOut();
@@ -106,6 +113,10 @@ public final class DecodeCommand implements Callable<Integer> {
         Sampler.Options sampling = new Sampler.Options(temperature, topK, topP, seed);
         expertsFormat();  // a format that does not exist is refused before anything loads
         boolean onGpu = !cpu && Gpu.available();
+        if (tuned != null && !onGpu) {
+            throw new IllegalArgumentException("--tuned " + tuned + " chooses the GPU's expert kernels, and this run is on the CPU ("
+                    + (cpu ? "--cpu was given" : Gpu.unavailableReason()) + ")");
+        }
         if (model == null && !onGpu) {
             throw new IllegalArgumentException("no --model: the built-in model (Qwen3-30B-A3B geometry, 48 layers, random weights)"
                     + " runs on a GPU, and " + (cpu ? "--cpu was given" : "there is none here (" + Gpu.unavailableReason() + ")")
@@ -192,10 +203,16 @@ public final class DecodeCommand implements Callable<Integer> {
             err.printf(Locale.ROOT, "%s: %d layers, H=%d, %d experts top-%d; loading onto %s ...%n", config.arch().modelType(),
                     config.layers(), config.hidden(), config.experts(), config.topk(), context.deviceName());
             err.flush();
-            try (GpuDecoder decoder = new GpuDecoder(config, weights, runtime, stream, batch, ctx, maxTokens, layer -> { })) {
+            GpuDecoder.KernelChoice choice = tuned == null ? GpuDecoder.KernelChoice.BY_BATCH
+                    : GpuDecoder.KernelChoice.BY_BATCH.withTunedPool(tuned);
+            try (GpuDecoder decoder = new GpuDecoder(config, weights, runtime, stream, batch, ctx, maxTokens, layer -> { }, choice)) {
                 stream.synchronize();
                 double load = (System.nanoTime() - loadStart) / 1e9;
                 err.printf(Locale.ROOT, "%s, batch %d; prompt %d tokens%n", decoder.device(), batch, promptIds.length);
+                if (tuned != null) {
+                    err.println("experts of the decode steps from " + tuned + ": " + decoder.stepExpertKernels().stream()
+                            .map(KernelSpec::name).collect(Collectors.joining(" + ")));
+                }
                 err.flush();
                 decoder.sampling(sampling);
                 TextTokenizer.Stream text = new TextTokenizer.Stream(tokenizer);

@@ -35,8 +35,11 @@ import dev.moeforge.runtime.kernel.ModuleResource;
 import dev.moeforge.runtime.moe.DeviceWeights;
 import dev.moeforge.runtime.moe.ExpertHalf;
 import dev.moeforge.runtime.moe.ExpertLayer;
+import dev.moeforge.runtime.moe.Experts;
 import dev.moeforge.runtime.moe.InputRows;
 import dev.moeforge.runtime.moe.RouterKernel;
+import dev.moeforge.runtime.moe.TokenKeyedLayer;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.EnumMap;
@@ -129,7 +132,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final Projection oProj;
     private final KernelHandle head;
     private final RouterKernel router;
-    private final ExpertLayer experts;
+    private final Experts experts;
     private final ExpertLayer denseMlp;
     private final CudaFunction embedTokens;
     private final CudaFunction rmsNorm;
@@ -233,6 +236,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         this.context = context;
         this.maxSteps = maxSteps;
         Target target = runtime.target();
+        Optional<TunedPool> tuned = choice.tunedPool().map(dir -> TunedPool.read(dir, c, target));  // refused before any upload
         int h = c.hidden();
         int qDim = c.heads() * c.headDim();
         int kvDim = c.kvHeads() * c.headDim();
@@ -355,7 +359,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         qkNormRope = qkNormKernel(qkvProj.output());
         head = runtime.load(k.head());
         router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
-        experts = k.gateUp() == null ? null : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
+        experts = k.gateUp() == null ? null : tuned.isPresent() ? own(keyedOnBatch(tuned.get(), k))
+                : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
         denseMlp = k.denseGateUp() == null ? null
                 : own(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown()), ORDER));
 
@@ -694,11 +699,27 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         EXPERT_CENTRIC
     }
 
-    /** The decode step's kernel choices that `bench decode` can force: the projections', attention's and experts'. */
-    public record KernelChoice(ProjectionKernels projections, AttentionKernels attention, ExpertKernels experts) {
+    /**
+     * The decode step's kernel choices: the projections', attention's and experts' (`bench decode` can force them), and
+     * a tuned pool whose pairs the experts take instead of the catalogue's.
+     */
+    public record KernelChoice(ProjectionKernels projections, AttentionKernels attention, ExpertKernels experts,
+                               Optional<Path> tunedPool) {
         /** The decoder's own choices. */
         public static final KernelChoice BY_BATCH = new KernelChoice(ProjectionKernels.BY_BATCH, AttentionKernels.BY_BATCH,
-                ExpertKernels.BY_BATCH);
+                ExpertKernels.BY_BATCH, Optional.empty());
+
+        public KernelChoice {
+            if (tunedPool.isPresent() && experts != ExpertKernels.BY_BATCH) {
+                throw new IllegalArgumentException("a tuned pool and the expert kernels " + experts + " both choose the decode step's "
+                        + "experts: give one");
+            }
+        }
+
+        /** The same with a decode step's experts from the tuned pool at {@code dir} ({@code moeforge tune}), keyed on the batch. */
+        public KernelChoice withTunedPool(Path dir) {
+            return new KernelChoice(projections, attention, experts, Optional.of(dir));
+        }
     }
 
     /**
@@ -749,6 +770,27 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     static int groupAttentionBytes(int headDim) {
         return Math.max(promptAttentionBytes(headDim),
                 4 * GROUP_ATTENTION_ROWS * (headDim + 2) * 4 + 2 * GROUP_ATTENTION_ROWS * GROUP_ATTENTION_MERGE_SLICES * 4);
+    }
+
+    /**
+     * A tuned pool's pair for a decode step of this batch ({@link TokenKeyedLayer}), once the pool is
+     * seen to compute the model's expert halves in their format.
+     */
+    private TokenKeyedLayer keyedOnBatch(TunedPool pool, Kernels k) {
+        pool.checkComputes(k.gateUp(), k.down());
+        TokenKeyedLayer layer = TokenKeyedLayer.of(runtime, pool.loaded(), ORDER, batch);
+        layer.prepare(batch);
+        return layer;
+    }
+
+    /** The gate_up and down kernels of a decode step's experts: the catalogue's by the batch, or a tuned pool's keyed on it. */
+    public List<KernelSpec> stepExpertKernels() {
+        ExpertLayer pair = switch (experts) {
+            case null -> throw new IllegalStateException("the model has no MoE layers");
+            case ExpertLayer e -> e;
+            case TokenKeyedLayer keyed -> keyed.prepare(batch);
+        };
+        return List.of(pair.gateUp().spec(), pair.down().spec());
     }
 
     /** Whether a prompt of two tokens or more runs in chunks on the tensor cores (else one token per replay). */
@@ -817,7 +859,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         PromptChunks(int wanted) {
             PromptKernels k = kernels.prompt();
             experts = k.gateUp() != null ? keep(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER, wanted))
-                    : GpuDecoder.this.experts;
+                    : catalogueExperts();
             KernelHandle routerKernel = k.router() == null ? null : runtime.load(k.router());
             chunk = Math.min(Math.min(wanted, experts == null ? wanted : experts.maxTokens()),
                     routerKernel == null ? wanted : routerKernel.maxTokens());
@@ -854,6 +896,18 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             inter = experts == null ? allocate(DType.BF16, 1) : keep(experts.allocateInter(chunk));
             denseInter = allocate(DType.BF16, (long) chunk * Math.max(1, c.denseIntermediate()));
             moeOut = allocate(DType.BF16, (long) chunk * h);
+        }
+
+        /**
+         * Where the prompt has no tiles of its own: the decode step's pair, which takes any token count,
+         * or beside a tuned pool's (keyed on the batch alone) the catalogue's.
+         */
+        private ExpertLayer catalogueExperts() {
+            return switch (GpuDecoder.this.experts) {
+                case null -> null;
+                case ExpertLayer e -> e;
+                case TokenKeyedLayer _ -> keep(new ExpertLayer(runtime.load(kernels.gateUp()), runtime.load(kernels.down()), ORDER));
+            };
         }
 
         /** The prompt's tokens from the decoder's position on, chunk by chunk, then the LM head of its last row for every sequence. */

@@ -167,6 +167,14 @@ class DecodeCommandTest {
     }
 
     @Test
+    void aTunedPoolOnTheCpuPathIsRefused() {
+        CliRun run = CliRun.of("decode", "--model", model().toString(), "--prompt", PROMPT, "--cpu", "--tuned", tmp.toString());
+        assertEquals(1, run.exitCode());
+        assertMentions(run.err(), "--tuned " + tmp, "chooses the GPU's expert kernels", "--cpu was given");
+        assertEquals("", run.out());
+    }
+
+    @Test
     void aDirectoryWithoutAModelIsRefused() throws IOException {
         Path empty = Files.createDirectories(tmp.resolve("empty"));
         CliRun run = CliRun.of("decode", "--model", empty.toString(), "--prompt", PROMPT);

@@ -107,6 +107,23 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     private static final int LONG_PROMPT = 70;
 
     /**
+     * A tuned pool's pairs (TunedPoolTest's tiny Qwen3 pool with its made-up profile) keyed on the
+     * batch: the one-token warps for one sequence, the 16-pair tiles for eight, each decoding as the
+     * reference does; the prompt in chunks stays on the catalogue's tiles.
+     */
+    @ParameterizedTest
+    @CsvSource({"1, output_centric", "8, expert_centric"})
+    void aTunedPoolsPairKeyedOnTheBatch(int batch, String kind, @org.junit.jupiter.api.io.TempDir Path pool) throws Exception {
+        TunedPoolTest.writePool(pool);
+        compare(RandomModelTest.tiny(Architecture.QWEN3_MOE), Optional.empty(), PROMPT_LENGTH + STEPS + 1, batch, PROMPT_LENGTH,
+                GpuDecoder.PROMPT_CHUNK, GpuDecoder.KernelChoice.BY_BATCH.withTunedPool(pool), gpu -> {
+                    for (var k : gpu.stepExpertKernels()) {
+                        assertTrue(k.name().startsWith("tuned_") && k.name().contains(kind), batch + " sequences run " + k.name());
+                    }
+                });
+    }
+
+    /**
      * A batch of 16: the decode steps' q/k/v, o and LM head projections on the tensor cores
      * ({@code linear_mma}; gpt-oss's with their biases) and, where the model's kv groups fit the
      * tiles, attention by kv group, every sequence decoding the same tokens.
@@ -137,11 +154,17 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     /** As above on the model at {@code model}, after {@code check} has looked at the decoder's kernels. */
     private static void compare(Path model, Optional<WeightFormat> format, int context, int batch, int promptLength, int chunk,
                                 java.util.function.Consumer<GpuDecoder> check) {
+        compare(model, format, context, batch, promptLength, chunk, GpuDecoder.KernelChoice.BY_BATCH, check);
+    }
+
+    /** As above with the decoder's kernels chosen by {@code choice}. */
+    private static void compare(Path model, Optional<WeightFormat> format, int context, int batch, int promptLength, int chunk,
+                                GpuDecoder.KernelChoice choice, java.util.function.Consumer<GpuDecoder> check) {
         ModelConfig c = ModelConfig.read(model);
         Architecture arch = c.arch();
         try (Checkpoint ckpt = Checkpoint.open(model);
              GpuDecoder gpu = new GpuDecoder(c, new GpuDecoder.Weights.FromCheckpoint(ckpt, format), runtime, stream, batch, context,
-                     STEPS + 1, l -> { })) {
+                     STEPS + 1, l -> { }, choice)) {
             assertTrue(gpu.promptsInChunks(), arch + ": the prompt runs in chunks");
             check.accept(gpu);
             gpu.promptChunk(chunk);

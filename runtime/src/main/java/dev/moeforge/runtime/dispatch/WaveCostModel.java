@@ -1,6 +1,7 @@
 package dev.moeforge.runtime.dispatch;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import org.apache.commons.math3.stat.regression.OLSMultipleLinearRegression;
 
@@ -10,7 +11,8 @@ import org.apache.commons.math3.stat.regression.OLSMultipleLinearRegression;
  * pairs P: {@code T = a + b·ceil(G/S) + c·G + d·sqrt(G) + e·P}. The wave term counts whole waves:
  * with S fixed a continuous G/S would be G times a constant, the same column as the per-block term.
  * The concave sub-wave term is fitted only for a configuration whose median profiled grid is under
- * one wave; the others keep {@code d = 0}. The pairs term carries the work that grows with the
+ * one wave; the others keep {@code d = 0}. Where every profiled grid takes the same number of waves
+ * (a small geometry's tiles) the wave term is the constant again and is left out ({@code b = 0}). The pairs term carries the work that grows with the
  * tokens however the blocks are cut: an output-centric tile's multiply-adds per weight row it
  * reads, an expert-centric layer's gathers and combine; without it one slope per block cannot
  * price a tile of 8 tokens and one of 32 alike. Coefficients by least squares on the relative
@@ -19,7 +21,7 @@ import org.apache.commons.math3.stat.regression.OLSMultipleLinearRegression;
  * 100 us must weigh what a 1 ms miss does at 10 ms.
  *
  * @param terms how many terms the fit used: 2 (a, b), 3 (and c), 4 (and d, under one wave), 5 (and e, unless
- *              P is a fixed multiple of G)
+ *              P is a fixed multiple of G); one fewer where b is left out
  */
 public record WaveCostModel(double a, double b, double c, double d, double e, int terms) {
 
@@ -45,9 +47,11 @@ public record WaveCostModel(double a, double b, double c, double d, double e, in
         }
         long[] grids = samples.stream().mapToLong(Sample::blocks).sorted().toArray();
         boolean subWave = maxTerms >= 4 && grids.length > 0 && grids[grids.length / 2] < sms;
+        // where every grid takes the same number of waves (a small geometry's tiles), the wave term is the constant again
+        boolean waveTerm = Arrays.stream(grids).mapToDouble(g -> waves(g, sms)).distinct().count() > 1;
         // where every block serves a fixed share of the pairs (one token per warp), P is G again
         boolean pairs = maxTerms == 5 && !proportional(samples);
-        int terms = Math.min(maxTerms, 3) + (subWave ? 1 : 0) + (pairs ? 1 : 0);
+        int terms = Math.min(maxTerms, 3) - (waveTerm ? 0 : 1) + (subWave ? 1 : 0) + (pairs ? 1 : 0);
         if (samples.size() <= terms) {
             throw new IllegalArgumentException(samples.size() + " samples for a model of " + terms + " terms: at least "
                     + (terms + 1));
@@ -61,7 +65,7 @@ public record WaveCostModel(double a, double b, double c, double d, double e, in
             }
             double scale = 1 / s.micros();  // the row of the relative error
             y[i] = 1;
-            x[i] = columns(s, sms, maxTerms, subWave, pairs).stream().mapToDouble(v -> v * scale).toArray();
+            x[i] = columns(s, sms, maxTerms, waveTerm, subWave, pairs).stream().mapToDouble(v -> v * scale).toArray();
         }
         OLSMultipleLinearRegression ols = new OLSMultipleLinearRegression();
         ols.setNoIntercept(true);  // a is the first column, scaled like the others
@@ -69,15 +73,18 @@ public record WaveCostModel(double a, double b, double c, double d, double e, in
         double[] beta = ols.estimateRegressionParameters();
         int at = 0;
         double a = beta[at++];
-        double b = beta[at++];
+        double b = waveTerm ? beta[at++] : 0;
         double c = maxTerms >= 3 ? beta[at++] : 0;
         double d = subWave ? beta[at++] : 0;
         double e = pairs ? beta[at] : 0;
         return new WaveCostModel(a, b, c, d, e, terms);
     }
 
-    private static List<Double> columns(Sample s, int sms, int maxTerms, boolean subWave, boolean pairs) {
-        List<Double> row = new ArrayList<>(List.of(1.0, waves(s.blocks(), sms)));
+    private static List<Double> columns(Sample s, int sms, int maxTerms, boolean waveTerm, boolean subWave, boolean pairs) {
+        List<Double> row = new ArrayList<>(List.of(1.0));
+        if (waveTerm) {
+            row.add(waves(s.blocks(), sms));
+        }
         if (maxTerms >= 3) {
             row.add((double) s.blocks());
         }

@@ -70,7 +70,11 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
      * ({@link DispatchTable#of}), and the pool's kernels loaded by name through {@code runtime}.
      */
     public static TokenKeyedLayer ofPool(KernelRuntime runtime, Path dir, LaunchOrder order, int capacity) throws IOException {
-        PoolDirectory.Loaded pool = PoolDirectory.load(dir);
+        return of(runtime, PoolDirectory.load(dir), order, capacity);
+    }
+
+    /** As {@link #ofPool}, from the directory as read (for a caller that checks its kernels first). */
+    public static TokenKeyedLayer of(KernelRuntime runtime, PoolDirectory.Loaded pool, LaunchOrder order, int capacity) {
         DispatchTable table = DispatchTable.of(pool.fit(), pool.fit().fit(WaveCostModel.MAX_TERMS));
         ExpertShape shape = pool.fit().configs().getFirst().problem().shape();
         return new TokenKeyedLayer(runtime, table, shape, name -> runtime.load(pool.kernels().get(name)), order, capacity);

@@ -56,6 +56,20 @@ class WaveCostModelTest {
         assertEquals(0, WaveCostModel.fit(samples(truth, grids, 0, 1), SMS, 4).e(), "no pairs term below five");
     }
 
+    /** A small geometry's tiles: every grid in one wave, where the wave term is the constant again and drops out. */
+    @Test
+    void gridsOfOneWaveLeaveTheWaveTermOut() {
+        WaveCostModel truth = new WaveCostModel(12, 0, 0.2, 2, 0.01, 5);
+        long[] grids = {2, 5, 8, 13, 21, 34, 55, 89, 120, 131};
+        WaveCostModel fit = WaveCostModel.fit(samples(truth, grids, 0, 1), SMS, 5);
+        assertEquals(4, fit.terms(), "a, c, d and e: no b");
+        assertEquals(0, fit.b());
+        assertEquals(12, fit.a(), 1e-6);
+        assertEquals(0.2, fit.c(), 1e-9);
+        assertEquals(2, fit.d(), 1e-6);
+        assertEquals(0.01, fit.e(), 1e-9);
+    }
+
     @Test
     void theSubWaveTermJoinsOnlyUnderOneWaveAndNoisyPointsStillPredictWithinAFewPercent() {
         WaveCostModel truth = new WaveCostModel(30, 40, 0.02, 0, 0, 3);

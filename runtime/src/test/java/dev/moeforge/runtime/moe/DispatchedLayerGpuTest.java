@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.moeforge.dsl.build.ExpertLayerSpecs;
 import dev.moeforge.dsl.ir.DType;
 import dev.moeforge.dsl.ir.ExpertShape;
@@ -21,16 +20,14 @@ import dev.moeforge.dsl.reference.WeightRows;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.OutputCentric;
 import dev.moeforge.dsl.schedule.Schedule;
-import dev.moeforge.dsl.text.SpecPrinter;
 import dev.moeforge.runtime.cuda.CudaGraph;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import dev.moeforge.runtime.dispatch.DispatchTable;
-import dev.moeforge.runtime.dispatch.PoolDirectory;
+import dev.moeforge.runtime.dispatch.TunedPoolFixture;
 import dev.moeforge.runtime.dispatch.WaveCostModel;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -113,11 +110,7 @@ class DispatchedLayerGpuTest extends GpuSession {
     }
 
     static int[] load(Routing r) {
-        int[] load = new int[SHAPE.experts()];
-        for (int id : r.ids()) {
-            load[id]++;
-        }
-        return load;
+        return TunedPoolFixture.load(r, SHAPE.experts());
     }
 
     /** Runs the graph on `routing` (uploaded into the buffers it reads) and checks y and the choice. */
@@ -293,45 +286,13 @@ class DispatchedLayerGpuTest extends GpuSession {
      */
     @Test
     void aTunedPoolsDirectoryMakesTheLayerKeyedOnTokens(@TempDir Path dir) throws Exception {
-        Map<String, KernelSpec> byName = compiledCandidates();
-        String kernels = SpecPrinter.printAll(new ArrayList<>(byName.values()));
-        Files.writeString(dir.resolve(PoolDirectory.KERNELS_FILE), kernels);
-        Map<String, WaveCostModel> truth = new LinkedHashMap<>();
+        Map<KernelSpec, WaveCostModel> truth = new LinkedHashMap<>();
+        compiledCandidates();
         for (Candidate c : CANDIDATES) {
-            truth.put(specs(c).gateUp().name(), c.model());
-            truth.put(specs(c).down().name(), c.model());
+            truth.put(specs(c).gateUp(), c.model());
+            truth.put(specs(c).down(), c.model());
         }
-        int sms = runtime.context().smCount();
-        List<Map<String, Object>> points = new ArrayList<>();
-        List<Map<String, Object>> timings = new ArrayList<>();
-        for (boolean held : new boolean[] {false, true}) {
-            for (int m : held ? new int[] {16, 100} : new int[] {1, 4, 40, 300}) {
-                for (double beta : new double[] {1.0, 0.7}) {
-                    RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(m, m, SHAPE.experts(), SHAPE.topk());
-                    Routing r = RandomInputs.skewedRouting(m, m, SHAPE.experts(), SHAPE.topk(), range.clamp(beta));
-                    String key = m + "@" + beta + (held ? "/held-out" : "");
-                    points.add(Map.of("key", key, "batch", m, "balancedness", r.balancedness(SHAPE.experts()), "held_out", held,
-                            "expert_load", load(r)));
-                    for (KernelSpec k : byName.values()) {
-                        @SuppressWarnings("unchecked")
-                        Schedule<Problem.ExpertProblem> schedule = (Schedule<Problem.ExpertProblem>) k.schedule();
-                        Problem.ExpertProblem p = (Problem.ExpertProblem) k.problem();
-                        if (m <= schedule.maxTokens(p)) {
-                            timings.add(Map.of("config", k.name(), "point", key, "us",
-                                    truth.get(k.name()).predict(schedule.workBlocks(p, m, load(r)), (long) m * SHAPE.topk(), sms)));
-                        }
-                    }
-                }
-            }
-        }
-        Map<String, Object> profile = new LinkedHashMap<>();
-        profile.put("format", PoolDirectory.PROFILE_FORMAT);
-        profile.put("model", "made_up");
-        profile.put("sm_count", sms);
-        profile.put("pool_sha256", PoolDirectory.sha256(kernels));
-        profile.put("points", points);
-        profile.put("timings", timings);
-        new ObjectMapper().writeValue(dir.resolve(PoolDirectory.PROFILE_FILE).toFile(), profile);
+        TunedPoolFixture.write(dir, truth, runtime.context().smCount());
         long seed = System.nanoTime();
         LayerWeights w = layerWeights(SHAPE, seed);
         ExpertLayerSpecs ref = specs(CANDIDATES.get(2));
