@@ -202,6 +202,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     row.put("fraction_of_floor", floorUs / stepUs);
                     List<String> expertKernels = d.stepExpertKernels().stream().map(KernelSpec::name).toList();
                     row.put("expert_kernels", expertKernels);
+                    d.tunedPoolNote().ifPresent(note -> row.put("tuned_pool_note", note));
                     Map<GpuDecoder.StepPart, Double> parts = d.timeParts(3, PART_REPS);
                     Map<String, Object> split = new LinkedHashMap<>();
                     parts.forEach((part, us) -> split.put(part.name().toLowerCase(Locale.ROOT) + "_us", us));
@@ -214,7 +215,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
                             + "rest %.1f%n", parts.get(GpuDecoder.StepPart.PROJECTIONS), parts.get(GpuDecoder.StepPart.ATTENTION),
                             parts.get(GpuDecoder.StepPart.ROUTER),
                             parts.get(GpuDecoder.StepPart.EXPERTS), parts.get(GpuDecoder.StepPart.REST));
-                    System.out.println("       experts: " + String.join(" + ", expertKernels));
+                    System.out.println("       experts: " + String.join(" + ", expertKernels)
+                            + d.tunedPoolNote().map(note -> " (" + note + ")").orElse(""));
                 }
             }
             doc = BenchReports.header("decode", ctx);

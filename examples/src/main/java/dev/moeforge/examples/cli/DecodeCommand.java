@@ -209,10 +209,8 @@ public final class DecodeCommand implements Callable<Integer> {
                 stream.synchronize();
                 double load = (System.nanoTime() - loadStart) / 1e9;
                 err.printf(Locale.ROOT, "%s, batch %d; prompt %d tokens%n", decoder.device(), batch, promptIds.length);
-                if (tuned != null) {
-                    err.println("experts of the decode steps from " + tuned + ": " + decoder.stepExpertKernels().stream()
-                            .map(KernelSpec::name).collect(Collectors.joining(" + ")));
-                }
+                decoder.tunedPoolNote().ifPresent(note -> err.println(note + ": " + decoder.stepExpertKernels().stream()
+                        .map(KernelSpec::name).collect(Collectors.joining(" + "))));
                 err.flush();
                 decoder.sampling(sampling);
                 TextTokenizer.Stream text = new TextTokenizer.Stream(tokenizer);

@@ -133,6 +133,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private final KernelHandle head;
     private final RouterKernel router;
     private final Experts experts;
+    private final Optional<String> tunedNote;
     private final ExpertLayer denseMlp;
     private final CudaFunction embedTokens;
     private final CudaFunction rmsNorm;
@@ -359,8 +360,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         qkNormRope = qkNormKernel(qkvProj.output());
         head = runtime.load(k.head());
         router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
-        experts = k.gateUp() == null ? null : tuned.isPresent() ? own(keyedOnBatch(tuned.get(), k))
+        tuned.filter(pool -> k.gateUp() != null).ifPresent(pool -> pool.checkComputes(k.gateUp(), k.down()));
+        experts = k.gateUp() == null ? null : tuned.filter(pool -> pool.covers(batch)).isPresent()
+                ? own(keyedOnBatch(tuned.get()))
                 : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
+        tunedNote = tuned.map(pool -> pool.covers(batch) ? "the decode steps' experts from " + pool.dir() + " (keyed on "
+                + batch + " tokens)" : pool.outside(batch));
         denseMlp = k.denseGateUp() == null ? null
                 : own(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown()), ORDER));
 
@@ -772,15 +777,16 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 4 * GROUP_ATTENTION_ROWS * (headDim + 2) * 4 + 2 * GROUP_ATTENTION_ROWS * GROUP_ATTENTION_MERGE_SLICES * 4);
     }
 
-    /**
-     * A tuned pool's pair for a decode step of this batch ({@link TokenKeyedLayer}), once the pool is
-     * seen to compute the model's expert halves in their format.
-     */
-    private TokenKeyedLayer keyedOnBatch(TunedPool pool, Kernels k) {
-        pool.checkComputes(k.gateUp(), k.down());
+    /** A tuned pool's pair for a decode step of this batch ({@link TokenKeyedLayer}). */
+    private TokenKeyedLayer keyedOnBatch(TunedPool pool) {
         TokenKeyedLayer layer = TokenKeyedLayer.of(runtime, pool.loaded(), ORDER, batch);
         layer.prepare(batch);
         return layer;
+    }
+
+    /** Where a tuned pool was given: whether the decode steps take its pair, or why they keep the catalogue's. */
+    public Optional<String> tunedPoolNote() {
+        return tunedNote;
     }
 
     /** The gate_up and down kernels of a decode step's experts: the catalogue's by the batch, or a tuned pool's keyed on it. */
@@ -999,43 +1005,73 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * and replayed ({@code reps} times after {@code warmup}), in microseconds per replay (median).
      * Parts overlap in a whole step, so the sum is not the step; the state they leave (the cache
      * row of the current position, the residual stream) is what a step leaves. Without the routers
-     * the experts part runs every layer on the ids the last router left (the last layer's routing),
-     * so its time stands for the step's experts only as far as the layers route alike.
+     * the experts part runs each layer on the routing its router left in one pass of the layers
+     * just before ({@link #routingPerLayer}), as the step does.
      */
     public Map<StepPart, Double> timeParts(int warmup, int reps) {
-        Map<StepPart, Double> out = new EnumMap<>(StepPart.class);
-        for (StepPart part : StepPart.values()) {
-            try (CudaGraph g = CudaGraph.capture(stream, () -> enqueueLayers(EnumSet.of(part)))) {
-                out.put(part, GpuTimer.time(stream, g, warmup, reps).medianMicros());
+        List<RoutingOnDevice> routing = new ArrayList<>();
+        try {
+            for (LayerRouting r : routingPerLayer()) {
+                routing.add(r == null ? null : RoutingOnDevice.of(r));
             }
+            Map<StepPart, Double> out = new EnumMap<>(StepPart.class);
+            for (StepPart part : StepPart.values()) {
+                try (CudaGraph g = CudaGraph.capture(stream, () -> enqueueLayers(EnumSet.of(part), null, routing))) {
+                    out.put(part, GpuTimer.time(stream, g, warmup, reps).medianMicros());
+                }
+            }
+            return out;
+        } finally {
+            routing.stream().filter(java.util.Objects::nonNull).forEach(r -> {
+                r.ids().close();
+                r.weights().close();
+            });
         }
-        return out;
     }
 
     /**
      * How many distinct experts each layer's router picks for the current tokens of the batch (0 for a
-     * dense layer): one pass of the layers launched one by one, the host reading each router's ids.
-     * The pass writes what a step writes (the cache rows of the current positions) and advances
-     * nothing, so it belongs between steps.
+     * dense layer), on one pass of the layers ({@link #routingPerLayer}).
      */
     public int[] distinctExpertsPerLayer() {
-        int[] distinct = new int[c.layers()];
-        int[] ids = new int[batch * c.topk()];
+        return routingPerLayer().stream().mapToInt(r -> r == null ? 0 : (int) Arrays.stream(r.ids()).distinct().count()).toArray();
+    }
+
+    /** A MoE layer's routing of the batch: each token's k expert ids and weights. */
+    private record LayerRouting(int[] ids, float[] weights) {}
+
+    /** The same on the device, for the experts part timed alone. */
+    private record RoutingOnDevice(DeviceBuffer ids, DeviceBuffer weights) {
+        static RoutingOnDevice of(LayerRouting r) {
+            DeviceBuffer ids = DeviceBuffer.allocate(DType.INT32, r.ids().length);
+            ids.copyFrom(r.ids());
+            DeviceBuffer weights = DeviceBuffer.allocate(DType.FP32, r.weights().length);
+            weights.copyFrom(r.weights());
+            return new RoutingOnDevice(ids, weights);
+        }
+    }
+
+    /**
+     * Each layer's routing for the current tokens of the batch (null for a dense layer): one pass of
+     * the layers launched one by one, the host reading each router's output. The pass writes what a
+     * step writes (the cache rows of the current positions) and advances nothing, so it belongs
+     * between steps.
+     */
+    private List<LayerRouting> routingPerLayer() {
+        List<LayerRouting> routing = new ArrayList<>(java.util.Collections.nCopies(c.layers(), null));
         enqueueLayers(EnumSet.allOf(StepPart.class), l -> {
             stream.synchronize();
-            topkIds.copyTo(ids);
-            distinct[l] = (int) Arrays.stream(ids).distinct().count();
-        });
+            LayerRouting r = new LayerRouting(new int[batch * c.topk()], new float[batch * c.topk()]);
+            topkIds.copyTo(r.ids());
+            topkWeights.copyTo(r.weights());
+            routing.set(l, r);
+        }, null);
         stream.synchronize();
-        return distinct;
+        return routing;
     }
 
     private void enqueueLayers() {
-        enqueueLayers(EnumSet.allOf(StepPart.class));
-    }
-
-    private void enqueueLayers(Set<StepPart> parts) {
-        enqueueLayers(parts, null);
+        enqueueLayers(EnumSet.allOf(StepPart.class), null, null);
     }
 
     /**
@@ -1043,9 +1079,10 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * the MLP the next layer's input norm (the last: the final norm). Where the q/k/v projection or
      * the router norms its own input, that add and norm is no kernel of its own: the kernel reads
      * the residual from one of two buffers and writes the sum to the other. {@code afterRouter},
-     * where given, is called with the layer's index right after its router is enqueued.
+     * where given, is called with the layer's index right after its router is enqueued; {@code routing},
+     * where given, holds each layer's expert ids and weights for its experts (else they read the router's).
      */
-    private void enqueueLayers(Set<StepPart> parts, IntConsumer afterRouter) {
+    private void enqueueLayers(Set<StepPart> parts, IntConsumer afterRouter, List<RoutingOnDevice> routing) {
         boolean attention = parts.contains(StepPart.ATTENTION);
         boolean rest = parts.contains(StepPart.REST);
         boolean qkvNorms = kernels.qkvNormsInput();
@@ -1088,7 +1125,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                     }
                 }
                 if (parts.contains(StepPart.EXPERTS)) {
-                    experts.enqueue(stream, batch, normed, w.gateUp(), w.down(), topkIds, topkWeights, inter, moeOut);
+                    DeviceBuffer ids = routing == null ? topkIds : routing.get(l).ids();
+                    DeviceBuffer weights = routing == null ? topkWeights : routing.get(l).weights();
+                    experts.enqueue(stream, batch, normed, w.gateUp(), w.down(), ids, weights, inter, moeOut);
                 }
             } else if (parts.contains(StepPart.EXPERTS)) {
                 denseMlp.enqueue(stream, batch, normed, w.gateUp(), w.down(), denseIds, denseWeights, denseInter, moeOut);

@@ -5,6 +5,7 @@ import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.runtime.dispatch.PoolDirectory;
+import dev.moeforge.runtime.dispatch.PoolFit;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.Path;
@@ -66,6 +67,29 @@ record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
                     + " computes other expert layers than this model's: " + summary(wrong)
                     + "; tune a pool of the model's experts' format (moeforge tune --format)");
         }
+    }
+
+    /**
+     * Whether the pool's profile timed token counts around {@code batch} (from its smallest profiled
+     * batch to its largest): outside them the fitted models extrapolate, and at one sequence a profile
+     * from 8 tokens up keyed the layer to a pair far slower than the catalogue's (bench/NOTES.md).
+     */
+    boolean covers(int batch) {
+        return batch >= smallestBatch() && batch <= largestBatch();
+    }
+
+    /** Why a decode step of {@code batch} sequences keeps the catalogue's pair beside this pool. */
+    String outside(int batch) {
+        return "batch " + batch + " lies outside the batches " + dir + " was profiled at (" + smallestBatch() + " to " + largestBatch()
+                + " tokens): the decode steps keep the catalogue's experts";
+    }
+
+    private int smallestBatch() {
+        return loaded.fit().points().stream().mapToInt(PoolFit.Point::batch).min().orElseThrow();
+    }
+
+    private int largestBatch() {
+        return loaded.fit().points().stream().mapToInt(PoolFit.Point::batch).max().orElseThrow();
     }
 
     private static String text(ExpertShape s) {

@@ -115,6 +115,16 @@ class TunedPoolTest {
     }
 
     @Test
+    void aBatchOutsideTheProfiledOnesKeepsTheCataloguesPair(@TempDir Path dir) throws IOException {
+        writePool(dir);
+        TunedPool pool = TunedPool.read(dir, ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE)), Target.SM_90A);
+        assertTrue(pool.covers(1) && pool.covers(8) && pool.covers(300), "the made-up profile times 1 to 300 tokens");
+        assertTrue(!pool.covers(301));
+        assertTrue(pool.outside(301).contains("batch 301 lies outside the batches " + dir + " was profiled at (1 to 300 tokens)"),
+                pool.outside(301));
+    }
+
+    @Test
     void aPoolOfAnotherFormatIsRefusedOnceTheExpertsFormatIsKnown(@TempDir Path dir) throws IOException {
         writePool(dir);
         ModelConfig c = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
