@@ -14,7 +14,9 @@ import java.util.List;
  *
  * <ul>
  *   <li>output_centric: 4 or 8 warps, 16-byte loads, 4 or 8 loads in flight, one token per warp or
- *       tiles of 8 or 32 tokens, with and without a one-block occupancy promise;</li>
+ *       tiles of 8 or 32 tokens, with and without a one-block occupancy promise; one token per warp
+ *       on 8 warps also with two warps an output (the decode step's single-token down at one
+ *       sequence);</li>
  *   <li>expert_centric on mma.sync: six tile families from 16 pairs x 128 weight rows to 128 x 256
  *       (the shapes `bench prefill` found best per batch), 2-4 stages, GROUP_M 1 or 8; down's tiles
  *       also with the combine launch ({@code combine_kernel}), whose downs were the fastest at nearly
@@ -54,6 +56,9 @@ public final class ConfigPool {
                 for (int tokens : List.of(1, 8, 32)) {
                     for (int promise : List.of(0, 1)) {
                         proposed.add(new OutputCentric(warps, 16, unroll, tokens, 1, promise));
+                        if (warps == 8 && tokens == 1) {  // two warps an output: half the reduction each, twice the blocks
+                            proposed.add(new OutputCentric(warps, 16, unroll, tokens, 2, promise));
+                        }
                     }
                 }
             }

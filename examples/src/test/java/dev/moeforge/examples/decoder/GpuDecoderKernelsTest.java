@@ -270,7 +270,7 @@ class GpuDecoderKernelsTest {
             assertFileHolds(arch.modelType() + "-b" + batch + ".moe", GpuDecoder.Kernels.of(c, block, Target.SM_90A, batch));
         }
         if (arch == Architecture.QWEN3_MOE) {
-            for (int batch : new int[] {1, 8, 16, 32, 64}) {
+            for (int batch : new int[] {1, 2, 4, 8, 16, 32, 64}) {
                 assertFileHolds("builtin-b" + batch + ".moe", kernels(batch));
             }
             ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b");
