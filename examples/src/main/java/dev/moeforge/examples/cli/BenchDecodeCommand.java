@@ -13,6 +13,7 @@ import dev.moeforge.examples.decoder.ModelPreset;
 import dev.moeforge.examples.decoder.RandomModel;
 import dev.moeforge.examples.decoder.Sampler;
 import dev.moeforge.examples.decoder.TextTokenizer;
+import dev.moeforge.examples.decoder.TunedPool;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
@@ -24,6 +25,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Optional;
 import java.util.concurrent.Callable;
 import java.util.stream.IntStream;
 import picocli.CommandLine.Command;
@@ -113,8 +115,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
 
     @Option(names = "--tuned", paramLabel = "DIR",
             description = "A tuned pool's directory (`moeforge tune` of the built-in model's geometry, H=2048, I=768, E=128, top-8, "
-                    + "in --experts-format): the decode steps' experts run the pair its cost models price cheapest at each batch. "
-                    + "Adds -tuned to the file's name.")
+                    + "bf16): the decode steps' experts run the pair its cost models price cheapest at each batch its profile "
+                    + "timed (the catalogue's at the others). Adds -tuned to the file's name.")
     Path tuned;
 
     @Option(names = "--out", defaultValue = "bench/results", paramLabel = "DIR", description = "Where the JSON goes (default ${DEFAULT-VALUE}).")
@@ -136,10 +138,13 @@ final class BenchDecodeCommand implements Callable<Integer> {
         GpuDecoder.KernelChoice choice = new GpuDecoder.KernelChoice(
                 kebab(GpuDecoder.ProjectionKernels.class, "--projections", projections),
                 kebab(GpuDecoder.AttentionKernels.class, "--attention", attention),
-                kebab(GpuDecoder.ExpertKernels.class, "--experts", experts), java.util.Optional.ofNullable(tuned));
+                kebab(GpuDecoder.ExpertKernels.class, "--experts", experts), Optional.empty());
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
         dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat("--experts-format", expertsFormat);
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
+        if (tuned != null) {  // read and checked once, before the GPU is touched
+            choice = choice.withTunedPool(TunedPool.read(tuned, c));
+        }
         int[] text;
         try (TextTokenizer tokenizer = TextTokenizer.builtInQwen3()) {
             text = tokenizer.encode(PROMPT);
@@ -167,7 +172,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
             System.out.printf(Locale.ROOT, "%6s %12s %14s %14s %10s %10s %16s%n", "batch", "step us", "tokens/s", "GB per step", "of floor",
                     "sequences", "experts/layer");
             for (int batch : batches) {
-                try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, java.util.Optional.of(format)), runtime, stream, batch,
+                try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, Optional.of(format)), runtime, stream, batch,
                         prompt.length + tokens, tokens, l -> { }, choice)) {
                     d.sampling(sampling);
                     d.generate(prompt, Math.min(tokens, 8), p -> true);  // warm-up: graphs captured, caches warm
@@ -297,7 +302,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
         int[] ids = new java.util.SplittableRandom(SAMPLING_SEED).ints(prefill, 0, c.vocab()).toArray();
         double[] ms = new double[PREFILL_REPS];
         boolean chunks;
-        try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, java.util.Optional.of(format)), runtime, stream, 1,
+        try (GpuDecoder d = new GpuDecoder(c, new GpuDecoder.Weights.Random(0, Optional.of(format)), runtime, stream, 1,
                 prefill + 1, 1, l -> { })) {
             d.sampling(0, SAMPLING_SEED);
             chunks = d.promptsInChunks();

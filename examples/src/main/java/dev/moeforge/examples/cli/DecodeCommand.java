@@ -17,6 +17,7 @@ import dev.moeforge.examples.decoder.RandomModel;
 import dev.moeforge.examples.decoder.ReferenceDecoder;
 import dev.moeforge.examples.decoder.Sampler;
 import dev.moeforge.examples.decoder.TextTokenizer;
+import dev.moeforge.examples.decoder.TunedPool;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
@@ -96,9 +97,13 @@ public final class DecodeCommand implements Callable<Integer> {
     String expertsFormat;
 
     @Option(names = "--tuned", paramLabel = "DIR",
-            description = "A tuned pool's directory (`moeforge tune` for the model's expert geometry and format): the decode "
-                    + "steps' experts run the pair its cost models price cheapest at --batch tokens, not the catalogue's (GPU only).")
+            description = "A tuned pool's directory (`moeforge tune` of the model's expert geometry, bf16): the decode steps' "
+                    + "experts run the pair its cost models price cheapest at --batch tokens instead of the catalogue's, where its "
+                    + "profile timed --batch tokens (GPU only).")
     Path tuned;
+
+    /** The --tuned pool, read and checked against the model before the GPU is touched. */
+    private TunedPool tunedPool;
 
     @Override
     public Integer call() {
@@ -133,6 +138,7 @@ public final class DecodeCommand implements Callable<Integer> {
         }
         ModelConfig config = model != null ? ModelConfig.read(model)
                 : ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
+        tunedPool = tuned == null ? null : TunedPool.read(tuned, config);
         try (TextTokenizer tokenizer = model != null ? TextTokenizer.open(model.resolve("tokenizer.json"))
                 : TextTokenizer.builtInQwen3()) {
             int[] promptIds = tokenizer.encode(prompt);
@@ -203,8 +209,8 @@ public final class DecodeCommand implements Callable<Integer> {
             err.printf(Locale.ROOT, "%s: %d layers, H=%d, %d experts top-%d; loading onto %s ...%n", config.arch().modelType(),
                     config.layers(), config.hidden(), config.experts(), config.topk(), context.deviceName());
             err.flush();
-            GpuDecoder.KernelChoice choice = tuned == null ? GpuDecoder.KernelChoice.BY_BATCH
-                    : GpuDecoder.KernelChoice.BY_BATCH.withTunedPool(tuned);
+            GpuDecoder.KernelChoice choice = tunedPool == null ? GpuDecoder.KernelChoice.BY_BATCH
+                    : GpuDecoder.KernelChoice.BY_BATCH.withTunedPool(tunedPool);
             try (GpuDecoder decoder = new GpuDecoder(config, weights, runtime, stream, batch, ctx, maxTokens, layer -> { }, choice)) {
                 stream.synchronize();
                 double load = (System.nanoTime() - loadStart) / 1e9;

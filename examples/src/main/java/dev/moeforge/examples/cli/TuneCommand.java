@@ -29,9 +29,6 @@ public final class TuneCommand implements Callable<Integer> {
     @Option(names = "--out", required = true, paramLabel = "DIR", description = "The pool's directory (pool, profile, fit, pictures).")
     Path out;
 
-    @Option(names = "--format", defaultValue = "bf16", description = "The experts' weight format (default: ${DEFAULT-VALUE}).")
-    String format;
-
     @Option(names = "--target", defaultValue = "sm_90a", description = "Target (default: ${DEFAULT-VALUE}).")
     String target;
 
@@ -48,8 +45,7 @@ public final class TuneCommand implements Callable<Integer> {
             throw new IllegalStateException("tune profiles on a GPU: " + Gpu.unavailableReason() + " (`moeforge pool` alone runs "
                     + "without one)");
         }
-        List<String> pool = new ArrayList<>(List.of("pool", "--out", out.toString(), "--format", format, "--target", target,
-                "--jobs", Integer.toString(jobs)));
+        List<String> pool = new ArrayList<>(List.of("pool", "--out", out.toString(), "--target", target, "--jobs", Integer.toString(jobs)));
         if (geometry.model != null) {
             pool.addAll(List.of("--model", geometry.model));
         } else {

@@ -39,13 +39,15 @@ import dev.moeforge.runtime.moe.Experts;
 import dev.moeforge.runtime.moe.InputRows;
 import dev.moeforge.runtime.moe.RouterKernel;
 import dev.moeforge.runtime.moe.TokenKeyedLayer;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.EnumMap;
 import java.util.EnumSet;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
 import java.util.function.IntConsumer;
@@ -223,195 +225,211 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         this(config, source, runtime, stream, batch, context, maxSteps, progress, KernelChoice.BY_BATCH);
     }
 
-    /** The same with the decode step's projections and attention on the kernels {@code choice} names (to compare them). */
+    /**
+     * The same with the decode step's projections, attention and experts on the kernels {@code choice} names (to compare
+     * them), or its experts on a tuned pool's pair.
+     */
     public GpuDecoder(ModelConfig config, Weights source, KernelRuntime runtime, CudaStream stream, int batch, int context,
                       int maxSteps, IntConsumer progress, KernelChoice choice) {
         if (batch < 1 || context < 2 || maxSteps < 1) {
             throw new IllegalArgumentException("batch, context and steps must be positive (context at least 2), got " + batch
                     + ", " + context + ", " + maxSteps);
         }
-        this.c = config;
-        this.runtime = runtime;
-        this.stream = stream;
-        this.batch = batch;
-        this.context = context;
-        this.maxSteps = maxSteps;
-        Target target = runtime.target();
-        Optional<TunedPool> tuned = choice.tunedPool().map(dir -> TunedPool.read(dir, c, target));  // refused before any upload
-        int h = c.hidden();
-        int qDim = c.heads() * c.headDim();
-        int kvDim = c.kvHeads() * c.headDim();
-        int qkvDim = qDim + 2 * kvDim;
+        try {
+            this.c = config;
+            this.runtime = runtime;
+            this.stream = stream;
+            this.batch = batch;
+            this.context = context;
+            this.maxSteps = maxSteps;
+            Target target = runtime.target();
+            Optional<TunedPool> tuned = choice.tunedPool();
+            tuned.ifPresent(pool -> pool.checkTarget(target));  // before any upload
+            int h = c.hidden();
+            int qDim = c.heads() * c.headDim();
+            int kvDim = c.kvHeads() * c.headDim();
+            int qkvDim = qDim + 2 * kvDim;
 
-        boolean bias = c.attentionBias();
-        module = runtime.loadResource(MODULE);
-        embedTokens = module.function("embed_tokens");
-        rmsNorm = module.function("rms_norm");
-        addF32Norm = module.function("add_f32_rms_norm");
-        addBf16Norm = module.function("add_bf16_rms_norm");
-        pickNext = module.function("pick_next");
-        sampleCut = module.function("sample_cut");
-        endStep = module.function("end_step");
-        if (!DECODE_HEAD_DIMS.contains(c.headDim())) {
-            throw new IllegalArgumentException("head_dim " + c.headDim() + ": the decoder's attention on the GPU takes "
-                    + new java.util.TreeSet<>(DECODE_HEAD_DIMS));
-        }
-        decodeAttention = DecodeAttention.of(c, context, batch, choice.attention());
-        attention = module.function(decodeAttention.kernel());
-        if (decodeAttention.sharedBytes() > 48 * 1024) {
-            attention.setMaxDynamicSharedBytes(decodeAttention.sharedBytes());
-        }
-        if (h > MAX_ROW || qkvDim > MAX_ROW) {
-            throw new IllegalArgumentException("hidden_size " + h + " and the fused q/k/v row of " + qkvDim
-                    + " values: the decoder's row kernels take at most " + MAX_ROW);
-        }
+            boolean bias = c.attentionBias();
+            module = runtime.loadResource(MODULE);
+            embedTokens = module.function("embed_tokens");
+            rmsNorm = module.function("rms_norm");
+            addF32Norm = module.function("add_f32_rms_norm");
+            addBf16Norm = module.function("add_bf16_rms_norm");
+            pickNext = module.function("pick_next");
+            sampleCut = module.function("sample_cut");
+            endStep = module.function("end_step");
+            if (!DECODE_HEAD_DIMS.contains(c.headDim())) {
+                throw new IllegalArgumentException("head_dim " + c.headDim() + ": the decoder's attention on the GPU takes "
+                        + new java.util.TreeSet<>(DECODE_HEAD_DIMS));
+            }
+            decodeAttention = DecodeAttention.of(c, context, batch, choice.attention());
+            attention = module.function(decodeAttention.kernel());
+            if (decodeAttention.sharedBytes() > 48 * 1024) {
+                attention.setMaxDynamicSharedBytes(decodeAttention.sharedBytes());
+            }
+            if (h > MAX_ROW || qkvDim > MAX_ROW) {
+                throw new IllegalArgumentException("hidden_size " + h + " and the fused q/k/v row of " + qkvDim
+                        + " values: the decoder's row kernels take at most " + MAX_ROW);
+            }
 
-        // weights
-        Fill fill = new Fill(module.function("fill_normal_bf16"), module.function("fill_normal_f32"));
-        embed = matrix(source, fill, "model.embed_tokens.weight", c.vocab(), h, 1.0);
-        finalNorm = vector(source, fill, "model.norm.weight", h, Vector.NORM);
-        lmHead = c.tieEmbeddings() ? embed : matrix(source, fill, "lm_head.weight", c.vocab(), h, 1 / Math.sqrt(h));
-        invFreq = f32(c.rope().inverseFrequencies(c.headDim()));
-        MoeBlock block = null;
-        CheckpointExperts.LayerWeights randomExperts = null;
-        boolean norms = c.arch() == Architecture.QWEN3_MOE || c.arch() == Architecture.OLMOE;
-        for (int l = 0; l < c.layers(); l++) {
-            String p = ModelWeights.layerPrefix(l);
-            String a = p + "self_attn.";
-            DeviceBuffer wQkv = switch (source) {
-                case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(concat(bf16Of(ckpt, a + "q_proj.weight", (long) qDim * h),
-                        bf16Of(ckpt, a + "k_proj.weight", (long) kvDim * h), bf16Of(ckpt, a + "v_proj.weight", (long) kvDim * h)));
-                case Weights.Random _ -> matrix(source, fill, a + "qkv_proj.weight", qkvDim, h, 1 / Math.sqrt(h));
-            };
-            DeviceBuffer bQkv = !bias ? null : switch (source) {
-                case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> f32(concatFloats(sized(ckpt, a + "q_proj.bias", qDim),
-                        sized(ckpt, a + "k_proj.bias", kvDim), sized(ckpt, a + "v_proj.bias", kvDim)));
-                case Weights.Random _ -> vector(source, fill, a + "qkv_proj.bias", qkvDim, Vector.BIAS);
-            };
-            DeviceBuffer wO = matrix(source, fill, a + "o_proj.weight", h, qDim, 1 / Math.sqrt(qDim));
-            DeviceBuffer bO = bias ? vector(source, fill, a + "o_proj.bias", h, Vector.BIAS) : null;
-            int qNormLength = c.arch() == Architecture.OLMOE ? qDim : c.headDim();
-            int kNormLength = c.arch() == Architecture.OLMOE ? kvDim : c.headDim();
-            DeviceBuffer qn = norms ? vector(source, fill, a + "q_norm.weight", qNormLength, Vector.NORM) : null;
-            DeviceBuffer kn = norms ? vector(source, fill, a + "k_norm.weight", kNormLength, Vector.NORM) : null;
-            DeviceBuffer sinks = c.arch() == Architecture.GPT_OSS ? vector(source, fill, a + "sinks", c.heads(), Vector.SINK) : null;
-            DeviceBuffer inputNorm = vector(source, fill, p + "input_layernorm.weight", h, Vector.NORM);
-            DeviceBuffer postNorm = vector(source, fill, p + "post_attention_layernorm.weight", h, Vector.NORM);
-            LayerOnDevice layer;
-            if (c.moeLayers().get(l)) {
-                String moe = source instanceof Weights.FromCheckpoint(Checkpoint ckpt, var _) ? ModelWeights.moePrefix(c, ckpt, p)
-                        : p + "mlp";
-                String r = ModelWeights.routerPrefix(c, moe);
-                DeviceBuffer wRouter = matrix(source, fill, r + ".weight", c.experts(), h, 1 / Math.sqrt(h));
-                DeviceBuffer bRouter = c.arch() == Architecture.GPT_OSS ? vector(source, fill, r + ".bias", c.experts(), Vector.BIAS)
-                        : null;
-                DeviceWeights gateUp;
-                DeviceWeights down;
-                switch (source) {
-                    case Weights.FromCheckpoint(Checkpoint ckpt, Optional<WeightFormat> format) -> {
-                        CheckpointExperts.LayerWeights w = ExpertFormats.reencode(CheckpointExperts.load(ckpt, moe, c.experts()),
-                                format, moe);
-                        boolean expertBias = w.gateUpBias().isPresent();
-                        block = MoeBlock.of(c, w.gateUp().format(), w.layout(), expertBias);
-                        gateUp = own(expertBias ? DeviceWeights.upload(w.gateUp(), w.gateUpBias().orElseThrow())
-                                : DeviceWeights.upload(w.gateUp()));
-                        down = own(expertBias ? DeviceWeights.upload(w.down(), w.downBias().orElseThrow())
-                                : DeviceWeights.upload(w.down()));
-                    }
-                    case Weights.Random(long seed, Optional<WeightFormat> format) when format.isPresent()
-                            && !format.get().equals(WeightFormat.BF16) -> {
-                        if (randomExperts == null) {
-                            randomExperts = ExpertFormats.random(c, format.get(), seed);
-                        }
-                        block = MoeBlock.of(c, format.get(), GateUpLayout.STACKED, false);
-                        gateUp = own(DeviceWeights.upload(randomExperts.gateUp()));
-                        down = own(DeviceWeights.upload(randomExperts.down()));
-                    }
-                    case Weights.Random _ -> {
-                        int in = c.expertIntermediate();
-                        block = MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false);
-                        gateUp = DeviceWeights.bf16(matrix(source, fill, moe + ".experts.gate_up_proj", (long) c.experts() * 2 * in, h,
-                                1 / Math.sqrt(h)));
-                        down = DeviceWeights.bf16(matrix(source, fill, moe + ".experts.down_proj", (long) c.experts() * h, in,
-                                1 / Math.sqrt(in)));
-                    }
-                }
-                layer = new LayerOnDevice(inputNorm, postNorm, projectionWeights(wQkv, bQkv), projectionWeights(wO, bO), qn, kn, sinks, wRouter, bRouter, gateUp, down, true);
-            } else {
-                int in = c.denseIntermediate();
-                DeviceBuffer stacked = switch (source) {
-                    case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(concat(bf16Of(ckpt, p + "mlp.gate_proj.weight", (long) in * h),
-                            bf16Of(ckpt, p + "mlp.up_proj.weight", (long) in * h)));
-                    case Weights.Random _ -> matrix(source, fill, p + "mlp.gate_up_proj.weight", 2L * in, h, 1 / Math.sqrt(h));
+            // weights
+            Fill fill = new Fill(module.function("fill_normal_bf16"), module.function("fill_normal_f32"));
+            embed = matrix(source, fill, "model.embed_tokens.weight", c.vocab(), h, 1.0);
+            finalNorm = vector(source, fill, "model.norm.weight", h, Vector.NORM);
+            lmHead = c.tieEmbeddings() ? embed : matrix(source, fill, "lm_head.weight", c.vocab(), h, 1 / Math.sqrt(h));
+            invFreq = f32(c.rope().inverseFrequencies(c.headDim()));
+            MoeBlock block = null;
+            CheckpointExperts.LayerWeights randomExperts = null;
+            boolean norms = c.arch() == Architecture.QWEN3_MOE || c.arch() == Architecture.OLMOE;
+            for (int l = 0; l < c.layers(); l++) {
+                String p = ModelWeights.layerPrefix(l);
+                String a = p + "self_attn.";
+                DeviceBuffer wQkv = switch (source) {
+                    case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(concat(bf16Of(ckpt, a + "q_proj.weight", (long) qDim * h),
+                            bf16Of(ckpt, a + "k_proj.weight", (long) kvDim * h), bf16Of(ckpt, a + "v_proj.weight", (long) kvDim * h)));
+                    case Weights.Random _ -> matrix(source, fill, a + "qkv_proj.weight", qkvDim, h, 1 / Math.sqrt(h));
                 };
-                layer = new LayerOnDevice(inputNorm, postNorm, projectionWeights(wQkv, bQkv), projectionWeights(wO, bO), qn, kn, sinks, null, null,
-                        DeviceWeights.bf16(stacked), DeviceWeights.bf16(matrix(source, fill, p + "mlp.down_proj.weight", h, in,
-                        1 / Math.sqrt(in))), false);
+                DeviceBuffer bQkv = !bias ? null : switch (source) {
+                    case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> f32(concatFloats(sized(ckpt, a + "q_proj.bias", qDim),
+                            sized(ckpt, a + "k_proj.bias", kvDim), sized(ckpt, a + "v_proj.bias", kvDim)));
+                    case Weights.Random _ -> vector(source, fill, a + "qkv_proj.bias", qkvDim, Vector.BIAS);
+                };
+                DeviceBuffer wO = matrix(source, fill, a + "o_proj.weight", h, qDim, 1 / Math.sqrt(qDim));
+                DeviceBuffer bO = bias ? vector(source, fill, a + "o_proj.bias", h, Vector.BIAS) : null;
+                int qNormLength = c.arch() == Architecture.OLMOE ? qDim : c.headDim();
+                int kNormLength = c.arch() == Architecture.OLMOE ? kvDim : c.headDim();
+                DeviceBuffer qn = norms ? vector(source, fill, a + "q_norm.weight", qNormLength, Vector.NORM) : null;
+                DeviceBuffer kn = norms ? vector(source, fill, a + "k_norm.weight", kNormLength, Vector.NORM) : null;
+                DeviceBuffer sinks = c.arch() == Architecture.GPT_OSS ? vector(source, fill, a + "sinks", c.heads(), Vector.SINK) : null;
+                DeviceBuffer inputNorm = vector(source, fill, p + "input_layernorm.weight", h, Vector.NORM);
+                DeviceBuffer postNorm = vector(source, fill, p + "post_attention_layernorm.weight", h, Vector.NORM);
+                LayerOnDevice layer;
+                if (c.moeLayers().get(l)) {
+                    String moe = source instanceof Weights.FromCheckpoint(Checkpoint ckpt, var _) ? ModelWeights.moePrefix(c, ckpt, p)
+                            : p + "mlp";
+                    String r = ModelWeights.routerPrefix(c, moe);
+                    DeviceBuffer wRouter = matrix(source, fill, r + ".weight", c.experts(), h, 1 / Math.sqrt(h));
+                    DeviceBuffer bRouter = c.arch() == Architecture.GPT_OSS ? vector(source, fill, r + ".bias", c.experts(), Vector.BIAS)
+                            : null;
+                    DeviceWeights gateUp;
+                    DeviceWeights down;
+                    switch (source) {
+                        case Weights.FromCheckpoint(Checkpoint ckpt, Optional<WeightFormat> format) -> {
+                            CheckpointExperts.LayerWeights w = ExpertFormats.reencode(CheckpointExperts.load(ckpt, moe, c.experts()),
+                                    format, moe);
+                            boolean expertBias = w.gateUpBias().isPresent();
+                            block = MoeBlock.of(c, w.gateUp().format(), w.layout(), expertBias);
+                            gateUp = own(expertBias ? DeviceWeights.upload(w.gateUp(), w.gateUpBias().orElseThrow())
+                                    : DeviceWeights.upload(w.gateUp()));
+                            down = own(expertBias ? DeviceWeights.upload(w.down(), w.downBias().orElseThrow())
+                                    : DeviceWeights.upload(w.down()));
+                        }
+                        case Weights.Random(long seed, Optional<WeightFormat> format) when format.isPresent()
+                                && !format.get().equals(WeightFormat.BF16) -> {
+                            if (randomExperts == null) {
+                                randomExperts = ExpertFormats.random(c, format.get(), seed);
+                            }
+                            block = MoeBlock.of(c, format.get(), GateUpLayout.STACKED, false);
+                            gateUp = own(DeviceWeights.upload(randomExperts.gateUp()));
+                            down = own(DeviceWeights.upload(randomExperts.down()));
+                        }
+                        case Weights.Random _ -> {
+                            int in = c.expertIntermediate();
+                            block = MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false);
+                            gateUp = DeviceWeights.bf16(matrix(source, fill, moe + ".experts.gate_up_proj", (long) c.experts() * 2 * in, h,
+                                    1 / Math.sqrt(h)));
+                            down = DeviceWeights.bf16(matrix(source, fill, moe + ".experts.down_proj", (long) c.experts() * h, in,
+                                    1 / Math.sqrt(in)));
+                        }
+                    }
+                    if (tuned.isPresent() && l == c.moeLayers().indexOf(true)) {  // the experts' format is known from the first
+                        tuned.get().checkComputes(block);
+                    }
+                    layer = new LayerOnDevice(inputNorm, postNorm, projectionWeights(wQkv, bQkv), projectionWeights(wO, bO), qn, kn, sinks,
+                            wRouter, bRouter, gateUp, down, true);
+                } else {
+                    int in = c.denseIntermediate();
+                    DeviceBuffer stacked = switch (source) {
+                        case Weights.FromCheckpoint(Checkpoint ckpt, var _) -> bf16(concat(bf16Of(ckpt, p + "mlp.gate_proj.weight", (long) in * h),
+                                bf16Of(ckpt, p + "mlp.up_proj.weight", (long) in * h)));
+                        case Weights.Random _ -> matrix(source, fill, p + "mlp.gate_up_proj.weight", 2L * in, h, 1 / Math.sqrt(h));
+                    };
+                    layer = new LayerOnDevice(inputNorm, postNorm, projectionWeights(wQkv, bQkv), projectionWeights(wO, bO), qn, kn, sinks, null, null,
+                            DeviceWeights.bf16(stacked), DeviceWeights.bf16(matrix(source, fill, p + "mlp.down_proj.weight", h, in,
+                            1 / Math.sqrt(in))), false);
+                }
+                layers.add(layer);
+                progress.accept(l);
             }
-            layers.add(layer);
-            progress.accept(l);
-        }
-        // the DSL kernels, once the experts' format is known
-        Kernels k = Kernels.of(c, block, target, batch, choice.projections(), choice.experts());
-        kernels = k;
-        promptChunk = Math.min(context, PROMPT_CHUNK);
-        qkvProj = projection(k.qkv());
-        oProj = projection(k.o());
-        qkNormRope = qkNormKernel(qkvProj.output());
-        head = runtime.load(k.head());
-        router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
-        tuned.filter(pool -> k.gateUp() != null).ifPresent(pool -> pool.checkComputes(k.gateUp(), k.down()));
-        experts = k.gateUp() == null ? null : tuned.filter(pool -> pool.covers(batch)).isPresent()
-                ? own(keyedOnBatch(tuned.get()))
-                : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
-        tunedNote = tuned.map(pool -> pool.covers(batch) ? "the decode steps' experts from " + pool.dir() + " (keyed on "
-                + batch + " tokens)" : pool.outside(batch));
-        denseMlp = k.denseGateUp() == null ? null
-                : own(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown()), ORDER));
+            // the DSL kernels, once the experts' format is known
+            Kernels k = Kernels.of(c, block, target, batch, choice.projections(), choice.experts());
+            kernels = k;
+            promptChunk = Math.min(context, PROMPT_CHUNK);
+            qkvProj = projection(k.qkv());
+            oProj = projection(k.o());
+            qkNormRope = qkNormKernel(qkvProj.output());
+            head = runtime.load(k.head());
+            router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
+            experts = k.gateUp() == null ? null : tuned.filter(pool -> pool.covers(batch)).isPresent()
+                    ? own(keyedOnBatch(tuned.get()))
+                    : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
+            tunedNote = tuned.map(pool -> pool.covers(batch) ? "the decode steps' experts from " + pool.dir() + ", keyed on "
+                    + batch + " tokens" : pool.outside(batch));
+            denseMlp = k.denseGateUp() == null ? null
+                    : own(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown()), ORDER));
 
-        // activations and state
-        x = buffer(DType.FP32, (long) batch * h);
-        xAlt = buffer(DType.FP32, (long) batch * h);
-        zeros = buffer(DType.BF16, (long) batch * h);
-        zeros.fillWords32(0);
-        normed = buffer(DType.BF16, (long) batch * Math.max(h, qDim));
-        qkv = buffer(qkvProj.output(), (long) batch * qkvDim);
-        q = buffer(DType.FP32, (long) batch * qDim);
-        attnOut = buffer(DType.BF16, (long) batch * qDim);
-        attnParts = buffer(DType.FP32, (long) batch * c.heads() * decodeAttention.slices() * (c.headDim() + 2));
-        attnTickets = buffer(DType.INT32, (long) batch * c.heads());
-        attnTickets.fillWords32(0);
-        projected = buffer(oProj.output(), (long) batch * h);
-        topkIds = buffer(DType.INT32, (long) batch * c.topk());
-        topkWeights = buffer(DType.FP32, (long) batch * c.topk());
-        inter = experts == null ? buffer(DType.BF16, 1) : own(experts.allocateInter(batch));
-        moeOut = buffer(DType.BF16, (long) batch * h);
-        denseIds = buffer(DType.INT32, batch);
-        denseIds.fillWords32(0);
-        denseWeights = buffer(DType.FP32, batch);
-        denseWeights.fillWords32(Float.floatToIntBits(1f));
-        denseInter = buffer(DType.BF16, (long) batch * Math.max(1, c.denseIntermediate()));
-        logits = buffer(DType.FP32, (long) batch * c.vocab());
-        next = buffer(DType.INT32, batch);
-        positions = buffer(DType.INT32, batch);
-        step = buffer(DType.INT32, 1);
-        history = buffer(DType.INT32, (long) batch * maxSteps);
-        pickBest = buffer(DType.INT32, 2L * batch);  // u64 per token
-        pickBest.fillWords32(0);
-        pickTickets = buffer(DType.INT32, batch);
-        pickTickets.fillWords32(0);
-        pickCut = buffer(DType.INT32, 2L * batch);
-        for (int l = 0; l < c.layers(); l++) {
-            kCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
-            vCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
-        }
-        for (Projection p : List.of(qkvProj, oProj)) {
-            if (p instanceof Projection.Tiles(ExpertHalf half)) {  // every row to the one expert, every step: the plan is built once
-                half.enqueuePlan(stream, batch, denseIds);
+            // activations and state
+            x = buffer(DType.FP32, (long) batch * h);
+            xAlt = buffer(DType.FP32, (long) batch * h);
+            zeros = buffer(DType.BF16, (long) batch * h);
+            zeros.fillWords32(0);
+            normed = buffer(DType.BF16, (long) batch * Math.max(h, qDim));
+            qkv = buffer(qkvProj.output(), (long) batch * qkvDim);
+            q = buffer(DType.FP32, (long) batch * qDim);
+            attnOut = buffer(DType.BF16, (long) batch * qDim);
+            attnParts = buffer(DType.FP32, (long) batch * c.heads() * decodeAttention.slices() * (c.headDim() + 2));
+            attnTickets = buffer(DType.INT32, (long) batch * c.heads());
+            attnTickets.fillWords32(0);
+            projected = buffer(oProj.output(), (long) batch * h);
+            topkIds = buffer(DType.INT32, (long) batch * c.topk());
+            topkWeights = buffer(DType.FP32, (long) batch * c.topk());
+            inter = experts == null ? buffer(DType.BF16, 1) : own(experts.allocateInter(batch));
+            moeOut = buffer(DType.BF16, (long) batch * h);
+            denseIds = buffer(DType.INT32, batch);
+            denseIds.fillWords32(0);
+            denseWeights = buffer(DType.FP32, batch);
+            denseWeights.fillWords32(Float.floatToIntBits(1f));
+            denseInter = buffer(DType.BF16, (long) batch * Math.max(1, c.denseIntermediate()));
+            logits = buffer(DType.FP32, (long) batch * c.vocab());
+            next = buffer(DType.INT32, batch);
+            positions = buffer(DType.INT32, batch);
+            step = buffer(DType.INT32, 1);
+            history = buffer(DType.INT32, (long) batch * maxSteps);
+            pickBest = buffer(DType.INT32, 2L * batch);  // u64 per token
+            pickBest.fillWords32(0);
+            pickTickets = buffer(DType.INT32, batch);
+            pickTickets.fillWords32(0);
+            pickCut = buffer(DType.INT32, 2L * batch);
+            for (int l = 0; l < c.layers(); l++) {
+                kCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
+                vCache.add(buffer(DType.BF16, (long) batch * context * kvDim));
             }
+            for (Projection p : List.of(qkvProj, oProj)) {
+                if (p instanceof Projection.Tiles(ExpertHalf half)) {  // every row to the one expert, every step: the plan is built once
+                    half.enqueuePlan(stream, batch, denseIds);
+                }
+            }
+            stream.synchronize();
+            reset();
+        } catch (RuntimeException | Error e) {
+            try {
+                close();  // what was allocated before the failure
+            } catch (RuntimeException suppressed) {
+                e.addSuppressed(suppressed);
+            }
+            throw e;
         }
-        stream.synchronize();
-        reset();
     }
 
     /**
@@ -709,21 +727,25 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * a tuned pool whose pairs the experts take instead of the catalogue's.
      */
     public record KernelChoice(ProjectionKernels projections, AttentionKernels attention, ExpertKernels experts,
-                               Optional<Path> tunedPool) {
+                               Optional<TunedPool> tunedPool) {
         /** The decoder's own choices. */
         public static final KernelChoice BY_BATCH = new KernelChoice(ProjectionKernels.BY_BATCH, AttentionKernels.BY_BATCH,
                 ExpertKernels.BY_BATCH, Optional.empty());
 
         public KernelChoice {
             if (tunedPool.isPresent() && experts != ExpertKernels.BY_BATCH) {
-                throw new IllegalArgumentException("a tuned pool and the expert kernels " + experts + " both choose the decode step's "
-                        + "experts: give one");
+                throw new IllegalArgumentException("a tuned pool (--tuned) and the expert kernels "
+                        + experts.name().toLowerCase(Locale.ROOT).replace('_', '-') + " (--experts) both choose the decode "
+                        + "step's experts: give one");
             }
         }
 
-        /** The same with a decode step's experts from the tuned pool at {@code dir} ({@code moeforge tune}), keyed on the batch. */
-        public KernelChoice withTunedPool(Path dir) {
-            return new KernelChoice(projections, attention, experts, Optional.of(dir));
+        /**
+         * The same with a decode step's experts from a tuned pool ({@code moeforge tune}), keyed on the batch where
+         * its profile covers the batch ({@link TunedPool#covers}).
+         */
+        public KernelChoice withTunedPool(TunedPool pool) {
+            return new KernelChoice(projections, attention, experts, Optional.of(pool));
         }
     }
 
@@ -1022,7 +1044,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             }
             return out;
         } finally {
-            routing.stream().filter(java.util.Objects::nonNull).forEach(r -> {
+            routing.stream().filter(Objects::nonNull).forEach(r -> {
                 r.ids().close();
                 r.weights().close();
             });
@@ -1044,10 +1066,20 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private record RoutingOnDevice(DeviceBuffer ids, DeviceBuffer weights) {
         static RoutingOnDevice of(LayerRouting r) {
             DeviceBuffer ids = DeviceBuffer.allocate(DType.INT32, r.ids().length);
-            ids.copyFrom(r.ids());
-            DeviceBuffer weights = DeviceBuffer.allocate(DType.FP32, r.weights().length);
-            weights.copyFrom(r.weights());
-            return new RoutingOnDevice(ids, weights);
+            try {
+                ids.copyFrom(r.ids());
+                DeviceBuffer weights = DeviceBuffer.allocate(DType.FP32, r.weights().length);
+                try {
+                    weights.copyFrom(r.weights());
+                } catch (RuntimeException e) {
+                    weights.close();
+                    throw e;
+                }
+                return new RoutingOnDevice(ids, weights);
+            } catch (RuntimeException e) {
+                ids.close();
+                throw e;
+            }
         }
     }
 
@@ -1058,7 +1090,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      * between steps.
      */
     private List<LayerRouting> routingPerLayer() {
-        List<LayerRouting> routing = new ArrayList<>(java.util.Collections.nCopies(c.layers(), null));
+        List<LayerRouting> routing = new ArrayList<>(Collections.nCopies(c.layers(), null));
         enqueueLayers(EnumSet.allOf(StepPart.class), l -> {
             stream.synchronize();
             LayerRouting r = new LayerRouting(new int[batch * c.topk()], new float[batch * c.topk()]);

@@ -8,22 +8,34 @@ import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.dispatch.PoolFit;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.stream.IntStream;
 
 /**
  * A tuned pool's directory ({@code moeforge tune}) whose pairs a decode step's experts take, keyed on
- * the batch: read and checked against the model before anything runs on the GPU (its geometry and
- * target), and once the experts' format is known against the function the model's experts compute.
+ * the batch: read once and checked against the model's expert geometry before anything runs on the
+ * GPU, then by the decoder against its target and, once the experts' format is known, against the
+ * function the model's experts compute.
  */
-record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
+public record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
 
-    /** The directory read, every kernel of it of the model's expert geometry and of {@code target}; else refused naming them. */
-    static TunedPool read(Path dir, ModelConfig c, Target target) {
+    /**
+     * The directory read, every kernel of it of the model's expert geometry; refused, naming the
+     * kernels, for a model of other experts or of none.
+     */
+    public static TunedPool read(Path dir, ModelConfig c) {
+        if (!c.moeLayers().contains(true)) {
+            throw new IllegalArgumentException("tuned pool " + dir + ": the model has no MoE layers for it to serve");
+        }
         PoolDirectory.Loaded loaded;
         try {
             loaded = PoolDirectory.load(dir);
+        } catch (NoSuchFileException e) {
+            throw new IllegalArgumentException("tuned pool " + dir + ": " + e.getFile() + " does not exist (a tuned pool's directory "
+                    + "holds " + PoolDirectory.KERNELS_FILE + " and " + PoolDirectory.PROFILE_FILE + ": moeforge tune)", e);
         } catch (IOException e) {
             throw new UncheckedIOException("tuned pool " + dir + ": " + e.getMessage(), e);
         }
@@ -34,47 +46,54 @@ record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
             if (!shape.equals(model)) {
                 wrong.add(k.name() + " is of " + text(shape));
             }
-            if (k.target() != target) {
-                wrong.add(k.name() + " is for " + k.target().text());
-            }
         }
         if (!wrong.isEmpty()) {
-            throw new IllegalArgumentException("tuned pool " + dir.resolve(PoolDirectory.KERNELS_FILE) + " does not fit this model ("
-                    + text(model) + ", " + target.text() + "): " + summary(wrong) + "; tune a pool for it: moeforge tune --shape "
-                    + model.hidden() + "," + model.intermediate() + "," + model.experts() + "," + model.topk() + " --target "
-                    + target.text() + " --out DIR");
+            throw new IllegalArgumentException("tuned pool " + dir.resolve(PoolDirectory.KERNELS_FILE) + " does not fit this model's "
+                    + "experts (" + text(model) + "): " + summary(wrong) + "; tune a pool for them: moeforge tune --shape "
+                    + model.hidden() + "," + model.intermediate() + "," + model.experts() + "," + model.topk() + " --out DIR");
         }
         return new TunedPool(dir, loaded);
     }
 
-    /**
-     * Refuses a pool any of whose kernels computes another function than the model's expert half of
-     * its kind ({@code gateUp} or {@code down}: problem with its weights format, and epilogue).
-     */
-    void checkComputes(KernelSpec gateUp, KernelSpec down) {
-        List<String> wrong = new ArrayList<>();
-        for (KernelSpec k : loaded.kernels().values()) {
-            KernelSpec model = k.problem() instanceof Problem.ExpertGateUp ? gateUp : down;
-            if (!k.problem().equals(model.problem())) {
-                wrong.add(k.name() + " takes " + ((Problem.ExpertProblem) k.problem()).weights().text() + " weights as "
-                        + k.problem() + ", the model's " + model.problem());
-            } else if (!k.epilogue().equals(model.epilogue())) {
-                wrong.add(k.name() + " ends in " + k.epilogue() + ", the model's in " + model.epilogue());
-            }
-        }
+    /** Refuses a pool of kernels for another target than the decoder's device. */
+    void checkTarget(Target target) {
+        List<String> wrong = loaded.kernels().values().stream().filter(k -> k.target() != target)
+                .map(k -> k.name() + " is for " + k.target().text()).toList();
         if (!wrong.isEmpty()) {
-            throw new IllegalArgumentException("tuned pool " + dir.resolve(PoolDirectory.KERNELS_FILE)
-                    + " computes other expert layers than this model's: " + summary(wrong)
-                    + "; tune a pool of the model's experts' format (moeforge tune --format)");
+            throw new IllegalArgumentException("tuned pool " + dir.resolve(PoolDirectory.KERNELS_FILE) + " is not for this device's "
+                    + target.text() + ": " + summary(wrong) + "; tune a pool with --target " + target.text());
         }
     }
 
     /**
-     * Whether the pool's profile timed token counts around {@code batch} (from its smallest profiled
-     * batch to its largest): outside them the fitted models extrapolate, and at one sequence a profile
-     * from 8 tokens up keyed the layer to a pair far slower than the catalogue's (bench/NOTES.md).
+     * Refuses a pool any of whose kernels computes another function than the model's expert half of
+     * its kind (problem with its weights format, and epilogue), as {@code block} states them.
      */
-    boolean covers(int batch) {
+    void checkComputes(MoeBlock block) {
+        List<String> wrong = new ArrayList<>();
+        for (KernelSpec k : loaded.kernels().values()) {
+            boolean gateUp = k.problem() instanceof Problem.ExpertGateUp;
+            Problem problem = gateUp ? block.gateUp() : block.down();
+            if (!k.problem().equals(problem)) {
+                wrong.add(k.name() + " takes " + ((Problem.ExpertProblem) k.problem()).weights().text() + " weights as " + k.problem()
+                        + ", the model's " + problem);
+            } else if (!k.epilogue().equals(gateUp ? block.gateUpEpilogue() : block.downEpilogue())) {
+                wrong.add(k.name() + " ends in " + k.epilogue() + ", the model's in "
+                        + (gateUp ? block.gateUpEpilogue() : block.downEpilogue()));
+            }
+        }
+        if (!wrong.isEmpty()) {
+            throw new IllegalArgumentException("tuned pool " + dir.resolve(PoolDirectory.KERNELS_FILE)
+                    + " computes other expert layers than this model's: " + summary(wrong) + " (`moeforge profile` times bf16 "
+                    + "pools of the SiLU-gated experts; decode other experts without --tuned)");
+        }
+    }
+
+    /**
+     * Whether the pool's profile trained its models on token counts around {@code batch} (from its
+     * smallest profiled batch to its largest, held-out points aside): outside them the models extrapolate.
+     */
+    public boolean covers(int batch) {
         return batch >= smallestBatch() && batch <= largestBatch();
     }
 
@@ -85,11 +104,15 @@ record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
     }
 
     private int smallestBatch() {
-        return loaded.fit().points().stream().mapToInt(PoolFit.Point::batch).min().orElseThrow();
+        return profiledBatches().min().orElseThrow();
     }
 
     private int largestBatch() {
-        return loaded.fit().points().stream().mapToInt(PoolFit.Point::batch).max().orElseThrow();
+        return profiledBatches().max().orElseThrow();
+    }
+
+    private IntStream profiledBatches() {
+        return loaded.fit().points().stream().filter(p -> !p.heldOut()).mapToInt(PoolFit.Point::batch);
     }
 
     private static String text(ExpertShape s) {

@@ -5,13 +5,14 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.checkpoint.Checkpoint;
+import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.nio.file.Path;
 import java.util.Locale;
 import java.util.Optional;
-import dev.moeforge.dsl.ir.WeightFormat;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.EnumSource;
@@ -109,14 +110,16 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
     /**
      * A tuned pool's pairs (TunedPoolTest's tiny Qwen3 pool with its made-up profile) keyed on the
      * batch: the one-token warps for one sequence, the 16-pair tiles for eight, each decoding as the
-     * reference does; the prompt in chunks stays on the catalogue's tiles.
+     * reference does.
      */
     @ParameterizedTest
     @CsvSource({"1, output_centric", "8, expert_centric"})
-    void aTunedPoolsPairKeyedOnTheBatch(int batch, String kind, @org.junit.jupiter.api.io.TempDir Path pool) throws Exception {
-        TunedPoolTest.writePool(pool);
-        compare(RandomModelTest.tiny(Architecture.QWEN3_MOE), Optional.empty(), PROMPT_LENGTH + STEPS + 1, batch, PROMPT_LENGTH,
-                GpuDecoder.PROMPT_CHUNK, GpuDecoder.KernelChoice.BY_BATCH.withTunedPool(pool), gpu -> {
+    void aTunedPoolsPairKeyedOnTheBatch(int batch, String kind, @TempDir Path dir) throws Exception {
+        TunedPoolTest.writePool(dir);
+        Path model = RandomModelTest.tiny(Architecture.QWEN3_MOE);
+        TunedPool pool = TunedPool.read(dir, ModelConfig.read(model));
+        compare(model, Optional.empty(), PROMPT_LENGTH + STEPS + 1, batch, PROMPT_LENGTH, GpuDecoder.PROMPT_CHUNK,
+                GpuDecoder.KernelChoice.BY_BATCH.withTunedPool(pool), gpu -> {
                     for (var k : gpu.stepExpertKernels()) {
                         assertTrue(k.name().startsWith("tuned_") && k.name().contains(kind), batch + " sequences run " + k.name());
                     }

@@ -1,17 +1,22 @@
 package dev.moeforge.examples.decoder;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.dsl.build.KernelBuilder;
+import dev.moeforge.dsl.ir.GateUpLayout;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.WeightFormat;
+import dev.moeforge.dsl.schedule.Candidates;
+import dev.moeforge.dsl.schedule.ConfigPool;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.dsl.schedule.OutputCentric;
+import dev.moeforge.dsl.schedule.Schedule;
 import dev.moeforge.dsl.text.SpecParser;
 import dev.moeforge.dsl.text.SpecPrinter;
 import dev.moeforge.runtime.dispatch.DispatchTable;
@@ -23,6 +28,7 @@ import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -32,8 +38,8 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * A tuned pool for the decoder's experts: the tiny Qwen3's pool (one-token warps and 16-pair tiles
- * for each half) keyed to one kind at one sequence and the other at eight, and pools that do not fit
- * the model refused by name before anything runs on a GPU.
+ * for each half) keyed to one kind at one sequence and the other at eight, the batches its profile
+ * covers, and pools that do not fit the model refused by name before anything runs on a GPU.
  */
 class TunedPoolTest {
     /** The tiny Qwen3's pool, in the bundle's kernel files so that a GPU host loads it compiled. */
@@ -61,28 +67,31 @@ class TunedPoolTest {
         return models;
     }
 
-    /** Writes the tiny Qwen3's pool with a made-up profile into {@code dir}. */
+    /** Writes the tiny Qwen3's pool with a made-up profile of 1 to 300 tokens into {@code dir}. */
     static void writePool(Path dir) throws IOException {
         TunedPoolFixture.write(dir, madeUpModels(poolKernels()), SMS);
     }
 
+    private static ModelConfig tinyQwen3() {
+        return ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
+    }
+
     @Test
     void theResourceHoldsTheTinyQwen3sFirstOneTokenAndSixteenPairCandidates() throws IOException {
-        ModelConfig c = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
-        MoeBlock block = MoeBlock.of(c, WeightFormat.BF16, dev.moeforge.dsl.ir.GateUpLayout.STACKED, false);
-        List<KernelSpec> expected = new java.util.ArrayList<>();
+        MoeBlock block = MoeBlock.of(tinyQwen3(), WeightFormat.BF16, GateUpLayout.STACKED, false);
+        List<KernelSpec> expected = new ArrayList<>();
         for (Problem.ExpertProblem p : List.<Problem.ExpertProblem>of(block.gateUp(), block.down())) {
-            var pool = dev.moeforge.dsl.schedule.ConfigPool.of(p, Target.SM_90A);
+            List<Schedule<Problem.ExpertProblem>> pool = ConfigPool.of(p, Target.SM_90A);
             String half = p instanceof Problem.ExpertGateUp ? "gate_up" : "down";
             var oneToken = pool.stream().filter(s -> s instanceof OutputCentric oc && oc.tokensPerCta() == 1).findFirst().orElseThrow();
             var tiles = pool.stream().filter(s -> s instanceof ExpertCentric e && e.blockM() == 16).findFirst().orElseThrow();
             for (var s : List.of(oneToken, tiles)) {
-                String name = "tuned_" + half + "_" + dev.moeforge.dsl.schedule.Candidates.name(s);
+                String name = "tuned_" + half + "_" + Candidates.name(s);
                 expected.add(p instanceof Problem.ExpertGateUp g
-                        ? KernelBuilder.named(name).expertGateUp(g.shape()).layout(g.layout()).weights(g.weights()).schedule(s).epilogue(block.gateUpEpilogue())
-                                .target(Target.SM_90A).build()
-                        : KernelBuilder.named(name).expertDown(p.shape()).weights(p.weights()).schedule(s).epilogue(block.downEpilogue()).target(Target.SM_90A)
-                                .build());
+                        ? KernelBuilder.named(name).expertGateUp(g.shape()).layout(g.layout()).weights(g.weights()).schedule(s)
+                                .epilogue(block.gateUpEpilogue()).target(Target.SM_90A).build()
+                        : KernelBuilder.named(name).expertDown(p.shape()).weights(p.weights()).schedule(s).epilogue(block.downEpilogue())
+                                .target(Target.SM_90A).build());
             }
         }
         assertEquals(SpecPrinter.printAll(expected), SpecPrinter.printAll(poolKernels()), "the resource " + POOL_RESOURCE
@@ -102,54 +111,63 @@ class TunedPoolTest {
         }
     }
 
+    /** A profile from 8 tokens does not cover one sequence, even where a held-out point lies there. */
     @Test
-    void aPoolOfAnotherGeometryIsRefusedWithTheTuneCommandForTheModel(@TempDir Path dir) throws IOException {
-        writePool(dir);
-        ModelConfig mixtral = ModelConfig.read(RandomModelTest.tiny(Architecture.MIXTRAL));
-        var e = assertThrows(IllegalArgumentException.class, () -> TunedPool.read(dir, mixtral, Target.SM_90A));
-        assertTrue(e.getMessage().contains("is of H=64, I=32, E=8, top-2") && e.getMessage().contains("(H=64, I=64, E=4, top-2, sm_90a)")
-                && e.getMessage().contains("moeforge tune --shape 64,64,4,2 --target sm_90a"), e.getMessage());
-        ModelConfig qwen3 = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
-        var target = assertThrows(IllegalArgumentException.class, () -> TunedPool.read(dir, qwen3, Target.SM_100A));
-        assertTrue(target.getMessage().contains("is for sm_90a") && target.getMessage().contains("(and 1 more)"), target.getMessage());
+    void aPoolCoversTheBatchesItsProfileTrainedOn(@TempDir Path dir) throws IOException {
+        TunedPoolFixture.write(dir, madeUpModels(poolKernels()), SMS, new int[] {8, 40, 300}, new int[] {1, 16, 400});
+        TunedPool pool = TunedPool.read(dir, tinyQwen3());
+        assertFalse(pool.covers(1), "below the profiled batches");
+        assertTrue(pool.covers(8) && pool.covers(16) && pool.covers(300));
+        assertFalse(pool.covers(400), "above them, where only a held-out point lies");
+        assertTrue(pool.outside(1).contains("batch 1 lies outside the batches " + dir + " was profiled at (8 to 300 tokens)"),
+                pool.outside(1));
     }
 
     @Test
-    void aBatchOutsideTheProfiledOnesKeepsTheCataloguesPair(@TempDir Path dir) throws IOException {
+    void aPoolOfAnotherGeometryOrTargetIsRefusedWithTheTuneCommandForTheModel(@TempDir Path dir) throws IOException {
         writePool(dir);
-        TunedPool pool = TunedPool.read(dir, ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE)), Target.SM_90A);
-        assertTrue(pool.covers(1) && pool.covers(8) && pool.covers(300), "the made-up profile times 1 to 300 tokens");
-        assertTrue(!pool.covers(301));
-        assertTrue(pool.outside(301).contains("batch 301 lies outside the batches " + dir + " was profiled at (1 to 300 tokens)"),
-                pool.outside(301));
+        ModelConfig mixtral = ModelConfig.read(RandomModelTest.tiny(Architecture.MIXTRAL));
+        var e = assertThrows(IllegalArgumentException.class, () -> TunedPool.read(dir, mixtral));
+        assertTrue(e.getMessage().contains("is of H=64, I=32, E=8, top-2") && e.getMessage().contains("experts (H=64, I=64, E=4, top-2)")
+                && e.getMessage().contains("moeforge tune --shape 64,64,4,2 --out DIR"), e.getMessage());
+        TunedPool pool = TunedPool.read(dir, tinyQwen3());
+        var target = assertThrows(IllegalArgumentException.class, () -> pool.checkTarget(Target.SM_100A));
+        assertTrue(target.getMessage().contains("is for sm_90a") && target.getMessage().contains("(and 1 more)")
+                && target.getMessage().contains("--target sm_100a"), target.getMessage());
+        pool.checkTarget(Target.SM_90A);
     }
 
     @Test
     void aPoolOfAnotherFormatIsRefusedOnceTheExpertsFormatIsKnown(@TempDir Path dir) throws IOException {
         writePool(dir);
-        ModelConfig c = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
-        TunedPool pool = TunedPool.read(dir, c, Target.SM_90A);
-        MoeBlock nvfp4 = MoeBlock.of(c, WeightFormat.NVFP4, dev.moeforge.dsl.ir.GateUpLayout.STACKED, false);
-        List<KernelSpec> bf16 = poolKernels();
-        pool.checkComputes(bf16.get(0), bf16.get(2));  // the pool's own function passes
-        KernelSpec gateUp = bf16.get(1).withProblem(nvfp4.gateUp());
-        var e = assertThrows(IllegalArgumentException.class, () -> pool.checkComputes(gateUp, bf16.get(2)));
-        assertTrue(e.getMessage().contains("takes bf16 weights") && e.getMessage().contains("moeforge tune --format"), e.getMessage());
+        ModelConfig c = tinyQwen3();
+        TunedPool pool = TunedPool.read(dir, c);
+        pool.checkComputes(MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false));  // the pool's own function passes
+        var e = assertThrows(IllegalArgumentException.class,
+                () -> pool.checkComputes(MoeBlock.of(c, WeightFormat.NVFP4, GateUpLayout.STACKED, false)));
+        assertTrue(e.getMessage().contains("takes bf16 weights") && e.getMessage().contains("decode other experts without --tuned"),
+                e.getMessage());
     }
 
     @Test
-    void aPoolWithoutItsProfileIsRefusedWithTheCommandThatMakesIt(@TempDir Path dir) throws IOException {
+    void aPoolWithoutItsFilesIsRefusedWithTheCommandThatMakesThem(@TempDir Path dir) throws IOException {
         writePool(dir);
         Files.delete(dir.resolve(PoolDirectory.PROFILE_FILE));
-        ModelConfig c = ModelConfig.read(RandomModelTest.tiny(Architecture.QWEN3_MOE));
-        var e = assertThrows(IllegalArgumentException.class, () -> TunedPool.read(dir, c, Target.SM_90A));
-        assertTrue(e.getMessage().contains("moeforge profile " + dir), e.getMessage());
+        var profile = assertThrows(IllegalArgumentException.class, () -> TunedPool.read(dir, tinyQwen3()));
+        assertTrue(profile.getMessage().contains("moeforge profile " + dir), profile.getMessage());
+        Path empty = Files.createDirectory(dir.resolve("empty"));
+        writePool(empty);
+        Files.delete(empty.resolve(PoolDirectory.KERNELS_FILE));
+        var kernels = assertThrows(IllegalArgumentException.class, () -> TunedPool.read(empty, tinyQwen3()));
+        assertTrue(kernels.getMessage().contains(empty.resolve(PoolDirectory.KERNELS_FILE) + " does not exist"), kernels.getMessage());
     }
 
     @Test
-    void aTunedPoolAndAnExpertKindCannotBothChooseTheExperts() {
+    void aTunedPoolAndAnExpertKindCannotBothChooseTheExperts(@TempDir Path dir) throws IOException {
+        writePool(dir);
+        TunedPool pool = TunedPool.read(dir, tinyQwen3());
         var e = assertThrows(IllegalArgumentException.class, () -> new GpuDecoder.KernelChoice(GpuDecoder.ProjectionKernels.BY_BATCH,
-                GpuDecoder.AttentionKernels.BY_BATCH, GpuDecoder.ExpertKernels.EXPERT_CENTRIC, Optional.of(Path.of("pool"))));
-        assertTrue(e.getMessage().contains("EXPERT_CENTRIC"), e.getMessage());
+                GpuDecoder.AttentionKernels.BY_BATCH, GpuDecoder.ExpertKernels.EXPERT_CENTRIC, Optional.of(pool)));
+        assertTrue(e.getMessage().contains("--tuned") && e.getMessage().contains("expert-centric (--experts)"), e.getMessage());
     }
 }

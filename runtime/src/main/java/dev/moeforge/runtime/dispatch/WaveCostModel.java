@@ -12,13 +12,13 @@ import org.apache.commons.math3.stat.regression.OLSMultipleLinearRegression;
  * with S fixed a continuous G/S would be G times a constant, the same column as the per-block term.
  * The concave sub-wave term is fitted only for a configuration whose median profiled grid is under
  * one wave; the others keep {@code d = 0}. Where every profiled grid takes the same number of waves
- * (a small geometry's tiles) the wave term is the constant again and is left out ({@code b = 0}). The pairs term carries the work that grows with the
- * tokens however the blocks are cut: an output-centric tile's multiply-adds per weight row it
- * reads, an expert-centric layer's gathers and combine; without it one slope per block cannot
- * price a tile of 8 tokens and one of 32 alike. Coefficients by least squares on the relative
- * error (each sample's row divided by its time, then ordinary least squares): a configuration's
- * times span orders of magnitude across batches, and dispatch compares times, so a 10 us miss at
- * 100 us must weigh what a 1 ms miss does at 10 ms.
+ * (a small geometry's tiles) the wave term is the constant again and is left out ({@code b = 0}).
+ * The pairs term carries the work that grows with the tokens however the blocks are cut: an
+ * output-centric tile's multiply-adds per weight row it reads, an expert-centric layer's gathers and
+ * combine; without it one slope per block cannot price a tile of 8 tokens and one of 32 alike.
+ * Coefficients by least squares on the relative error (each sample's row divided by its time, then
+ * ordinary least squares): a configuration's times span orders of magnitude across batches, and
+ * dispatch compares times, so a 10 us miss at 100 us must weigh what a 1 ms miss does at 10 ms.
  *
  * @param terms how many terms the fit used: 2 (a, b), 3 (and c), 4 (and d, under one wave), 5 (and e, unless
  *              P is a fixed multiple of G); one fewer where b is left out

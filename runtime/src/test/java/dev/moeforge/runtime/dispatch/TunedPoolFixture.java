@@ -31,6 +31,12 @@ public final class TunedPoolFixture {
 
     /** Writes pool.moe (the kernels of {@code truth}, in its order) and a profile of {@code truth}'s predictions into {@code dir}. */
     public static void write(Path dir, Map<KernelSpec, WaveCostModel> truth, int sms) throws IOException {
+        write(dir, truth, sms, PROFILED, HELD_OUT);
+    }
+
+    /** As above, the profile timing the batches {@code profiled} and holding out {@code heldOut}. */
+    public static void write(Path dir, Map<KernelSpec, WaveCostModel> truth, int sms, int[] profiled, int[] heldOut)
+            throws IOException {
         List<KernelSpec> kernels = new ArrayList<>(truth.keySet());
         ExpertShape shape = ((Problem.ExpertProblem) kernels.getFirst().problem()).shape();
         String text = SpecPrinter.printAll(kernels);
@@ -38,11 +44,11 @@ public final class TunedPoolFixture {
         List<Map<String, Object>> points = new ArrayList<>();
         List<Map<String, Object>> timings = new ArrayList<>();
         for (boolean held : new boolean[] {false, true}) {
-            for (int m : held ? HELD_OUT : PROFILED) {
+            for (int m : held ? heldOut : profiled) {
                 for (double beta : BALANCEDNESS) {
                     RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(m, m, shape.experts(), shape.topk());
                     Routing r = RandomInputs.skewedRouting(m, m, shape.experts(), shape.topk(), range.clamp(beta));
-                    int[] load = load(r, shape.experts());
+                    int[] load = r.expertLoad(shape.experts());
                     String key = m + "@" + beta + (held ? "/held-out" : "");
                     points.add(Map.of("key", key, "batch", m, "balancedness", r.balancedness(shape.experts()), "held_out", held,
                             "expert_load", load));
@@ -66,14 +72,5 @@ public final class TunedPoolFixture {
         profile.put("points", points);
         profile.put("timings", timings);
         new ObjectMapper().writeValue(dir.resolve(PoolDirectory.PROFILE_FILE).toFile(), profile);
-    }
-
-    /** Routed pairs per expert. */
-    public static int[] load(Routing r, int experts) {
-        int[] load = new int[experts];
-        for (int id : r.ids()) {
-            load[id]++;
-        }
-        return load;
     }
 }

@@ -110,7 +110,7 @@ class DispatchedLayerGpuTest extends GpuSession {
     }
 
     static int[] load(Routing r) {
-        return TunedPoolFixture.load(r, SHAPE.experts());
+        return r.expertLoad(SHAPE.experts());
     }
 
     /** Runs the graph on `routing` (uploaded into the buffers it reads) and checks y and the choice. */
