@@ -4,6 +4,8 @@ import dev.moeforge.dsl.ir.ExpertShape;
 import dev.moeforge.dsl.ir.KernelSpec;
 import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
+import dev.moeforge.dsl.ir.epilogue.Store;
+import dev.moeforge.dsl.text.SpecPrinter;
 import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.dispatch.PoolFit;
 import java.io.IOException;
@@ -11,7 +13,9 @@ import java.io.UncheckedIOException;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.stream.IntStream;
 
 /**
@@ -67,24 +71,45 @@ public record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
 
     /**
      * Refuses a pool any of whose kernels computes another function than the model's expert half of
-     * its kind (problem with its weights format, and epilogue), as {@code block} states them.
+     * its kind (weights format, activations, gate/up layout, biases, epilogue), as {@code block} states
+     * them; the message names each difference once, with how many kernels have it.
      */
     void checkComputes(MoeBlock block) {
-        List<String> wrong = new ArrayList<>();
+        Map<String, Integer> differences = new LinkedHashMap<>();
         for (KernelSpec k : loaded.kernels().values()) {
-            boolean gateUp = k.problem() instanceof Problem.ExpertGateUp;
-            Problem problem = gateUp ? block.gateUp() : block.down();
-            if (!k.problem().equals(problem)) {
-                wrong.add(k.name() + " takes " + ((Problem.ExpertProblem) k.problem()).weights().text() + " weights as " + k.problem()
-                        + ", the model's " + problem);
-            } else if (!k.epilogue().equals(gateUp ? block.gateUpEpilogue() : block.downEpilogue())) {
-                wrong.add(k.name() + " ends in " + k.epilogue() + ", the model's in "
-                        + (gateUp ? block.gateUpEpilogue() : block.downEpilogue()));
+            Problem.ExpertProblem pool = (Problem.ExpertProblem) k.problem();
+            boolean gateUp = pool instanceof Problem.ExpertGateUp;
+            Problem.ExpertProblem model = gateUp ? block.gateUp() : block.down();
+            Store epilogue = gateUp ? block.gateUpEpilogue() : block.downEpilogue();
+            List<String> found = new ArrayList<>();
+            if (!pool.weights().equals(model.weights())) {
+                found.add("take " + pool.weights().text() + " weights (the model's experts: " + model.weights().text() + ")");
+            }
+            if (pool.activations() != model.activations()) {
+                found.add("take " + pool.activations() + " activations (the model's: " + model.activations() + ")");
+            }
+            if (pool instanceof Problem.ExpertGateUp g && model instanceof Problem.ExpertGateUp m && g.layout() != m.layout()) {
+                found.add("read gate and up " + g.layout().text() + " (the model's: " + m.layout().text() + ")");
+            }
+            if (pool.bias() != model.bias()) {
+                found.add((pool.bias() ? "add" : "have no") + " expert biases (the model's experts " + (model.bias() ? "have" : "have none")
+                        + ")");
+            }
+            if (found.isEmpty() && !pool.equals(model)) {
+                found.add("compute " + pool + " (the model's: " + model + ")");
+            }
+            if (!k.epilogue().equals(epilogue)) {
+                found.add("end in " + SpecPrinter.printEpilogue(k.epilogue()) + " (the model's: " + SpecPrinter.printEpilogue(epilogue) + ")");
+            }
+            for (String f : found) {
+                differences.merge((gateUp ? "gate_up kernels " : "down kernels ") + f, 1, Integer::sum);
             }
         }
-        if (!wrong.isEmpty()) {
+        if (!differences.isEmpty()) {
+            List<String> lines = new ArrayList<>();
+            differences.forEach((what, n) -> lines.add(n + " " + what));
             throw new IllegalArgumentException("tuned pool " + dir.resolve(PoolDirectory.KERNELS_FILE)
-                    + " computes other expert layers than this model's: " + summary(wrong) + " (`moeforge profile` times bf16 "
+                    + " computes other expert layers than this model's: " + String.join("; ", lines) + " (`moeforge profile` times bf16 "
                     + "pools of the SiLU-gated experts; decode other experts without --tuned)");
         }
     }

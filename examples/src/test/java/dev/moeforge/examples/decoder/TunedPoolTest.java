@@ -145,8 +145,11 @@ class TunedPoolTest {
         pool.checkComputes(MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false));  // the pool's own function passes
         var e = assertThrows(IllegalArgumentException.class,
                 () -> pool.checkComputes(MoeBlock.of(c, WeightFormat.NVFP4, GateUpLayout.STACKED, false)));
-        assertTrue(e.getMessage().contains("takes bf16 weights") && e.getMessage().contains("decode other experts without --tuned"),
-                e.getMessage());
+        assertTrue(e.getMessage().contains(": 2 gate_up kernels take bf16 weights (the model's experts: nvfp4); 2 down kernels take bf16 "
+                + "weights (the model's experts: nvfp4) (") && e.getMessage().contains("decode other experts without --tuned"), e.getMessage());
+        var epilogue = assertThrows(IllegalArgumentException.class, () -> pool.checkComputes(MoeBlock.of(
+                ModelConfig.read(RandomModelTest.tiny(Architecture.GPT_OSS)), WeightFormat.BF16, GateUpLayout.STACKED, false)));
+        assertTrue(epilogue.getMessage().contains("2 gate_up kernels end in "), epilogue.getMessage());
     }
 
     @Test
