@@ -56,7 +56,9 @@ public final class ProfileCommand implements Callable<Integer> {
     @Parameters(index = "0", paramLabel = "DIR", description = "The pool's directory (pool.json and pool.moe).")
     Path dir;
 
-    @Option(names = "--batches", split = ",", defaultValue = "8,32,128,512,2048", description = "Batch sizes profiled (default: ${DEFAULT-VALUE}).")
+    @Option(names = "--batches", split = ",", defaultValue = "1,2,4,8,32,128,512,2048",
+            description = "Batch sizes profiled (default: ${DEFAULT-VALUE}: from one token, so that a decoder's steps of 1 to 4 "
+                    + "sequences take the pool too).")
     List<Integer> batches;
 
     @Option(names = "--balancedness", split = ",", defaultValue = "1.0,0.9,0.8,0.7,0.6",
