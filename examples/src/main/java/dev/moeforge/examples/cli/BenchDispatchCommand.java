@@ -94,9 +94,10 @@ public final class BenchDispatchCommand implements Callable<Integer> {
                 String staticDown = fit.best(PoolFit.Half.DOWN, balanced).name();
                 try (ExpertLayer fixed = new ExpertLayer(runtime.load(specs.get(staticUp)), runtime.load(specs.get(staticDown)),
                         LaunchOrder.OVERLAPPING_PREVIOUS, m)) {
-                    for (double level : levels) {
-                        RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(seed + m, m, shape.experts(), shape.topk());
-                        Routing routing = RandomInputs.skewedRouting(seed + m, m, shape.experts(), shape.topk(), range.clamp(level));
+                    RandomInputs.BalancednessRange range = RandomInputs.reachableBalancedness(seed + m, m, shape.experts(), shape.topk());
+                    // levels a batch cannot reach move to the nearest it can; those that land together are timed once
+                    for (double target : levels.stream().mapToDouble(range::clamp).distinct().toArray()) {
+                        Routing routing = RandomInputs.skewedRouting(seed + m, m, shape.experts(), shape.topk(), target);
                         bench.route(routing);
                         dispatched.prepare(m);
                         Timing withDispatch = bench.timeLayers(stream, l -> dispatched.record(stream, bodies, m, bench.x(),

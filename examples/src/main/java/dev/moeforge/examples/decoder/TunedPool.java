@@ -82,32 +82,33 @@ public record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
             Problem.ExpertProblem model = gateUp ? block.gateUp() : block.down();
             Store epilogue = gateUp ? block.gateUpEpilogue() : block.downEpilogue();
             List<String> found = new ArrayList<>();
+            if (!pool.shape().equals(model.shape())) {
+                found.add("of " + text(pool.shape()) + " (the model's experts: " + text(model.shape()) + ")");
+            }
             if (!pool.weights().equals(model.weights())) {
-                found.add("take " + pool.weights().text() + " weights (the model's experts: " + model.weights().text() + ")");
+                found.add("with " + pool.weights().text() + " weights (the model's experts: " + model.weights().text() + ")");
             }
             if (pool.activations() != model.activations()) {
-                found.add("take " + pool.activations() + " activations (the model's: " + model.activations() + ")");
+                found.add("with " + pool.activations().text() + " activations (the model's experts: " + model.activations().text() + ")");
             }
             if (pool instanceof Problem.ExpertGateUp g && model instanceof Problem.ExpertGateUp m && g.layout() != m.layout()) {
-                found.add("read gate and up " + g.layout().text() + " (the model's: " + m.layout().text() + ")");
+                found.add("reading gate and up " + g.layout().text() + " (the model's experts: " + m.layout().text() + ")");
             }
             if (pool.bias() != model.bias()) {
-                found.add((pool.bias() ? "add" : "have no") + " expert biases (the model's experts " + (model.bias() ? "have" : "have none")
-                        + ")");
-            }
-            if (found.isEmpty() && !pool.equals(model)) {
-                found.add("compute " + pool + " (the model's: " + model + ")");
+                found.add(pool.bias() ? "with expert biases (the model's experts have none)"
+                        : "without expert biases (the model's experts have them)");
             }
             if (!k.epilogue().equals(epilogue)) {
-                found.add("end in " + SpecPrinter.printEpilogue(k.epilogue()) + " (the model's: " + SpecPrinter.printEpilogue(epilogue) + ")");
+                found.add("ending in " + SpecPrinter.printEpilogue(k.epilogue()) + " (the model's experts: "
+                        + SpecPrinter.printEpilogue(epilogue) + ")");
             }
             for (String f : found) {
-                differences.merge((gateUp ? "gate_up kernels " : "down kernels ") + f, 1, Integer::sum);
+                differences.merge((gateUp ? "gate_up" : "down") + " kernels " + f, 1, Integer::sum);
             }
         }
         if (!differences.isEmpty()) {
             List<String> lines = new ArrayList<>();
-            differences.forEach((what, n) -> lines.add(n + " " + what));
+            differences.forEach((what, n) -> lines.add(what.replaceFirst(" kernels ", " kernels: " + n + " ")));
             throw new IllegalArgumentException("tuned pool " + dir.resolve(PoolDirectory.KERNELS_FILE)
                     + " computes other expert layers than this model's: " + String.join("; ", lines) + " (`moeforge profile` times bf16 "
                     + "pools of the SiLU-gated experts; decode other experts without --tuned)");

@@ -145,11 +145,18 @@ class TunedPoolTest {
         pool.checkComputes(MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false));  // the pool's own function passes
         var e = assertThrows(IllegalArgumentException.class,
                 () -> pool.checkComputes(MoeBlock.of(c, WeightFormat.NVFP4, GateUpLayout.STACKED, false)));
-        assertTrue(e.getMessage().contains(": 2 gate_up kernels take bf16 weights (the model's experts: nvfp4); 2 down kernels take bf16 "
-                + "weights (the model's experts: nvfp4) (") && e.getMessage().contains("decode other experts without --tuned"), e.getMessage());
+        assertTrue(e.getMessage().contains(": gate_up kernels: 2 with bf16 weights (the model's experts: nvfp4); down kernels: 2 with "
+                + "bf16 weights (the model's experts: nvfp4) (") && e.getMessage().contains("decode other experts without --tuned"),
+                e.getMessage());
+        var layoutAndBias = assertThrows(IllegalArgumentException.class,
+                () -> pool.checkComputes(MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.INTERLEAVED, true)));
+        assertTrue(layoutAndBias.getMessage().contains("gate_up kernels: 2 reading gate and up stacked (the model's experts: interleaved); "
+                + "gate_up kernels: 2 without expert biases (the model's experts have them); down kernels: 2 without expert biases"),
+                layoutAndBias.getMessage());
         var epilogue = assertThrows(IllegalArgumentException.class, () -> pool.checkComputes(MoeBlock.of(
                 ModelConfig.read(RandomModelTest.tiny(Architecture.GPT_OSS)), WeightFormat.BF16, GateUpLayout.STACKED, false)));
-        assertTrue(epilogue.getMessage().contains("2 gate_up kernels end in "), epilogue.getMessage());
+        assertTrue(epilogue.getMessage().contains("gate_up kernels: 2 of H=64, I=32, E=8, top-2 (the model's experts: H=64, I=32, E=4, "
+                + "top-2)") && epilogue.getMessage().contains("gate_up kernels: 2 ending in store(gated(silu"), epilogue.getMessage());
     }
 
     @Test
