@@ -109,8 +109,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
 
     @Option(names = "--experts", defaultValue = "by-batch", paramLabel = "KIND",
             description = "The decode step's expert halves: by-batch (the decoder's choice: the catalogue's output-centric token "
-                    + "tiles below 5 sequences, its 16-pair expert-centric tiles from there), or output-centric or expert-centric "
-                    + "at every batch to compare them. Any but by-batch adds -experts-KIND to the file's name.")
+                    + "tiles below 3 sequences, below 5 for 4-bit and FP8 experts, its 16-pair expert-centric tiles from there), or "
+                    + "output-centric or expert-centric at every batch to compare them. Any but by-batch adds -experts-KIND to the file's name.")
     String experts;
 
     @Option(names = "--tuned", paramLabel = "DIR",

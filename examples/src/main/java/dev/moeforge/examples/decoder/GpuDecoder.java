@@ -714,7 +714,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** A decode step's expert halves: the decoder's choice by batch, or one family at every batch (`bench decode --experts`). */
     public enum ExpertKernels {
-        /** Output-centric token tiles below {@link #EXPERT_CENTRIC_FROM} sequences, expert-centric tiles from there ({@link #expertHalf}). */
+        /** Output-centric token tiles below {@link #expertCentricFrom} sequences, expert-centric tiles from there ({@link #expertHalf}). */
         BY_BATCH,
         /** The catalogue's output-centric token tiles at every batch. */
         OUTPUT_CENTRIC,
@@ -1522,20 +1522,21 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     }
 
     /**
-     * From this batch an expert half takes the catalogue's expert-centric tile of {@link #EXPERT_TILE_PAIRS}
-     * where it has one: in a decode step the router's picks crowd onto fewer experts than a uniform
-     * routing's, and from 5 sequences the tiles, which read each picked expert once, were ahead; with
-     * 4-bit experts too, once their tiles decoded the codes into the MMAs' registers (against the
-     * tensor-core decode pair: behind at 4 sequences, ahead from 5).
+     * From this batch an expert half of 4-bit or FP8 weights takes the catalogue's expert-centric tile of
+     * {@link #EXPERT_TILE_PAIRS} where it has one: in a decode step the router's picks crowd onto fewer
+     * experts than a uniform routing's, and the tiles read each picked expert once (4-bit tiles against
+     * the tensor-core decode pair: behind at 4 sequences, ahead from 5).
      */
     static final int EXPERT_CENTRIC_FROM = 5;
+    /** The same for BF16 experts, whose 16-pair tiles were ahead of the 8-token output-centric tiles from 3 sequences. */
+    static final int BF16_EXPERT_CENTRIC_FROM = 3;
     /** Routed pairs per tile of the catalogue's decode-batch expert-centric pairs. */
     static final int EXPERT_TILE_PAIRS = 16;
 
     /**
      * The built-in catalogue's decode kernel for the same function (problem, epilogue, target), tuned
      * for its model (the routers' choice, and the fallback of {@link #expertHalf}): a router, or for an
-     * expert half from {@link #EXPERT_CENTRIC_FROM} tokens the
+     * expert half from {@link #expertCentricFrom} tokens the
      * 16-pair expert-centric tile (where `bench decode --experts` finds it ahead of the output-centric
      * tiles), else the output-centric half whose token tile suits the batch (1 token per block up to 2 tokens,
      * then 8 up to 16, then 32), else the nearest tile the catalogue has; {@code experts} may force
@@ -1543,7 +1544,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
      */
     static Optional<KernelSpec> catalogued(KernelSpec wanted, int batch, ExpertKernels experts) {
         List<KernelSpec> same = sameProblemAndEpilogue(wanted);
-        if (tilesWanted(batch, experts)) {
+        if (tilesWanted(wanted, batch, experts)) {
             Optional<KernelSpec> tiles = same.stream().filter(k -> isDecodeTile(k.schedule())).findFirst();
             if (tiles.isPresent()) {
                 return tiles;
@@ -1568,7 +1569,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     static KernelSpec expertHalf(KernelSpec plain, int batch, ExpertKernels experts) {
         List<KernelSpec> same = sameProblemAndEpilogue(plain);
         List<java.util.function.Predicate<Schedule<?>>> kinds = new ArrayList<>();
-        if (tilesWanted(batch, experts)) {
+        if (tilesWanted(plain, batch, experts)) {
             kinds.add(GpuDecoder::isDecodeTile);
         }
         int tile = tokenTileForBatch(batch);
@@ -1623,10 +1624,16 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         return s instanceof ExpertCentric e && e.blockM() == EXPERT_TILE_PAIRS;
     }
 
-    /** Whether an expert half of this batch wants the expert-centric tiles ({@link #EXPERT_CENTRIC_FROM}), or {@code experts} forces a family. */
-    private static boolean tilesWanted(int batch, ExpertKernels experts) {
+    /** The batch from which an expert half of {@code kernel}'s weights format takes the expert-centric tiles. */
+    static int expertCentricFrom(KernelSpec kernel) {
+        return kernel.problem() instanceof Problem.ExpertProblem p && p.weights().equals(WeightFormat.BF16) ? BF16_EXPERT_CENTRIC_FROM
+                : EXPERT_CENTRIC_FROM;
+    }
+
+    /** Whether {@code kernel}'s expert half at this batch wants the expert-centric tiles ({@link #expertCentricFrom}), or {@code experts} forces a family. */
+    private static boolean tilesWanted(KernelSpec kernel, int batch, ExpertKernels experts) {
         return switch (experts) {
-            case BY_BATCH -> batch >= EXPERT_CENTRIC_FROM;
+            case BY_BATCH -> batch >= expertCentricFrom(kernel);
             case EXPERT_CENTRIC -> true;
             case OUTPUT_CENTRIC -> false;
         };

@@ -36,11 +36,11 @@ class GpuDecoderKernelsTest {
     }
 
     @Test
-    void outputCentricTilesBelowFiveTokensThenTheCataloguesExpertCentricPair() {
+    void outputCentricTilesBelowThreeTokensThenTheCataloguesExpertCentricPair() {
         assertEquals(1, assertInstanceOf(OutputCentric.class, kernels(1).gateUp().schedule()).tokensPerCta());
-        assertEquals(8, assertInstanceOf(OutputCentric.class, kernels(3).gateUp().schedule()).tokensPerCta());
-        assertEquals(8, assertInstanceOf(OutputCentric.class, kernels(GpuDecoder.EXPERT_CENTRIC_FROM - 1).down().schedule()).tokensPerCta());
-        for (int batch : new int[] {GpuDecoder.EXPERT_CENTRIC_FROM, 12, 32, 256}) {
+        assertEquals(1, assertInstanceOf(OutputCentric.class, kernels(GpuDecoder.BF16_EXPERT_CENTRIC_FROM - 1).down().schedule())
+                .tokensPerCta());
+        for (int batch : new int[] {GpuDecoder.BF16_EXPERT_CENTRIC_FROM, 4, 12, 32, 256}) {
             GpuDecoder.Kernels k = kernels(batch);
             assertEquals("qwen3_30b_a3b_gate_up_m16", k.gateUp().name());
             assertEquals("qwen3_30b_a3b_down_m16", k.down().name());
@@ -77,8 +77,8 @@ class GpuDecoderKernelsTest {
 
     /**
      * A model off the catalogue: its expert halves take the catalogue's schedule of the kind the batch
-     * wants, carried to its geometry (token tiles of 8 from 3 sequences, the 16-pair tiles from 5),
-     * not one token a block at every batch; one token a block keeps its own schedule.
+     * wants, carried to its geometry (BF16: the 16-pair tiles from 3 sequences), not one token a block
+     * at every batch; one token a block keeps its own schedule.
      */
     @Test
     void aModelOffTheCatalogueTakesTheCataloguesTilesCarried() {
@@ -87,9 +87,11 @@ class GpuDecoderKernelsTest {
         MoeBlock block = MoeBlock.of(olmoe, WeightFormat.BF16, GateUpLayout.STACKED, false);
         assertEquals(1, assertInstanceOf(OutputCentric.class, GpuDecoder.Kernels.of(olmoe, block, Target.SM_90A, 1).gateUp().schedule())
                 .tokensPerCta());
+        assertEquals(1, assertInstanceOf(OutputCentric.class, GpuDecoder.Kernels.of(olmoe, block, Target.SM_90A, 2).down().schedule())
+                .tokensPerCta());
         GpuDecoder.Kernels three = GpuDecoder.Kernels.of(olmoe, block, Target.SM_90A, 3);
         assertEquals("experts_gate_up", three.gateUp().name());
-        assertEquals(8, assertInstanceOf(OutputCentric.class, three.gateUp().schedule()).tokensPerCta());
+        assertEquals(16, assertInstanceOf(ExpertCentric.class, three.gateUp().schedule()).blockM());
         GpuDecoder.Kernels many = GpuDecoder.Kernels.of(olmoe, block, Target.SM_90A, 32);
         assertEquals(16, assertInstanceOf(ExpertCentric.class, many.gateUp().schedule()).blockM());
         assertEquals(16, assertInstanceOf(ExpertCentric.class, many.down().schedule()).blockM());
