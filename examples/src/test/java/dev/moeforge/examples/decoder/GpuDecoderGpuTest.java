@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.moeforge.checkpoint.Checkpoint;
 import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.ErrorStats;
+import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.runtime.cuda.RequiresGpu;
 import java.nio.file.Path;
 import java.util.Locale;
@@ -124,6 +125,14 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
                         assertTrue(k.name().startsWith("tuned_") && k.name().contains(kind), batch + " sequences run " + k.name());
                     }
                 });
+    }
+
+    /** A batch of 4: BF16 experts on the 16-pair expert-centric tiles (from {@link GpuDecoder#BF16_EXPERT_CENTRIC_FROM} sequences). */
+    @Test
+    void aBatchOfFourOnTheExpertTiles() {
+        compare(RandomModelTest.tiny(Architecture.QWEN3_MOE), Optional.empty(), PROMPT_LENGTH + STEPS + 1, 4, PROMPT_LENGTH,
+                GpuDecoder.PROMPT_CHUNK, gpu -> assertEquals(16, ((ExpertCentric) gpu.stepExpertKernels().getFirst().schedule()).blockM(),
+                        "the step's gate_up"));
     }
 
     /**

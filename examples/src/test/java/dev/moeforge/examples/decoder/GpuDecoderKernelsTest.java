@@ -267,7 +267,7 @@ class GpuDecoderKernelsTest {
             var experts = dev.moeforge.checkpoint.CheckpointExperts.load(ckpt, moe, c.experts());
             block = MoeBlock.of(c, experts.gateUp().format(), experts.layout(), experts.gateUpBias().isPresent());
         }
-        int[] batches = arch == Architecture.QWEN3_MOE ? new int[] {1, 2, 16, 128} : new int[] {1, 2, 16};
+        int[] batches = arch == Architecture.QWEN3_MOE ? new int[] {1, 2, 4, 16, 128} : new int[] {1, 2, 16};
         for (int batch : batches) {
             assertFileHolds(arch.modelType() + "-b" + batch + ".moe", GpuDecoder.Kernels.of(c, block, Target.SM_90A, batch));
         }
