@@ -29,6 +29,7 @@ import dev.moeforge.runtime.cuda.CudaModule;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
+import dev.moeforge.runtime.cuda.Resources;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.kernel.ModuleResource;
@@ -528,16 +529,6 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         }
     }
 
-    private void closeGraphs() {
-        for (CudaGraph g : new CudaGraph[] {stepGraph, layersGraph}) {
-            if (g != null) {
-                g.close();
-            }
-        }
-        stepGraph = null;
-        layersGraph = null;
-    }
-
     @Override
     public float[] forward(int[] tokens) {
         runPrompt(tokens, false);
@@ -1000,8 +991,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
         @Override
         public void close() {
-            closeAll(resources);
-            buffers.forEach(DeviceBuffer::close);
+            List<AutoCloseable> all = new ArrayList<>(resources);
+            all.addAll(buffers);
+            Resources.closeAll(all);
         }
     }
 
@@ -1240,22 +1232,13 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     @Override
     public void close() {
-        closeGraphs();
-        if (prompt != null) {
-            prompt.close();
-        }
-        closeAll(closers);
-        owned.forEach(DeviceBuffer::close);
-    }
-
-    private static void closeAll(List<AutoCloseable> resources) {
-        for (AutoCloseable a : resources) {
-            try {
-                a.close();
-            } catch (Exception e) {
-                throw new IllegalStateException(e);
-            }
-        }
+        List<AutoCloseable> all = new ArrayList<>(Arrays.asList(stepGraph, layersGraph, prompt));
+        all.addAll(closers);
+        all.addAll(owned);
+        stepGraph = null;
+        layersGraph = null;
+        prompt = null;
+        Resources.closeAll(all);  // every one, also after a failure (the constructor's cleanup relies on it)
     }
 
     // ----------------------------------------------------------------------------------------- helpers

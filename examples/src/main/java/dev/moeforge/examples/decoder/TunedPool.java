@@ -138,7 +138,7 @@ public record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
     }
 
     private IntStream profiledBatches() {
-        return loaded.fit().points().stream().filter(p -> !p.heldOut()).mapToInt(PoolFit.Point::batch);
+        return loaded.fit().profiled().stream().mapToInt(PoolFit.Point::batch);
     }
 
     private static String text(ExpertShape s) {

@@ -6,6 +6,7 @@ import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
+import dev.moeforge.runtime.cuda.Resources;
 import dev.moeforge.runtime.dispatch.DispatchTable;
 import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.dispatch.WaveCostModel;
@@ -164,22 +165,9 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
 
     @Override
     public void close() {
-        RuntimeException first = null;
-        for (ExpertLayer layer : layers.values()) {
-            try {
-                layer.close();
-            } catch (RuntimeException e) {
-                if (first == null) {
-                    first = e;
-                } else {
-                    first.addSuppressed(e);
-                }
-            }
-        }
+        List<ExpertLayer> loaded = List.copyOf(layers.values());
         layers.clear();
         chosen.clear();
-        if (first != null) {
-            throw first;
-        }
+        Resources.closeAll(loaded);
     }
 }
