@@ -13,7 +13,6 @@ import dev.moeforge.examples.decoder.ModelPreset;
 import dev.moeforge.examples.decoder.RandomModel;
 import dev.moeforge.examples.decoder.Sampler;
 import dev.moeforge.examples.decoder.TextTokenizer;
-import dev.moeforge.examples.decoder.TunedPool;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
@@ -29,6 +28,7 @@ import java.util.Optional;
 import java.util.concurrent.Callable;
 import java.util.stream.IntStream;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
@@ -113,11 +113,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + "output-centric or expert-centric at every batch to compare them. Any but by-batch adds -experts-KIND to the file's name.")
     String experts;
 
-    @Option(names = "--tuned", paramLabel = "DIR",
-            description = "A tuned pool's directory (`moeforge tune` of the built-in model's geometry, H=2048, I=768, E=128, top-8, "
-                    + "bf16): the decode steps' experts run the pair its cost models price cheapest at each batch its profile "
-                    + "timed (the catalogue's at the others). Adds -tuned to the file's name.")
-    Path tuned;
+    @Mixin
+    TunedPoolOptions pools;
 
     @Option(names = "--out", defaultValue = "bench/results", paramLabel = "DIR", description = "Where the JSON goes (default ${DEFAULT-VALUE}).")
     Path out;
@@ -138,13 +135,11 @@ final class BenchDecodeCommand implements Callable<Integer> {
         GpuDecoder.KernelChoice choice = new GpuDecoder.KernelChoice(
                 kebab(GpuDecoder.ProjectionKernels.class, "--projections", projections),
                 kebab(GpuDecoder.AttentionKernels.class, "--attention", attention),
-                kebab(GpuDecoder.ExpertKernels.class, "--experts", experts), Optional.empty());
+                kebab(GpuDecoder.ExpertKernels.class, "--experts", experts), new GpuDecoder.TunedPools.None());
         ModelPreset preset = ModelPreset.of(Architecture.QWEN3_MOE, "qwen3-30b-a3b").withLayers(layers);
         dev.moeforge.dsl.ir.WeightFormat format = QuantizeCommand.parseFormat("--experts-format", expertsFormat);
         ModelConfig c = ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
-        if (tuned != null) {  // read and checked once, before the GPU is touched
-            choice = choice.withTunedPool(TunedPool.read(tuned, c));
-        }
+        choice = pools.apply(choice, c);  // a --tuned pool read and checked once, before the GPU is touched
         int[] text;
         try (TextTokenizer tokenizer = TextTokenizer.builtInQwen3()) {
             text = tokenizer.encode(PROMPT);
@@ -232,8 +227,8 @@ final class BenchDecodeCommand implements Callable<Integer> {
             doc.put("projections", projections);
             doc.put("attention", attention);
             doc.put("experts", experts);
-            if (tuned != null) {
-                doc.put("tuned_pool", tuned.toString());
+            if (pools.tuned != null) {
+                doc.put("tuned_pool", pools.tuned.toString());
             }
             doc.put("prompt_tokens", prompt.length);
             doc.put("context", prompt.length + tokens);
@@ -278,7 +273,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + (choice.projections() == GpuDecoder.ProjectionKernels.BY_BATCH ? "" : "-projections-" + projections)
                     + (choice.attention() == GpuDecoder.AttentionKernels.BY_BATCH ? "" : "-attention-" + attention)
                     + (choice.experts() == GpuDecoder.ExpertKernels.BY_BATCH ? "" : "-experts-" + experts)
-                    + (tuned == null ? "" : "-tuned");
+                    + (pools.tuned == null ? "" : "-tuned");
             System.out.println("wrote " + BenchReports.write(out, ctx, suffix, doc));
         }
         return 0;

@@ -17,7 +17,6 @@ import dev.moeforge.examples.decoder.RandomModel;
 import dev.moeforge.examples.decoder.ReferenceDecoder;
 import dev.moeforge.examples.decoder.Sampler;
 import dev.moeforge.examples.decoder.TextTokenizer;
-import dev.moeforge.examples.decoder.TunedPool;
 import dev.moeforge.runtime.cache.KernelCache;
 import dev.moeforge.runtime.cuda.CudaContext;
 import dev.moeforge.runtime.cuda.CudaStream;
@@ -34,6 +33,7 @@ import java.util.Locale;
 import java.util.concurrent.Callable;
 import java.util.stream.Collectors;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
@@ -96,14 +96,11 @@ public final class DecodeCommand implements Callable<Integer> {
                     + "the built-in model draws one layer's experts on the host, encodes them and copies them to every layer).")
     String expertsFormat;
 
-    @Option(names = "--tuned", paramLabel = "DIR",
-            description = "A tuned pool's directory (`moeforge tune` of the model's expert geometry, bf16): the decode steps' "
-                    + "experts run the pair its cost models price cheapest at --batch tokens instead of the catalogue's, where its "
-                    + "profile timed --batch tokens (GPU only).")
-    Path tuned;
+    @Mixin
+    TunedPoolOptions pools;
 
-    /** The --tuned pool, read and checked against the model before the GPU is touched. */
-    private TunedPool tunedPool;
+    /** The decoder's kernel choice with its experts' tuned pool, read and checked against the model before the GPU is touched. */
+    private GpuDecoder.KernelChoice choice = GpuDecoder.KernelChoice.BY_BATCH;
 
     @Override
     public Integer call() {
@@ -117,9 +114,10 @@ public final class DecodeCommand implements Callable<Integer> {
         }
         Sampler.Options sampling = new Sampler.Options(temperature, topK, topP, seed);
         expertsFormat();  // a format that does not exist is refused before anything loads
+        pools.check();
         boolean onGpu = !cpu && Gpu.available();
-        if (tuned != null && !onGpu) {
-            throw new IllegalArgumentException("--tuned " + tuned + " chooses the GPU's expert kernels, and this run is on the CPU ("
+        if (pools.tuned != null && !onGpu) {
+            throw new IllegalArgumentException("--tuned " + pools.tuned + " chooses the GPU's expert kernels, and this run is on the CPU ("
                     + (cpu ? "--cpu was given" : Gpu.unavailableReason()) + ")");
         }
         if (model == null && !onGpu) {
@@ -138,7 +136,9 @@ public final class DecodeCommand implements Callable<Integer> {
         }
         ModelConfig config = model != null ? ModelConfig.read(model)
                 : ModelConfig.parse(RandomModel.config(preset, SafetensorsDType.BF16, new ObjectMapper()));
-        tunedPool = tuned == null ? null : TunedPool.read(tuned, config);
+        if (onGpu) {
+            choice = pools.apply(choice, config);
+        }
         try (TextTokenizer tokenizer = model != null ? TextTokenizer.open(model.resolve("tokenizer.json"))
                 : TextTokenizer.builtInQwen3()) {
             int[] promptIds = tokenizer.encode(prompt);
@@ -209,8 +209,6 @@ public final class DecodeCommand implements Callable<Integer> {
             err.printf(Locale.ROOT, "%s: %d layers, H=%d, %d experts top-%d; loading onto %s ...%n", config.arch().modelType(),
                     config.layers(), config.hidden(), config.experts(), config.topk(), context.deviceName());
             err.flush();
-            GpuDecoder.KernelChoice choice = tunedPool == null ? GpuDecoder.KernelChoice.BY_BATCH
-                    : GpuDecoder.KernelChoice.BY_BATCH.withTunedPool(tunedPool);
             try (GpuDecoder decoder = new GpuDecoder(config, weights, runtime, stream, batch, ctx, maxTokens, layer -> { }, choice)) {
                 stream.synchronize();
                 double load = (System.nanoTime() - loadStart) / 1e9;

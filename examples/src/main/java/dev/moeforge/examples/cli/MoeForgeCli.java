@@ -15,7 +15,7 @@ import picocli.CommandLine.Command;
 @Command(name = "moeforge", mixinStandardHelpOptions = true, version = MoeForgeCli.VERSION,
         description = "Generates, compiles, checks and benchmarks MoE decode kernels described in the MoeForge DSL.",
         subcommands = {GenCommand.class, PrecompileCommand.class, CheckCommand.class, TryCommand.class, DemoCommand.class,
-                BenchCommand.class, PoolCommand.class, ProfileCommand.class, FitCommand.class, RegionsCommand.class, TuneCommand.class, QuantizeCommand.class, InitModelCommand.class,
+                BenchCommand.class, PoolCommand.class, ProfileCommand.class, FitCommand.class, RegionsCommand.class, TuneCommand.class, PoolsCommand.class, QuantizeCommand.class, InitModelCommand.class,
                 DecodeCommand.class, HelpCommand.class})
 public final class MoeForgeCli implements Runnable {
     static final String VERSION = "MoeForge 0.1.0";

@@ -1,6 +1,8 @@
 package dev.moeforge.examples.cli;
 
 import dev.moeforge.runtime.cuda.Gpu;
+import dev.moeforge.runtime.dispatch.PoolStore;
+import java.io.IOException;
 import java.io.PrintWriter;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -20,7 +22,8 @@ import picocli.CommandLine.Spec;
  */
 @Command(name = "tune", mixinStandardHelpOptions = true,
         description = "Pool, profile and fit for a model or a geometry the catalogue never saw (a GPU for the profile), ending with "
-                + "the candidates routing-aware dispatch will choose among and the cost model's regret.")
+                + "the candidates routing-aware dispatch will choose among and the cost model's regret; then installs the pool "
+                + "(unless --no-install), so decode takes it by default for experts it fits.")
 public final class TuneCommand implements Callable<Integer> {
 
     @ArgGroup(exclusive = true, multiplicity = "1")
@@ -35,11 +38,18 @@ public final class TuneCommand implements Callable<Integer> {
     @Option(names = "--jobs", defaultValue = "0", description = "Parallel nvcc processes for the pool (default: the core count).")
     int jobs;
 
+    @Option(names = "--no-install", description = "Leave the tuned pool in --out only; by default it is also installed (`moeforge "
+            + "pools install`), so decode and bench decode take it for experts it fits.")
+    boolean noInstall;
+
+    /** Where the pool is installed (tests give their own). */
+    PoolStore store = PoolStore.defaultStore();
+
     @Spec
     CommandSpec command;
 
     @Override
-    public Integer call() {
+    public Integer call() throws IOException {
         PrintWriter stdout = command.commandLine().getOut();
         if (!Gpu.available()) {  // before minutes of nvcc: the profile needs a device
             throw new IllegalStateException("tune profiles on a GPU: " + Gpu.unavailableReason() + " (`moeforge pool` alone runs "
@@ -61,6 +71,10 @@ public final class TuneCommand implements Callable<Integer> {
             if (code != 0) {
                 return code;
             }
+        }
+        if (!noInstall) {
+            stdout.println("== moeforge pools install " + out);
+            stdout.println(PoolsCommand.installed(store.install(out)));
         }
         return 0;
     }

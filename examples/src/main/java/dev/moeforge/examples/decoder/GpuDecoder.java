@@ -30,6 +30,7 @@ import dev.moeforge.runtime.cuda.CudaStream;
 import dev.moeforge.runtime.cuda.DeviceBuffer;
 import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.Resources;
+import dev.moeforge.runtime.dispatch.PoolStore;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import dev.moeforge.runtime.kernel.ModuleResource;
@@ -244,8 +245,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             this.context = context;
             this.maxSteps = maxSteps;
             Target target = runtime.target();
-            Optional<TunedPool> tuned = choice.tunedPool();
-            tuned.ifPresent(pool -> pool.checkTarget(target));  // before any upload
+            if (choice.tunedPools() instanceof TunedPools.Given(TunedPool given)) {
+                given.checkTarget(target);  // before any upload
+            }
             int h = c.hidden();
             int qDim = c.heads() * c.headDim();
             int kvDim = c.kvHeads() * c.headDim();
@@ -281,6 +283,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             lmHead = c.tieEmbeddings() ? embed : matrix(source, fill, "lm_head.weight", c.vocab(), h, 1 / Math.sqrt(h));
             invFreq = f32(c.rope().inverseFrequencies(c.headDim()));
             MoeBlock block = null;
+            TunedPool.Lookup tuned = new TunedPool.Lookup(Optional.empty(), Optional.empty());
             CheckpointExperts.LayerWeights randomExperts = null;
             boolean norms = c.arch() == Architecture.QWEN3_MOE || c.arch() == Architecture.OLMOE;
             for (int l = 0; l < c.layers(); l++) {
@@ -344,8 +347,8 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                                     1 / Math.sqrt(in)));
                         }
                     }
-                    if (tuned.isPresent() && l == c.moeLayers().indexOf(true)) {  // the experts' format is known from the first
-                        tuned.get().checkComputes(block);
+                    if (l == c.moeLayers().indexOf(true)) {  // the experts' format is known from the first
+                        tuned = tunedPool(choice.tunedPools(), block, target);
                     }
                     layer = new LayerOnDevice(inputNorm, postNorm, projectionWeights(wQkv, bQkv), projectionWeights(wO, bO), qn, kn, sinks,
                             wRouter, bRouter, gateUp, down, true);
@@ -372,11 +375,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             qkNormRope = qkNormKernel(qkvProj.output());
             head = runtime.load(k.head());
             router = k.router() == null ? null : own(new RouterKernel(runtime.load(k.router()), batch));
-            experts = k.gateUp() == null ? null : tuned.filter(pool -> pool.covers(batch)).isPresent()
-                    ? own(keyedOnBatch(tuned.get()))
+            Optional<TunedPool> serving = tuned.pool().filter(pool -> pool.covers(batch));
+            experts = k.gateUp() == null ? null : serving.isPresent() ? own(keyedOnBatch(serving.get()))
                     : own(new ExpertLayer(runtime.load(k.gateUp()), runtime.load(k.down()), ORDER));
-            tunedNote = tuned.map(pool -> pool.covers(batch) ? "the decode steps' experts from " + pool.dir() + ", keyed on "
-                    + batch + " tokens" : pool.outside(batch));
+            tunedNote = tuned.pool().map(pool -> pool.covers(batch) ? "the decode steps' experts from " + pool.dir() + ", keyed on "
+                    + batch + " tokens" : pool.outside(batch)).or(tuned::why);
             denseMlp = k.denseGateUp() == null ? null
                     : own(new ExpertLayer(runtime.load(k.denseGateUp()), runtime.load(k.denseDown()), ORDER));
 
@@ -713,21 +716,36 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         EXPERT_CENTRIC
     }
 
+    /** Where a decode step's experts may take a tuned pool's pairs from instead of the catalogue's. */
+    public sealed interface TunedPools {
+        /** The catalogue's pairs only. */
+        record None() implements TunedPools {}
+
+        /** A pool the caller names (--tuned DIR): refused where it does not fit the model or the device's target. */
+        record Given(TunedPool pool) implements TunedPools {}
+
+        /**
+         * The pool {@code store} holds for the experts' geometry, format, target and device, where one fits them; else the
+         * catalogue's pairs, saying why ({@link #tunedPoolNote}).
+         */
+        record Installed(PoolStore store) implements TunedPools {}
+    }
+
     /**
      * The decode step's kernel choices: the projections', attention's and experts' (`bench decode` can force them), and
-     * a tuned pool whose pairs the experts take instead of the catalogue's.
+     * where a tuned pool's pairs may come from for the experts instead of the catalogue's.
      */
     public record KernelChoice(ProjectionKernels projections, AttentionKernels attention, ExpertKernels experts,
-                               Optional<TunedPool> tunedPool) {
-        /** The decoder's own choices. */
+                               TunedPools tunedPools) {
+        /** The decoder's own choices, on the catalogue's pairs. */
         public static final KernelChoice BY_BATCH = new KernelChoice(ProjectionKernels.BY_BATCH, AttentionKernels.BY_BATCH,
-                ExpertKernels.BY_BATCH, Optional.empty());
+                ExpertKernels.BY_BATCH, new TunedPools.None());
 
         public KernelChoice {
-            if (tunedPool.isPresent() && experts != ExpertKernels.BY_BATCH) {
-                throw new IllegalArgumentException("a tuned pool (--tuned) and the expert kernels "
-                        + experts.name().toLowerCase(Locale.ROOT).replace('_', '-') + " (--experts) both choose the decode "
-                        + "step's experts: give one");
+            if (!(tunedPools instanceof TunedPools.None) && experts != ExpertKernels.BY_BATCH) {
+                throw new IllegalArgumentException((tunedPools instanceof TunedPools.Given ? "a tuned pool (--tuned)"
+                        : "the installed tuned pools") + " and the expert kernels " + experts.name().toLowerCase(Locale.ROOT).replace('_', '-')
+                        + " (--experts) both choose the decode step's experts: give one");
             }
         }
 
@@ -736,7 +754,12 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
          * its profile covers the batch ({@link TunedPool#covers}).
          */
         public KernelChoice withTunedPool(TunedPool pool) {
-            return new KernelChoice(projections, attention, experts, Optional.of(pool));
+            return new KernelChoice(projections, attention, experts, new TunedPools.Given(pool));
+        }
+
+        /** The same with a decode step's experts from the pool {@code store} holds for them, where it holds one that fits. */
+        public KernelChoice withInstalledPools(PoolStore store) {
+            return new KernelChoice(projections, attention, experts, new TunedPools.Installed(store));
         }
     }
 
@@ -790,6 +813,21 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 4 * GROUP_ATTENTION_ROWS * (headDim + 2) * 4 + 2 * GROUP_ATTENTION_ROWS * GROUP_ATTENTION_MERGE_SLICES * 4);
     }
 
+    /**
+     * The tuned pool a decode step's experts may take, once their function is known: the given one (refused where it
+     * computes another function than {@code block}), or the installed one that fits them.
+     */
+    private TunedPool.Lookup tunedPool(TunedPools pools, MoeBlock block, Target target) {
+        return switch (pools) {
+            case TunedPools.None _ -> new TunedPool.Lookup(Optional.empty(), Optional.empty());
+            case TunedPools.Given(TunedPool pool) -> {
+                pool.checkComputes(block);
+                yield new TunedPool.Lookup(Optional.of(pool), Optional.empty());
+            }
+            case TunedPools.Installed(PoolStore store) -> TunedPool.installed(store, c, block, target, runtime.context().deviceName());
+        };
+    }
+
     /** A tuned pool's pair for a decode step of this batch ({@link TokenKeyedLayer}). */
     private TokenKeyedLayer keyedOnBatch(TunedPool pool) {
         TokenKeyedLayer layer = TokenKeyedLayer.of(runtime, pool.loaded(), ORDER, batch);
@@ -797,7 +835,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
         return layer;
     }
 
-    /** Where a tuned pool was given: whether the decode steps take its pair, or why they keep the catalogue's. */
+    /** Where a tuned pool was given or looked for: whether the decode steps take its pair, or why they keep the catalogue's. */
     public Optional<String> tunedPoolNote() {
         return tunedNote;
     }

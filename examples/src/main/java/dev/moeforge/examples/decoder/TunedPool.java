@@ -8,6 +8,7 @@ import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.text.SpecPrinter;
 import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.dispatch.PoolFit;
+import dev.moeforge.runtime.dispatch.PoolStore;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.NoSuchFileException;
@@ -16,6 +17,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.stream.IntStream;
 
 /**
@@ -71,10 +73,23 @@ public record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
 
     /**
      * Refuses a pool any of whose kernels computes another function than the model's expert half of
-     * its kind (weights format, activations, gate/up layout, biases, epilogue), as {@code block} states
-     * them; the message names each difference once, with how many kernels have it.
+     * its kind ({@link #differences}).
      */
     void checkComputes(MoeBlock block) {
+        List<String> differences = differences(block);
+        if (!differences.isEmpty()) {
+            throw new IllegalArgumentException("tuned pool " + dir.resolve(PoolDirectory.KERNELS_FILE)
+                    + " computes other expert layers than this model's: " + String.join("; ", differences) + " (`moeforge profile` "
+                    + "times bf16 pools of the SiLU-gated experts; decode other experts without --tuned)");
+        }
+    }
+
+    /**
+     * How the pool's kernels compute another function than the model's expert half of their kind (weights format,
+     * activations, gate/up layout, biases, epilogue), as {@code block} states them: each difference once, with how many
+     * kernels have it; empty where every kernel computes the model's.
+     */
+    List<String> differences(MoeBlock block) {
         Map<String, Integer> differences = new LinkedHashMap<>();
         for (KernelSpec k : loaded.kernels().values()) {
             Problem.ExpertProblem pool = (Problem.ExpertProblem) k.problem();
@@ -106,13 +121,44 @@ public record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
                 differences.merge((gateUp ? "gate_up" : "down") + " kernels " + f, 1, Integer::sum);
             }
         }
-        if (!differences.isEmpty()) {
-            List<String> lines = new ArrayList<>();
-            differences.forEach((what, n) -> lines.add(what.replaceFirst(" kernels ", " kernels: " + n + " ")));
-            throw new IllegalArgumentException("tuned pool " + dir.resolve(PoolDirectory.KERNELS_FILE)
-                    + " computes other expert layers than this model's: " + String.join("; ", lines) + " (`moeforge profile` times bf16 "
-                    + "pools of the SiLU-gated experts; decode other experts without --tuned)");
+        List<String> lines = new ArrayList<>();
+        differences.forEach((what, n) -> lines.add(what.replaceFirst(" kernels ", " kernels: " + n + " ")));
+        return lines;
+    }
+
+    /** A look in a store of installed pools: the pool the decode steps may take, or why none. */
+    record Lookup(Optional<TunedPool> pool, Optional<String> why) {}
+
+    /**
+     * The pool {@code store} holds for the model's experts as {@code block} states them, on {@code target} and the
+     * device named {@code device}, where it fits them; else none, and why (the decode steps then keep the catalogue's
+     * pairs: an installed pool is a default, so one that does not fit is passed over, not refused).
+     */
+    static Lookup installed(PoolStore store, ModelConfig c, MoeBlock block, Target target, String device) {
+        PoolStore.Key key = new PoolStore.Key(block.gateUp().shape(), block.gateUp().weights(), target, device);
+        Optional<PoolStore.Installed> found = store.find(key);
+        if (found.isEmpty()) {
+            return new Lookup(Optional.empty(), Optional.of("no tuned pool is installed in " + store.directory() + " for these experts ("
+                    + key + "): the decode steps take the catalogue's (`moeforge tune` installs one)"));
         }
+        Path dir = found.get().dir();
+        TunedPool pool;
+        try {
+            pool = read(dir, c);
+            PoolStore.Key read = PoolStore.Key.of(pool.loaded());
+            if (!read.equals(key)) {
+                throw new IllegalArgumentException("it holds a pool of " + read);
+            }
+        } catch (RuntimeException e) {
+            return new Lookup(Optional.empty(), Optional.of("the tuned pool installed at " + dir + " is passed over (" + e.getMessage()
+                    + "): the decode steps take the catalogue's experts"));
+        }
+        List<String> differences = pool.differences(block);
+        if (!differences.isEmpty()) {
+            return new Lookup(Optional.empty(), Optional.of("the tuned pool installed at " + dir + " computes other expert layers than "
+                    + "this model's (" + String.join("; ", differences) + "): the decode steps take the catalogue's experts"));
+        }
+        return new Lookup(Optional.of(pool), Optional.empty());
     }
 
     /**

@@ -175,6 +175,14 @@ class DecodeCommandTest {
     }
 
     @Test
+    void aTunedPoolAndNoTunedPoolAreRefusedTogether() {
+        CliRun run = CliRun.of("decode", "--model", model().toString(), "--prompt", PROMPT, "--tuned", tmp.toString(), "--no-tuned");
+        assertEquals(1, run.exitCode());
+        assertMentions(run.err(), "--tuned " + tmp + " and --no-tuned: give one");
+        assertEquals("", run.out());
+    }
+
+    @Test
     void aDirectoryWithoutAModelIsRefused() throws IOException {
         Path empty = Files.createDirectories(tmp.resolve("empty"));
         CliRun run = CliRun.of("decode", "--model", empty.toString(), "--prompt", PROMPT);

@@ -2,6 +2,7 @@ package dev.moeforge.examples.decoder;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.moeforge.checkpoint.Checkpoint;
@@ -9,6 +10,8 @@ import dev.moeforge.dsl.ir.WeightFormat;
 import dev.moeforge.dsl.reference.ErrorStats;
 import dev.moeforge.dsl.schedule.ExpertCentric;
 import dev.moeforge.runtime.cuda.RequiresGpu;
+import dev.moeforge.runtime.dispatch.PoolStore;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Locale;
 import java.util.Optional;
@@ -123,6 +126,39 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
                 GpuDecoder.KernelChoice.BY_BATCH.withTunedPool(pool), gpu -> {
                     for (var k : gpu.stepExpertKernels()) {
                         assertTrue(k.name().startsWith("tuned_") && k.name().contains(kind), batch + " sequences run " + k.name());
+                    }
+                });
+    }
+
+    /**
+     * The pool installed for the experts on this GPU (the same pool and made-up profile) serves the decode steps by
+     * default: its 16-pair tiles at eight sequences, decoding as the reference does; beside it a store holding the
+     * pool for another GPU only leaves the catalogue's pair, saying there is none for this one.
+     */
+    @Test
+    void aPoolInstalledForThisGpu(@TempDir Path dir) throws Exception {
+        Path tuned = Files.createDirectory(dir.resolve("tuned"));
+        TunedPoolTest.writePool(tuned, runtime.context().deviceName());
+        PoolStore store = new PoolStore(dir.resolve("store"));
+        Path installed = store.install(tuned).pool().dir();
+        Path model = RandomModelTest.tiny(Architecture.QWEN3_MOE);
+        compare(model, Optional.empty(), PROMPT_LENGTH + STEPS + 1, 8, PROMPT_LENGTH, GpuDecoder.PROMPT_CHUNK,
+                GpuDecoder.KernelChoice.BY_BATCH.withInstalledPools(store), gpu -> {
+                    assertEquals("the decode steps' experts from " + installed + ", keyed on 8 tokens", gpu.tunedPoolNote().orElseThrow());
+                    for (var k : gpu.stepExpertKernels()) {
+                        assertTrue(k.name().startsWith("tuned_") && k.name().contains("expert_centric"), "8 sequences run " + k.name());
+                    }
+                });
+        Path elsewhere = Files.createDirectory(dir.resolve("elsewhere"));
+        TunedPoolTest.writePool(elsewhere, "another GPU");
+        PoolStore other = new PoolStore(dir.resolve("other"));
+        other.install(elsewhere);
+        compare(model, Optional.empty(), PROMPT_LENGTH + STEPS + 1, 8, PROMPT_LENGTH, GpuDecoder.PROMPT_CHUNK,
+                GpuDecoder.KernelChoice.BY_BATCH.withInstalledPools(other), gpu -> {
+                    assertTrue(gpu.tunedPoolNote().orElseThrow().startsWith("no tuned pool is installed in " + other.directory()),
+                            gpu.tunedPoolNote().orElseThrow());
+                    for (var k : gpu.stepExpertKernels()) {
+                        assertFalse(k.name().startsWith("tuned_"), "the catalogue's pair: " + k.name());
                     }
                 });
     }

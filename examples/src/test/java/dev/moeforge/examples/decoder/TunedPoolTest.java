@@ -21,6 +21,7 @@ import dev.moeforge.dsl.text.SpecParser;
 import dev.moeforge.dsl.text.SpecPrinter;
 import dev.moeforge.runtime.dispatch.DispatchTable;
 import dev.moeforge.runtime.dispatch.PoolDirectory;
+import dev.moeforge.runtime.dispatch.PoolStore;
 import dev.moeforge.runtime.dispatch.TunedPoolFixture;
 import dev.moeforge.runtime.dispatch.WaveCostModel;
 import java.io.IOException;
@@ -32,7 +33,6 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Optional;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -41,7 +41,7 @@ import org.junit.jupiter.api.io.TempDir;
  * for each half) keyed to one kind at one sequence and the other at eight, the batches its profile
  * covers, and pools that do not fit the model refused by name before anything runs on a GPU.
  */
-class TunedPoolTest {
+public class TunedPoolTest {
     /** The tiny Qwen3's pool, in the bundle's kernel files so that a GPU host loads it compiled. */
     static final String POOL_RESOURCE = "/gpu-decoder-kernels/qwen3_moe-tuned-pool.moe";
     /** The tiny models' SM count for the keyed choice: the H100's and the H200's. */
@@ -70,6 +70,11 @@ class TunedPoolTest {
     /** Writes the tiny Qwen3's pool with a made-up profile of 1 to 300 tokens into {@code dir}. */
     static void writePool(Path dir) throws IOException {
         TunedPoolFixture.write(dir, madeUpModels(poolKernels()), SMS);
+    }
+
+    /** As above, the profile naming {@code device} as the GPU it timed. */
+    public static void writePool(Path dir, String device) throws IOException {
+        TunedPoolFixture.write(dir, madeUpModels(poolKernels()), SMS, device);
     }
 
     private static ModelConfig tinyQwen3() {
@@ -177,7 +182,50 @@ class TunedPoolTest {
         writePool(dir);
         TunedPool pool = TunedPool.read(dir, tinyQwen3());
         var e = assertThrows(IllegalArgumentException.class, () -> new GpuDecoder.KernelChoice(GpuDecoder.ProjectionKernels.BY_BATCH,
-                GpuDecoder.AttentionKernels.BY_BATCH, GpuDecoder.ExpertKernels.EXPERT_CENTRIC, Optional.of(pool)));
+                GpuDecoder.AttentionKernels.BY_BATCH, GpuDecoder.ExpertKernels.EXPERT_CENTRIC, new GpuDecoder.TunedPools.Given(pool)));
         assertTrue(e.getMessage().contains("--tuned") && e.getMessage().contains("expert-centric (--experts)"), e.getMessage());
+    }
+
+    /**
+     * The pool installed for the experts is found by their geometry, format, target and device, and passed over,
+     * saying why, where there is none, where it computes another function, or where its copy cannot be read.
+     */
+    @Test
+    void anInstalledPoolServesTheExpertsItFitsOnTheDeviceItWasProfiledOn(@TempDir Path dir) throws IOException {
+        ModelConfig c = tinyQwen3();
+        MoeBlock block = MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, false);
+        PoolStore store = new PoolStore(dir.resolve("store"));
+        TunedPool.Lookup none = TunedPool.installed(store, c, block, Target.SM_90A, "NVIDIA H200");
+        assertTrue(none.pool().isEmpty());
+        assertTrue(none.why().orElseThrow().contains("no tuned pool is installed in " + store.directory() + " for these experts (H=64, "
+                + "I=32, E=8, top-2, bf16, sm_90a, NVIDIA H200)"), none.why().orElseThrow());
+        Path tuned = Files.createDirectory(dir.resolve("tuned"));
+        writePool(tuned, "NVIDIA H200");
+        Path installed = store.install(tuned).pool().dir();
+        TunedPool.Lookup found = TunedPool.installed(store, c, block, Target.SM_90A, "NVIDIA H200");
+        assertEquals(installed, found.pool().orElseThrow().dir());
+        assertTrue(found.why().isEmpty());
+        assertTrue(TunedPool.installed(store, c, block, Target.SM_90A, "NVIDIA H100 80GB HBM3").pool().isEmpty(), "another device");
+        assertTrue(TunedPool.installed(store, c, block, Target.SM_100A, "NVIDIA H200").pool().isEmpty(), "another target");
+        TunedPool.Lookup biased = TunedPool.installed(store, c, MoeBlock.of(c, WeightFormat.BF16, GateUpLayout.STACKED, true),
+                Target.SM_90A, "NVIDIA H200");
+        assertTrue(biased.pool().isEmpty());
+        assertTrue(biased.why().orElseThrow().contains("the tuned pool installed at " + installed + " computes other expert layers than "
+                + "this model's (gate_up kernels: 2 without expert biases"), biased.why().orElseThrow());
+        Files.delete(installed.resolve(PoolDirectory.PROFILE_FILE));
+        TunedPool.Lookup broken = TunedPool.installed(store, c, block, Target.SM_90A, "NVIDIA H200");
+        assertTrue(broken.pool().isEmpty());
+        assertTrue(broken.why().orElseThrow().contains("the tuned pool installed at " + installed + " is passed over (")
+                && broken.why().orElseThrow().contains("does not exist"), broken.why().orElseThrow());
+    }
+
+    @Test
+    void installedPoolsAndAnExpertKindCannotBothChooseTheExperts(@TempDir Path dir) {
+        PoolStore store = new PoolStore(dir);
+        assertEquals(new GpuDecoder.TunedPools.Installed(store), GpuDecoder.KernelChoice.BY_BATCH.withInstalledPools(store).tunedPools());
+        var e = assertThrows(IllegalArgumentException.class, () -> new GpuDecoder.KernelChoice(GpuDecoder.ProjectionKernels.BY_BATCH,
+                GpuDecoder.AttentionKernels.BY_BATCH, GpuDecoder.ExpertKernels.OUTPUT_CENTRIC, new GpuDecoder.TunedPools.Installed(store)));
+        assertTrue(e.getMessage().contains("the installed tuned pools") && e.getMessage().contains("output-centric (--experts)"),
+                e.getMessage());
     }
 }

@@ -26,6 +26,8 @@ public final class TunedPoolFixture {
     private static final int[] PROFILED = {1, 4, 40, 300};
     private static final int[] HELD_OUT = {16, 100};
     private static final double[] BALANCEDNESS = {1.0, 0.7};
+    /** The device a made-up profile names unless told another. */
+    public static final String DEVICE = "Made-up GPU";
 
     private TunedPoolFixture() {}
 
@@ -36,6 +38,16 @@ public final class TunedPoolFixture {
 
     /** As above, the profile timing the batches {@code profiled} and holding out {@code heldOut}. */
     public static void write(Path dir, Map<KernelSpec, WaveCostModel> truth, int sms, int[] profiled, int[] heldOut)
+            throws IOException {
+        write(dir, truth, sms, profiled, heldOut, DEVICE);
+    }
+
+    /** As above, the profile naming {@code device} as the GPU it timed (null: none, as no profile writes it). */
+    public static void write(Path dir, Map<KernelSpec, WaveCostModel> truth, int sms, String device) throws IOException {
+        write(dir, truth, sms, PROFILED, HELD_OUT, device);
+    }
+
+    private static void write(Path dir, Map<KernelSpec, WaveCostModel> truth, int sms, int[] profiled, int[] heldOut, String device)
             throws IOException {
         List<KernelSpec> kernels = new ArrayList<>(truth.keySet());
         ExpertShape shape = ((Problem.ExpertProblem) kernels.getFirst().problem()).shape();
@@ -67,6 +79,9 @@ public final class TunedPoolFixture {
         Map<String, Object> profile = new LinkedHashMap<>();
         profile.put("format", PoolDirectory.PROFILE_FORMAT);
         profile.put("model", "made_up");
+        if (device != null) {
+            profile.put("device", Map.of("name", device));
+        }
         profile.put("sm_count", sms);
         profile.put("pool_sha256", PoolDirectory.sha256(text));
         profile.put("points", points);
