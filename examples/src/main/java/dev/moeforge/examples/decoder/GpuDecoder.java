@@ -664,15 +664,15 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** The most q heads of a kv group {@code attention_decode_group_<head_dim>} takes: the rows of one mma tile. */
     static final int GROUP_ATTENTION_ROWS = 16;
     /**
-     * Blocks a step's attention by kv group aims for: about four per SM of an H100 (three fit by
-     * their shared memory). Slices are cut only that far, no more than one per 64 positions of the
-     * cache's capacity (one staged tile; while the cache fills, slices hold fewer, some none), and
-     * at most {@link #GROUP_ATTENTION_SLICES}: each slice's part is one more for the merge (the
-     * kernel's scratch holds {@link #GROUP_ATTENTION_MERGE_SLICES}).
+     * Blocks a step's attention by kv group aims for: about two per SM. Slices are cut only that far, in
+     * whole 64-position tiles of the cache's capacity (the staged tile; while the cache fills, slices hold
+     * fewer, some none), and at most {@link #GROUP_ATTENTION_SLICES}: each slice's part is one more for the
+     * block that merges them, whose reads of the parts outweighed the longer walk of fewer, longer slices
+     * (512 blocks and 32 slices had the step 1-10% slower from 1 to 64 sequences; bench/NOTES.md).
      */
-    static final int GROUP_ATTENTION_BLOCKS = 512;
+    static final int GROUP_ATTENTION_BLOCKS = 256;
     /** The most slices of a sequence's positions attention by kv group cuts. */
-    static final int GROUP_ATTENTION_SLICES = 32;
+    static final int GROUP_ATTENTION_SLICES = 16;
     /** The slices the kernel's merge scratch is sized for (moeforge_decoder.cu's kGroupMaxSlices). */
     static final int GROUP_ATTENTION_MERGE_SLICES = 64;
 
@@ -785,8 +785,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 case BY_HEAD -> false;
             };
             if (group) {
-                int fill = Math.ceilDiv(GROUP_ATTENTION_BLOCKS, batch * c.kvHeads());
-                int slices = Math.clamp(fill, 1, Math.clamp(Math.ceilDiv(context, 64), 1, GROUP_ATTENTION_SLICES));
+                int fill = Math.clamp(Math.ceilDiv(GROUP_ATTENTION_BLOCKS, batch * c.kvHeads()), 1, GROUP_ATTENTION_SLICES);
+                int tiles = Math.ceilDiv(context, 64);
+                int slices = Math.ceilDiv(tiles, Math.ceilDiv(tiles, fill));  // whole tiles each, as even as they go
                 return new DecodeAttention("attention_decode_group_" + c.headDim(), c.kvHeads(), slices,
                         groupAttentionBytes(c.headDim()));
             }

@@ -113,7 +113,11 @@ class GpuDecoderKernelsTest {
         assertEquals(4, one.blocks());
         assertEquals(8, one.slices());
         assertEquals(GpuDecoder.groupAttentionBytes(128), one.sharedBytes());
-        assertEquals(4, GpuDecoder.DecodeAttention.of(qwen, 512, 32, GpuDecoder.AttentionKernels.BY_BATCH).slices());
+        assertEquals(2, GpuDecoder.DecodeAttention.of(qwen, 512, 32, GpuDecoder.AttentionKernels.BY_BATCH).slices());
+        // whole 64-position tiles a slice: 6 slices' worth of blocks for 12 sequences are 4 slices of two tiles
+        assertEquals(4, GpuDecoder.DecodeAttention.of(qwen, 512, 12, GpuDecoder.AttentionKernels.BY_BATCH).slices());
+        assertEquals(8, GpuDecoder.DecodeAttention.of(qwen, 512, 8, GpuDecoder.AttentionKernels.BY_BATCH).slices());
+        assertEquals(8, GpuDecoder.DecodeAttention.of(qwen, 4096, 8, GpuDecoder.AttentionKernels.BY_BATCH).slices());
         // by the batch: by head for a few sequences below 4,096 positions (in clusters up to 512 positions and 256
         // blocks: one sequence of 32 heads); by group from 8 sequences, from one over 4,096
         assertEquals("attention_decode_cluster_128", GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
@@ -127,7 +131,7 @@ class GpuDecoderKernelsTest {
         assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 2048, 8, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals("attention_decode_group_128", GpuDecoder.DecodeAttention.of(qwen, 4096, 1, GpuDecoder.AttentionKernels.BY_BATCH).kernel());
         assertEquals(1, GpuDecoder.DecodeAttention.of(qwen, 512, 128, GpuDecoder.AttentionKernels.BY_BATCH).slices());
-        assertEquals(32, GpuDecoder.DecodeAttention.of(qwen, 4096, 1, GpuDecoder.AttentionKernels.BY_BATCH).slices());
+        assertEquals(GpuDecoder.GROUP_ATTENTION_SLICES, GpuDecoder.DecodeAttention.of(qwen, 4096, 1, GpuDecoder.AttentionKernels.BY_BATCH).slices());
         assertEquals(2, GpuDecoder.DecodeAttention.of(qwen, 100, 1, GpuDecoder.AttentionKernels.BY_GROUP).slices());
         assertEquals("attention_decode_cluster_128",
                 GpuDecoder.DecodeAttention.of(qwen, 512, 1, GpuDecoder.AttentionKernels.BY_HEAD).kernel());
