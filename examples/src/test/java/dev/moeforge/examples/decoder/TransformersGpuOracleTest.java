@@ -27,7 +27,10 @@ import org.junit.jupiter.params.provider.EnumSource;
  * (every tensor drawn, norms and biases included), 64 greedy steps of transformers in FP32 (eager
  * attention and experts), and the decoder (bf16 weights, activations and cache) fed the same tokens:
  * every step's logits within cosine 0.9999 of transformers', and the same greedy token at every step
- * where transformers' top-2 margin exceeds the bf16 error scale.
+ * where transformers' top-2 margin exceeds the bf16 error scale. A step whose token brings a router to a
+ * near-tie (the FP64 reference, which follows transformers to 4e-7, fed the same tokens, says which) is
+ * counted apart, not compared: there bf16 may pick another expert, and that step's logits part by a few
+ * percent, which is rounding, not a fault.
  */
 @RequiresGpu
 class TransformersGpuOracleTest extends GpuTestSession {
@@ -62,11 +65,14 @@ class TransformersGpuOracleTest extends GpuTestSession {
 
         ModelConfig c = ModelConfig.read(model);
         int qualifying = 0;
+        int nearTies = 0;
         double worstCosine = 1;
         double worstElement = 0;
         try (Checkpoint ckpt = Checkpoint.open(model);
              GpuDecoder gpu = new GpuDecoder(c, new GpuDecoder.Weights.FromCheckpoint(ckpt, Optional.empty()), runtime, stream, 1,
                      promptIds.length + STEPS + 1, STEPS + 1, l -> { })) {
+            ReferenceDecoder ref = new ReferenceDecoder(c, ModelWeights.load(c, ckpt, l -> { }), promptIds.length + STEPS + 1);
+            ref.forward(promptIds);
             float[] ours = gpu.forward(promptIds);
             int vocab = ours.length;
             assertEquals((long) STEPS * vocab, theirs.remaining(), "logits from the oracle");
@@ -89,21 +95,30 @@ class TransformersGpuOracleTest extends GpuTestSession {
                     }
                 }
                 double cosine = dot / Math.sqrt(wantNorm * ourNorm);
-                worstCosine = Math.min(worstCosine, cosine);
-                worstElement = Math.max(worstElement, element / peak);
-                assertTrue(cosine >= MIN_COSINE, arch + " step " + s + ": logits cosine " + cosine);
-                if (top - second > BF16_SCALE * peak) {
+                boolean nearTie = ref.lastRouterMargin() < GpuDecoderGpuTest.ROUTER_NEAR_TIE;
+                if (nearTie) {
+                    nearTies++;
+                    System.out.printf(Locale.ROOT, "%s step %d: a router near-tie (margin %.1e), cosine %.7f, not compared%n",
+                            arch.modelType(), s, ref.lastRouterMargin(), cosine);
+                } else {
+                    worstCosine = Math.min(worstCosine, cosine);
+                    worstElement = Math.max(worstElement, element / peak);
+                    assertTrue(cosine >= MIN_COSINE, arch + " step " + s + ": logits cosine " + cosine);
+                }
+                if (!nearTie && top - second > BF16_SCALE * peak) {
                     qualifying++;
                     assertEquals(theirIds[s], Sampler.argmax(ours), arch + " step " + s + ": top-2 margin " + (top - second) / peak
                             + " of the peak, logits differ by up to " + element / peak);
                 }
                 ours = gpu.forward(new int[] {theirIds[s]});  // teacher-forced: transformers' token
+                ref.forward(new int[] {theirIds[s]});
             }
         }
-        System.out.printf(Locale.ROOT, "%s: %d steps against transformers %s on %s, worst cosine %.7f, worst element %.2e of the "
-                + "peak logit; %d of %d steps with a top-2 margin over %.0e of the peak, each the same token%n", arch.modelType(),
-                STEPS, oracle.get("transformers").asText(), oracle.get("device").asText(), worstCosine, worstElement, qualifying,
-                STEPS, BF16_SCALE);
+        System.out.printf(Locale.ROOT, "%s: %d steps against transformers %s on %s (%d at a router near-tie, apart), worst cosine %.7f, "
+                + "worst element %.2e of the peak logit; %d with a top-2 margin over %.0e of the peak, each the same token%n",
+                arch.modelType(), STEPS, oracle.get("transformers").asText(), oracle.get("device").asText(), nearTies, worstCosine,
+                worstElement, qualifying, BF16_SCALE);
+        assertTrue(nearTies <= STEPS / 4, arch + ": " + nearTies + " of " + STEPS + " steps at a router near-tie");
         assertTrue(qualifying > 0, arch + ": no step's margin exceeds the bf16 scale, so no token was compared");
     }
 
