@@ -153,6 +153,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
             prompt = IntStream.range(0, context - tokens).map(i -> text[i % text.length]).toArray();
         }
         List<Map<String, Object>> rows = new ArrayList<>();
+        boolean servedByPool = false;  // whether an installed pool served some batch (the file says so)
         Map<String, Object> doc;
         try (CudaContext ctx = CudaContext.create(0);
              CudaStream stream = CudaStream.create();
@@ -203,6 +204,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     List<String> expertKernels = d.stepExpertKernels().stream().map(KernelSpec::name).toList();
                     row.put("expert_kernels", expertKernels);
                     d.tunedPoolNote().ifPresent(note -> row.put("tuned_pool_note", note));
+                    servedByPool |= d.expertsFromTunedPool();
                     Map<GpuDecoder.StepPart, Double> parts = d.timeParts(3, PART_REPS);
                     Map<String, Object> split = new LinkedHashMap<>();
                     parts.forEach((part, us) -> split.put(part.name().toLowerCase(Locale.ROOT) + "_us", us));
@@ -227,9 +229,11 @@ final class BenchDecodeCommand implements Callable<Integer> {
             doc.put("projections", projections);
             doc.put("attention", attention);
             doc.put("experts", experts);
-            if (pools.tuned != null) {
-                doc.put("tuned_pool", pools.tuned.toString());
-            }
+            doc.put("tuned_pools", switch (choice.tunedPools()) {
+                case GpuDecoder.TunedPools.None _ -> "none (the catalogue's pairs)";
+                case GpuDecoder.TunedPools.Given(var pool) -> "given: " + pool.dir();
+                case GpuDecoder.TunedPools.Installed(var store) -> "installed: " + store.directory();
+            });
             doc.put("prompt_tokens", prompt.length);
             doc.put("context", prompt.length + tokens);
             doc.put("tokens", tokens);
@@ -273,7 +277,7 @@ final class BenchDecodeCommand implements Callable<Integer> {
                     + (choice.projections() == GpuDecoder.ProjectionKernels.BY_BATCH ? "" : "-projections-" + projections)
                     + (choice.attention() == GpuDecoder.AttentionKernels.BY_BATCH ? "" : "-attention-" + attention)
                     + (choice.experts() == GpuDecoder.ExpertKernels.BY_BATCH ? "" : "-experts-" + experts)
-                    + (pools.tuned == null ? "" : "-tuned");
+                    + (pools.tuned != null ? "-tuned" : servedByPool ? "-installed-pool" : "");
             System.out.println("wrote " + BenchReports.write(out, ctx, suffix, doc));
         }
         return 0;

@@ -245,8 +245,9 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             this.context = context;
             this.maxSteps = maxSteps;
             Target target = runtime.target();
-            if (choice.tunedPools() instanceof TunedPools.Given(TunedPool given)) {
-                given.checkTarget(target);  // before any upload
+            switch (choice.tunedPools()) {
+                case TunedPools.Given(TunedPool given) -> given.checkTarget(target);  // before any upload
+                case TunedPools.Installed _, TunedPools.None _ -> { }  // an installed pool is looked up by its target
             }
             int h = c.hidden();
             int qDim = c.heads() * c.headDim();
@@ -664,11 +665,11 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** The most q heads of a kv group {@code attention_decode_group_<head_dim>} takes: the rows of one mma tile. */
     static final int GROUP_ATTENTION_ROWS = 16;
     /**
-     * Blocks a step's attention by kv group aims for: about two per SM. Slices are cut only that far, in
-     * whole 64-position tiles of the cache's capacity (the staged tile; while the cache fills, slices hold
-     * fewer, some none), and at most {@link #GROUP_ATTENTION_SLICES}: each slice's part is one more for the
-     * block that merges them, whose reads of the parts outweighed the longer walk of fewer, longer slices
-     * (512 blocks and 32 slices had the step 1-10% slower from 1 to 64 sequences; bench/NOTES.md).
+     * Blocks a step's attention by kv group aims for: about two per SM. Slices are cut only that far, as
+     * many as split the cache's capacity into equal runs of whole 64-position tiles (the staged tile; the
+     * kernel splits the positions written so far evenly, so a full cache gives each slice whole tiles, a
+     * filling one fewer), and at most {@link #GROUP_ATTENTION_SLICES}: each slice's part is one more for the
+     * block that merges them, and those reads outweighed the longer walk of fewer slices (bench/NOTES.md).
      */
     static final int GROUP_ATTENTION_BLOCKS = 256;
     /** The most slices of a sequence's positions attention by kv group cuts. */
@@ -742,9 +743,13 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
                 ExpertKernels.BY_BATCH, new TunedPools.None());
 
         public KernelChoice {
-            if (!(tunedPools instanceof TunedPools.None) && experts != ExpertKernels.BY_BATCH) {
-                throw new IllegalArgumentException((tunedPools instanceof TunedPools.Given ? "a tuned pool (--tuned)"
-                        : "the installed tuned pools") + " and the expert kernels " + experts.name().toLowerCase(Locale.ROOT).replace('_', '-')
+            String pools = switch (tunedPools) {
+                case TunedPools.None _ -> null;
+                case TunedPools.Given _ -> "a tuned pool (--tuned)";
+                case TunedPools.Installed _ -> "the installed tuned pools";
+            };
+            if (pools != null && experts != ExpertKernels.BY_BATCH) {
+                throw new IllegalArgumentException(pools + " and the expert kernels " + experts.name().toLowerCase(Locale.ROOT).replace('_', '-')
                         + " (--experts) both choose the decode step's experts: give one");
             }
         }
@@ -787,7 +792,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             if (group) {
                 int fill = Math.clamp(Math.ceilDiv(GROUP_ATTENTION_BLOCKS, batch * c.kvHeads()), 1, GROUP_ATTENTION_SLICES);
                 int tiles = Math.ceilDiv(context, 64);
-                int slices = Math.ceilDiv(tiles, Math.ceilDiv(tiles, fill));  // whole tiles each, as even as they go
+                int slices = Math.ceilDiv(tiles, Math.ceilDiv(tiles, fill));  // equal runs of whole tiles, at most fill
                 return new DecodeAttention("attention_decode_group_" + c.headDim(), c.kvHeads(), slices,
                         groupAttentionBytes(c.headDim()));
             }
@@ -839,6 +844,15 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     /** Where a tuned pool was given or looked for: whether the decode steps take its pair, or why they keep the catalogue's. */
     public Optional<String> tunedPoolNote() {
         return tunedNote;
+    }
+
+    /** Whether a decode step's experts run a tuned pool's pair (given or installed) instead of the catalogue's. */
+    public boolean expertsFromTunedPool() {
+        return switch (experts) {
+            case null -> false;
+            case ExpertLayer _ -> false;
+            case TokenKeyedLayer _ -> true;
+        };
     }
 
     /** The gate_up and down kernels of a decode step's experts: the catalogue's by the batch, or a tuned pool's keyed on it. */

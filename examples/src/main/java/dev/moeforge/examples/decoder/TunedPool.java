@@ -149,6 +149,7 @@ public record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
             if (!read.equals(key)) {
                 throw new IllegalArgumentException("it holds a pool of " + read);
             }
+            PoolStore.requireUsable(pool.loaded());  // as install checked: a copy edited since is passed over, not a crash
         } catch (RuntimeException e) {
             return new Lookup(Optional.empty(), Optional.of("the tuned pool installed at " + dir + " is passed over (" + e.getMessage()
                     + "): the decode steps take the catalogue's experts"));

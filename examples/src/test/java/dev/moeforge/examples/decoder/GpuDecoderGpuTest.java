@@ -145,6 +145,7 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
         compare(model, Optional.empty(), PROMPT_LENGTH + STEPS + 1, 8, PROMPT_LENGTH, GpuDecoder.PROMPT_CHUNK,
                 GpuDecoder.KernelChoice.BY_BATCH.withInstalledPools(store), gpu -> {
                     assertEquals("the decode steps' experts from " + installed + ", keyed on 8 tokens", gpu.tunedPoolNote().orElseThrow());
+                    assertEquals(2, gpu.stepExpertKernels().size());
                     for (var k : gpu.stepExpertKernels()) {
                         assertTrue(k.name().startsWith("tuned_") && k.name().contains("expert_centric"), "8 sequences run " + k.name());
                     }
@@ -157,6 +158,7 @@ class GpuDecoderGpuTest extends dev.moeforge.runtime.cuda.GpuTestSession {
                 GpuDecoder.KernelChoice.BY_BATCH.withInstalledPools(other), gpu -> {
                     assertTrue(gpu.tunedPoolNote().orElseThrow().startsWith("no tuned pool is installed in " + other.directory()),
                             gpu.tunedPoolNote().orElseThrow());
+                    assertEquals(2, gpu.stepExpertKernels().size());
                     for (var k : gpu.stepExpertKernels()) {
                         assertFalse(k.name().startsWith("tuned_"), "the catalogue's pair: " + k.name());
                     }

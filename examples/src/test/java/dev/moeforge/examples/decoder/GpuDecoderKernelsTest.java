@@ -99,8 +99,8 @@ class GpuDecoderKernelsTest {
 
     /**
      * A decode step's attention by kv group on the tensor cores where a group has 2 to 16 heads of a
-     * size the tiles take (the built-in model: 8 heads of 128; slices for about 512 blocks, but none
-     * shorter than 64 positions kept and at most 32) and the batch or the cache is large; by head
+     * size the tiles take (the built-in model: 8 heads of 128; slices for about 256 blocks, in equal runs of
+     * whole 64-position tiles of the cache and at most 16) and the batch or the cache is large; by head
      * below that (in clusters up to 512 positions), for OLMoE's groups of one, for head_dim 256 and where
      * the choice says so.
      */

@@ -87,7 +87,7 @@ class PoolStoreTest {
         assertTrue(done.replaced());
         assertEquals("the second fit\n", Files.readString(done.pool().dir().resolve("fit.txt")));
         try (Stream<Path> children = Files.list(store.directory())) {
-            assertEquals(List.of("h256-i128-e16-top2-bf16-sm_90a-nvidia-h100-80gb-hbm3", "h256-i128-e16-top2-bf16-sm_90a-nvidia-h200"),
+            assertEquals(List.of(".lock", "h256-i128-e16-top2-bf16-sm_90a-nvidia-h100-80gb-hbm3", "h256-i128-e16-top2-bf16-sm_90a-nvidia-h200"),
                     children.map(p -> p.getFileName().toString()).sorted().toList(), "no staged or replaced copies left");
         }
         assertEquals(2, store.list().stream().filter(e -> e instanceof PoolStore.Entry.Readable).count());
@@ -108,6 +108,36 @@ class PoolStoreTest {
         assertThrows(IllegalArgumentException.class, () -> store.install(unprofiled));
         assertFalse(Files.exists(store.directory()), "a pool refused before anything was copied");
         assertTrue(store.list().isEmpty());
+    }
+
+    /** What a killed install left (a staged copy, a replaced pool) goes with the next install, and is never found or listed. */
+    @Test
+    void aKilledInstallsLeftoversGoWithTheNext(@TempDir Path tmp) throws IOException {
+        PoolStore store = new PoolStore(tmp.resolve("store"));
+        store.install(pool(tmp.resolve("a"), SHAPE, "NVIDIA H200"));
+        Path staged = Files.createDirectories(store.directory().resolve(".installing-123"));
+        Files.writeString(staged.resolve(PoolDirectory.KERNELS_FILE), "half a copy");
+        Path replaced = Files.createDirectories(store.directory().resolve(".replaced-456").resolve("pool"));
+        assertEquals(1, store.list().size(), "hidden leftovers are not listed");
+        store.install(pool(tmp.resolve("b"), SHAPE, "NVIDIA H100 80GB HBM3"));
+        assertFalse(Files.exists(staged) || Files.exists(replaced.getParent()));
+        assertEquals(2, store.list().size());
+    }
+
+    /** A pool the cost models cannot serve from is refused at install, before a layer would fail on it. */
+    @Test
+    void aPoolWithoutBothHalvesIsNotInstalled(@TempDir Path tmp) throws IOException {
+        Map<KernelSpec, WaveCostModel> gateUps = new LinkedHashMap<>();
+        var warps = ExpertLayerSpecs.of("warps", SHAPE, GateUpLayout.STACKED, new OutputCentric(8, 16, 2, 1, 1, 0), Target.SM_90A);
+        var tiles = ExpertLayerSpecs.of("tiles", SHAPE, GateUpLayout.STACKED, new ExpertCentric(16, 128, 64, 1, 4, 2, 1, false),
+                Target.SM_90A);
+        gateUps.put(warps.gateUp(), new WaveCostModel(1, 0, 0.02, 0, 0, 3));
+        gateUps.put(tiles.gateUp(), new WaveCostModel(3, 0, 0.01, 0, 0, 3));
+        Path dir = Files.createDirectories(tmp.resolve("gate-up-only"));
+        TunedPoolFixture.write(dir, gateUps, SMS, "NVIDIA H200");
+        var e = assertThrows(IllegalArgumentException.class, () -> new PoolStore(tmp.resolve("store")).install(dir));
+        assertTrue(e.getMessage().contains("the pool holds no down kernels"), e.getMessage());
+        assertFalse(Files.exists(tmp.resolve("store")));
     }
 
     @Test

@@ -42,7 +42,7 @@ public final class TunedPoolFixture {
         write(dir, truth, sms, profiled, heldOut, DEVICE);
     }
 
-    /** As above, the profile naming {@code device} as the GPU it timed (null: none, as no profile writes it). */
+    /** As above, the profile naming {@code device} as the GPU it timed; null leaves the device out (a broken profile, for tests). */
     public static void write(Path dir, Map<KernelSpec, WaveCostModel> truth, int sms, String device) throws IOException {
         write(dir, truth, sms, PROFILED, HELD_OUT, device);
     }
