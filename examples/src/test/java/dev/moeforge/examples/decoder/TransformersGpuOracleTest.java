@@ -3,18 +3,11 @@ package dev.moeforge.examples.decoder;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.moeforge.checkpoint.Checkpoint;
 import dev.moeforge.checkpoint.SafetensorsDType;
 import dev.moeforge.runtime.cuda.GpuTestSession;
 import dev.moeforge.runtime.cuda.RequiresGpu;
-import java.io.InputStream;
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.nio.FloatBuffer;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Locale;
 import java.util.Optional;
@@ -34,7 +27,6 @@ import org.junit.jupiter.params.provider.EnumSource;
  */
 @RequiresGpu
 class TransformersGpuOracleTest extends GpuTestSession {
-    private static final String PROMPT = "The capital of France is Paris, and the capital of Germany is";
     private static final int STEPS = 64;
     private static final double MIN_COSINE = 0.9999;
     /**
@@ -48,20 +40,10 @@ class TransformersGpuOracleTest extends GpuTestSession {
     void theGpuDecoderFollowsTransformersStepByStep(Architecture arch, @TempDir Path dir) throws Exception {
         Path model = dir.resolve("model");
         RandomModel.write(ModelPreset.of(arch, "tiny"), 23, SafetensorsDType.BF16, 5_000_000_000L, model);
-        Path script = dir.resolve("transformers_oracle.py");
-        try (InputStream in = TransformersGpuOracleTest.class.getResourceAsStream("transformers_oracle.py")) {
-            Files.copy(in, script);
-        }
-        Path logitsFile = dir.resolve("logits.f32");
-        String python = System.getenv().getOrDefault("MOEFORGE_PYTHON", "python3");
-        Process p = new ProcessBuilder(python, script.toString(), model.toString(), PROMPT, Integer.toString(STEPS),
-                logitsFile.toString()).redirectError(ProcessBuilder.Redirect.INHERIT).start();
-        String stdout = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        assertEquals(0, p.waitFor(), "the oracle failed: " + stdout);
-        JsonNode oracle = new ObjectMapper().readTree(stdout.lines().toList().getLast());
-        int[] promptIds = ints(oracle.get("prompt_ids"));
-        int[] theirIds = ints(oracle.get("ids"));
-        FloatBuffer theirs = ByteBuffer.wrap(Files.readAllBytes(logitsFile)).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer();
+        TransformersOracle oracle = TransformersOracle.run(model, TransformersOracle.PROMPT, STEPS, dir, null);
+        int[] promptIds = oracle.promptIds();
+        int[] theirIds = oracle.ids();
+        FloatBuffer theirs = oracle.logits();
 
         ModelConfig c = ModelConfig.read(model);
         int qualifying = 0;
@@ -114,19 +96,11 @@ class TransformersGpuOracleTest extends GpuTestSession {
                 ref.forward(new int[] {theirIds[s]});
             }
         }
-        System.out.printf(Locale.ROOT, "%s: %d steps against transformers %s on %s (%d at a router near-tie, apart), worst cosine %.7f, "
+        System.out.printf(Locale.ROOT, "%s: %d steps against %s (%d at a router near-tie, apart), worst cosine %.7f, "
                 + "worst element %.2e of the peak logit; %d with a top-2 margin over %.0e of the peak, each the same token%n",
-                arch.modelType(), STEPS, oracle.get("transformers").asText(), oracle.get("device").asText(), nearTies, worstCosine,
+                arch.modelType(), STEPS, oracle.where(), nearTies, worstCosine,
                 worstElement, qualifying, BF16_SCALE);
         assertTrue(nearTies <= STEPS / 4, arch + ": " + nearTies + " of " + STEPS + " steps at a router near-tie");
         assertTrue(qualifying > 0, arch + ": no step's margin exceeds the bf16 scale, so no token was compared");
-    }
-
-    private static int[] ints(JsonNode array) {
-        int[] out = new int[array.size()];
-        for (int i = 0; i < out.length; i++) {
-            out[i] = array.get(i).asInt();
-        }
-        return out;
     }
 }

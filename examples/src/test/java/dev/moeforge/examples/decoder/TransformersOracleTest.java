@@ -4,19 +4,11 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.moeforge.checkpoint.Checkpoint;
 import dev.moeforge.checkpoint.SafetensorsDType;
 import dev.moeforge.runtime.cuda.RequiresGpu;
-import java.io.InputStream;
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.nio.FloatBuffer;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.List;
 import java.util.Locale;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -32,7 +24,6 @@ import org.junit.jupiter.params.provider.EnumSource;
  */
 @RequiresGpu
 class TransformersOracleTest {
-    private static final String PROMPT = "The capital of France is Paris, and the capital of Germany is";
     private static final int TOKENS = 24;
     /** FP32 against FP64 on unit-sized logits: differences of 1e-6 are rounding; a wrong rule moves them by 1e-1. */
     private static final double LOGIT_TOLERANCE = 2e-4;
@@ -42,27 +33,16 @@ class TransformersOracleTest {
     void greedyDecodingMatchesTransformers(Architecture arch, @TempDir Path dir) throws Exception {
         Path model = dir.resolve("model");
         RandomModel.write(ModelPreset.of(arch, "tiny"), 11, SafetensorsDType.BF16, 5_000_000_000L, model);
-        Path script = dir.resolve("transformers_oracle.py");
-        try (InputStream in = TransformersOracleTest.class.getResourceAsStream("transformers_oracle.py")) {
-            Files.copy(in, script);
-        }
-        Path logitsFile = dir.resolve("logits.f32");
         Path resaved = dir.resolve("resaved");
-        String python = System.getenv().getOrDefault("MOEFORGE_PYTHON", "python3");
-        Process p = new ProcessBuilder(python, script.toString(), model.toString(), PROMPT, Integer.toString(TOKENS),
-                logitsFile.toString(), resaved.toString()).redirectError(ProcessBuilder.Redirect.INHERIT).start();
-        String stdout = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        assertEquals(0, p.waitFor(), "the oracle failed: " + stdout);
-        List<String> lines = stdout.lines().toList();
-        JsonNode oracle = new ObjectMapper().readTree(lines.getLast());
+        TransformersOracle oracle = TransformersOracle.run(model, TransformersOracle.PROMPT, TOKENS, dir, resaved);
 
         int[] promptIds;
         try (TextTokenizer tokenizer = TextTokenizer.open(model.resolve("tokenizer.json"))) {
-            promptIds = tokenizer.encode(PROMPT);
+            promptIds = tokenizer.encode(TransformersOracle.PROMPT);
         }
-        assertArrayEquals(ints(oracle.get("prompt_ids")), promptIds, "prompt ids: tokenizers (DJL) against transformers");
-        int[] expected = ints(oracle.get("ids"));
-        FloatBuffer theirs = ByteBuffer.wrap(Files.readAllBytes(logitsFile)).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer();
+        assertArrayEquals(oracle.promptIds(), promptIds, "prompt ids: tokenizers (DJL) against transformers");
+        int[] expected = oracle.ids();
+        FloatBuffer theirs = oracle.logits();
 
         float[][] ours = decode(model, promptIds);
         int vocab = ours[0].length;
@@ -80,8 +60,8 @@ class TransformersOracleTest {
             assertEquals(expected[s], Sampler.argmax(ours[s]), arch + ": token " + s + " (relative logit difference "
                     + diff / scale + ")");
         }
-        System.out.printf(Locale.ROOT, "%s: %d tokens equal to transformers %s on %s; worst logit difference %.2e of the"
-                + " largest logit%n", arch.modelType(), TOKENS, oracle.get("transformers").asText(), oracle.get("device").asText(), worst);
+        System.out.printf(Locale.ROOT, "%s: %d tokens equal to %s; worst logit difference %.2e of the largest logit%n",
+                arch.modelType(), TOKENS, oracle.where(), worst);
         assertTrue(worst < LOGIT_TOLERANCE, arch + ": logits differ by " + worst + " of their scale");
 
         float[][] again = decode(resaved, promptIds);
@@ -105,13 +85,5 @@ class TransformersOracleTest {
             }
             return logits;
         }
-    }
-
-    private static int[] ints(JsonNode array) {
-        int[] out = new int[array.size()];
-        for (int i = 0; i < out.length; i++) {
-            out[i] = array.get(i).asInt();
-        }
-        return out;
     }
 }
