@@ -49,7 +49,6 @@ import java.util.EnumSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
 import java.util.function.IntConsumer;
@@ -836,7 +835,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
 
     /** A tuned pool's pair for a decode step of this batch ({@link TokenKeyedLayer}). */
     private TokenKeyedLayer keyedOnBatch(TunedPool pool) {
-        TokenKeyedLayer layer = TokenKeyedLayer.of(runtime, pool.loaded(), ORDER, batch);
+        TokenKeyedLayer layer = TokenKeyedLayer.of(runtime, pool.loaded(), pool.table(), ORDER, batch);
         layer.prepare(batch);
         return layer;
     }
@@ -1089,10 +1088,7 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
             }
             return out;
         } finally {
-            routing.stream().filter(Objects::nonNull).forEach(r -> {
-                r.ids().close();
-                r.weights().close();
-            });
+            Resources.closeAll(routing);
         }
     }
 
@@ -1108,23 +1104,29 @@ public final class GpuDecoder implements TokenModel, AutoCloseable {
     private record LayerRouting(int[] ids, float[] weights) {}
 
     /** The same on the device, for the experts part timed alone. */
-    private record RoutingOnDevice(DeviceBuffer ids, DeviceBuffer weights) {
+    private record RoutingOnDevice(DeviceBuffer ids, DeviceBuffer weights) implements AutoCloseable {
         static RoutingOnDevice of(LayerRouting r) {
-            DeviceBuffer ids = DeviceBuffer.allocate(DType.INT32, r.ids().length);
+            DeviceBuffer ids = null;
+            DeviceBuffer weights = null;
             try {
+                ids = DeviceBuffer.allocate(DType.INT32, r.ids().length);
                 ids.copyFrom(r.ids());
-                DeviceBuffer weights = DeviceBuffer.allocate(DType.FP32, r.weights().length);
-                try {
-                    weights.copyFrom(r.weights());
-                } catch (RuntimeException e) {
-                    weights.close();
-                    throw e;
-                }
+                weights = DeviceBuffer.allocate(DType.FP32, r.weights().length);
+                weights.copyFrom(r.weights());
                 return new RoutingOnDevice(ids, weights);
             } catch (RuntimeException e) {
-                ids.close();
+                try {
+                    Resources.closeAll(Arrays.asList(ids, weights));
+                } catch (RuntimeException suppressed) {
+                    e.addSuppressed(suppressed);
+                }
                 throw e;
             }
+        }
+
+        @Override
+        public void close() {
+            Resources.closeAll(List.of(ids, weights));
         }
     }
 

@@ -6,6 +6,7 @@ import dev.moeforge.dsl.ir.Problem;
 import dev.moeforge.dsl.ir.Target;
 import dev.moeforge.dsl.ir.epilogue.Store;
 import dev.moeforge.dsl.text.SpecPrinter;
+import dev.moeforge.runtime.dispatch.DispatchTable;
 import dev.moeforge.runtime.dispatch.PoolDirectory;
 import dev.moeforge.runtime.dispatch.PoolFit;
 import dev.moeforge.runtime.dispatch.PoolStore;
@@ -26,11 +27,12 @@ import java.util.stream.IntStream;
  * GPU, then by the decoder against its target and, once the experts' format is known, against the
  * function the model's experts compute.
  */
-public record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
+public record TunedPool(Path dir, PoolDirectory.Loaded loaded, DispatchTable table) {
 
     /**
-     * The directory read, every kernel of it of the model's expert geometry; refused, naming the
-     * kernels, for a model of other experts or of none.
+     * The directory read and its cost models fitted ({@link PoolStore#usableTable}), every kernel of it of the
+     * model's expert geometry; refused, naming the kernels, for a model of other experts or of none, and for a
+     * pool a layer could not serve from.
      */
     public static TunedPool read(Path dir, ModelConfig c) {
         if (!c.moeLayers().contains(true)) {
@@ -58,7 +60,11 @@ public record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
                     + "experts (" + text(model) + "): " + summary(wrong) + "; tune a pool for them: moeforge tune --shape "
                     + model.hidden() + "," + model.intermediate() + "," + model.experts() + "," + model.topk() + " --out DIR");
         }
-        return new TunedPool(dir, loaded);
+        try {
+            return new TunedPool(dir, loaded, PoolStore.usableTable(loaded));
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("tuned pool " + dir + ": " + e.getMessage(), e);
+        }
     }
 
     /** Refuses a pool of kernels for another target than the decoder's device. */
@@ -149,7 +155,6 @@ public record TunedPool(Path dir, PoolDirectory.Loaded loaded) {
             if (!read.equals(key)) {
                 throw new IllegalArgumentException("it holds a pool of " + read);
             }
-            PoolStore.requireUsable(pool.loaded());  // as install checked: a copy edited since is passed over, not a crash
         } catch (RuntimeException e) {
             return new Lookup(Optional.empty(), Optional.of("the tuned pool installed at " + dir + " is passed over (" + e.getMessage()
                     + "): the decode steps take the catalogue's experts"));

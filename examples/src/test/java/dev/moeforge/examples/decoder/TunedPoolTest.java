@@ -177,6 +177,16 @@ public class TunedPoolTest {
         assertTrue(kernels.getMessage().contains(empty.resolve(PoolDirectory.KERNELS_FILE) + " does not exist"), kernels.getMessage());
     }
 
+    /** A pool a layer could not serve from (here: gate_up kernels alone) is refused when it is read, before the GPU. */
+    @Test
+    void aPoolWithoutADownHalfIsRefusedWhenRead(@TempDir Path dir) throws IOException {
+        Map<KernelSpec, WaveCostModel> gateUps = new LinkedHashMap<>(madeUpModels(poolKernels()));
+        gateUps.keySet().removeIf(k -> !(k.problem() instanceof Problem.ExpertGateUp));
+        TunedPoolFixture.write(dir, gateUps, SMS);
+        var e = assertThrows(IllegalArgumentException.class, () -> TunedPool.read(dir, tinyQwen3()));
+        assertTrue(e.getMessage().contains("tuned pool " + dir + ": the pool holds no down kernels"), e.getMessage());
+    }
+
     @Test
     void aTunedPoolAndAnExpertKindCannotBothChooseTheExperts(@TempDir Path dir) throws IOException {
         writePool(dir);

@@ -122,7 +122,7 @@ public final class PoolStore {
     public Installation install(Path dir) throws IOException {
         PoolDirectory.Loaded loaded = PoolDirectory.load(dir);
         Key key = Key.of(loaded);
-        requireUsable(loaded);
+        usableTable(loaded);
         Files.createDirectories(root);
         try (FileChannel lockFile = FileChannel.open(root.resolve(LOCK_FILE), StandardOpenOption.CREATE, StandardOpenOption.WRITE);
              FileLock _ = lockFile.lock()) {
@@ -167,10 +167,11 @@ public final class PoolStore {
     }
 
     /**
-     * Refuses a pool whose cost models cannot be fitted, or whose profile timed no batch outside its held-out points:
-     * the layer that serves from it would fail where it is first used.
+     * The pool's dispatch table (its 5-term cost models fitted, the candidates they pick somewhere); refuses a pool
+     * without both halves, whose profile timed no batch outside its held-out points, or whose models cannot be fitted:
+     * a layer serving from it would fail where it is first used.
      */
-    public static void requireUsable(PoolDirectory.Loaded pool) {
+    public static DispatchTable usableTable(PoolDirectory.Loaded pool) {
         for (PoolFit.Half half : PoolFit.Half.values()) {
             if (pool.fit().configs().stream().noneMatch(c -> c.half() == half)) {
                 throw new IllegalArgumentException("the pool holds no " + half.name().toLowerCase(Locale.ROOT) + " kernels: a layer "
@@ -180,7 +181,7 @@ public final class PoolStore {
         if (pool.fit().profiled().isEmpty()) {
             throw new IllegalArgumentException("the profile holds only held-out points: profile the pool again");
         }
-        DispatchTable.of(pool.fit(), pool.fit().fit(WaveCostModel.MAX_TERMS));
+        return DispatchTable.of(pool.fit(), pool.fit().fit(WaveCostModel.MAX_TERMS));
     }
 
     private void removeLeftovers() {
@@ -222,7 +223,7 @@ public final class PoolStore {
         record Unreadable(Path dir, String why) implements Entry {}
     }
 
-    /** Every pool directory of the store, by name, each read whole. */
+    /** Every pool directory of the store, by name, each read whole and its cost models fitted. */
     public List<Entry> list() {
         if (!Files.isDirectory(root)) {
             return List.of();
@@ -240,6 +241,7 @@ public final class PoolStore {
             try {
                 PoolDirectory.Loaded loaded = PoolDirectory.load(dir);
                 Key key = Key.of(loaded);
+                usableTable(loaded);  // as the decoder checks it before it serves from it
                 entries.add(key.directoryName().equals(dir.getFileName().toString())
                         ? new Entry.Readable(new Installed(key, dir), loaded)
                         : new Entry.Unreadable(dir, "holds a pool of " + key + ", whose directory is " + key.directoryName()

@@ -9,7 +9,7 @@ import dev.moeforge.runtime.cuda.LaunchOrder;
 import dev.moeforge.runtime.cuda.Resources;
 import dev.moeforge.runtime.dispatch.DispatchTable;
 import dev.moeforge.runtime.dispatch.PoolDirectory;
-import dev.moeforge.runtime.dispatch.WaveCostModel;
+import dev.moeforge.runtime.dispatch.PoolStore;
 import dev.moeforge.runtime.kernel.KernelHandle;
 import dev.moeforge.runtime.kernel.KernelRuntime;
 import java.io.IOException;
@@ -76,7 +76,12 @@ public final class TokenKeyedLayer implements Experts, AutoCloseable {
 
     /** As {@link #ofPool}, from the directory as read (for a caller that checks its kernels first). */
     public static TokenKeyedLayer of(KernelRuntime runtime, PoolDirectory.Loaded pool, LaunchOrder order, int capacity) {
-        DispatchTable table = DispatchTable.of(pool.fit(), pool.fit().fit(WaveCostModel.MAX_TERMS));
+        return of(runtime, pool, PoolStore.usableTable(pool), order, capacity);
+    }
+
+    /** As above, with the pool's table already fitted ({@link PoolStore#usableTable}). */
+    public static TokenKeyedLayer of(KernelRuntime runtime, PoolDirectory.Loaded pool, DispatchTable table, LaunchOrder order,
+                                     int capacity) {
         ExpertShape shape = pool.fit().configs().getFirst().problem().shape();
         return new TokenKeyedLayer(runtime, table, shape, name -> runtime.load(pool.kernels().get(name)), order, capacity);
     }
