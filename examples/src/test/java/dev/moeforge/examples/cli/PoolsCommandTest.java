@@ -58,5 +58,9 @@ class PoolsCommandTest {
         assertTrue(run.err().contains(tuned.resolve(PoolDirectory.PROFILE_FILE) + " does not exist") && run.err().contains("moeforge profile "
                 + tuned), run.err());
         assertTrue(store.list().isEmpty());
+        CliRun nowhere = run(store, "pools", "install", tmp.resolve("nowhere").toString());
+        assertEquals(1, nowhere.exitCode());
+        assertTrue(nowhere.err().contains(tmp.resolve("nowhere") + " is not a directory: a tuned pool's directory is what `moeforge pool "
+                + "--out DIR` writes"), nowhere.err());
     }
 }

@@ -51,6 +51,10 @@ public final class PoolDirectory {
      * another pool or format, or one without its held-out points yet, is refused by name.
      */
     public static Loaded load(Path dir) throws IOException {
+        if (!Files.isDirectory(dir)) {
+            throw new IllegalArgumentException(dir + " is not a directory: a tuned pool's directory is what `moeforge pool --out DIR` "
+                    + "writes and `moeforge profile DIR` profiles");
+        }
         Path profileFile = dir.resolve(PROFILE_FILE);
         Path gzipped = dir.resolve(PROFILE_FILE + ".gz");  // a profile kept compressed (JSON packs about tenfold)
         JsonNode profile;
